@@ -1,0 +1,2 @@
+// apps/cli: placeholder until the CLI lands.
+int main() { return 0; }

@@ -1,0 +1,74 @@
+// backends/backend: the op interface every backend (ref, cpu, later cuda) implements.
+// Backends implement ops, never models: the forward of each architecture is written once in
+// models/ against this interface. `ref` is the oracle (scalar, float64 accumulation); `cpu`
+// must agree with it within per-dtype tolerances (tests/kernels).
+//
+// Legend: T = tokens in the batch, H = query heads, Hkv = key/value heads, D = head dim,
+// N = number of cached positions visible to attention. Activations are float32, contiguous,
+// row-major with the token index outermost. Weights are TensorViews (row-contiguous, any
+// dtype quant/ supports).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "core/tensor.h"
+
+namespace sluice {
+
+enum class RopeMode {
+  normal,  // rotate adjacent pairs (2i, 2i+1): llama, deepseek2
+  neox,    // rotate pairs (i, i + n_rot/2): qwen3, qwen3moe, olmoe
+};
+
+struct AttentionArgs {
+  const float* q = nullptr;  // [T][H][Dk]
+  // Cache rows are indexed by position; row p holds [Hkv][Dk] (K) or [Hkv][Dv] (V) elements
+  // of k_type / v_type (F32 or F16 now; codecs later), `*_row_bytes` apart.
+  const void* k = nullptr;
+  DType k_type = DType::F16;
+  size_t k_row_bytes = 0;
+  const void* v = nullptr;
+  DType v_type = DType::F16;
+  size_t v_row_bytes = 0;
+  float* out = nullptr;  // [T][H][Dv]
+  int64_t n_tok = 0, n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0;
+  int64_t n_kv = 0;   // positions 0..n_kv-1 are in the cache
+  int64_t pos0 = 0;   // position of token 0; token t attends to positions <= pos0 + t (causal)
+  float scale = 1.0f; // applied to q·k before softmax
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual int n_threads() const { return 1; }
+
+  // y[t][o] = Σ_i W[o][i]·x[t][i] for a 2-D weight W with ne = [in, out]; x: [T][in], y: [T][out].
+  virtual void matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) = 0;
+  // out[t] = row ids[t] of `table` (ne = [n_embd, n_rows]) decoded to float.
+  virtual void get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) = 0;
+  // y[r] = x[r] / sqrt(mean(x[r]²) + eps) * w  (w may be null: no scale). y may alias x.
+  virtual void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) = 0;
+  // In place on x: [T][H][head_dim]; rotates the first n_rot dims of each head by angle
+  // pos[t]·base^(-2i/n_rot) for pair i, with the pair layout of `mode`.
+  virtual void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
+                    float base, RopeMode mode) = 0;
+  // In place, each of n_rows rows of length n.
+  virtual void softmax(float* x, int64_t n_rows, int64_t n) = 0;
+  // out = silu(gate) ⊙ up, n elements. out may alias gate or up.
+  virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // out = gelu(x) (tanh approximation, as ggml_gelu). out may alias x.
+  virtual void gelu(const float* x, float* out, int64_t n) = 0;
+  // out = a + b elementwise. out may alias a or b.
+  virtual void add(const float* a, const float* b, float* out, int64_t n) = 0;
+  // Store n floats as type t (F32/F16/BF16/any quant type) at dst: KV-cache writes.
+  virtual void store_row(const float* src, DType t, void* dst, int64_t n) = 0;
+  // Causal multi-head attention with GQA (query head h uses KV head h / (H/Hkv)) over the cache.
+  virtual void attention(const AttentionArgs& a) = 0;
+};
+
+// "ref" or "cpu". Throws Error for an unknown name. n_threads <= 0 picks the core count.
+std::unique_ptr<Backend> make_backend(std::string_view name, int n_threads = 0);
+
+}  // namespace sluice

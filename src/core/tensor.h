@@ -1,0 +1,36 @@
+// core/tensor: a non-owning view of a weight tensor (usually inside the mmap of a GGUF).
+// Legend: ne[0] is the contiguous dimension (ggml order). A matrix with ne = [in, out] is
+// stored row-major as [out][in] and computes y = W·x; stacked experts ne = [in, out, n_expert]
+// keep each expert's matrix contiguous.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace sluice {
+
+struct TensorView {
+  std::string name;
+  DType type = DType::F32;
+  int n_dims = 0;
+  int64_t ne[4] = {1, 1, 1, 1};
+  const void* data = nullptr;  // first byte of the tensor, rows contiguous
+  size_t nbytes = 0;
+
+  int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+  int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
+  size_t row_bytes() const { return dtype_row_bytes(type, ne[0]); }
+  const uint8_t* row(int64_t i) const { return static_cast<const uint8_t*>(data) + static_cast<size_t>(i) * row_bytes(); }
+  // The 2-D matrix of expert e of a stacked [in, out, n_expert] tensor.
+  TensorView slice2d(int64_t e) const {
+    TensorView v = *this;
+    v.n_dims = 2;
+    v.ne[2] = v.ne[3] = 1;
+    v.nbytes = static_cast<size_t>(ne[1]) * row_bytes();
+    v.data = row(e * ne[1]);
+    return v;
+  }
+};
+
+}  // namespace sluice

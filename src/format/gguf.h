@@ -1,0 +1,137 @@
+// format/gguf: GGUF v2/v3 reader (mmap, every field bounds-checked) and writer.
+// Spec: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md. The file is hostile input:
+// every count, string length, dimension, offset and size is checked against the file size
+// (overflow-safe) before use, and errors name the file, the field and its byte offset.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace sluice {
+
+// GGUF metadata value types (gguf_type ids as stored in the file).
+enum class GgufType : uint32_t {
+  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6,
+  BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+};
+std::string_view gguf_type_name(GgufType t);
+
+struct GgufValue;
+// An array value: element type plus the elements (nested arrays allowed).
+struct GgufArray {
+  GgufType elem_type = GgufType::UINT8;
+  std::vector<GgufValue> items;
+};
+struct GgufValue {
+  GgufType type = GgufType::UINT8;
+  std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool, std::string, std::shared_ptr<GgufArray>,
+               uint64_t, int64_t, double>
+      v;
+  // Human-readable rendering for `sluice inspect` (arrays shortened past `max_items`).
+  std::string to_string(size_t max_items = 8) const;
+};
+
+class GgufFile {
+ public:
+  // Maps and parses `path`. Throws sluice::Error naming the file, field and offset on any
+  // malformed content. The mapping lives as long as the GgufFile.
+  explicit GgufFile(const std::string& path);
+  ~GgufFile();
+  GgufFile(const GgufFile&) = delete;
+  GgufFile& operator=(const GgufFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint32_t version() const { return version_; }
+  size_t alignment() const { return alignment_; }
+  size_t data_offset() const { return data_offset_; }  // start of the tensor data section
+  size_t file_size() const { return size_; }
+  const uint8_t* base() const { return base_; }
+
+  // Metadata in file order.
+  const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
+  bool has(std::string_view key) const { return find(key) != nullptr; }
+  const GgufValue* find(std::string_view key) const;
+
+  // Typed getters check the stored type exactly (as llama.cpp does) and throw an Error
+  // naming the file, the key, the expected and the actual type; a missing key throws
+  // "missing key" with its name. The *_or forms return `def` when the key is absent
+  // (a present key of the wrong type still throws).
+  uint32_t get_u32(std::string_view key) const;
+  uint32_t get_u32_or(std::string_view key, uint32_t def) const;
+  int32_t get_i32(std::string_view key) const;
+  uint64_t get_u64(std::string_view key) const;
+  float get_f32(std::string_view key) const;
+  float get_f32_or(std::string_view key, float def) const;
+  bool get_bool(std::string_view key) const;
+  bool get_bool_or(std::string_view key, bool def) const;
+  std::string get_string(std::string_view key) const;
+  std::string get_string_or(std::string_view key, std::string_view def) const;
+  // Arrays: element type checked exactly (i32 array accepts INT32 only, etc.).
+  std::vector<std::string> get_string_array(std::string_view key) const;
+  std::vector<float> get_f32_array(std::string_view key) const;
+  std::vector<int32_t> get_i32_array(std::string_view key) const;
+  // A key that real files store either as one u32/i32 or as an array with one value per
+  // layer (e.g. llama.feed_forward_length, head_count_kv). Returns n_layer values.
+  std::vector<uint32_t> get_u32_per_layer(std::string_view key, size_t n_layer) const;
+
+  // Tensors in file order; data points into the mapping, already bounds-checked.
+  const std::vector<TensorView>& tensors() const { return tensors_; }
+  const TensorView* find_tensor(std::string_view name) const;
+  // Throws "missing tensor NAME in FILE".
+  const TensorView& tensor(std::string_view name) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  const uint8_t* base_ = nullptr;
+  size_t size_ = 0;
+  uint32_t version_ = 0;
+  size_t alignment_ = 32;
+  size_t data_offset_ = 0;
+  std::vector<std::pair<std::string, GgufValue>> kv_;
+  std::unordered_map<std::string, size_t> kv_index_;
+  std::vector<TensorView> tensors_;
+  std::unordered_map<std::string, size_t> tensor_index_;
+};
+
+// Writes GGUF v3. Two ways to use it:
+//  - small files: set metadata, add_tensor(name, type, ne, bytes), write(path);
+//  - large files (sluice synth): set metadata, declare every tensor with add_tensor_info,
+//    then begin(path) writes the header and each write_tensor_data(name, bytes) streams one
+//    tensor's data in declaration order (padding handled), and finish() closes the file.
+class GgufWriter {
+ public:
+  GgufWriter();
+  ~GgufWriter();
+  void set_alignment(size_t a);  // also writes general.alignment
+  void set(std::string_view key, GgufValue value);
+  void set_u32(std::string_view key, uint32_t v);
+  void set_i32(std::string_view key, int32_t v);
+  void set_u64(std::string_view key, uint64_t v);
+  void set_f32(std::string_view key, float v);
+  void set_bool(std::string_view key, bool v);
+  void set_string(std::string_view key, std::string_view v);
+  void set_string_array(std::string_view key, const std::vector<std::string>& v);
+  void set_f32_array(std::string_view key, const std::vector<float>& v);
+  void set_i32_array(std::string_view key, const std::vector<int32_t>& v);
+  // ne in ggml order (ne[0] contiguous), n_dims = ne.size().
+  void add_tensor_info(std::string_view name, DType type, const std::vector<int64_t>& ne);
+  void add_tensor(std::string_view name, DType type, const std::vector<int64_t>& ne, const void* data, size_t nbytes);
+  void write(const std::string& path);  // for add_tensor users
+  void begin(const std::string& path);
+  void write_tensor_data(std::string_view name, const void* data, size_t nbytes);
+  void finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice

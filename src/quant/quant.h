@@ -1,0 +1,30 @@
+// quant/: the block formats of every weight type, defined once. Reference (scalar)
+// quantize and dequantize that all backends share and test against. Layouts and rounding
+// follow ggml's reference implementations (ggml-quants.c: quantize_row_*_ref and
+// dequantize_row_*), so bytes written here are what llama.cpp reads, and values decoded
+// here are what llama.cpp decodes from the same bytes.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace sluice {
+
+// IEEE half <-> float (round to nearest even, as F16C / ggml's GGML_FP32_TO_FP16).
+float fp16_to_fp32(uint16_t h);
+uint16_t fp32_to_fp16(float f);
+// bfloat16 <-> float (round to nearest even; NaN kept quiet), as ggml_fp32_to_bf16.
+float bf16_to_fp32(uint16_t h);
+uint16_t fp32_to_bf16(float f);
+
+// Decode n elements (n a multiple of the block size) of type t from src into dst.
+// Supports F32, F16, BF16 and every quantized type of dtype.h except Q8_1.
+void dequantize_row(DType t, const void* src, float* dst, int64_t n);
+// Encode n elements (n a multiple of the block size) into dst (dtype_row_bytes(t, n) bytes),
+// with ggml's reference algorithm for that type.
+void quantize_row(DType t, const float* src, void* dst, int64_t n);
+// True if dequantize_row/quantize_row handle t.
+bool quant_supported(DType t);
+
+}  // namespace sluice
