@@ -1,2 +1,292 @@
-// apps/cli: placeholder until the CLI lands.
-int main() { return 0; }
+// apps/cli: the `sluice` command — argument parsing and the loops, no model knowledge.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands.h"
+
+#include "backends/backend.h"
+#include "core/error.h"
+#include "format/gguf.h"
+#include "models/model.h"
+#include "runtime/parity.h"
+#include "runtime/session.h"
+#include "sampling/sampler.h"
+
+using namespace sluice;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::vector<int32_t> parse_token_list(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    long v = 0;
+    try {
+      v = std::stol(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v < 0 || v > INT32_MAX) fail("--tokens: '", item, "' is not a token id");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty()) fail("--tokens: no token ids given");
+  return ids;
+}
+
+std::string to_hex(const std::string& s) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+std::optional<DType> parse_cache_type(const std::string& s) {
+  auto t = dtype_from_name(s);
+  if (!t || !(*t == DType::F16 || *t == DType::F32)) fail("cache type '", s, "' is not supported (f16, f32)");
+  return t;
+}
+
+struct CommonOpts {
+  std::string model;
+  std::string backend = "cpu";
+  int threads = 0;
+  int64_t ctx = 0;
+  std::string cache_type = "f16";
+  void add(CLI::App* app) {
+    app->add_option("-m,--model", model, "GGUF model file")->required()->check(CLI::ExistingFile);
+    app->add_option("--backend", backend, "ref | cpu")->capture_default_str();
+    app->add_option("-t,--threads", threads, "worker threads (0 = all cores)")->capture_default_str();
+    app->add_option("-c,--ctx", ctx, "context size in tokens (0 = min(model's, 4096))");
+    app->add_option("--cache-type", cache_type, "KV cache element type: f16 | f32")->capture_default_str();
+  }
+  KvCacheOptions kv(const Model& m, int64_t need) const {
+    KvCacheOptions o;
+    o.n_ctx = ctx > 0 ? ctx : std::max<int64_t>(std::min<int64_t>(m.hparams().n_ctx_train, 4096), need);
+    o.type_k = o.type_v = *parse_cache_type(cache_type);
+    return o;
+  }
+};
+
+int cmd_run(const CommonOpts& co, const std::string& prompt, int n_predict, SamplerParams sp, bool ignore_eos) {
+  auto t_load = Clock::now();
+  auto model = Model::load(co.model);
+  auto be = make_backend(co.backend, co.threads);
+  std::fprintf(stderr, "loaded %s (%s, %lld layers, %.1f MB) in %.2f s; backend %s, %d threads\n", co.model.c_str(),
+               model->hparams().arch.c_str(), static_cast<long long>(model->hparams().n_layer),
+               model->weight_bytes() / 1e6, seconds_since(t_load), std::string(be->name()).c_str(), be->n_threads());
+  const Tokenizer& tok = model->tokenizer();
+  std::vector<int32_t> ids = tok.encode(prompt, /*add_special=*/true);
+  Session s(*model, *be, co.kv(*model, static_cast<int64_t>(ids.size()) + n_predict));
+  Sampler sampler(sp);
+  for (int32_t id : ids) sampler.accept(id);
+
+  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  std::fflush(stdout);
+  auto t0 = Clock::now();
+  auto logits = s.eval(ids);
+  const double t_prompt = seconds_since(t0);
+  auto t1 = Clock::now();
+  int n_gen = 0;
+  for (; n_gen < n_predict; ++n_gen) {
+    int32_t id = sampler.sample(logits.data(), static_cast<int32_t>(model->hparams().n_vocab));
+    sampler.accept(id);
+    if (!ignore_eos && tok.is_eog(id)) break;
+    std::string piece = tok.token_to_piece(id);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    if (s.n_past() >= s.n_ctx()) {
+      std::fprintf(stderr, "\n[context full at %lld tokens]\n", static_cast<long long>(s.n_ctx()));
+      ++n_gen;
+      break;
+    }
+    std::vector<int32_t> one{id};
+    logits = s.eval(one);
+  }
+  const double t_gen = seconds_since(t1);
+  std::printf("\n");
+  std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s); generation: %d tokens in %.3f s (%.1f tok/s)\n",
+               ids.size(), t_prompt, ids.size() / std::max(t_prompt, 1e-9), n_gen, t_gen, n_gen / std::max(t_gen, 1e-9));
+  return 0;
+}
+
+int cmd_eval(const CommonOpts& co, const std::string& tokens_arg, int greedy, const std::string& logits_path) {
+  auto model = Model::load(co.model);
+  auto be = make_backend(co.backend, co.threads);
+  std::vector<int32_t> ids = parse_token_list(tokens_arg);
+  Session s(*model, *be, co.kv(*model, static_cast<int64_t>(ids.size()) + greedy));
+  auto logits = s.eval(ids, /*all_logits=*/true);
+  if (!logits_path.empty()) {
+    std::ofstream out(logits_path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
+    if (!out) fail("cannot write logits to ", logits_path);
+  }
+  const int64_t n_vocab = model->hparams().n_vocab;
+  std::vector<int32_t> generated;
+  std::string text;
+  int32_t next = argmax(logits.subspan(logits.size() - n_vocab));
+  for (int i = 0; i < greedy; ++i) {
+    // EOS does not stop the continuation: the goldens always have exactly N tokens.
+    generated.push_back(next);
+    text += model->tokenizer().token_to_piece(next);
+    if (i + 1 == greedy) break;
+    std::vector<int32_t> one{next};
+    next = argmax(s.eval(one));
+  }
+  nlohmann::json j;
+  j["prompt_tokens"] = ids;
+  j["generated"] = generated;
+  j["text"] = text;
+  j["text_hex"] = to_hex(text);
+  // Invalid UTF-8 in pieces is replaced by U+FFFD, as in the goldens' "text".
+  std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  return 0;
+}
+
+int cmd_inspect(const std::string& path) {
+  GgufFile f(path);
+  std::printf("file: %s\nGGUF v%u, %zu metadata keys, %zu tensors, alignment %zu, data at offset %zu\n\n", path.c_str(),
+              f.version(), f.metadata().size(), f.tensors().size(), f.alignment(), f.data_offset());
+  std::printf("metadata:\n");
+  for (const auto& [k, v] : f.metadata()) std::printf("  %-48s %s\n", k.c_str(), v.to_string().c_str());
+  try {
+    auto m = Model::load(path);
+    const Hparams& hp = m->hparams();
+    std::printf("\nhyperparameters (%s):\n", hp.arch.c_str());
+    std::printf("  n_vocab %lld, n_embd %lld, n_layer %lld, n_head %lld, n_head_kv %lld, head_dim k/v %lld/%lld\n",
+                (long long)hp.n_vocab, (long long)hp.n_embd, (long long)hp.n_layer, (long long)hp.n_head,
+                (long long)hp.n_head_kv, (long long)hp.head_dim_k, (long long)hp.head_dim_v);
+    std::printf("  n_ff %lld, rms_eps %g, rope base %g, n_rot %lld (%s), ctx_train %lld\n", (long long)hp.n_ff[0], hp.rms_eps,
+                hp.rope_base, (long long)hp.n_rot, hp.rope_mode == RopeMode::neox ? "neox" : "normal",
+                (long long)hp.n_ctx_train);
+  } catch (const Error& e) {
+    std::printf("\n(not runnable: %s)\n", e.what());
+  }
+  std::printf("\n%-40s %-6s %-24s %12s\n", "tensor", "type", "shape", "bytes");
+  size_t total = 0;
+  int64_t params = 0;
+  for (const auto& t : f.tensors()) {
+    std::string shape;
+    for (int d = 0; d < t.n_dims; ++d) shape += (d ? ", " : "") + std::to_string(t.ne[d]);
+    std::printf("%-40s %-6s %-24s %12zu\n", t.name.c_str(), std::string(dtype_name(t.type)).c_str(), ("[" + shape + "]").c_str(),
+                t.nbytes);
+    total += t.nbytes;
+    params += t.n_elements();
+  }
+  std::printf("\ntotal: %zu tensors, %lld parameters, %zu bytes (%.2f MB), %.2f bits/weight\n", f.tensors().size(),
+              (long long)params, total, total / 1e6, params ? 8.0 * total / params : 0.0);
+  return 0;
+}
+
+int cmd_parity(const std::string& model_path, const std::string& a, const std::string& b, int threads, const std::string& cache_type,
+               const std::string& tokens_arg, const std::string& prompt, int n_decode, bool verbose) {
+  auto model = Model::load(model_path);
+  auto ba = make_backend(a, threads), bb = make_backend(b, threads);
+  std::vector<int32_t> ids = !tokens_arg.empty() ? parse_token_list(tokens_arg) : model->tokenizer().encode(prompt, true);
+  KvCacheOptions kv;
+  kv.n_ctx = static_cast<int64_t>(ids.size()) + n_decode + 1;
+  kv.type_k = kv.type_v = *parse_cache_type(cache_type);
+  auto rep = run_parity(*model, *ba, *model, *bb, ids, n_decode, kv);
+  std::printf("%-20s %6s %10s %12s %12s  %s\n", "name", "layer", "n", "nmse", "max_abs", "");
+  for (const auto& e : rep.entries)
+    if (verbose || !e.ok())
+      std::printf("%-20s %6d %10lld %12.3e %12.3e  %s\n", e.name.c_str(), e.layer, (long long)e.n, e.nmse, e.max_abs,
+                  e.ok() ? "ok" : "DIVERGES");
+  if (const ParityEntry* e = rep.first_divergence()) {
+    std::printf("first divergence: %s (layer %d): nmse %.3e > tolerance %.1e, max |diff| %.3e\n", e->name.c_str(), e->layer,
+                e->nmse, e->tolerance, e->max_abs);
+    return 1;
+  }
+  double worst = 0;
+  for (const auto& e : rep.entries) worst = std::max(worst, e.nmse);
+  std::printf("%s vs %s: %zu intermediates agree (worst nmse %.3e, tolerance %.1e)\n", a.c_str(), b.c_str(),
+              rep.entries.size(), worst, rep.entries.empty() ? 0.0 : rep.entries[0].tolerance);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"sluice: a Mixture-of-Experts inference engine"};
+  app.require_subcommand(1);
+
+  CommonOpts run_co;
+  std::string prompt = "Once upon a time";
+  int n_predict = 64;
+  SamplerParams sp;
+  bool ignore_eos = false;
+  auto* run = app.add_subcommand("run", "generate text from a prompt");
+  run_co.add(run);
+  run->add_option("-p,--prompt", prompt, "prompt text")->capture_default_str();
+  run->add_option("-n,--n-predict", n_predict, "tokens to generate")->capture_default_str();
+  run->add_option("--temp", sp.temp, "temperature (0 = greedy)")->capture_default_str();
+  run->add_option("--top-k", sp.top_k, "top-k (0 = off)")->capture_default_str();
+  run->add_option("--top-p", sp.top_p, "top-p (1 = off)")->capture_default_str();
+  run->add_option("--min-p", sp.min_p, "min-p (0 = off)")->capture_default_str();
+  run->add_option("--repeat-penalty", sp.repeat_penalty, "repetition penalty (1 = off)")->capture_default_str();
+  run->add_option("--presence-penalty", sp.presence_penalty, "presence penalty")->capture_default_str();
+  run->add_option("--frequency-penalty", sp.frequency_penalty, "frequency penalty")->capture_default_str();
+  run->add_option("--repeat-last-n", sp.penalty_last_n, "tokens the penalties look back over")->capture_default_str();
+  run->add_option("-s,--seed", sp.seed, "RNG seed")->capture_default_str();
+  run->add_flag("--ignore-eos", ignore_eos, "keep generating after end-of-sequence");
+
+  CommonOpts eval_co;
+  std::string tokens_arg, logits_path;
+  int greedy = 0;
+  auto* eval = app.add_subcommand("eval", "evaluate token ids as one batch; print JSON, write logits");
+  eval_co.add(eval);
+  eval->add_option("--tokens", tokens_arg, "comma-separated token ids")->required();
+  eval->add_option("--greedy", greedy, "greedy continuation length (EOS does not stop it)");
+  eval->add_option("--logits", logits_path, "write prompt logits as float32 [n_tokens x n_vocab]");
+
+  std::string inspect_path;
+  auto* inspect = app.add_subcommand("inspect", "print a GGUF file's metadata, hyperparameters and tensors");
+  inspect->add_option("file", inspect_path, "GGUF file")->required()->check(CLI::ExistingFile);
+
+  std::string par_cache = "f16";
+  std::string par_model, par_a = "ref", par_b = "cpu", par_tokens, par_prompt = "Once upon a time";
+  int par_threads = 0, par_decode = 4;
+  bool par_verbose = false;
+  auto* parity = app.add_subcommand("parity", "run two backends side by side; report the first diverging intermediate");
+  parity->add_option("-m,--model", par_model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  parity->add_option("--a", par_a, "reference backend")->capture_default_str();
+  parity->add_option("--b", par_b, "backend under test")->capture_default_str();
+  parity->add_option("-t,--threads", par_threads, "threads");
+  parity->add_option("--tokens", par_tokens, "comma-separated token ids (default: the tokenized prompt)");
+  parity->add_option("-p,--prompt", par_prompt, "prompt text")->capture_default_str();
+  parity->add_option("--decode", par_decode, "greedy decode steps compared after the prompt")->capture_default_str();
+  parity->add_option("--cache-type", par_cache, "KV cache element type: f16 | f32")->capture_default_str();
+  parity->add_flag("-v,--verbose", par_verbose, "print every intermediate, not only divergent ones");
+
+  auto run_synth = cli::add_synth_command(app);
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    for (auto* sub : app.get_subcommands())
+      if (sub->get_name() == "synth") return run_synth();
+    if (*run) return cmd_run(run_co, prompt, n_predict, sp, ignore_eos);
+    if (*eval) return cmd_eval(eval_co, tokens_arg, greedy, logits_path);
+    if (*inspect) return cmd_inspect(inspect_path);
+    if (*parity) return cmd_parity(par_model, par_a, par_b, par_threads, par_cache, par_tokens, par_prompt, par_decode, par_verbose);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "sluice: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sluice: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

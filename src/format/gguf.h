@@ -43,6 +43,9 @@ class GgufFile {
   // Maps and parses `path`. Throws sluice::Error naming the file, field and offset on any
   // malformed content. The mapping lives as long as the GgufFile.
   explicit GgufFile(const std::string& path);
+  // Parses a GGUF image already in memory (fuzzers, tests). Nothing is copied: `data` must
+  // outlive the returned file. `name` stands in for the path in error messages.
+  static std::unique_ptr<GgufFile> from_memory(const void* data, size_t size, std::string name);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -88,7 +91,14 @@ class GgufFile {
   const TensorView& tensor(std::string_view name) const;
 
  private:
+  struct MemoryTag {};
+  GgufFile(MemoryTag, const void* data, size_t size, std::string name);
+  void parse();    // fills everything below from base_/size_; throws Error
+  void release();  // unmaps and closes (destructor, and a constructor that throws)
+  friend class GgufParser;
+
   std::string path_;
+  bool mapped_ = false;  // base_ is our mmap (false: caller-owned memory, or empty file)
   int fd_ = -1;
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;

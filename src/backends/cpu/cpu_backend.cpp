@@ -1,0 +1,304 @@
+// backends/cpu: op implementations over the per-ISA kernel table (kernels.h) and the thread
+// pool. Legend: T = tokens, H = query heads, Hkv = KV heads, Dk/Dv = head dims, N = cached
+// positions, in = weight row length, out = weight rows.
+//
+// Threading: ops parallelize over independent outputs (weight-row blocks, (token, head)
+// pairs, rows); each output is computed start to finish by one thread with a code path that
+// does not depend on how the range was split. Small ops stay on the calling thread, because
+// waking the pool costs more than they do.
+#include "backends/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "quant/quant.h"
+
+namespace sluice {
+namespace {
+
+// Below this many multiply-adds an op runs on the calling thread.
+constexpr int64_t kMinParallelWork = 1 << 15;
+// Weight rows decoded at once for a batched matmul: sized so the float block (≤ 256 KiB)
+// stays in L2 while every token tile is multiplied against it.
+constexpr int64_t kDecodedBlockBytes = 256 << 10;
+// Positions per online-softmax block in attention.
+constexpr int64_t kAttnBlock = 64;
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(int n_threads, CpuIsa isa) : pool_(n_threads), k_(cpu::kernels_for(isa)) {
+    if (!cpu_isa_available(isa)) fail("cpu backend: ISA level ", cpu_isa_name(isa), " is not available on this CPU");
+    scratch_.resize(static_cast<size_t>(pool_.size()));
+  }
+
+  std::string_view name() const override { return "cpu"; }
+  CpuIsa isa() const { return k_.isa; }
+  int n_threads() const override { return pool_.size(); }
+
+  void matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) override {
+    const int64_t n_in = w.ne[0], n_out = w.n_rows();
+    if (n_tok <= 0 || n_out <= 0) return;
+    const size_t ldw_bytes = w.row_bytes();
+    const bool direct = w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16;
+    if (!direct && !quant_supported(w.type)) fail("cpu backend: matmul on unsupported weight type ", dtype_name(w.type));
+
+    // Rows per work unit. Direct types read the weights in place; quantized rows are decoded
+    // once per call into a per-thread float block and multiplied with every token from there.
+    int64_t block = 16;
+    if (!direct) block = std::clamp<int64_t>(kDecodedBlockBytes / (n_in * 4) / 4 * 4, 4, 64);
+    const int64_t n_units = (n_out + block - 1) / block;
+
+    auto body = [&](int64_t u0, int64_t u1, int thread) {
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t r0 = u * block, nr = std::min(block, n_out - r0);
+        const uint8_t* wr = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes;
+        switch (w.type) {
+          case DType::F32:
+            k_.gemm_f32(reinterpret_cast<const float*>(wr), ldw_bytes / 4, nr, x, n_in, n_tok, n_in, y + r0, n_out);
+            break;
+          case DType::F16:
+            k_.gemm_f16(reinterpret_cast<const uint16_t*>(wr), ldw_bytes / 2, nr, x, n_in, n_tok, n_in, y + r0, n_out);
+            break;
+          case DType::BF16:
+            k_.gemm_bf16(reinterpret_cast<const uint16_t*>(wr), ldw_bytes / 2, nr, x, n_in, n_tok, n_in, y + r0, n_out);
+            break;
+          default: {
+            float* buf = scratch(thread, static_cast<size_t>(nr * n_in));
+            for (int64_t r = 0; r < nr; ++r) dequantize_row(w.type, wr + r * ldw_bytes, buf + r * n_in, n_in);
+            k_.gemm_f32(buf, n_in, nr, x, n_in, n_tok, n_in, y + r0, n_out);
+          }
+        }
+      }
+    };
+    run(n_units, n_out * n_in * n_tok, body);
+  }
+
+  void get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) override {
+    const int64_t n_embd = table.ne[0], n_rows = table.n_rows();
+    for (int64_t r = 0; r < n; ++r)
+      if (ids[r] < 0 || ids[r] >= n_rows) fail("get_rows: id ", ids[r], " outside ", table.name, " (", n_rows, " rows)");
+    run(n, n * n_embd, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r) decode(table.type, table.row(ids[r]), out + r * n_embd, n_embd);
+    });
+  }
+
+  void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) override {
+    run(n_rows, n_rows * n, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float ss = k_.sum_sq(x + r * n, n);
+        const float scale = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+        k_.scale_mul(x + r * n, scale, w, y + r * n, n);
+      }
+    });
+  }
+
+  void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot, float base,
+            RopeMode mode) override {
+    const int64_t half = n_rot / 2;
+    run(n_tok, n_tok * n_head * n_rot, [&](int64_t t0, int64_t t1, int thread) {
+      float* cs = scratch(thread, static_cast<size_t>(2 * half));
+      float* sn = cs + half;
+      for (int64_t t = t0; t < t1; ++t) {
+        // Angles in double, as the reference: a float theta·pos loses ~pos·2^-24 radians.
+        for (int64_t i = 0; i < half; ++i) {
+          const double theta = pos[t] * std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+          cs[i] = static_cast<float>(std::cos(theta));
+          sn[i] = static_cast<float>(std::sin(theta));
+        }
+        for (int64_t h = 0; h < n_head; ++h) {
+          float* v = x + (t * n_head + h) * head_dim;
+          if (mode == RopeMode::neox) {
+            for (int64_t i = 0; i < half; ++i) {
+              const float a = v[i], b = v[i + half];
+              v[i] = a * cs[i] - b * sn[i];
+              v[i + half] = a * sn[i] + b * cs[i];
+            }
+          } else {
+            for (int64_t i = 0; i < half; ++i) {
+              const float a = v[2 * i], b = v[2 * i + 1];
+              v[2 * i] = a * cs[i] - b * sn[i];
+              v[2 * i + 1] = a * sn[i] + b * cs[i];
+            }
+          }
+        }
+      }
+    });
+  }
+
+  void softmax(float* x, int64_t n_rows, int64_t n) override {
+    run(n_rows, n_rows * n * 8, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r) {
+        float* xr = x + r * n;
+        const float sum = k_.exp_sub_sum(xr, k_.max(xr, n), n);
+        k_.scale_mul(xr, 1.0f / sum, nullptr, xr, n);
+      }
+    });
+  }
+
+  void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
+    elementwise(n, [&](int64_t i, int64_t m) { k_.swiglu(gate + i, up + i, out + i, m); });
+  }
+  void gelu(const float* x, float* out, int64_t n) override {
+    elementwise(n, [&](int64_t i, int64_t m) { k_.gelu(x + i, out + i, m); });
+  }
+  void add(const float* a, const float* b, float* out, int64_t n) override {
+    elementwise(n, [&](int64_t i, int64_t m) { k_.add(a + i, b + i, out + i, m); });
+  }
+
+  void store_row(const float* src, DType t, void* dst, int64_t n) override {
+    switch (t) {
+      case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+      case DType::F16: k_.f32_to_f16(src, static_cast<uint16_t*>(dst), n); return;
+      default:
+        if (!quant_supported(t)) fail("cpu backend: no encoder for dtype ", dtype_name(t));
+        quantize_row(t, src, dst, n);
+    }
+  }
+
+  void attention(const AttentionArgs& a) override {
+    const int64_t T = a.n_tok, H = a.n_head, Hkv = a.n_head_kv, Dk = a.head_dim_k, Dv = a.head_dim_v, N = a.n_kv;
+    if (Hkv <= 0 || H % Hkv != 0) fail("attention: n_head ", H, " is not a multiple of n_head_kv ", Hkv);
+    for (DType t : {a.k_type, a.v_type})
+      if (t != DType::F32 && t != DType::F16 && !quant_supported(t))
+        fail("cpu backend: attention on unsupported cache type ", dtype_name(t));
+    const int64_t group = H / Hkv;
+    const int64_t work = T * H * std::max<int64_t>(1, std::min(N, a.pos0 + T)) * (Dk + Dv);
+    run(T * H, work, [&](int64_t u0, int64_t u1, int thread) {
+      // Scratch: scores [kAttnBlock], acc [Dv], and decode buffers for non-F32/F16 rows.
+      float* score = scratch(thread, static_cast<size_t>(kAttnBlock + Dv + Hkv * (Dk + Dv)));
+      float* acc = score + kAttnBlock;
+      float* kbuf = acc + Dv;
+      float* vbuf = kbuf + Hkv * Dk;
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t t = u / H, h = u % H, hk = h / group;
+        attend_one(a, a.q + (t * H + h) * Dk, hk, std::min(N, a.pos0 + t + 1), score, acc, kbuf, vbuf);
+        float* out = a.out + (t * H + h) * Dv;
+        std::memcpy(out, acc, static_cast<size_t>(Dv) * sizeof(float));
+      }
+    });
+  }
+
+ private:
+  // One query row against positions [0, n_vis) of KV head hk, online softmax in blocks of
+  // kAttnBlock (flash-attention style): running max m and sum l, the accumulator rescaled by
+  // e^(m_old - m_new) whenever a block raises the max. Leaves the normalized result in acc.
+  void attend_one(const AttentionArgs& a, const float* q, int64_t hk, int64_t n_vis, float* score, float* acc,
+                  float* kbuf, float* vbuf) const {
+    const int64_t Dk = a.head_dim_k, Dv = a.head_dim_v, Hkv = a.n_head_kv;
+    std::fill(acc, acc + Dv, 0.0f);
+    if (n_vis <= 0) return;
+    const auto* kbase = static_cast<const uint8_t*>(a.k);
+    const auto* vbase = static_cast<const uint8_t*>(a.v);
+    float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+    for (int64_t p0 = 0; p0 < n_vis; p0 += kAttnBlock) {
+      const int64_t nb = std::min(kAttnBlock, n_vis - p0);
+      for (int64_t j = 0; j < nb; ++j) {
+        const uint8_t* krow = kbase + (p0 + j) * a.k_row_bytes;
+        float s;
+        if (a.k_type == DType::F32) {
+          s = k_.dot_f32(reinterpret_cast<const float*>(krow) + hk * Dk, q, Dk);
+        } else if (a.k_type == DType::F16) {
+          s = k_.dot_f16(reinterpret_cast<const uint16_t*>(krow) + hk * Dk, q, Dk);
+        } else {
+          s = k_.dot_f32(decode_head(a.k_type, krow, hk, Dk, Hkv, kbuf), q, Dk);
+        }
+        score[j] = s * a.scale;
+      }
+      const float m_new = std::max(m, k_.max(score, nb));
+      if (m_new > m && l > 0.0f) {
+        const float c = std::exp(m - m_new);
+        k_.scale_mul(acc, c, nullptr, acc, Dv);
+        l *= c;
+      }
+      m = m_new;
+      l += k_.exp_sub_sum(score, m, nb);
+      for (int64_t j = 0; j < nb; ++j) {
+        const uint8_t* vrow = vbase + (p0 + j) * a.v_row_bytes;
+        if (a.v_type == DType::F32) {
+          k_.axpy_f32(score[j], reinterpret_cast<const float*>(vrow) + hk * Dv, acc, Dv);
+        } else if (a.v_type == DType::F16) {
+          k_.axpy_f16(score[j], reinterpret_cast<const uint16_t*>(vrow) + hk * Dv, acc, Dv);
+        } else {
+          k_.axpy_f32(score[j], decode_head(a.v_type, vrow, hk, Dv, Hkv, vbuf), acc, Dv);
+        }
+      }
+    }
+    k_.scale_mul(acc, 1.0f / l, nullptr, acc, Dv);
+  }
+
+  // Head hk of a quantized cache row of Hkv·D elements, decoded to float. Decodes just the
+  // head when D is a whole number of blocks, else the whole row (into buf, Hkv·D floats).
+  static const float* decode_head(DType t, const uint8_t* row, int64_t hk, int64_t D, int64_t Hkv, float* buf) {
+    const auto& tr = dtype_traits(t);
+    if (D % tr.block_size == 0) {
+      dequantize_row(t, row + static_cast<size_t>(hk * D / tr.block_size) * tr.block_bytes, buf, D);
+      return buf;
+    }
+    dequantize_row(t, row, buf, Hkv * D);
+    return buf + hk * D;
+  }
+
+  void decode(DType t, const void* src, float* dst, int64_t n) const {
+    switch (t) {
+      case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+      case DType::F16: k_.f16_to_f32(static_cast<const uint16_t*>(src), dst, n); return;
+      case DType::BF16: k_.bf16_to_f32(static_cast<const uint16_t*>(src), dst, n); return;
+      default:
+        if (!quant_supported(t)) fail("cpu backend: no decoder for dtype ", dtype_name(t));
+        dequantize_row(t, src, dst, n);
+    }
+  }
+
+  // Runs body over [0, n) on the pool, or inline when the op is too small to pay for it.
+  template <class F>
+  void run(int64_t n, int64_t work, F&& body) {
+    if (n <= 0) return;
+    if (work < kMinParallelWork || pool_.size() == 1) {
+      body(int64_t{0}, n, 0);
+      return;
+    }
+    pool_.parallel_for(n, body);
+  }
+
+  // Elementwise ops: chunks of a fixed size (a multiple of every vector width), so the
+  // split never changes which lanes are processed together.
+  template <class F>
+  void elementwise(int64_t n, F&& f) {
+    constexpr int64_t kChunk = 4096;
+    run((n + kChunk - 1) / kChunk, n * 4, [&](int64_t c0, int64_t c1, int) {
+      for (int64_t c = c0; c < c1; ++c) f(c * kChunk, std::min(kChunk, n - c * kChunk));
+    });
+  }
+
+  float* scratch(int thread, size_t n) {
+    auto& s = scratch_[static_cast<size_t>(thread)];
+    if (s.size() < n) s.resize(n);
+    return s.data();
+  }
+
+  ThreadPool pool_;
+  const cpu::Kernels& k_;
+  std::vector<std::vector<float>> scratch_;  // per pool thread; a backend runs one op at a time
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, CpuIsa isa) {
+  if (!cpu_isa_available(isa)) fail("cpu backend: ISA level ", cpu_isa_name(isa), " is not available on this CPU");
+  return std::make_unique<CpuBackend>(n_threads, isa);
+}
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return make_cpu_backend(n_threads, cpu_isa_select()); }
+
+std::optional<CpuIsa> cpu_backend_isa(const Backend& b) {
+  if (const auto* c = dynamic_cast<const CpuBackend*>(&b)) return c->isa();
+  return std::nullopt;
+}
+
+}  // namespace sluice

@@ -1,0 +1,60 @@
+// backends/cpu/kernels: the table of inner loops the cpu backend calls, one instance per ISA
+// level (kernels_generic.cpp, kernels_avx2.cpp, kernels_avx512.cpp; the last two are built
+// with their ISA flags by CMake and must only be called after a CPUID check).
+//
+// Determinism contract, shared by all levels: every dot product is accumulated in one
+// vector of W lanes (W = 8 generic/AVX2, 16 AVX-512), walking the row in W-element steps
+// (the tail zero-padded), then reduced in a fixed order. So a dot's value depends only on
+// its two operands, never on which rows or tokens are computed alongside it, on the tile
+// shape, or on the thread that runs it.
+//
+// Legend: n = elements per row, ldw/ldx/ldy = row strides in elements.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/cpu_features.h"
+
+namespace sluice::cpu {
+
+struct Kernels {
+  CpuIsa isa;
+  int lanes;  // W above
+
+  // y[t*ldy + r] = Σ_i W_r[i]·x[t*ldx + i] for r < n_rows, t < n_tok, W_r = w + r*ldw.
+  // W is F32, F16 (IEEE half) or BF16; converting a half or bf16 to float is exact, so the
+  // three variants give identical results for the same values.
+  void (*gemm_f32)(const float* w, size_t ldw, int64_t n_rows, const float* x, size_t ldx, int64_t n_tok, int64_t n,
+                   float* y, size_t ldy);
+  void (*gemm_f16)(const uint16_t* w, size_t ldw, int64_t n_rows, const float* x, size_t ldx, int64_t n_tok,
+                   int64_t n, float* y, size_t ldy);
+  void (*gemm_bf16)(const uint16_t* w, size_t ldw, int64_t n_rows, const float* x, size_t ldx, int64_t n_tok,
+                    int64_t n, float* y, size_t ldy);
+  // Σ a[i]·b[i] (same accumulation as gemm), a F32 or F16.
+  float (*dot_f32)(const float* a, const float* b, int64_t n);
+  float (*dot_f16)(const uint16_t* a, const float* b, int64_t n);
+  // y += a·x, x F32 or F16.
+  void (*axpy_f32)(float a, const float* x, float* y, int64_t n);
+  void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n);
+  // Conversions (F16 rounds to nearest even, as F16C and quant/'s fp32_to_fp16).
+  void (*f16_to_f32)(const uint16_t* x, float* y, int64_t n);
+  void (*f32_to_f16)(const float* x, uint16_t* y, int64_t n);
+  void (*bf16_to_f32)(const uint16_t* x, float* y, int64_t n);
+  // Σ x[i]²
+  float (*sum_sq)(const float* x, int64_t n);
+  // y = x·s·w (w may be null: y = x·s). y may alias x.
+  void (*scale_mul)(const float* x, float s, const float* w, float* y, int64_t n);
+  float (*max)(const float* x, int64_t n);
+  // x[i] = exp(x[i] - m) in place; returns Σ x[i] (after).
+  float (*exp_sub_sum)(float* x, float m, int64_t n);
+  void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);
+  void (*gelu)(const float* x, float* out, int64_t n);
+  void (*add)(const float* a, const float* b, float* out, int64_t n);
+};
+
+const Kernels& kernels_generic();
+const Kernels& kernels_avx2();    // call only if cpu_isa_available(CpuIsa::avx2)
+const Kernels& kernels_avx512();  // call only if cpu_isa_available(CpuIsa::avx512)
+const Kernels& kernels_for(CpuIsa isa);
+
+}  // namespace sluice::cpu

@@ -1,0 +1,173 @@
+// backends/ref: implementation of the oracle. Each op is the most obvious loop that matches
+// the contract in backends/backend.h; weights and cache rows are decoded with quant/'s
+// reference dequantize_row, and every sum (dot products, norms, softmax, attention) is
+// accumulated in double so the oracle's own rounding error is far below any tolerance.
+// Legend: T = tokens, H = query heads, Hkv = KV heads, D = head dim, N = visible positions.
+#include "backends/ref/ref_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numbers>
+#include <vector>
+
+#include "core/error.h"
+#include "quant/quant.h"
+
+namespace sluice {
+namespace {
+
+// Decode n elements of type t at src into dst (F32 copied, everything else via quant/).
+void decode_row(DType t, const void* src, float* dst, int64_t n) {
+  if (t == DType::F32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  if (!quant_supported(t)) fail("ref backend: no decoder for dtype ", dtype_name(t));
+  dequantize_row(t, src, dst, n);
+}
+
+class RefBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "ref"; }
+
+  void matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) override {
+    const int64_t n_in = w.ne[0], n_out = w.n_rows();
+    std::vector<float> row(static_cast<size_t>(n_in));
+    for (int64_t o = 0; o < n_out; ++o) {
+      decode_row(w.type, w.row(o), row.data(), n_in);
+      for (int64_t t = 0; t < n_tok; ++t) {
+        const float* xt = x + t * n_in;
+        double s = 0.0;
+        for (int64_t i = 0; i < n_in; ++i) s += static_cast<double>(row[i]) * xt[i];
+        y[t * n_out + o] = static_cast<float>(s);
+      }
+    }
+  }
+
+  void get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) override {
+    const int64_t n_embd = table.ne[0], n_rows = table.n_rows();
+    for (int64_t r = 0; r < n; ++r) {
+      if (ids[r] < 0 || ids[r] >= n_rows) fail("get_rows: id ", ids[r], " outside ", table.name, " (", n_rows, " rows)");
+      decode_row(table.type, table.row(ids[r]), out + r * n_embd, n_embd);
+    }
+  }
+
+  void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) override {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const float* xr = x + r * n;
+      float* yr = y + r * n;
+      double ss = 0.0;
+      for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+      const double scale = 1.0 / std::sqrt(ss / static_cast<double>(n) + static_cast<double>(eps));
+      for (int64_t i = 0; i < n; ++i) yr[i] = static_cast<float>(xr[i] * scale * (w ? w[i] : 1.0f));
+    }
+  }
+
+  void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot, float base,
+            RopeMode mode) override {
+    for (int64_t t = 0; t < n_tok; ++t) {
+      for (int64_t h = 0; h < n_head; ++h) {
+        float* v = x + (t * n_head + h) * head_dim;
+        for (int64_t i = 0; i < n_rot / 2; ++i) {
+          const double theta =
+              pos[t] * std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+          const double c = std::cos(theta), s = std::sin(theta);
+          const int64_t i0 = mode == RopeMode::normal ? 2 * i : i;
+          const int64_t i1 = mode == RopeMode::normal ? 2 * i + 1 : i + n_rot / 2;
+          const double a = v[i0], b = v[i1];
+          v[i0] = static_cast<float>(a * c - b * s);
+          v[i1] = static_cast<float>(a * s + b * c);
+        }
+      }
+    }
+  }
+
+  void softmax(float* x, int64_t n_rows, int64_t n) override {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      float* xr = x + r * n;
+      const double m = *std::max_element(xr, xr + n);
+      std::vector<double> e(static_cast<size_t>(n));
+      double sum = 0.0;
+      for (int64_t i = 0; i < n; ++i) sum += e[i] = std::exp(xr[i] - m);
+      for (int64_t i = 0; i < n; ++i) xr[i] = static_cast<float>(e[i] / sum);
+    }
+  }
+
+  void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = gate[i];
+      out[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * up[i]);
+    }
+  }
+
+  void gelu(const float* x, float* out, int64_t n) override {
+    const double k = std::sqrt(2.0 / std::numbers::pi);
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i];
+      out[i] = static_cast<float>(0.5 * v * (1.0 + std::tanh(k * (v + 0.044715 * v * v * v))));
+    }
+  }
+
+  void add(const float* a, const float* b, float* out, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  }
+
+  void store_row(const float* src, DType t, void* dst, int64_t n) override {
+    if (t == DType::F32) {
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+    }
+    if (!quant_supported(t)) fail("ref backend: no encoder for dtype ", dtype_name(t));
+    quantize_row(t, src, dst, n);
+  }
+
+  void attention(const AttentionArgs& a) override {
+    const int64_t T = a.n_tok, H = a.n_head, Hkv = a.n_head_kv, Dk = a.head_dim_k, Dv = a.head_dim_v, N = a.n_kv;
+    if (Hkv <= 0 || H % Hkv != 0) fail("attention: n_head ", H, " is not a multiple of n_head_kv ", Hkv);
+    // Decode the whole visible cache once: K as [N][Hkv][Dk], V as [N][Hkv][Dv].
+    std::vector<float> k(static_cast<size_t>(N * Hkv * Dk)), v(static_cast<size_t>(N * Hkv * Dv));
+    for (int64_t p = 0; p < N; ++p) {
+      decode_row(a.k_type, static_cast<const uint8_t*>(a.k) + p * a.k_row_bytes, k.data() + p * Hkv * Dk, Hkv * Dk);
+      decode_row(a.v_type, static_cast<const uint8_t*>(a.v) + p * a.v_row_bytes, v.data() + p * Hkv * Dv, Hkv * Dv);
+    }
+    const int64_t group = H / Hkv;
+    std::vector<double> score(static_cast<size_t>(N)), acc(static_cast<size_t>(Dv));
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t n_vis = std::min(N, a.pos0 + t + 1);  // causal: positions 0..pos0+t
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t hk = h / group;
+        const float* q = a.q + (t * H + h) * Dk;
+        float* out = a.out + (t * H + h) * Dv;
+        std::fill(acc.begin(), acc.end(), 0.0);
+        if (n_vis <= 0) {
+          std::fill(out, out + Dv, 0.0f);
+          continue;
+        }
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t p = 0; p < n_vis; ++p) {
+          const float* kr = k.data() + (p * Hkv + hk) * Dk;
+          double s = 0.0;
+          for (int64_t d = 0; d < Dk; ++d) s += static_cast<double>(q[d]) * kr[d];
+          score[p] = s * a.scale;
+          m = std::max(m, score[p]);
+        }
+        double sum = 0.0;
+        for (int64_t p = 0; p < n_vis; ++p) {
+          const double e = std::exp(score[p] - m);
+          sum += e;
+          const float* vr = v.data() + (p * Hkv + hk) * Dv;
+          for (int64_t d = 0; d < Dv; ++d) acc[d] += e * vr[d];
+        }
+        for (int64_t d = 0; d < Dv; ++d) out[d] = static_cast<float>(acc[d] / sum);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_ref_backend() { return std::make_unique<RefBackend>(); }
+
+}  // namespace sluice

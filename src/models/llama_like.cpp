@@ -1,0 +1,101 @@
+// models/llama_like: the forward of the llama-like decoder family (llama incl. Mixtral,
+// qwen3, qwen3moe, olmoe): pre-norm attention with RoPE and grouped-query heads, then a
+// SwiGLU FFN (dense, or a mixture of experts), each added to the residual stream. Reads top
+// to bottom like the paper; every block reports its output through the hook under llama.cpp's
+// callback names so backends can be diffed layer by layer.
+#include <cmath>
+#include <vector>
+
+#include "models/blocks.h"
+#include "models/model.h"
+#include "runtime/kv_cache.h"
+
+namespace sluice {
+
+void attend_cached(Backend& be, KvCache& kv, int64_t layer, const float* q, const float* k, const float* v, float* out,
+                   int64_t T, int64_t pos0, int64_t H, int64_t Hkv, int64_t Dk, int64_t Dv, float scale) {
+  for (int64_t t = 0; t < T; ++t) {
+    be.store_row(k + t * Hkv * Dk, kv.type_k(), kv.k_row(layer, pos0 + t), Hkv * Dk);
+    be.store_row(v + t * Hkv * Dv, kv.type_v(), kv.v_row(layer, pos0 + t), Hkv * Dv);
+  }
+  AttentionArgs aa;
+  aa.q = q;
+  aa.k = kv.k_data(layer);
+  aa.k_type = kv.type_k();
+  aa.k_row_bytes = kv.k_row_bytes();
+  aa.v = kv.v_data(layer);
+  aa.v_type = kv.type_v();
+  aa.v_row_bytes = kv.v_row_bytes();
+  aa.out = out;
+  aa.n_tok = T;
+  aa.n_head = H;
+  aa.n_head_kv = Hkv;
+  aa.head_dim_k = Dk;
+  aa.head_dim_v = Dv;
+  aa.n_kv = pos0 + T;
+  aa.pos0 = pos0;
+  aa.scale = scale;
+  be.attention(aa);
+}
+
+void Model::forward_llama_like(Backend& be, KvCache& kv, const int32_t* tokens, int64_t n_tok, int64_t pos0,
+                               bool all_logits, float* logits, const TensorHook* hook) const {
+  const Hparams& hp = hp_;
+  const int64_t T = n_tok, E = hp.n_embd, H = hp.n_head, Hkv = hp.n_head_kv, Dk = hp.head_dim_k, Dv = hp.head_dim_v;
+  auto report = [&](std::string_view name, int layer, const float* data, int64_t rows, int64_t cols) {
+    if (hook && *hook) (*hook)(name, layer, data, rows, cols);
+  };
+  std::vector<float> x(T * E), h(T * E), q(T * H * Dk), k(T * Hkv * Dk), v(T * Hkv * Dv), attn(T * H * Dv), o(T * E);
+  std::vector<int32_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(pos0 + t);
+
+  embed(be, tokens, T, x.data(), hook);
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const LayerWeights& w = layers_[l];
+    const int il = static_cast<int>(l);
+
+    // Attention: norm -> q, k, v projections -> (q/k norm) -> RoPE -> causal GQA over the cache.
+    be.rms_norm(x.data(), static_cast<const float*>(w.attn_norm->data), h.data(), T, E, hp.rms_eps);
+    report("attn_norm", il, h.data(), T, E);
+    be.matmul(*w.wq, h.data(), q.data(), T);
+    be.matmul(*w.wk, h.data(), k.data(), T);
+    be.matmul(*w.wv, h.data(), v.data(), T);
+    report("Qcur", il, q.data(), T, H * Dk);
+    report("Kcur", il, k.data(), T, Hkv * Dk);
+    report("Vcur", il, v.data(), T, Hkv * Dv);
+    if (hp.qk_norm_full) {  // olmoe: one norm over all heads
+      be.rms_norm(q.data(), static_cast<const float*>(w.q_norm->data), q.data(), T, H * Dk, hp.rms_eps);
+      be.rms_norm(k.data(), static_cast<const float*>(w.k_norm->data), k.data(), T, Hkv * Dk, hp.rms_eps);
+      report("Qcur_normed", il, q.data(), T, H * Dk);
+      report("Kcur_normed", il, k.data(), T, Hkv * Dk);
+    }
+    if (hp.qk_norm_per_head) {  // qwen3: one norm per head
+      be.rms_norm(q.data(), static_cast<const float*>(w.q_norm->data), q.data(), T * H, Dk, hp.rms_eps);
+      be.rms_norm(k.data(), static_cast<const float*>(w.k_norm->data), k.data(), T * Hkv, Dk, hp.rms_eps);
+      report("Qcur_normed", il, q.data(), T * H, Dk);
+      report("Kcur_normed", il, k.data(), T * Hkv, Dk);
+    }
+    be.rope(q.data(), pos.data(), T, H, Dk, hp.n_rot, hp.rope_base, hp.rope_mode);
+    be.rope(k.data(), pos.data(), T, Hkv, Dk, hp.n_rot, hp.rope_base, hp.rope_mode);
+    report("Qcur_rope", il, q.data(), T * H, Dk);
+    report("Kcur_rope", il, k.data(), T * Hkv, Dk);
+    attend_cached(be, kv, l, q.data(), k.data(), v.data(), attn.data(), T, pos0, H, Hkv, Dk, Dv,
+                  1.0f / std::sqrt(static_cast<float>(Dk)));
+    report("kqv_out", il, attn.data(), T, H * Dv);
+    be.matmul(*w.wo, attn.data(), o.data(), T);
+    report("attn_out", il, o.data(), T, E);
+    be.add(x.data(), o.data(), x.data(), T * E);
+    report("ffn_inp", il, x.data(), T, E);
+
+    // FFN: norm -> SwiGLU (dense, or routed to k experts) -> added to the residual stream.
+    be.rms_norm(x.data(), static_cast<const float*>(w.ffn_norm->data), h.data(), T, E, hp.rms_eps);
+    report("ffn_norm", il, h.data(), T, E);
+    ffn_block(be, l, h.data(), o.data(), T, hook);
+    report("ffn_out", il, o.data(), T, E);
+    be.add(x.data(), o.data(), x.data(), T * E);
+    report("l_out", il, x.data(), T, E);
+  }
+  output_head(be, x.data(), T, all_logits, logits, hook);
+}
+
+}  // namespace sluice

@@ -1,0 +1,157 @@
+// models/model: a loaded model — hyperparameters from GGUF metadata, weights bound by name
+// (views into the mmap), the tokenizer — and the architecture registry that picks the forward.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backends/backend.h"
+#include "core/tensor.h"
+#include "format/gguf.h"
+#include "runtime/expert_store.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sluice {
+
+class KvCache;
+
+enum class MoeGating {
+  softmax,  // probs = softmax(router logits) over all experts (mixtral, qwen3moe, olmoe)
+  sigmoid,  // probs = sigmoid(router logits) (deepseek2, expert_gating_func = 2)
+};
+
+// How an MoE layer routes tokens to experts. Field names follow llama.cpp's metadata keys.
+struct MoeOptions {
+  int64_t n_expert = 0;          // {arch}.expert_count (0: the model is dense)
+  int64_t n_expert_used = 0;     // {arch}.expert_used_count: k experts per token
+  MoeGating gating = MoeGating::softmax;  // {arch}.expert_gating_func (1 softmax, 2 sigmoid)
+  bool norm_weights = false;     // renormalise the k chosen weights to sum 1 (sum clamped >= 6.1035e-5)
+  float weights_scale = 1.0f;    // {arch}.expert_weights_scale, applied when neither 0 nor 1
+  int64_t n_group = 1;           // {arch}.expert_group_count: group-limited routing (deepseek2)
+  int64_t n_group_used = 1;      // {arch}.expert_group_used_count: groups kept per token
+};
+
+// DeepSeek-V2 multi-head latent attention (MLA). The KV cache holds one latent "head" per
+// token: [compressed kv (kv_lora) | shared k_rope (n_rot)], so head_count_kv = 1,
+// key_length = kv_lora + n_rot and value_length = kv_lora in the metadata.
+struct MlaHparams {
+  int64_t q_lora_rank = 0;   // {arch}.attention.q_lora_rank (0: q comes from one attn_q matrix)
+  int64_t kv_lora_rank = 0;  // {arch}.attention.kv_lora_rank: width of the compressed kv latent
+  int64_t qk_nope = 0;       // key_length_mla - n_rot: per-head q/k dims without position
+  int64_t v_head = 0;        // {arch}.attention.value_length_mla: per-head value dims
+};
+
+// Shared core of every architecture's hyperparameters (llama.cpp metadata names in comments,
+// `{arch}` = general.architecture). Per-architecture extensions live in their own structs.
+struct Hparams {
+  std::string arch;            // general.architecture
+  int64_t n_vocab = 0;         // rows of token_embd
+  int64_t n_ctx_train = 0;     // {arch}.context_length
+  int64_t n_embd = 0;          // {arch}.embedding_length: width of the residual stream
+  int64_t n_layer = 0;         // {arch}.block_count
+  int64_t n_head = 0;          // {arch}.attention.head_count: query heads
+  int64_t n_head_kv = 0;       // {arch}.attention.head_count_kv (can be < n_head: grouped-query attention)
+  int64_t head_dim_k = 0;      // {arch}.attention.key_length (default n_embd / n_head; qwen3 may differ)
+  int64_t head_dim_v = 0;      // {arch}.attention.value_length (default head_dim_k)
+  std::vector<int64_t> n_ff;   // {arch}.feed_forward_length per layer: hidden width of the dense FFN
+  float rms_eps = 1e-5f;       // {arch}.attention.layer_norm_rms_epsilon
+  float rope_base = 10000.0f;  // {arch}.rope.freq_base
+  int64_t n_rot = 0;           // {arch}.rope.dimension_count: leading dims of each head that RoPE rotates
+  RopeMode rope_mode = RopeMode::normal;  // pair layout, fixed by the architecture (llama: normal, qwen3: neox)
+  bool qk_norm_per_head = false;          // qwen3: RMSNorm each q/k head (weights of length head_dim) before RoPE
+  bool qk_norm_full = false;              // olmoe: RMSNorm the whole projected q and k (weights of n_head*head_dim)
+  MoeOptions moe;                         // experts (moe.n_expert == 0 for dense models)
+  int64_t n_ff_exp = 0;                   // {arch}.expert_feed_forward_length: hidden width of one expert
+  int64_t n_expert_shared = 0;            // {arch}.expert_shared_count: always-on experts (*_shexp), width n_ff_exp each
+  int64_t n_layer_dense_lead = 0;         // {arch}.leading_dense_block_count: first layers with a dense FFN
+  MlaHparams mla;                         // deepseek2 only
+};
+
+// Weights of one transformer block. Shapes in ggml order [ne0, ne1] = [in, out].
+struct LayerWeights {
+  const TensorView* attn_norm = nullptr;  // [n_embd]
+  const TensorView* wq = nullptr;         // [n_embd, n_head*head_dim_k]
+  const TensorView* wk = nullptr;         // [n_embd, n_head_kv*head_dim_k]
+  const TensorView* wv = nullptr;         // [n_embd, n_head_kv*head_dim_v]
+  const TensorView* wo = nullptr;         // [n_head*head_dim_v, n_embd]
+  const TensorView* q_norm = nullptr;     // [head_dim_k] (qwen3)
+  const TensorView* k_norm = nullptr;     // [head_dim_k] (qwen3)
+  const TensorView* ffn_norm = nullptr;   // [n_embd]
+  const TensorView* ffn_gate = nullptr;   // [n_embd, n_ff]
+  const TensorView* ffn_up = nullptr;     // [n_embd, n_ff]
+  const TensorView* ffn_down = nullptr;   // [n_ff, n_embd]
+  // MoE layers (the stacked expert tensors are reached through the ExpertSource):
+  const TensorView* ffn_gate_inp = nullptr;   // [n_embd, n_expert] router
+  const TensorView* exp_probs_b = nullptr;    // [n_expert] selection bias (deepseek2)
+  const TensorView* ffn_gate_exps = nullptr;  // [n_embd, n_ff_exp, n_expert]
+  const TensorView* ffn_up_exps = nullptr;    // [n_embd, n_ff_exp, n_expert]
+  const TensorView* ffn_down_exps = nullptr;  // [n_ff_exp, n_embd, n_expert]
+  const TensorView* ffn_gate_shexp = nullptr;  // [n_embd, n_ff_exp*n_expert_shared] shared expert
+  const TensorView* ffn_up_shexp = nullptr;    // [n_embd, n_ff_exp*n_expert_shared]
+  const TensorView* ffn_down_shexp = nullptr;  // [n_ff_exp*n_expert_shared, n_embd]
+  bool is_moe() const { return ffn_gate_inp != nullptr; }
+  // MLA (deepseek2):
+  const TensorView* wq_a = nullptr;       // [n_embd, q_lora]
+  const TensorView* q_a_norm = nullptr;   // [q_lora]
+  const TensorView* wq_b = nullptr;       // [q_lora, n_head*(qk_nope+n_rot)], each head [nope | rope]
+  const TensorView* wkv_a = nullptr;      // [n_embd, kv_lora+n_rot]: [compressed kv | k_rope]
+  const TensorView* kv_a_norm = nullptr;  // [kv_lora]
+  const TensorView* wk_b = nullptr;       // [qk_nope, kv_lora, n_head]: per head a [kv_lora][nope] matrix
+  const TensorView* wv_b = nullptr;       // [kv_lora, v_head, n_head]: per head a [v_head][kv_lora] matrix
+};
+
+// Called after each named block of the forward with the block's output: `rows` rows of
+// `cols` floats (rows = tokens, or tokens*heads for per-head tensors). Layer is -1 outside
+// the blocks. Used by the parity tool and by tests to diff backends layer by layer.
+using TensorHook = std::function<void(std::string_view name, int layer, const float* data, int64_t rows, int64_t cols)>;
+
+class Model {
+ public:
+  // Opens, validates and binds a GGUF model. Throws Error naming the file and what is wrong.
+  static std::unique_ptr<Model> load(const std::string& path);
+
+  const GgufFile& file() const { return *file_; }
+  const Hparams& hparams() const { return hp_; }
+  Hparams& mutable_hparams() { return hp_; }  // tests: negative controls perturb the config
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const TensorView& tok_embd() const { return *tok_embd_; }
+  const TensorView& output_norm() const { return *output_norm_; }
+  const TensorView& output() const { return *output_; }
+  const std::vector<LayerWeights>& layers() const { return layers_; }
+  std::vector<LayerWeights>& mutable_layers() { return layers_; }  // tests: negative controls drop a tensor
+  ExpertSource& experts() const { return *experts_; }
+  // Bytes of all weights (for bandwidth figures and `inspect`).
+  size_t weight_bytes() const;
+
+  // Runs the architecture's forward over tokens at positions pos0..pos0+n_tok-1, writing
+  // K/V into `kv`. logits: [n_tok][n_vocab] if all_logits, else only the last row [n_vocab].
+  void forward(Backend& be, KvCache& kv, const int32_t* tokens, int64_t n_tok, int64_t pos0, bool all_logits,
+               float* logits, const TensorHook* hook) const;
+
+ private:
+  // One forward per architecture family (models/<family>.cpp).
+  void forward_llama_like(Backend& be, KvCache& kv, const int32_t* tokens, int64_t n_tok, int64_t pos0, bool all_logits,
+                          float* logits, const TensorHook* hook) const;
+  void forward_deepseek2(Backend& be, KvCache& kv, const int32_t* tokens, int64_t n_tok, int64_t pos0, bool all_logits,
+                         float* logits, const TensorHook* hook) const;
+  // The FFN of layer l on normed input h -> out (dense, or MoE + shared experts).
+  void ffn_block(Backend& be, int64_t l, const float* h, float* out, int64_t n_tok, const TensorHook* hook) const;
+  // Embedding lookup and output head, shared by the families.
+  void embed(Backend& be, const int32_t* tokens, int64_t n_tok, float* x, const TensorHook* hook) const;
+  void output_head(Backend& be, const float* x, int64_t n_tok, bool all_logits, float* logits, const TensorHook* hook) const;
+
+ private:
+  std::unique_ptr<GgufFile> file_;
+  Hparams hp_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  const TensorView* tok_embd_ = nullptr;     // [n_embd, n_vocab]
+  const TensorView* output_norm_ = nullptr;  // [n_embd]
+  const TensorView* output_ = nullptr;       // [n_embd, n_vocab] (token_embd when tied)
+  std::vector<LayerWeights> layers_;
+  std::unique_ptr<ExpertSource> experts_;
+};
+
+}  // namespace sluice

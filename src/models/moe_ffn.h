@@ -1,0 +1,40 @@
+// models/moe_ffn: the one feed-forward block of every architecture. A Mixture-of-Experts
+// FFN routes each token to k of n experts (router -> gating -> top-k -> weights) and sums
+// the chosen experts' SwiGLU outputs; a dense FFN is the same block with one always-on
+// expert of weight 1. Experts are reached through ExpertHandle so the storage policy
+// (resident, mmap, streamed) can change without touching this code or the models.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backends/backend.h"
+#include "core/tensor.h"
+#include "models/model.h"
+#include "runtime/expert_store.h"
+
+namespace sluice {
+
+// The routing decision for one batch: for token t, experts[t*k + j] with weights[t*k + j],
+// in descending selection score (llama.cpp's order).
+struct MoeRouting {
+  int64_t k = 0;
+  std::vector<int32_t> experts;
+  std::vector<float> weights;
+};
+
+// Computes router probabilities (written to `probs`, [T][n_expert]) and the top-k choice from
+// router logits [T][n_expert]. selection_bias (deepseek2 exp_probs_b, [n_expert]) is added to
+// the probs for choosing experts only; the weights stay the unbiased probs. Pure host code on float32, shared by all backends so that
+// backends differ only in the arithmetic that produced the logits.
+MoeRouting moe_route(const MoeOptions& opt, const float* logits, float* probs, int64_t n_tok,
+                      const float* selection_bias = nullptr);
+
+// out[t] = Σ_j w_tj · down_e(silu(gate_e·x_t) ⊙ up_e·x_t) over the chosen experts; the
+// tokens routed to one expert are gathered and run as one batch (grouped GEMM).
+void moe_experts(Backend& be, ExpertSource& experts, int layer, const MoeRouting& r, const float* x, float* out,
+                 int64_t n_tok, int64_t n_embd);
+
+// A dense SwiGLU FFN: the single-expert case.
+void ffn_swiglu(Backend& be, const ExpertWeights& w, const float* x, float* out, int64_t n_tok);
+
+}  // namespace sluice

@@ -1,0 +1,142 @@
+// quant/blocks: the byte layout of every quantized block type, matching ggml's block
+// structs (ggml-common.h) field for field, so a pointer into a GGUF tensor can be read as
+// an array of these. Every kernel (ref, cpu, cuda) decodes through these definitions.
+//
+// Legend: "d" is an fp16 scale (uint16_t bits; decode with fp16_to_fp32), "qs" packed
+// quants, "qh" high bits of 5-/6-bit quants, "m"/"dmin" fp16 offsets subtracted (or added)
+// after scaling. QK_K = 256 elements per super-block for the K-quants.
+#pragma once
+#include <cstdint>
+
+namespace sluice {
+
+constexpr int QK4_0 = 32;
+constexpr int QK4_1 = 32;
+constexpr int QK5_0 = 32;
+constexpr int QK5_1 = 32;
+constexpr int QK8_0 = 32;
+constexpr int QK_K = 256;
+constexpr int K_SCALE_SIZE = 12;
+
+// x[j] = d * (nibble_j - 8). qs[i] holds element i in its low nibble and element i+16 in
+// its high nibble.
+struct block_q4_0 {
+  uint16_t d;
+  uint8_t qs[QK4_0 / 2];
+};
+
+// x[j] = d * nibble_j + m. Same nibble order as q4_0.
+struct block_q4_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[QK4_1 / 2];
+};
+
+// x[j] = d * (q_j - 16), q_j 5 bits: low 4 bits as in q4_0; bit 4 of element j is bit j
+// of the little-endian uint32 qh (elements 0..15 low half, 16..31 high half).
+struct block_q5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[QK5_0 / 2];
+};
+
+// x[j] = d * q_j + m with q_j as in q5_0 (unsigned).
+struct block_q5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[QK5_1 / 2];
+};
+
+// x[j] = d * qs[j].
+struct block_q8_0 {
+  uint16_t d;
+  int8_t qs[QK8_0];
+};
+
+// 2-bit super-block: 16 sub-blocks of 16. scales[s] low nibble = scale, high nibble =
+// min of sub-block s; x = d*scale*q - dmin*min, q in 0..3. Within each 128-element half,
+// qs byte l holds elements l, l+32, l+64, l+96 at bit offsets 0, 2, 4, 6 (32 bytes per half).
+struct block_q2_K {
+  uint8_t scales[QK_K / 16];
+  uint8_t qs[QK_K / 4];
+  uint16_t d;
+  uint16_t dmin;
+};
+
+// 3-bit super-block: 16 sub-blocks of 16 with signed 6-bit scales (stored +32) packed in
+// 12 bytes; x = d*(scale-32)*(q - 4*!hbit), low 2 bits of q in qs laid out as q2_K, the
+// third bit in hmask: element j's bit is bit (j / 32) of hmask[j % 32].
+struct block_q3_K {
+  uint8_t hmask[QK_K / 8];
+  uint8_t qs[QK_K / 4];
+  uint8_t scales[12];
+  uint16_t d;
+};
+
+// 4-bit super-block: 8 sub-blocks of 32, each with a 6-bit scale and 6-bit min packed in
+// 12 bytes (see get_scale_min_k4); x = d*scale*q - dmin*min. Each 64-element chunk uses 32
+// qs bytes: low nibbles are elements 0..31, high nibbles 32..63.
+struct block_q4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[K_SCALE_SIZE];
+  uint8_t qs[QK_K / 2];
+};
+
+// 5-bit super-block: q4_K plus a fifth bit per element. Element 64*c + j (j < 32) takes
+// its high bit from bit 2c of qh[j], element 64*c + 32 + j from bit 2c+1 of qh[j].
+struct block_q5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[K_SCALE_SIZE];
+  uint8_t qh[QK_K / 8];
+  uint8_t qs[QK_K / 2];
+};
+
+// 6-bit super-block: 16 sub-blocks of 16 with signed 8-bit scales; x = d*scale*(q-32).
+// Per 128-element half: ql[0..63] low nibbles hold elements 0..63 and high nibbles 64..127
+// (ql[l] -> l and l+64, ql[l+32] -> l+32 and l+96); qh[l] holds the two top bits of
+// elements l, l+32, l+64, l+96 at bit offsets 0, 2, 4, 6.
+struct block_q6_K {
+  uint8_t ql[QK_K / 2];
+  uint8_t qh[QK_K / 4];
+  int8_t scales[QK_K / 16];
+  uint16_t d;
+};
+
+// 8-bit super-block used for activations in dot products: fp32 scale, x = d*qs,
+// bsums[g] = sum of qs over group g of 16 (lets q2_K..q5_K dots fold their mins in).
+struct block_q8_K {
+  float d;
+  int8_t qs[QK_K];
+  int16_t bsums[QK_K / 16];
+};
+
+static_assert(sizeof(block_q4_0) == 18);
+static_assert(sizeof(block_q4_1) == 20);
+static_assert(sizeof(block_q5_0) == 22);
+static_assert(sizeof(block_q5_1) == 24);
+static_assert(sizeof(block_q8_0) == 34);
+static_assert(sizeof(block_q2_K) == 84);
+static_assert(sizeof(block_q3_K) == 110);
+static_assert(sizeof(block_q4_K) == 144);
+static_assert(sizeof(block_q5_K) == 176);
+static_assert(sizeof(block_q6_K) == 210);
+static_assert(sizeof(block_q8_K) == 292);
+
+// Unpack the 6-bit scale and min of sub-block j (0..7) of a q4_K/q5_K block.
+// Bytes 0..3: scales 0..3 in bits 0..5, top 2 bits of scales 4..7 in bits 6..7.
+// Bytes 4..7: mins 0..3 in bits 0..5, top 2 bits of mins 4..7 in bits 6..7.
+// Bytes 8..11: low 4 bits of scales 4..7 (low nibble) and mins 4..7 (high nibble).
+inline void get_scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+}  // namespace sluice

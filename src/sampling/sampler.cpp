@@ -1,0 +1,210 @@
+// sampling/sampler.cpp: RNG, the chain stages and Sampler. Semantics read from llama.cpp
+// src/llama-sampling.cpp (llama_sampler_{penalties,top_k,top_p,min_p,temp,dist,greedy}); the
+// code is our own.
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace sluice {
+
+// ---- Rng ----
+
+void Rng::seed_with(uint64_t seed) {
+  // SplitMix64 spreads any seed (0 included) over the 256-bit state; xoshiro must not start
+  // from all zeros, which SplitMix64 output never is for four consecutive draws.
+  uint64_t x = seed;
+  for (uint64_t& s : s_) {
+    x += 0x9e3779b97f4a7c15ull;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    s = z ^ (z >> 31);
+  }
+}
+
+uint64_t Rng::next_u64() {
+  const auto rotl = [](uint64_t v, int k) { return (v << k) | (v >> (64 - k)); };
+  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+// ---- Candidates ----
+
+void Candidates::sort_desc() {
+  if (sorted) return;
+  // Ties by id so the order, and so every later stage, is deterministic.
+  std::sort(data.begin(), data.end(), [](const TokenCandidate& a, const TokenCandidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  });
+  sorted = true;
+}
+
+void Candidates::softmax() {
+  sort_desc();
+  if (data.empty()) return;
+  const double max_logit = data[0].logit;
+  if (!std::isfinite(max_logit)) {
+    // All -inf (or a NaN/inf row): no distribution exists; put all mass on the first entry so
+    // sampling still returns a valid id rather than NaN-driven garbage.
+    for (auto& c : data) c.p = 0.0f;
+    data[0].p = 1.0f;
+    return;
+  }
+  double sum = 0.0;
+  std::vector<double> e(data.size());
+  for (size_t i = 0; i < data.size(); ++i) {
+    e[i] = std::exp(static_cast<double>(data[i].logit) - max_logit);
+    sum += e[i];
+  }
+  for (size_t i = 0; i < data.size(); ++i) data[i].p = static_cast<float>(e[i] / sum);
+}
+
+// ---- stages ----
+
+PenaltiesStage::PenaltiesStage(int last_n, float repeat, float frequency, float presence)
+    : last_n_(last_n), repeat_(repeat), frequency_(frequency), presence_(presence) {
+  if (!(repeat > 0.0f)) fail("sampler: repeat_penalty must be > 0, got ", repeat);
+}
+
+bool PenaltiesStage::active() const {
+  return last_n_ != 0 && (repeat_ != 1.0f || frequency_ != 0.0f || presence_ != 0.0f);
+}
+
+void PenaltiesStage::apply(Candidates& c) {
+  if (!active() || counts_.empty()) return;
+  for (auto& t : c.data) {
+    const auto it = counts_.find(t.id);
+    if (it == counts_.end()) continue;
+    const int count = it->second;
+    // Dividing a negative logit would raise it; multiplying pushes it further down instead.
+    t.logit = t.logit <= 0.0f ? t.logit * repeat_ : t.logit / repeat_;
+    t.logit -= static_cast<float>(count) * frequency_ + presence_;
+  }
+  c.sorted = false;
+}
+
+void PenaltiesStage::accept(int32_t token) {
+  if (!active()) return;
+  history_.push_back(token);
+  ++counts_[token];
+  if (last_n_ > 0 && history_.size() > static_cast<size_t>(last_n_)) {
+    const int32_t old = history_.front();
+    history_.pop_front();
+    if (--counts_[old] == 0) counts_.erase(old);
+  }
+}
+
+void PenaltiesStage::reset() {
+  history_.clear();
+  counts_.clear();
+}
+
+void TopKStage::apply(Candidates& c) {
+  if (k_ <= 0 || static_cast<size_t>(k_) >= c.data.size()) return;
+  // Partial sort would do; a full sort keeps `sorted` true for the stages after.
+  c.sort_desc();
+  // Shrinking with erase, not resize: GCC 12 -O3 -Warray-bounds misreads resize's grow path.
+  c.data.erase(c.data.begin() + k_, c.data.end());
+}
+
+void TopPStage::apply(Candidates& c) {
+  if (p_ >= 1.0f || c.data.empty()) return;
+  c.softmax();
+  double cum = 0.0;
+  size_t keep = c.data.size();
+  for (size_t i = 0; i < c.data.size(); ++i) {
+    cum += c.data[i].p;
+    if (cum >= p_) {  // min_keep = 1 is implied: i + 1 >= 1
+      keep = i + 1;
+      break;
+    }
+  }
+  c.data.erase(c.data.begin() + static_cast<std::ptrdiff_t>(keep), c.data.end());
+}
+
+void MinPStage::apply(Candidates& c) {
+  if (p_ <= 0.0f || c.data.empty()) return;
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (const auto& t : c.data) max_logit = std::max(max_logit, t.logit);
+  const float min_logit = max_logit + std::log(p_);
+  // erase-remove keeps the relative order, so a sorted array stays sorted; the max always passes.
+  c.data.erase(std::remove_if(c.data.begin(), c.data.end(), [&](const TokenCandidate& t) { return t.logit < min_logit; }),
+               c.data.end());
+}
+
+void TemperatureStage::apply(Candidates& c) {
+  if (t_ <= 0.0f) {
+    // Only the argmax survives (llama_sampler_temp with t <= 0).
+    c.sort_desc();
+    if (!c.data.empty()) c.data.erase(c.data.begin() + 1, c.data.end());
+    return;
+  }
+  for (auto& t : c.data) t.logit /= t_;  // positive scale: order unchanged
+}
+
+// ---- Sampler ----
+
+Sampler::Sampler(SamplerParams params) : params_(params), rng_(params.seed) {
+  auto pen = std::make_unique<PenaltiesStage>(params.penalty_last_n, params.repeat_penalty, params.frequency_penalty,
+                                              params.presence_penalty);
+  penalties_ = pen.get();
+  stages_.push_back(std::move(pen));
+  stages_.push_back(std::make_unique<TopKStage>(params.top_k));
+  stages_.push_back(std::make_unique<TopPStage>(params.top_p));
+  stages_.push_back(std::make_unique<MinPStage>(params.min_p));
+  stages_.push_back(std::make_unique<TemperatureStage>(params.temp));
+}
+
+int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
+  if (n_vocab <= 0) fail("sampler: n_vocab must be > 0, got ", n_vocab);
+  cur_.data.resize(static_cast<size_t>(n_vocab));
+  for (int32_t i = 0; i < n_vocab; ++i) cur_.data[i] = {i, logits[i], 0.0f};
+  cur_.sorted = false;
+
+  if (params_.temp <= 0.0f) {
+    // Greedy: penalties still apply (they change the argmax); the filters cannot remove the
+    // argmax, so they are skipped. Scan order makes ties go to the lowest id.
+    penalties_->apply(cur_);
+    size_t best = 0;
+    for (size_t i = 1; i < cur_.data.size(); ++i) {
+      if (cur_.data[i].logit > cur_.data[best].logit) best = i;
+    }
+    const int32_t id = cur_.data[best].id;
+    cur_.data.clear();
+    return id;
+  }
+
+  for (auto& s : stages_) s->apply(cur_);
+  cur_.softmax();
+  // Inverse-CDF draw over the kept entries, highest probability first. If rounding leaves the
+  // running sum just below u, the last entry is taken.
+  const double u = rng_.next_double();
+  double cum = 0.0;
+  for (const auto& t : cur_.data) {
+    cum += t.p;
+    if (u < cum) return t.id;
+  }
+  return cur_.data.back().id;
+}
+
+void Sampler::accept(int32_t token) {
+  for (auto& s : stages_) s->accept(token);
+}
+
+void Sampler::reset() {
+  for (auto& s : stages_) s->reset();
+  rng_.seed_with(params_.seed);
+}
+
+}  // namespace sluice

@@ -1,0 +1,87 @@
+// tests/kernels/test_thread_pool: the persistent pool the cpu backend runs on: coverage of
+// every index exactly once, the static split, exceptions, nesting and reuse.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+namespace sluice {
+namespace {
+
+TEST(ThreadPool, SizeDefaultsToHardware) {
+  ThreadPool p0(0);
+  EXPECT_GE(p0.size(), 1);
+  ThreadPool p3(3);
+  EXPECT_EQ(p3.size(), 3);
+}
+
+TEST(ThreadPool, CoversEveryIndexOnce) {
+  for (int nt : {1, 2, 3, 5}) {
+    ThreadPool pool(nt);
+    for (int64_t n : {0, 1, 2, 3, 7, 64, 1001}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::vector<std::atomic<int>> by_thread(static_cast<size_t>(nt));
+      pool.parallel_for(n, [&](int64_t b, int64_t e, int t) {
+        ASSERT_GE(t, 0);
+        ASSERT_LT(t, nt);
+        by_thread[static_cast<size_t>(t)]++;
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)], 1) << "nt=" << nt << " n=" << n << " i=" << i;
+      for (int t = 0; t < nt; ++t) ASSERT_LE(by_thread[static_cast<size_t>(t)], 1);
+    }
+  }
+}
+
+TEST(ThreadPool, StaticSplitIsWhatParallelForUses) {
+  ThreadPool pool(3);
+  const int64_t n = 100;
+  std::vector<int> owner(n, -1);
+  pool.parallel_for(n, [&](int64_t b, int64_t e, int t) {
+    for (int64_t i = b; i < e; ++i) owner[static_cast<size_t>(i)] = t;
+  });
+  for (int t = 0; t < 3; ++t) {
+    int64_t b, e;
+    ThreadPool::split(n, 3, t, &b, &e);
+    for (int64_t i = b; i < e; ++i) EXPECT_EQ(owner[static_cast<size_t>(i)], t);
+  }
+}
+
+TEST(ThreadPool, ManyCallsBackToBack) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> sum{0};
+  for (int it = 0; it < 20000; ++it)
+    pool.parallel_for(4, [&](int64_t b, int64_t e, int) { sum += e - b; });
+  EXPECT_EQ(sum.load(), 4 * 20000);
+}
+
+TEST(ThreadPool, RethrowsExceptions) {
+  ThreadPool pool(2);
+  EXPECT_THROW(pool.parallel_for(10,
+                                 [&](int64_t b, int64_t, int) {
+                                   if (b > 0) throw std::runtime_error("boom");
+                                 }),
+               std::runtime_error);
+  // Still usable afterwards.
+  std::atomic<int> n{0};
+  pool.parallel_for(10, [&](int64_t b, int64_t e, int) { n += static_cast<int>(e - b); });
+  EXPECT_EQ(n.load(), 10);
+}
+
+TEST(ThreadPool, NestedCallRunsInline) {
+  ThreadPool pool(2);
+  std::atomic<int> inner{0};
+  pool.parallel_for(2, [&](int64_t, int64_t, int t) {
+    pool.parallel_for(5, [&](int64_t b, int64_t e, int t2) {
+      EXPECT_EQ(t, t2);
+      inner += static_cast<int>(e - b);
+    });
+  });
+  EXPECT_EQ(inner.load(), 10);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,96 @@
+// tests/models/test_cli: the `sluice` binary end to end — run prints a story, eval prints the
+// golden's JSON and logits, inspect lists tensors, bad input gives a clear error and exit 1.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace sluice {
+namespace {
+
+const std::string kCli = SLUICE_CLI_PATH;
+
+TEST(Cli, RunPrintsAStory) {
+  SLUICE_REQUIRE_SHARED();
+  int rc = 0;
+  std::string out = test::run_command(
+      kCli + " run -m " + test::shared_dir() + "/models/stories260K.gguf -p 'Once upon a time' -n 64 --temp 0 2>/dev/null", &rc);
+  ASSERT_EQ(rc, 0);
+  // Greedy from this prompt is llama.cpp's continuation in golden/stories260K/prompt1.
+  EXPECT_EQ(out.rfind("Once upon a time, there was a little girl named Lily. She loved to play outside in the park.", 0), 0u)
+      << out;
+}
+
+TEST(Cli, RunWithSamplingIsReproducible) {
+  SLUICE_REQUIRE_SHARED();
+  int rc1 = 0, rc2 = 0, rc3 = 0;
+  const std::string base = kCli + " run -m " + test::shared_dir() + "/models/stories260K.gguf -p 'Lily' -n 48 --temp 0.9 --top-k 40 --top-p 0.9";
+  std::string a = test::run_command(base + " --seed 7 2>/dev/null", &rc1);
+  std::string b = test::run_command(base + " --seed 7 2>/dev/null", &rc2);
+  std::string c = test::run_command(base + " --seed 8 2>/dev/null", &rc3);
+  ASSERT_EQ(rc1, 0);
+  EXPECT_EQ(a, b) << "same seed, different text";
+  EXPECT_NE(a, c) << "different seeds gave the same 48 tokens";
+}
+
+TEST(Cli, EvalMatchesGoldenGreedyAndLogits) {
+  SLUICE_REQUIRE_SHARED();
+  const std::string g = test::shared_dir() + "/golden/llama_dense";
+  auto input = nlohmann::json::parse(test::read_text_file(g + "/input.json"));
+  auto greedy = nlohmann::json::parse(test::read_text_file(g + "/greedy32.json"));
+  std::string ids;
+  for (int t : input["tokens"]) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+  const std::string logits = std::filesystem::temp_directory_path() / "sluice_cli_eval_logits.bin";
+  int rc = 0;
+  std::string out = test::run_command(kCli + " eval -m " + g + "/model.gguf --tokens " + ids + " --greedy 32 --logits " + logits, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["prompt_tokens"], input["tokens"]);
+  EXPECT_EQ(j["generated"], greedy["generated"]);
+  EXPECT_EQ(j["text_hex"], greedy["text_hex"]);
+  auto got = test::read_f32_file(logits), want = test::read_f32_file(g + "/logits.f32.bin");
+  ASSERT_EQ(got.size(), want.size());
+  double mx = 0;
+  for (size_t i = 0; i < got.size(); ++i) mx = std::max(mx, std::fabs(static_cast<double>(got[i]) - want[i]));
+  EXPECT_LE(mx, 0.03);  // README tolerance for F16 synthetic models
+  std::filesystem::remove(logits);
+}
+
+TEST(Cli, InspectListsTensorsAndHparams) {
+  SLUICE_REQUIRE_SHARED();
+  int rc = 0;
+  std::string out = test::run_command(kCli + " inspect " + test::shared_dir() + "/golden/qwen3_dense/model.gguf", &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_NE(out.find("blk.0.attn_q_norm.weight"), std::string::npos);
+  EXPECT_NE(out.find("qwen3"), std::string::npos);
+  EXPECT_NE(out.find("n_head_kv 2"), std::string::npos);
+  EXPECT_NE(out.find("total: 36 tensors"), std::string::npos);
+}
+
+TEST(Cli, BadFileGivesClearError) {
+  const std::string bad = std::filesystem::temp_directory_path() / "sluice_cli_bad.gguf";
+  {
+    std::ofstream f(bad, std::ios::binary);
+    f << "GGUF\x03";  // truncated header
+  }
+  int rc = 0;
+  std::string out = test::run_command(kCli + " run -m " + bad + " -n 4 2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("sluice: error:"), std::string::npos) << out;
+  EXPECT_NE(out.find(bad), std::string::npos) << "the error should name the file: " << out;
+  std::filesystem::remove(bad);
+}
+
+TEST(Cli, UnknownBackendIsRejected) {
+  SLUICE_REQUIRE_SHARED();
+  int rc = 0;
+  std::string out = test::run_command(kCli + " run -m " + test::shared_dir() + "/models/stories260K.gguf --backend gpu9 -n 1 2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("gpu9"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace sluice
