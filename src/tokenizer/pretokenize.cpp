@@ -159,6 +159,10 @@ const std::vector<PreEntry>& pre_table() {
   return table;
 }
 
+// Largest JIT stack a split() may grow to. tekken's pattern needs about 100 bytes per character
+// of one word (measured: a 1 MB word of 'A' fits in 128 MiB); ordinary text never gets here.
+constexpr size_t kBigJitStack = size_t{256} << 20;
+
 // llama.cpp's whitespace (Unicode White_Space) above ASCII.
 bool is_non_ascii_whitespace(uint32_t cp) {
   return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
@@ -332,12 +336,21 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string>& words)
   // Pieces as their end code point index; each pattern refines them.
   std::vector<uint32_t> ends = {static_cast<uint32_t>(n)};
   std::vector<uint32_t> next;
-  pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
+  // Per call, so split() stays safe to run on several threads. The big JIT stack is only made
+  // for a piece that overflows the JIT's default 32 KiB (megabyte-long words under patterns with
+  // repeated groups, e.g. tekken); it reserves address space and commits pages as they are used.
+  struct MatchState {
+    pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
+    pcre2_jit_stack* big_stack = nullptr;
+    pcre2_match_context* big_ctx = nullptr;
+    ~MatchState() {
+      pcre2_match_context_free(big_ctx);
+      pcre2_jit_stack_free(big_stack);
+      pcre2_match_data_free(md);
+    }
+  } st;
+  pcre2_match_data* md = st.md;
   if (!md) fail("tokenizer: out of memory for PCRE2 match data");
-  struct MdFree {
-    pcre2_match_data* p;
-    ~MdFree() { pcre2_match_data_free(p); }
-  } md_free{md};
 
   for (const auto& re : regexes_) {
     next.clear();
@@ -350,8 +363,16 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string>& words)
       while (pos < len) {
         int rc = pcre2_match(re->code, subj, len, pos, PCRE2_NO_UTF_CHECK, md, nullptr);
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
-          // The JIT's default 32 KiB stack ran out (very long pieces); the interpreter keeps its
-          // backtracking state on the heap instead.
+          if (!st.big_ctx) {
+            st.big_stack = pcre2_jit_stack_create(32 * 1024, kBigJitStack, nullptr);
+            st.big_ctx = pcre2_match_context_create(nullptr);
+            if (!st.big_stack || !st.big_ctx) fail("tokenizer: out of memory for a PCRE2 JIT stack");
+            pcre2_jit_stack_assign(st.big_ctx, nullptr, st.big_stack);
+          }
+          rc = pcre2_match(re->code, subj, len, pos, PCRE2_NO_UTF_CHECK, md, st.big_ctx);
+        }
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+          // Still too deep: the interpreter keeps its backtracking state on the heap.
           rc = pcre2_match(re->code, subj, len, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, nullptr);
         }
         if (rc == PCRE2_ERROR_NOMATCH) break;

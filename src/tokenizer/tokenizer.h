@@ -87,8 +87,9 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false) const;
 
   // One token's text as llama_token_to_piece(special = true) renders it: NORMAL tokens with
-  // '▁' -> ' ', BYTE tokens <0xAB> -> the raw byte 0xAB, CONTROL/UNKNOWN/USER_DEFINED tokens as
-  // their text, UNUSED/UNDEFINED tokens as "". Throws on an id outside [0, n_vocab).
+  // '▁' -> ' ' (SPM) or each GPT-2 code point -> its byte (BPE), BYTE tokens <0xAB> -> the raw
+  // byte 0xAB, CONTROL/UNKNOWN/USER_DEFINED tokens as their text, UNUSED/UNDEFINED tokens as "".
+  // No clean-up here: that is decode()'s. Throws on an id outside [0, n_vocab).
   const std::string& token_to_piece(int32_t id) const;
 
   // Ids -> text, as llama.cpp's llama_detokenize(ids, remove_special, unparse_special):
