@@ -1,14 +1,21 @@
-// core/thread_pool: implementation. Wake-up protocol: the caller stores the job, then bumps
-// generation_ (release) and notifies; a worker that sees a new generation (acquire) runs its
-// range and decrements pending_; the last one notifies the caller. Both sides spin for a few
-// microseconds before sleeping, because ops of one forward pass arrive back to back and a
-// futex wake costs more than a short spin.
+// core/thread_pool: implementation.
+// Protocol: the caller writes the job fields (fn, n), resets done_, stores (release)
+// claim_ = gen << 32 | chunks << 16 | next = 0, then bumps generation_ and notifies. Every
+// thread, the caller included, loops: load claim_; if its generation is not gen or all
+// chunks are claimed, stop; else CAS it to the next chunk, read the job fields, run the
+// chunk and add 1 to done_. The caller returns once done_ == chunks. A successful CAS
+// acquires the caller's release of this job's fields, and proves the job unfinished: the
+// caller overwrites the fields only after seeing this chunk counted in done_, which comes
+// after the worker's reads. Waits spin a few microseconds before sleeping
+// on a futex (std::atomic::wait), since the ops of one forward pass come back to back.
 #include "core/thread_pool.h"
+
+#include <algorithm>
 
 namespace sluice {
 namespace {
 
-thread_local const ThreadPool* tl_pool = nullptr;  // the pool whose worker this thread is
+thread_local const ThreadPool* tl_pool = nullptr;  // the pool whose job this thread is running
 thread_local int tl_index = 0;
 
 inline void cpu_relax() {
@@ -19,6 +26,9 @@ inline void cpu_relax() {
 
 // About 10-50 µs of spinning on current x86 parts (pause is ~40-140 cycles).
 constexpr int kSpinIters = 2000;
+// Chunks per thread: enough that a thread that arrives late still finds work to share,
+// few enough that claiming (one CAS) stays negligible.
+constexpr int64_t kChunksPerThread = 4;
 
 }  // namespace
 
@@ -36,15 +46,32 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_range(int index) {
-  int64_t b = 0, e = 0;
-  split(job_n_, n_threads_, index, &b, &e);
-  if (b >= e) return;
-  try {
-    (*job_)(b, e, index);
-  } catch (...) {
-    std::lock_guard<std::mutex> lk(error_mu_);
-    if (!error_) error_ = std::current_exception();
+// At most 65535 chunks: the count shares claim_ with the generation and the next chunk.
+int64_t ThreadPool::n_chunks(int64_t n) const {
+  return std::min<int64_t>({n, kChunksPerThread * n_threads_, 0xffff});
+}
+
+void ThreadPool::run_chunks(uint32_t gen, int index) {
+  uint64_t c = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    if (static_cast<uint32_t>(c >> 32) != gen) return;
+    const int64_t chunks = static_cast<int64_t>((c >> 16) & 0xffff), next = static_cast<int64_t>(c & 0xffff);
+    if (next >= chunks) return;
+    if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+    // Claimed: the job is unfinished, so these are still its fields (see the file comment).
+    const Fn* fn = job_fn_.load(std::memory_order_relaxed);
+    const int64_t n = job_n_.load(std::memory_order_relaxed);
+    if (!failed_.load(std::memory_order_relaxed)) {
+      try {
+        (*fn)(n * next / chunks, n * (next + 1) / chunks, index);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(error_mu_);
+        if (!error_) error_ = std::current_exception();
+        failed_.store(true, std::memory_order_relaxed);
+      }
+    }
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done_.notify_one();
+    c = claim_.load(std::memory_order_acquire);
   }
 }
 
@@ -64,14 +91,13 @@ void ThreadPool::worker_main(int index) {
     }
     seen = g;
     if (stop_.load(std::memory_order_relaxed)) return;
-    run_range(index);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    run_chunks(g, index);
   }
 }
 
 void ThreadPool::parallel_for(int64_t n, const Fn& fn) {
   if (n <= 0) return;
-  if (tl_pool == this) {  // nested call from one of our workers: no one is free to help
+  if (tl_pool == this) {  // nested call from inside one of our jobs: run it here
     fn(0, n, tl_index);
     return;
   }
@@ -81,7 +107,7 @@ void ThreadPool::parallel_for(int64_t n, const Fn& fn) {
   }
   std::lock_guard<std::mutex> call_lock(call_mu_);
   // While the job runs, the caller counts as thread 0 of this pool, so a nested
-  // parallel_for from its own range also runs inline instead of deadlocking on call_mu_.
+  // parallel_for from its own chunk runs inline instead of deadlocking on call_mu_.
   struct CallerScope {
     const ThreadPool* saved_pool = tl_pool;
     int saved_index = tl_index;
@@ -94,25 +120,29 @@ void ThreadPool::parallel_for(int64_t n, const Fn& fn) {
       tl_index = saved_index;
     }
   } caller_scope(this);
-  job_ = &fn;
-  job_n_ = n;
+
+  const int64_t chunks = n_chunks(n);
+  const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
   error_ = nullptr;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
+  failed_.store(false, std::memory_order_relaxed);
+  job_fn_.store(&fn, std::memory_order_relaxed);
+  job_n_.store(n, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  claim_.store(static_cast<uint64_t>(gen) << 32 | static_cast<uint64_t>(chunks) << 16, std::memory_order_release);
+  generation_.store(gen, std::memory_order_release);
   generation_.notify_all();
 
-  run_range(0);
+  run_chunks(gen, 0);
 
-  int p = pending_.load(std::memory_order_acquire);
-  for (int i = 0; p != 0 && i < kSpinIters; ++i) {
+  int64_t d = done_.load(std::memory_order_acquire);
+  for (int i = 0; d != chunks && i < kSpinIters; ++i) {
     cpu_relax();
-    p = pending_.load(std::memory_order_acquire);
+    d = done_.load(std::memory_order_acquire);
   }
-  while (p != 0) {
-    pending_.wait(p, std::memory_order_acquire);
-    p = pending_.load(std::memory_order_acquire);
+  while (d != chunks) {
+    done_.wait(d, std::memory_order_acquire);
+    d = done_.load(std::memory_order_acquire);
   }
-  job_ = nullptr;
   if (error_) std::rethrow_exception(error_);
 }
 

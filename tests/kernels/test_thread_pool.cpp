@@ -1,8 +1,12 @@
 // tests/kernels/test_thread_pool: the persistent pool the cpu backend runs on: coverage of
-// every index exactly once, the static split, exceptions, nesting and reuse.
+// every index exactly once, the fixed chunking, exceptions, nesting and reuse.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
 #include <stdexcept>
 #include <vector>
 
@@ -23,31 +27,45 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
     ThreadPool pool(nt);
     for (int64_t n : {0, 1, 2, 3, 7, 64, 1001}) {
       std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
-      std::vector<std::atomic<int>> by_thread(static_cast<size_t>(nt));
       pool.parallel_for(n, [&](int64_t b, int64_t e, int t) {
         ASSERT_GE(t, 0);
         ASSERT_LT(t, nt);
-        by_thread[static_cast<size_t>(t)]++;
         for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
       });
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)], 1) << "nt=" << nt << " n=" << n << " i=" << i;
-      for (int t = 0; t < nt; ++t) ASSERT_LE(by_thread[static_cast<size_t>(t)], 1);
     }
   }
 }
 
-TEST(ThreadPool, StaticSplitIsWhatParallelForUses) {
+// The ranges handed out are exactly the fixed chunks, whichever thread claims them.
+TEST(ThreadPool, ChunksAreFixed) {
   ThreadPool pool(3);
-  const int64_t n = 100;
-  std::vector<int> owner(n, -1);
-  pool.parallel_for(n, [&](int64_t b, int64_t e, int t) {
-    for (int64_t i = b; i < e; ++i) owner[static_cast<size_t>(i)] = t;
-  });
-  for (int t = 0; t < 3; ++t) {
-    int64_t b, e;
-    ThreadPool::split(n, 3, t, &b, &e);
-    for (int64_t i = b; i < e; ++i) EXPECT_EQ(owner[static_cast<size_t>(i)], t);
+  for (int64_t n : {5, 100, 1000}) {
+    const int64_t k = pool.n_chunks(n);
+    std::mutex mu;
+    std::vector<std::pair<int64_t, int64_t>> got;
+    pool.parallel_for(n, [&](int64_t b, int64_t e, int) {
+      std::lock_guard<std::mutex> lk(mu);
+      got.emplace_back(b, e);
+    });
+    std::sort(got.begin(), got.end());
+    ASSERT_EQ(static_cast<int64_t>(got.size()), k) << "n=" << n;
+    for (int64_t c = 0; c < k; ++c) {
+      EXPECT_EQ(got[static_cast<size_t>(c)].first, n * c / k);
+      EXPECT_EQ(got[static_cast<size_t>(c)].second, n * (c + 1) / k);
+    }
   }
+}
+
+// A slow thread does not hold up the others: they claim the remaining chunks.
+TEST(ThreadPool, SlowThreadSharesWork) {
+  ThreadPool pool(2);
+  std::vector<std::atomic<int>> hits(64);
+  pool.parallel_for(64, [&](int64_t b, int64_t e, int t) {
+    if (t == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+  });
+  for (auto& h : hits) ASSERT_EQ(h.load(), 1);
 }
 
 TEST(ThreadPool, ManyCallsBackToBack) {

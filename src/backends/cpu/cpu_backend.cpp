@@ -48,10 +48,13 @@ class CpuBackend final : public Backend {
     const bool direct = w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16;
     if (!direct && !quant_supported(w.type)) fail("cpu backend: matmul on unsupported weight type ", dtype_name(w.type));
 
-    // Rows per work unit. Direct types read the weights in place; quantized rows are decoded
-    // once per call into a per-thread float block and multiplied with every token from there.
+    // Rows per work unit. Direct types read the weights in place, and so does the fused
+    // one-token path of quantized types with a fast decoder; otherwise rows are decoded once
+    // per call into a per-thread float block and multiplied with every token from there.
+    const cpu::QuantOps* qops = direct ? nullptr : k_.quant(w.type);
+    const bool fused = qops && n_tok == 1;
     int64_t block = 16;
-    if (!direct) block = std::clamp<int64_t>(kDecodedBlockBytes / (n_in * 4) / 4 * 4, 4, 64);
+    if (!direct && !fused) block = std::clamp<int64_t>(kDecodedBlockBytes / (n_in * 4) / 4 * 4, 4, 64);
     const int64_t n_units = (n_out + block - 1) / block;
 
     auto body = [&](int64_t u0, int64_t u1, int thread) {
@@ -69,8 +72,17 @@ class CpuBackend final : public Backend {
             k_.gemm_bf16(reinterpret_cast<const uint16_t*>(wr), ldw_bytes / 2, nr, x, n_in, n_tok, n_in, y + r0, n_out);
             break;
           default: {
+            if (fused) {
+              qops->gemv(wr, ldw_bytes, nr, x, n_in, y + r0);
+              break;
+            }
             float* buf = scratch(thread, static_cast<size_t>(nr * n_in));
-            for (int64_t r = 0; r < nr; ++r) dequantize_row(w.type, wr + r * ldw_bytes, buf + r * n_in, n_in);
+            for (int64_t r = 0; r < nr; ++r) {
+              if (qops)
+                qops->decode(wr + r * ldw_bytes, buf + r * n_in, n_in);
+              else
+                dequantize_row(w.type, wr + r * ldw_bytes, buf + r * n_in, n_in);
+            }
             k_.gemm_f32(buf, n_in, nr, x, n_in, n_tok, n_in, y + r0, n_out);
           }
         }
@@ -167,6 +179,11 @@ class CpuBackend final : public Backend {
     for (DType t : {a.k_type, a.v_type})
       if (t != DType::F32 && t != DType::F16 && !quant_supported(t))
         fail("cpu backend: attention on unsupported cache type ", dtype_name(t));
+    // F32/F16 rows are read as float/half arrays in place: the stride must keep them aligned.
+    if ((a.k_type == DType::F32 && a.k_row_bytes % 4) || (a.k_type == DType::F16 && a.k_row_bytes % 2) ||
+        (a.v_type == DType::F32 && a.v_row_bytes % 4) || (a.v_type == DType::F16 && a.v_row_bytes % 2))
+      fail("attention: cache row stride (k ", a.k_row_bytes, ", v ", a.v_row_bytes,
+           " bytes) is not a whole number of elements");
     const int64_t group = H / Hkv;
     const int64_t work = T * H * std::max<int64_t>(1, std::min(N, a.pos0 + T)) * (Dk + Dv);
     run(T * H, work, [&](int64_t u0, int64_t u1, int thread) {
@@ -196,20 +213,20 @@ class CpuBackend final : public Backend {
     const auto* kbase = static_cast<const uint8_t*>(a.k);
     const auto* vbase = static_cast<const uint8_t*>(a.v);
     float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+    // F32/F16 rows are read in place, several positions per kernel call (independent dot
+    // products in flight); the per-position arithmetic is the same as one call per position.
     for (int64_t p0 = 0; p0 < n_vis; p0 += kAttnBlock) {
       const int64_t nb = std::min(kAttnBlock, n_vis - p0);
-      for (int64_t j = 0; j < nb; ++j) {
-        const uint8_t* krow = kbase + (p0 + j) * a.k_row_bytes;
-        float s;
-        if (a.k_type == DType::F32) {
-          s = k_.dot_f32(reinterpret_cast<const float*>(krow) + hk * Dk, q, Dk);
-        } else if (a.k_type == DType::F16) {
-          s = k_.dot_f16(reinterpret_cast<const uint16_t*>(krow) + hk * Dk, q, Dk);
-        } else {
-          s = k_.dot_f32(decode_head(a.k_type, krow, hk, Dk, Hkv, kbuf), q, Dk);
-        }
-        score[j] = s * a.scale;
+      const uint8_t* k0 = kbase + p0 * a.k_row_bytes;
+      if (a.k_type == DType::F32) {
+        k_.gemm_f32(reinterpret_cast<const float*>(k0) + hk * Dk, a.k_row_bytes / 4, nb, q, 0, 1, Dk, score, 1);
+      } else if (a.k_type == DType::F16) {
+        k_.gemm_f16(reinterpret_cast<const uint16_t*>(k0) + hk * Dk, a.k_row_bytes / 2, nb, q, 0, 1, Dk, score, 1);
+      } else {
+        for (int64_t j = 0; j < nb; ++j)
+          score[j] = k_.dot_f32(decode_head(a.k_type, k0 + j * a.k_row_bytes, hk, Dk, Hkv, kbuf), q, Dk);
       }
+      for (int64_t j = 0; j < nb; ++j) score[j] *= a.scale;
       const float m_new = std::max(m, k_.max(score, nb));
       if (m_new > m && l > 0.0f) {
         const float c = std::exp(m - m_new);
@@ -218,15 +235,14 @@ class CpuBackend final : public Backend {
       }
       m = m_new;
       l += k_.exp_sub_sum(score, m, nb);
-      for (int64_t j = 0; j < nb; ++j) {
-        const uint8_t* vrow = vbase + (p0 + j) * a.v_row_bytes;
-        if (a.v_type == DType::F32) {
-          k_.axpy_f32(score[j], reinterpret_cast<const float*>(vrow) + hk * Dv, acc, Dv);
-        } else if (a.v_type == DType::F16) {
-          k_.axpy_f16(score[j], reinterpret_cast<const uint16_t*>(vrow) + hk * Dv, acc, Dv);
-        } else {
-          k_.axpy_f32(score[j], decode_head(a.v_type, vrow, hk, Dv, Hkv, vbuf), acc, Dv);
-        }
+      const uint8_t* v0 = vbase + p0 * a.v_row_bytes;
+      if (a.v_type == DType::F32) {
+        k_.axpy_rows_f32(score, reinterpret_cast<const float*>(v0) + hk * Dv, a.v_row_bytes / 4, nb, acc, Dv);
+      } else if (a.v_type == DType::F16) {
+        k_.axpy_rows_f16(score, reinterpret_cast<const uint16_t*>(v0) + hk * Dv, a.v_row_bytes / 2, nb, acc, Dv);
+      } else {
+        for (int64_t j = 0; j < nb; ++j)
+          k_.axpy_f32(score[j], decode_head(a.v_type, v0 + j * a.v_row_bytes, hk, Dv, Hkv, vbuf), acc, Dv);
       }
     }
     k_.scale_mul(acc, 1.0f / l, nullptr, acc, Dv);
@@ -234,13 +250,15 @@ class CpuBackend final : public Backend {
 
   // Head hk of a quantized cache row of Hkv·D elements, decoded to float. Decodes just the
   // head when D is a whole number of blocks, else the whole row (into buf, Hkv·D floats).
-  static const float* decode_head(DType t, const uint8_t* row, int64_t hk, int64_t D, int64_t Hkv, float* buf) {
+  const float* decode_head(DType t, const uint8_t* row, int64_t hk, int64_t D, int64_t Hkv, float* buf) const {
     const auto& tr = dtype_traits(t);
+    const cpu::QuantOps* q = k_.quant(t);
     if (D % tr.block_size == 0) {
-      dequantize_row(t, row + static_cast<size_t>(hk * D / tr.block_size) * tr.block_bytes, buf, D);
+      const uint8_t* src = row + static_cast<size_t>(hk * D / tr.block_size) * tr.block_bytes;
+      q ? q->decode(src, buf, D) : dequantize_row(t, src, buf, D);
       return buf;
     }
-    dequantize_row(t, row, buf, Hkv * D);
+    q ? q->decode(row, buf, Hkv * D) : dequantize_row(t, row, buf, Hkv * D);
     return buf + hk * D;
   }
 

@@ -2,6 +2,9 @@
 // AVX-512) is chosen once at construction by CPUID or SLUICE_CPU_ISA; ops split work by
 // output rows / (token, head) pairs only, never across a reduction, so results are bitwise
 // identical for any thread count.
+//
+// One op at a time per instance: the per-thread scratch buffers belong to the instance, so
+// two threads that run ops concurrently need a backend each.
 #pragma once
 #include <memory>
 #include <optional>

@@ -14,8 +14,20 @@
 #include <cstdint>
 
 #include "core/cpu_features.h"
+#include "core/dtype.h"
 
 namespace sluice::cpu {
+
+// Fast paths for one quantized weight type. Both produce exactly the floats of quant/'s
+// dequantize_row (same operations, same rounding, no fused multiply-add), so the cpu
+// backend's results do not depend on which path ran.
+struct QuantOps {
+  // Decode n elements (a whole number of blocks) of one row.
+  void (*decode)(const void* src, float* dst, int64_t n);
+  // y[r] = Σ_i W_r[i]·x[i] for n_rows rows, row_bytes apart: decodes block by block into
+  // L1 and accumulates exactly as gemm_f32 would on the decoded rows (one token).
+  void (*gemv)(const void* w, size_t row_bytes, int64_t n_rows, const float* x, int64_t n, float* y);
+};
 
 struct Kernels {
   CpuIsa isa;
@@ -36,6 +48,10 @@ struct Kernels {
   // y += a·x, x F32 or F16.
   void (*axpy_f32)(float a, const float* x, float* y, int64_t n);
   void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n);
+  // y += Σ_j a[j]·X_j over n_rows rows X_j = x + j·ldx, applied row after row to each
+  // element: bitwise the same as n_rows axpy calls, but y stays in registers.
+  void (*axpy_rows_f32)(const float* a, const float* x, size_t ldx, int64_t n_rows, float* y, int64_t n);
+  void (*axpy_rows_f16)(const float* a, const uint16_t* x, size_t ldx, int64_t n_rows, float* y, int64_t n);
   // Conversions (F16 rounds to nearest even, as F16C and quant/'s fp32_to_fp16).
   void (*f16_to_f32)(const uint16_t* x, float* y, int64_t n);
   void (*f32_to_f16)(const float* x, uint16_t* y, int64_t n);
@@ -50,6 +66,27 @@ struct Kernels {
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);
   void (*gelu)(const float* x, float* out, int64_t n);
   void (*add)(const float* a, const float* b, float* out, int64_t n);
+
+  // Quantized fast paths; a null decode means "none at this level: use dequantize_row".
+  // (Q5_0/Q5_1 have none: their fifth bits are spread across a 32-bit word per block.)
+  QuantOps q8_0, q4_0, q4_1, q2_K, q3_K, q4_K, q5_K, q6_K;
+
+  // The fast path for t, or nullptr.
+  const QuantOps* quant(DType t) const {
+    const QuantOps* q = nullptr;
+    switch (t) {
+      case DType::Q8_0: q = &q8_0; break;
+      case DType::Q4_0: q = &q4_0; break;
+      case DType::Q4_1: q = &q4_1; break;
+      case DType::Q2_K: q = &q2_K; break;
+      case DType::Q3_K: q = &q3_K; break;
+      case DType::Q4_K: q = &q4_K; break;
+      case DType::Q5_K: q = &q5_K; break;
+      case DType::Q6_K: q = &q6_K; break;
+      default: break;
+    }
+    return q && q->decode ? q : nullptr;
+  }
 };
 
 const Kernels& kernels_generic();

@@ -8,6 +8,9 @@
 #include <cstring>
 
 #include "backends/cpu/kernels.h"
+#include "quant/blocks.h"
+
+#define SLUICE_CPU_QUANT_FAST_PATHS 1
 
 namespace sluice::cpu {
 namespace avx2_isa {
@@ -36,6 +39,21 @@ struct Simd {
   static V div(V a, V b) { return _mm256_div_ps(a, b); }
   static V max(V a, V b) { return _mm256_max_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  // GCC may contract a vector mul followed by a sub into one FMA (-ffp-contract=fast is the
+  // C++ default); the empty asm makes the product opaque so it is rounded on its own.
+  static V mul_sub(V a, V b, V c) {
+    V p = _mm256_mul_ps(a, b);
+    __asm__("" : "+x"(p));
+    return _mm256_sub_ps(p, c);
+  }
+  static V from_i8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static V ubits(const uint8_t* p, int shift, int mask) {
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, shift), _mm256_set1_epi32(mask)));
+  }
+  static float half(uint16_t h) { return _cvtsh_ss(h); }
   // Lanes (0+4), (2+6), (1+5), (3+7), then pairwise: the tree the generic level copies.
   static float reduce_add(V a) {
     const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));  // i + (i+4)

@@ -15,6 +15,9 @@
 #include <cstring>
 
 #include "backends/cpu/kernels.h"
+#include "quant/blocks.h"
+
+#define SLUICE_CPU_QUANT_FAST_PATHS 1
 
 namespace sluice::cpu {
 namespace avx512_isa {
@@ -45,6 +48,19 @@ struct Simd {
   static V div(V a, V b) { return _mm512_div_ps(a, b); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  // The explicit-rounding multiply is a builtin GCC cannot contract with the subtraction
+  // into an FMA (it may do that to plain vector mul + sub under -ffp-contract=fast).
+  static V mul_sub(V a, V b, V c) {
+    return _mm512_sub_ps(_mm512_mul_round_ps(a, b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), c);
+  }
+  static V from_i8(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static V ubits(const uint8_t* p, int shift, int mask) {
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, static_cast<unsigned>(shift)), _mm512_set1_epi32(mask)));
+  }
+  static float half(uint16_t h) { return _cvtsh_ss(h); }
   static float reduce_add(V a) { return _mm512_reduce_add_ps(a); }
   static float reduce_max(V a) { return _mm512_reduce_max_ps(a); }
   // exp: the same Cephes scheme as the AVX2 level, with scalef for 2^n (handles the

@@ -5,7 +5,10 @@
 //
 // Simd provides: W (lanes), kTileTok (tokens per gemm tile), V, zero, set1, load, store,
 // load_f16, store_f16, load_bf16, add, mul, div, fma(a, b, c) = a·b + c, max, reduce_add,
-// reduce_max, exp.
+// reduce_max, exp; and, where the includer sets SLUICE_CPU_QUANT_FAST_PATHS to 1 (it must
+// then also include quant/blocks.h), from_i8 (W int8 -> float), ubits(p, shift, mask)
+// (W bytes -> float((p[i] >> shift) & mask)), half (one fp16 -> float) and
+// mul_sub(a, b, c) = a·b - c rounded twice, never fused.
 //
 // Keep std:: templates out of ISA files: an inline function instantiated here with AVX-512
 // code generation could be merged by the linker with the generic one and then run on a CPU
@@ -139,6 +142,35 @@ void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
   });
 }
 
+// Chunks of 4 vectors of y outside, rows inside: each element still sees the rows in order.
+template <class L>
+void axpy_rows(const float* a, const typename L::T* x, size_t ldx, int64_t n_rows, float* y, int64_t n) {
+  constexpr int U = 4;
+  int64_t i = 0;
+  for (; i + U * W <= n; i += U * W) {
+    V acc[U];
+    for (int u = 0; u < U; ++u) acc[u] = Simd::load(y + i + u * W);
+    for (int64_t j = 0; j < n_rows; ++j) {
+      const V aj = Simd::set1(a[j]);
+      for (int u = 0; u < U; ++u) acc[u] = Simd::fma(aj, L::load(x + j * ldx + i + u * W), acc[u]);
+    }
+    for (int u = 0; u < U; ++u) Simd::store(y + i + u * W, acc[u]);
+  }
+  for (; i < n; i += W) {
+    const int64_t k = n - i < W ? n - i : W;
+    V acc = loadn(y + i, k);
+    for (int64_t j = 0; j < n_rows; ++j)
+      acc = Simd::fma(Simd::set1(a[j]), k == W ? L::load(x + j * ldx + i) : load_tail<L>(x + j * ldx + i, k), acc);
+    storen(y + i, acc, k);
+  }
+}
+void axpy_rows_f32(const float* a, const float* x, size_t ldx, int64_t n_rows, float* y, int64_t n) {
+  axpy_rows<LoadF32>(a, x, ldx, n_rows, y, n);
+}
+void axpy_rows_f16(const float* a, const uint16_t* x, size_t ldx, int64_t n_rows, float* y, int64_t n) {
+  axpy_rows<LoadF16>(a, x, ldx, n_rows, y, n);
+}
+
 void f16_to_f32(const uint16_t* x, float* y, int64_t n) {
   for_each_vec(n, [&](int64_t i, int64_t k) {
     storen(y + i, k == W ? Simd::load_f16(x + i) : load_tail<LoadF16>(x + i, k), k);
@@ -240,7 +272,251 @@ void add(const float* a, const float* b, float* out, int64_t n) {
   for_each_vec(n, [&](int64_t i, int64_t k) { storen(out + i, Simd::add(loadn(a + i, k), loadn(b + i, k)), k); });
 }
 
-const Kernels kTable = {
-    kIsa,   W,        gemm_f32,  gemm_f16, gemm_bf16,  dot_f32,     dot_f16,   axpy_f32, axpy_f16, f16_to_f32,
-    f32_to_f16, bf16_to_f32, sum_sq, scale_mul, max_f32, exp_sub_sum, swiglu, gelu,     add,
+// ---- quantized weights ------------------------------------------------------------------
+// Each decoder mirrors quant/'s dequantize_row_* operation for operation. The packed
+// integers are unpacked straight into float lanes (Simd::ubits: (byte >> shift) & mask),
+// and every integer the reference forms (q - 8, low | high << 4, ... - 32) is rebuilt by
+// float adds of small integers, which is exact. Then y = a·q - b per sub-block, with a and b
+// computed in float exactly as the reference computes them. Simd::mul_sub must not fuse
+// (an FMA would round once where the reference rounds twice).
+#if SLUICE_CPU_QUANT_FAST_PATHS
+
+struct DecQ8_0 {
+  static constexpr int QK = QK8_0;
+  using Block = block_q8_0;
+  static void block(const Block& b, float* y) {
+    const V d = Simd::set1(Simd::half(b.d));
+    for (int k = 0; k < QK; k += W) Simd::store(y + k, Simd::mul(Simd::from_i8(b.qs + k), d));
+  }
+};
+
+struct DecQ4_0 {
+  static constexpr int QK = QK4_0;
+  using Block = block_q4_0;
+  static void block(const Block& b, float* y) {
+    const V d = Simd::set1(Simd::half(b.d)), eight = Simd::set1(8.0f);
+    for (int k = 0; k < QK / 2; k += W) {
+      Simd::store(y + k, Simd::mul(Simd::sub(Simd::ubits(b.qs + k, 0, 0xF), eight), d));
+      Simd::store(y + k + QK / 2, Simd::mul(Simd::sub(Simd::ubits(b.qs + k, 4, 0xF), eight), d));
+    }
+  }
+};
+
+// x = q·d + m, computed as q·d - (-m): subtracting the negation is the same IEEE operation.
+struct DecQ4_1 {
+  static constexpr int QK = QK4_1;
+  using Block = block_q4_1;
+  static void block(const Block& b, float* y) {
+    const V d = Simd::set1(Simd::half(b.d)), negm = Simd::set1(-Simd::half(b.m));
+    for (int k = 0; k < QK / 2; k += W) {
+      Simd::store(y + k, Simd::mul_sub(Simd::ubits(b.qs + k, 0, 0xF), d, negm));
+      Simd::store(y + k + QK / 2, Simd::mul_sub(Simd::ubits(b.qs + k, 4, 0xF), d, negm));
+    }
+  }
+};
+
+// q2_K: per 128-element half, 4 planes (shift 0, 2, 4, 6) of 32 bytes, each two sub-blocks
+// of 16 with scale (d·(sc & 15)) and min (dmin·(sc >> 4)).
+struct DecQ2_K {
+  static constexpr int QK = QK_K;
+  using Block = block_q2_K;
+  static void block(const Block& b, float* y) {
+    const float d = Simd::half(b.d), dmin = Simd::half(b.dmin);
+    int is = 0;
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* q = b.qs + 32 * h;
+      for (int shift = 0; shift < 8; shift += 2) {
+        for (int k = 0; k < 2; ++k, ++is, y += 16) {
+          const uint8_t sc = b.scales[is];
+          const V dl = Simd::set1(d * static_cast<float>(sc & 0xF)), ml = Simd::set1(dmin * static_cast<float>(sc >> 4));
+          for (int l = 0; l < 16; l += W) Simd::store(y + l, Simd::mul_sub(dl, Simd::ubits(q + 16 * k + l, shift, 3), ml));
+        }
+      }
+    }
+  }
+};
+
+// q3_K: element 128h + 32p + l has low bits (qs[32h + l] >> 2p) & 3 and high bit
+// (hmask[l] >> (4h + p)) & 1; q = low - 4 + 4·high; 16 signed 6-bit scales (quant/'s
+// q3_K_scale), y = (d·scale)·q.
+struct DecQ3_K {
+  static constexpr int QK = QK_K;
+  using Block = block_q3_K;
+  static int scale(const uint8_t* s, int j) {
+    const int lo = j < 8 ? (s[j] & 0xF) : (s[j - 8] >> 4);
+    const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | (hi << 4)) - 32;
+  }
+  static void block(const Block& b, float* y) {
+    const float d = Simd::half(b.d);
+    const V four = Simd::set1(4.0f);
+    for (int h = 0; h < 2; ++h)
+      for (int p = 0; p < 4; ++p)
+        for (int l = 0; l < 32; l += W) {
+          const V lo = Simd::ubits(b.qs + 32 * h + l, 2 * p, 3);
+          const V q = Simd::sub(Simd::fma(Simd::ubits(b.hmask + l, 4 * h + p, 1), four, lo), four);
+          const int e = 128 * h + 32 * p + l;  // W ≤ 16: these lanes share sub-block e / 16
+          Simd::store(y + e, Simd::mul(Simd::set1(d * static_cast<float>(scale(b.scales, e / 16))), q));
+        }
+  }
+};
+
+// The 6-bit scale and min of sub-block j of a q4_K/q5_K block (quant/blocks.h's
+// get_scale_min_k4, repeated here so no inline function is compiled with ISA flags and
+// shared with generic code by the linker).
+inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// q4_K (kHighBit false) and q5_K: 4 chunks of 64 = two sub-blocks of 32 each (low nibbles,
+// then high nibbles of the same 32 bytes); x = (d·sc)·q - dmin·m.
+template <bool kHighBit>
+inline void decode_k4(float d, float dmin, const uint8_t* scales, const uint8_t* qs, const uint8_t* qh, float* y) {
+  const V sixteen = Simd::set1(16.0f);
+  for (int c = 0; c < QK_K / 64; ++c, qs += 32, y += 64) {
+    uint8_t sc, m;
+    scale_min_k4(2 * c, scales, &sc, &m);
+    const V d1 = Simd::set1(d * sc), m1 = Simd::set1(dmin * m);
+    scale_min_k4(2 * c + 1, scales, &sc, &m);
+    const V d2 = Simd::set1(d * sc), m2 = Simd::set1(dmin * m);
+    for (int k = 0; k < 32; k += W) {
+      V lo = Simd::ubits(qs + k, 0, 0xF), hi = Simd::ubits(qs + k, 4, 0xF);
+      if (kHighBit) {  // bit 2c of qh[l] is bit 4 of element 64c + l, bit 2c+1 of 64c + 32 + l
+        lo = Simd::fma(Simd::ubits(qh + k, 2 * c, 1), sixteen, lo);
+        hi = Simd::fma(Simd::ubits(qh + k, 2 * c + 1, 1), sixteen, hi);
+      }
+      Simd::store(y + k, Simd::mul_sub(d1, lo, m1));
+      Simd::store(y + 32 + k, Simd::mul_sub(d2, hi, m2));
+    }
+  }
+}
+
+struct DecQ4_K {
+  static constexpr int QK = QK_K;
+  using Block = block_q4_K;
+  static void block(const Block& b, float* y) {
+    decode_k4<false>(Simd::half(b.d), Simd::half(b.dmin), b.scales, b.qs, nullptr, y);
+  }
+};
+
+struct DecQ5_K {
+  static constexpr int QK = QK_K;
+  using Block = block_q5_K;
+  static void block(const Block& b, float* y) {
+    decode_k4<true>(Simd::half(b.d), Simd::half(b.dmin), b.scales, b.qs, b.qh, y);
+  }
+};
+
+// q6_K: per 128-element half, element l + 32p (p < 4) has low nibble from ql (l or l + 32,
+// low or high nibble) and 2 high bits from qh[l] at shift 2p; q - 32; sub-blocks of 16
+// scaled by (d·sc[s]), the reference's left-to-right d·sc·q.
+struct DecQ6_K {
+  static constexpr int QK = QK_K;
+  using Block = block_q6_K;
+  static void block(const Block& b, float* y) {
+    const float d = Simd::half(b.d);
+    const V sixteen = Simd::set1(16.0f), m32 = Simd::set1(32.0f);
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = b.ql + 64 * h;
+      const uint8_t* qh = b.qh + 32 * h;
+      const int8_t* sc = b.scales + 8 * h;
+      float* yh = y + 128 * h;
+      for (int p = 0; p < 4; ++p) {
+        const uint8_t* qlp = ql + 32 * (p & 1);
+        const int nib_shift = p < 2 ? 0 : 4;
+        for (int l = 0; l < 32; l += W) {
+          const V lo = Simd::ubits(qlp + l, nib_shift, 0xF);
+          const V q = Simd::sub(Simd::fma(Simd::ubits(qh + l, 2 * p, 3), sixteen, lo), m32);
+          // W ≤ 16, so the W lanes at l lie in one 16-element sub-block: (32p + l) / 16.
+          const float a = d * static_cast<float>(sc[(32 * p + l) / 16]);
+          Simd::store(yh + 32 * p + l, Simd::mul(Simd::set1(a), q));
+        }
+      }
+    }
+  }
+};
+
+template <class D>
+void decode_row(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const typename D::Block*>(src);
+  for (int64_t i = 0; i < n / D::QK; ++i) D::block(b[i], dst + i * D::QK);
+}
+
+// Rows in groups of 4 (one accumulator each, like gemm_tile<4, 1>): each block of the 4 rows
+// is decoded into an L1 buffer and consumed at once. n is a multiple of QK and QK of W,
+// so the per-lane FMA sequence equals gemm_f32's over the decoded row.
+template <class D, int R>
+inline void gemv_rows(const uint8_t* w, size_t row_bytes, const float* x, int64_t n, float* y) {
+  alignas(64) float buf[R][D::QK];
+  V acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = Simd::zero();
+  for (int64_t i = 0; i < n / D::QK; ++i) {
+    for (int r = 0; r < R; ++r) D::block(reinterpret_cast<const typename D::Block*>(w + r * row_bytes)[i], buf[r]);
+    const float* xb = x + i * D::QK;
+    for (int k = 0; k < D::QK; k += W) {
+      const V xv = Simd::load(xb + k);
+      for (int r = 0; r < R; ++r) acc[r] = Simd::fma(Simd::load(buf[r] + k), xv, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = Simd::reduce_add(acc[r]);
+}
+
+template <class D>
+void gemv(const void* w, size_t row_bytes, int64_t n_rows, const float* x, int64_t n, float* y) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  int64_t r = 0;
+  for (; r + 4 <= n_rows; r += 4) gemv_rows<D, 4>(wb + r * row_bytes, row_bytes, x, n, y + r);
+  for (; r < n_rows; ++r) gemv_rows<D, 1>(wb + r * row_bytes, row_bytes, x, n, y + r);
+}
+
+template <class D>
+constexpr QuantOps quant_ops() {
+  static_assert(D::QK % W == 0);
+  return {decode_row<D>, gemv<D>};
+}
+
+constexpr QuantOps kQ8_0 = quant_ops<DecQ8_0>(), kQ4_0 = quant_ops<DecQ4_0>(), kQ4_1 = quant_ops<DecQ4_1>(),
+                   kQ2_K = quant_ops<DecQ2_K>(), kQ3_K = quant_ops<DecQ3_K>(), kQ4_K = quant_ops<DecQ4_K>(),
+                   kQ5_K = quant_ops<DecQ5_K>(), kQ6_K = quant_ops<DecQ6_K>();
+#else
+constexpr QuantOps kQ8_0{}, kQ4_0{}, kQ4_1{}, kQ2_K{}, kQ3_K{}, kQ4_K{}, kQ5_K{}, kQ6_K{};
+#endif
+
+// constexpr: constant-initialized, so no start-up code runs with this file's ISA flags.
+constexpr Kernels kTable = {
+    .isa = kIsa,
+    .lanes = W,
+    .gemm_f32 = gemm_f32,
+    .gemm_f16 = gemm_f16,
+    .gemm_bf16 = gemm_bf16,
+    .dot_f32 = dot_f32,
+    .dot_f16 = dot_f16,
+    .axpy_f32 = axpy_f32,
+    .axpy_f16 = axpy_f16,
+    .axpy_rows_f32 = axpy_rows_f32,
+    .axpy_rows_f16 = axpy_rows_f16,
+    .f16_to_f32 = f16_to_f32,
+    .f32_to_f16 = f32_to_f16,
+    .bf16_to_f32 = bf16_to_f32,
+    .sum_sq = sum_sq,
+    .scale_mul = scale_mul,
+    .max = max_f32,
+    .exp_sub_sum = exp_sub_sum,
+    .swiglu = swiglu,
+    .gelu = gelu,
+    .add = add,
+    .q8_0 = kQ8_0,
+    .q4_0 = kQ4_0,
+    .q4_1 = kQ4_1,
+    .q2_K = kQ2_K,
+    .q3_K = kQ3_K,
+    .q4_K = kQ4_K,
+    .q5_K = kQ5_K,
+    .q6_K = kQ6_K,
 };
