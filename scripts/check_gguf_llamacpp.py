@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""check_gguf_llamacpp: reads a GGUF with gguf-py (llama.cpp's own Python reader, PyPI `gguf`)
+and checks it against what llama.cpp's loader expects for the architectures `sluice synth`
+writes (llama with or without experts, qwen3, qwen3moe, olmoe, deepseek2):
+
+  * metadata value types exactly as llama_model_loader::get_key accepts them: u32 for counts
+    and lengths, f32 for eps / freq_base / expert_weights_scale, bool for expert_weights_norm;
+  * the keys llama.cpp requires for the architecture (llama-model.cpp load_hparams);
+  * the exact set of tensor names and their ggml shapes (create_tensors: a missing tensor, a
+    wrong shape and an extra tensor are all load errors in llama.cpp);
+  * norms, biases and routers in F32; each row a whole number of blocks of its type; tensor
+    data inside the file and aligned;
+  * the tokenizer arrays as long as token_embd has rows.
+
+This is an independent re-statement of llama.cpp's rules (written from llama.cpp's source, not
+from Sluice's loader), so a synth file that passes here and loads in Sluice agrees with both.
+Usage: check_gguf_llamacpp.py FILE [FILE ...]   (exit status 1 if any check fails)
+"""
+import sys
+
+import gguf
+from gguf import GGUFValueType as VT
+
+# ggml block sizes of the types synth writes (ggml.h / ggml-common.h).
+BLOCK = {"F32": 1, "F16": 1, "BF16": 1, "Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32, "Q8_0": 32,
+         "Q2_K": 256, "Q3_K": 256, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256}
+
+U32_KEYS = ["vocab_size", "context_length", "embedding_length", "block_count", "feed_forward_length",
+            "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
+            "rope.dimension_count", "expert_count", "expert_used_count", "expert_feed_forward_length",
+            "expert_shared_count", "leading_dense_block_count", "attention.q_lora_rank", "attention.kv_lora_rank",
+            "attention.key_length_mla", "attention.value_length_mla", "expert_gating_func", "expert_group_count",
+            "expert_group_used_count"]
+F32_KEYS = ["attention.layer_norm_rms_epsilon", "rope.freq_base", "expert_weights_scale"]
+BOOL_KEYS = ["expert_weights_norm"]
+
+
+class Checker:
+    def __init__(self, path):
+        self.path = path
+        self.errors = []
+        self.r = gguf.GGUFReader(path)
+        self.fields = self.r.fields
+
+    def err(self, msg):
+        self.errors.append(msg)
+
+    def types(self, key):
+        f = self.fields.get(key)
+        return None if f is None else [t for t in f.types]
+
+    def val(self, key, default=None):
+        f = self.fields.get(key)
+        if f is None:
+            return default
+        return f.contents()
+
+    def check_type(self, key, want):
+        t = self.types(key)
+        if t is None:
+            return
+        # Per-layer keys may be arrays of the scalar type in real files.
+        if t[0] == VT.ARRAY:
+            if len(t) < 2 or t[1] != want:
+                self.err(f"{key}: array of {[x.name for x in t[1:]]}, llama.cpp expects {want.name}")
+        elif t[0] != want:
+            self.err(f"{key}: stored as {t[0].name}, llama.cpp expects {want.name}")
+
+    def run(self):
+        arch = self.val("general.architecture")
+        if self.types("general.architecture") != [VT.STRING]:
+            self.err("general.architecture missing or not a string")
+            return self.errors
+        for k in ("general.file_type", "general.quantization_version", "general.alignment"):
+            self.check_type(k, VT.UINT32)
+        a = arch + "."
+        for k in U32_KEYS:
+            self.check_type(a + k, VT.UINT32)
+        for k in F32_KEYS:
+            self.check_type(a + k, VT.FLOAT32)
+        for k in BOOL_KEYS:
+            self.check_type(a + k, VT.BOOL)
+        for k in ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
+                  "tokenizer.ggml.padding_token_id", "tokenizer.ggml.seperator_token_id"):
+            self.check_type(k, VT.UINT32)
+
+        required = ["context_length", "embedding_length", "block_count", "attention.head_count",
+                    "attention.layer_norm_rms_epsilon", "feed_forward_length"]
+        if arch not in ("llama", "qwen3", "qwen3moe", "olmoe", "deepseek2"):
+            self.err(f"architecture {arch} is not one synth writes")
+            return self.errors
+        n_layer = self.val(a + "block_count", 0)
+        if arch in ("qwen3moe", "olmoe", "deepseek2"):
+            required += ["expert_count", "expert_used_count"]
+        if arch == "deepseek2":
+            required += ["attention.kv_lora_rank", "expert_feed_forward_length", "expert_shared_count",
+                         "attention.key_length_mla", "attention.value_length_mla", "expert_gating_func"]
+            if n_layer not in (26, 27):  # llama.cpp's "lite" test; every other depth needs the key
+                required.append("attention.q_lora_rank")
+        for k in required:
+            if a + k not in self.fields:
+                self.err(f"missing key {a + k} (llama.cpp requires it for {arch})")
+        if self.errors:
+            return self.errors
+
+        self.check_tensors(arch, a)
+        self.check_tokenizer()
+        return self.errors
+
+    def expected_tensors(self, arch, a):
+        g = lambda k, d=None: self.val(a + k, d)
+        E, L, H = g("embedding_length"), g("block_count"), g("attention.head_count")
+        Hkv = g("attention.head_count_kv", H)
+        n_ff = g("feed_forward_length")
+        n_exp, n_used = g("expert_count", 0), g("expert_used_count", 0)
+        emb = next((t for t in self.r.tensors if t.name == "token_embd.weight"), None)
+        if emb is None:
+            self.err("missing tensor token_embd.weight")
+            return {}
+        V = int(emb.shape[1])
+        exp = {"token_embd.weight": (E, V), "output_norm.weight": (E,)}
+        if any(t.name == "output.weight" for t in self.r.tensors):
+            exp["output.weight"] = (E, V)
+        for l in range(L):
+            p = f"blk.{l}."
+            exp[p + "attn_norm.weight"] = (E,)
+            exp[p + "ffn_norm.weight"] = (E,)
+            if arch == "deepseek2":
+                rope = g("rope.dimension_count")
+                k_mla, v_mla = g("attention.key_length_mla"), g("attention.value_length_mla")
+                q_lora, kv_lora = g("attention.q_lora_rank", 0), g("attention.kv_lora_rank")
+                nope = k_mla - rope
+                if q_lora > 0:
+                    exp[p + "attn_q_a_norm.weight"] = (q_lora,)
+                    exp[p + "attn_q_a.weight"] = (E, q_lora)
+                    exp[p + "attn_q_b.weight"] = (q_lora, H * k_mla)
+                else:
+                    exp[p + "attn_q.weight"] = (E, H * k_mla)
+                exp[p + "attn_kv_a_mqa.weight"] = (E, kv_lora + rope)
+                exp[p + "attn_kv_a_norm.weight"] = (kv_lora,)
+                exp[p + "attn_k_b.weight"] = (nope, kv_lora, H)
+                exp[p + "attn_v_b.weight"] = (kv_lora, v_mla, H)
+                exp[p + "attn_output.weight"] = (H * v_mla, E)
+                if l < g("leading_dense_block_count", 0):
+                    exp[p + "ffn_gate.weight"] = (E, n_ff)
+                    exp[p + "ffn_up.weight"] = (E, n_ff)
+                    exp[p + "ffn_down.weight"] = (n_ff, E)
+                else:
+                    fe, ns = g("expert_feed_forward_length"), g("expert_shared_count")
+                    exp[p + "ffn_gate_inp.weight"] = (E, n_exp)
+                    if any(t.name == p + "exp_probs_b.bias" for t in self.r.tensors):  # TENSOR_NOT_REQUIRED
+                        exp[p + "exp_probs_b.bias"] = (n_exp,)
+                    exp[p + "ffn_gate_exps.weight"] = (E, fe, n_exp)
+                    exp[p + "ffn_up_exps.weight"] = (E, fe, n_exp)
+                    exp[p + "ffn_down_exps.weight"] = (fe, E, n_exp)
+                    exp[p + "ffn_gate_shexp.weight"] = (E, fe * ns)
+                    exp[p + "ffn_up_shexp.weight"] = (E, fe * ns)
+                    exp[p + "ffn_down_shexp.weight"] = (fe * ns, E)
+                continue
+            hk = g("attention.key_length", E // H)
+            hv = g("attention.value_length", hk)
+            exp[p + "attn_q.weight"] = (E, H * hk)
+            exp[p + "attn_k.weight"] = (E, Hkv * hk)
+            exp[p + "attn_v.weight"] = (E, Hkv * hv)
+            exp[p + "attn_output.weight"] = (H * hv, E)
+            if arch in ("qwen3", "qwen3moe"):
+                exp[p + "attn_q_norm.weight"] = (hk,)
+                exp[p + "attn_k_norm.weight"] = (hk,)
+            if arch == "olmoe":
+                # llama.cpp's olmoe creates wq/wo as [n_embd, n_embd] and both norms as
+                # [n_embd] (so it needs n_head * head_dim == n_embd and n_head_kv == n_head).
+                exp[p + "attn_q.weight"] = (E, E)
+                exp[p + "attn_output.weight"] = (E, E)
+                exp[p + "attn_q_norm.weight"] = (E,)
+                exp[p + "attn_k_norm.weight"] = (E,)
+            if n_exp > 0:
+                # llama (Mixtral) and olmoe: experts of width feed_forward_length; qwen3moe:
+                # expert_feed_forward_length (default n_ff / n_expert_used).
+                fe = g("expert_feed_forward_length", n_ff // n_used) if arch == "qwen3moe" else n_ff
+                exp[p + "ffn_gate_inp.weight"] = (E, n_exp)
+                exp[p + "ffn_gate_exps.weight"] = (E, fe, n_exp)
+                exp[p + "ffn_up_exps.weight"] = (E, fe, n_exp)
+                exp[p + "ffn_down_exps.weight"] = (fe, E, n_exp)
+            else:
+                exp[p + "ffn_gate.weight"] = (E, n_ff)
+                exp[p + "ffn_up.weight"] = (E, n_ff)
+                exp[p + "ffn_down.weight"] = (n_ff, E)
+        return exp
+
+    def check_tensors(self, arch, a):
+        exp = self.expected_tensors(arch, a)
+        got = {t.name: t for t in self.r.tensors}
+        for name, shape in exp.items():
+            t = got.get(name)
+            if t is None:
+                self.err(f"missing tensor {name}")
+            elif tuple(int(x) for x in t.shape) != tuple(shape):
+                self.err(f"tensor {name}: shape {tuple(int(x) for x in t.shape)}, llama.cpp expects {shape}")
+        for name in got:
+            if name not in exp:
+                self.err(f"unexpected tensor {name} (llama.cpp: wrong number of tensors)")
+        align = self.val("general.alignment", 32)
+        size = len(self.r.data)
+        for t in self.r.tensors:
+            tname = t.tensor_type.name
+            if tname not in BLOCK:
+                self.err(f"tensor {t.name}: type {tname} is not one synth writes")
+                continue
+            if int(t.shape[0]) % BLOCK[tname]:
+                self.err(f"tensor {t.name}: row of {int(t.shape[0])} is not a whole number of {tname} blocks")
+            one_d = len(t.shape) == 1
+            if (one_d or "_norm.weight" in t.name or "ffn_gate_inp" in t.name) and tname != "F32":
+                self.err(f"tensor {t.name}: {tname}, llama.cpp/llama-quantize keep norms, biases and routers F32")
+            if t.data_offset % align:
+                self.err(f"tensor {t.name}: data at {t.data_offset} is not {align}-aligned")
+            if t.data_offset + t.n_bytes > size:
+                self.err(f"tensor {t.name}: data runs past the end of the file")
+
+    def check_tokenizer(self):
+        emb = next(t for t in self.r.tensors if t.name == "token_embd.weight")
+        V = int(emb.shape[1])
+        toks = self.fields.get("tokenizer.ggml.tokens")
+        if toks is None or self.types("tokenizer.ggml.tokens") != [VT.ARRAY, VT.STRING]:
+            self.err("tokenizer.ggml.tokens missing or not a string array")
+            return
+        if len(toks.data) != V:
+            self.err(f"tokenizer.ggml.tokens has {len(toks.data)} entries, token_embd has {V} rows")
+        for k, want in (("tokenizer.ggml.scores", VT.FLOAT32), ("tokenizer.ggml.token_type", VT.INT32)):
+            f = self.fields.get(k)
+            if f is None:
+                continue
+            if self.types(k) != [VT.ARRAY, want]:
+                self.err(f"{k}: {[x.name for x in self.types(k)]}, llama.cpp expects an array of {want.name}")
+            elif len(f.data) != V:
+                self.err(f"{k} has {len(f.data)} entries for {V} tokens")
+        texts = toks.contents()
+        if len(set(texts)) != len(texts):
+            self.err("tokenizer.ggml.tokens has duplicate texts")
+
+
+def main(paths):
+    bad = 0
+    for p in paths:
+        errs = Checker(p).run()
+        if errs:
+            bad += 1
+            print(f"FAIL {p}")
+            for e in errs:
+                print(f"  {e}")
+        else:
+            print(f"ok   {p}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        print(__doc__)
+        sys.exit(2)
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,175 @@
+// synth/plan: tensor names and shapes per architecture, exactly as llama.cpp's loader
+// (llama-model.cpp, create_tensors) and Sluice's (models/model.cpp) bind them, and the
+// distribution of each tensor's values.
+#include "synth/plan.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace sluice::synth {
+namespace {
+
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+// Weight scales (see synth.h): σ = gain / sqrt(fan_in), fan_in = ne[0] (y = W·x contracts ne[0]).
+float gain_of(const std::string& name, uint32_t gating_func) {
+  if (name == "output.weight") return 4.0f;
+  if (contains(name, "ffn_gate_inp")) return gating_func == 2 ? 1.5f : 4.0f;
+  // The query/key path: gain 1 gives q·k/sqrt(d) a spread of ~1, so attention is not uniform.
+  for (const char* qk : {".attn_q.", ".attn_k.", ".attn_q_a.", ".attn_q_b.", ".attn_kv_a_mqa.", ".attn_k_b."})
+    if (contains(name, qk)) return 1.0f;
+  return 0.5f;
+}
+
+}  // namespace
+
+// Routing locality X (MoE models only; X = 0 leaves every scale at 1).
+//
+// A router reads ffn_norm(x) of the current token, and in a random model x is dominated by
+// the token's own embedding, so consecutive tokens route nearly independently: the chance that
+// an expert chosen for token t is chosen again for t+1 is about k/n_expert. Real models reuse
+// experts across neighbouring tokens more than that. To get this, the last quarter of the
+// residual channels (the "context channels" C, ctx_begin = n_embd - n_embd/4) is given over,
+// as X grows, to what attention writes — a weighted average over earlier tokens — and the
+// routers are made to read mostly C:
+//   token_embd       columns in C  × (1 - X)        (the token itself writes less into C)
+//   ffn_down*        rows in C     × (1 - X)        (FFN outputs write less into C)
+//   attn_output      rows in C     × (1 + 3X)       (attention writes more into C; 3 makes an
+//                                                    average of ~10 value vectors about as large
+//                                                    as an embedding, std 0.5)
+//   ffn_gate_inp     columns not in C × (1 - X), columns in C × (1 + X)
+//                                                   (at X = 1 the router reads only C, with
+//                                                    sqrt(n_embd / |C|) = 2 times the gain, so
+//                                                    its logits keep their spread)
+//   query side       × (1 - 0.75X): attn_q (llama, deepseek2 V2-Lite), attn_q_b (deepseek2
+//                    with q_lora), attn_q_norm (qwen3/qwen3moe/olmoe, whose q RMSNorm cancels
+//                    any scale of attn_q), so every q·k score shrinks by that factor.
+// Why the last one: with the full-gain q/k path each query weighs the earlier tokens by its own
+// content, so two neighbours average the same tokens with unrelated weights and their context
+// vectors correlate only ~e^-1 (measured reuse at X = 1 without it: 0.39-0.63). Flatter scores
+// make the average nearly a running mean, which moves by O(1/t) per token.
+// Measured on the tiny MoE presets, seeds 1-6, over a 47-token story (the fraction of a
+// token's experts that the previous token also used; tests/models/test_synth.cpp,
+// RoutingLocalityRaisesReuse, checks seed 1):
+//   X = 0: 0.23-0.34 (chance k/n_expert = 0.25), X = 0.5: 0.24-0.42, X = 1: 0.66-0.88.
+// Because the context is a running mean, reuse at X near 1 grows with the position in the
+// sequence; X = 0.5 keeps the router mostly token-driven with a context bias.
+std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& type, float routing_locality,
+                                     int64_t n_real_vocab) {
+  if (!(routing_locality >= 0.0f && routing_locality <= 1.0f))
+    fail("synth: --routing-locality ", routing_locality, " is outside 0..1");
+  const float X = s.n_expert > 0 ? routing_locality : 0.0f;
+  const int64_t E = s.n_embd, H = s.n_head, V = s.n_vocab;
+  const int64_t ctx_begin = X > 0 ? E - E / 4 : -1;
+  const bool mla = s.gguf_arch == "deepseek2";
+
+  std::vector<TensorPlan> out;
+  auto add = [&](const std::string& name, std::vector<int64_t> ne) {
+    TensorPlan t;
+    t.name = name;
+    t.ne = std::move(ne);
+    t.type = synth_tensor_type(type, name, t.ne, s.n_layer, s.n_expert);
+    if (t.ne.size() == 1) {
+      // Norm weights 1 + N(0, 0.05²); exp_probs_b, the only 1-D bias, N(0, 0.1²).
+      t.init.mean = contains(name, "exp_probs_b") ? 0.0f : 1.0f;
+      t.init.std = contains(name, "exp_probs_b") ? 0.1f : 0.05f;
+    } else if (name == "token_embd.weight") {
+      t.init.std = 0.5f;
+    } else {
+      t.init.std = gain_of(name, s.gating_func) / std::sqrt(static_cast<float>(t.ne[0]));
+    }
+    // Padding tokens (ids the tokenizer does not have) get all-zero LM-head rows, so their logit
+    // is exactly 0 while real tokens' logits spread with std ~4: sampling and greedy decoding
+    // then produce real tokens (a random head would pick one of the ~150k padding ids almost
+    // every time, which render as nothing), and the head keeps its full size and cost. Their
+    // embedding rows stay random; they are never fed in.
+    if (name == "output.weight" && n_real_vocab < V) t.init.zero_rows_from = n_real_vocab;
+    if (ctx_begin >= 0) {
+      TensorInit& in = t.init;
+      // Flatter attention: the query side scaled by 1 - 0.75X scales every q·k score by it.
+      // With q/k RMSNorm (qwen3, olmoe) the query matrix's scale cancels, so the q norm
+      // weights carry it; with a low-rank q (deepseek2 V3 style) attn_q_b does.
+      const bool qk_norm = s.gguf_arch == "qwen3" || s.gguf_arch == "qwen3moe" || s.gguf_arch == "olmoe";
+      const bool q_side = qk_norm ? contains(name, "attn_q_norm.")
+                                  : contains(name, s.q_lora_rank > 0 ? "attn_q_b." : "attn_q.");
+      if (q_side) in.mean *= 1.0f - 0.75f * X, in.std *= 1.0f - 0.75f * X;
+      if (name == "token_embd.weight") {
+        in.ctx_begin = ctx_begin, in.col_scale_ctx = 1.0f - X;
+      } else if (contains(name, "ffn_down")) {
+        in.ctx_begin = ctx_begin, in.row_scale_ctx = 1.0f - X;
+      } else if (contains(name, "attn_output")) {
+        in.ctx_begin = ctx_begin, in.row_scale_ctx = 1.0f + 3.0f * X;
+      } else if (contains(name, "ffn_gate_inp")) {
+        in.ctx_begin = ctx_begin, in.col_scale = 1.0f - X, in.col_scale_ctx = 1.0f + X;
+      }
+    }
+    out.push_back(std::move(t));
+  };
+
+  add("token_embd.weight", {E, V});
+  add("output_norm.weight", {E});
+  add("output.weight", {E, V});
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", {E});
+    if (mla) {
+      const int64_t q_w = H * (s.qk_nope + s.qk_rope);
+      if (s.q_lora_rank > 0) {
+        add(p + "attn_q_a.weight", {E, s.q_lora_rank});
+        add(p + "attn_q_a_norm.weight", {s.q_lora_rank});
+        add(p + "attn_q_b.weight", {s.q_lora_rank, q_w});
+      } else {
+        add(p + "attn_q.weight", {E, q_w});
+      }
+      add(p + "attn_kv_a_mqa.weight", {E, s.kv_lora_rank + s.qk_rope});
+      add(p + "attn_kv_a_norm.weight", {s.kv_lora_rank});
+      add(p + "attn_k_b.weight", {s.qk_nope, s.kv_lora_rank, H});
+      add(p + "attn_v_b.weight", {s.kv_lora_rank, s.v_head, H});
+      add(p + "attn_output.weight", {H * s.v_head, E});
+    } else {
+      const int64_t q_w = H * s.head_dim, kv_w = s.n_head_kv * s.head_dim;
+      add(p + "attn_q.weight", {E, q_w});
+      add(p + "attn_k.weight", {E, kv_w});
+      add(p + "attn_v.weight", {E, kv_w});
+      add(p + "attn_output.weight", {q_w, E});
+      if (s.gguf_arch == "qwen3" || s.gguf_arch == "qwen3moe") {  // per-head q/k RMSNorm
+        add(p + "attn_q_norm.weight", {s.head_dim});
+        add(p + "attn_k_norm.weight", {s.head_dim});
+      } else if (s.gguf_arch == "olmoe") {  // RMSNorm over the whole projected q and k
+        add(p + "attn_q_norm.weight", {q_w});
+        add(p + "attn_k_norm.weight", {kv_w});
+      }
+    }
+    add(p + "ffn_norm.weight", {E});
+    if (s.n_expert > 0 && l >= s.n_layer_dense_lead) {
+      const int64_t ne = s.n_expert, fe = s.n_ff_exp;
+      add(p + "ffn_gate_inp.weight", {E, ne});
+      if (mla && s.gating_func == 2) add(p + "exp_probs_b.bias", {ne});
+      add(p + "ffn_gate_exps.weight", {E, fe, ne});
+      add(p + "ffn_up_exps.weight", {E, fe, ne});
+      add(p + "ffn_down_exps.weight", {fe, E, ne});
+      if (s.n_expert_shared > 0) {
+        const int64_t fs = fe * s.n_expert_shared;
+        add(p + "ffn_gate_shexp.weight", {E, fs});
+        add(p + "ffn_up_shexp.weight", {E, fs});
+        add(p + "ffn_down_shexp.weight", {fs, E});
+      }
+    } else {
+      add(p + "ffn_gate.weight", {E, s.n_ff});
+      add(p + "ffn_up.weight", {E, s.n_ff});
+      add(p + "ffn_down.weight", {s.n_ff, E});
+    }
+  }
+  return out;
+}
+
+}  // namespace sluice::synth
+
+namespace sluice {
+int64_t synth_param_count(const SynthShape& s) {
+  int64_t n = 0;
+  for (const auto& t : synth::plan_tensors(s, "f32", 0.0f, s.n_vocab)) n += t.ne[0] * t.n_rows();
+  return n;
+}
+}  // namespace sluice

@@ -1,0 +1,202 @@
+// synth/presets: the table of model shapes `sluice synth` can write (a tiny one per
+// architecture for tests, and full-size shapes of real models), and their resolution with
+// the --layers / --vocab overrides.
+#include <algorithm>
+
+#include "core/error.h"
+#include "synth/synth.h"
+
+namespace sluice {
+namespace {
+
+SynthShape dense(std::string arch, std::string preset, std::string gguf_arch, std::string note) {
+  SynthShape s;
+  s.arch = std::move(arch);
+  s.preset = std::move(preset);
+  s.gguf_arch = std::move(gguf_arch);
+  s.note = std::move(note);
+  return s;
+}
+
+// Full-size shapes are from the models' public config.json (Hugging Face): hidden_size,
+// num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
+// moe_intermediate_size, num_experts(_per_tok), vocab_size, rope_theta, rms_norm_eps,
+// max_position_embeddings. Tiny shapes mirror ../shared/golden's generator presets where one
+// exists; their vocabulary is the tokenizer's (n_vocab 0).
+std::vector<SynthShape> make_presets() {
+  std::vector<SynthShape> p;
+  {
+    SynthShape s = dense("llama", "tiny", "llama", "dense llama: n_embd 256, 2 layers, 4x64 heads, 2 kv, FFN 512");
+    s.n_ctx_train = 2048, s.n_embd = 256, s.n_layer = 2, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64, s.n_ff = 512;
+    s.rms_eps = 1e-5f, s.rope_base = 1e4f;
+    p.push_back(s);
+  }
+  {
+    SynthShape s = dense("mixtral", "tiny", "llama", "llama + 8 experts top-2: n_embd 128, 2 layers, 2x64 heads, 1 kv, expert FFN 256");
+    s.n_ctx_train = 2048, s.n_embd = 128, s.n_layer = 2, s.n_head = 2, s.n_head_kv = 1, s.head_dim = 64;
+    s.n_expert = 8, s.n_expert_used = 2, s.n_ff = s.n_ff_exp = 256;
+    s.rms_eps = 1e-5f, s.rope_base = 1e6f;
+    p.push_back(s);
+  }
+  {
+    SynthShape s = dense("qwen3", "tiny", "qwen3", "dense qwen3: n_embd 128, 3 layers, 4x64 heads (q width 256), 2 kv, FFN 256");
+    s.n_ctx_train = 2048, s.n_embd = 128, s.n_layer = 3, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64, s.n_ff = 256;
+    s.rms_eps = 1e-6f, s.rope_base = 1e6f;
+    p.push_back(s);
+  }
+  {
+    SynthShape s = dense("qwen3moe", "tiny", "qwen3moe", "n_embd 256, 2 layers, 4x64 heads, 2 kv, 16 experts top-4, expert FFN 128");
+    s.n_ctx_train = 2048, s.n_embd = 256, s.n_layer = 2, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64;
+    s.n_expert = 16, s.n_expert_used = 4, s.n_ff_exp = 128, s.n_ff = 512;
+    s.rms_eps = 1e-6f, s.rope_base = 1e6f;
+    p.push_back(s);
+  }
+  {
+    SynthShape s = dense("olmoe", "tiny", "olmoe", "n_embd 128, 2 layers, 2x64 heads, 8 experts top-2, expert FFN 128");
+    s.n_ctx_train = 2048, s.n_embd = 128, s.n_layer = 2, s.n_head = 2, s.n_head_kv = 2, s.head_dim = 64;
+    s.n_expert = 8, s.n_expert_used = 2, s.n_ff = s.n_ff_exp = 128;
+    s.rms_eps = 1e-5f, s.rope_base = 1e4f;
+    p.push_back(s);
+  }
+  {
+    // The V2-Lite code path (q from one attn_q, softmax gating, no groups, 2 shared experts)
+    // in miniature, so the tests cover what the full-size preset writes.
+    SynthShape s = dense("deepseek2", "tiny",
+                         "deepseek2",
+                         "V2-Lite style: n_embd 128, 3 layers (1 dense, FFN 256), 4 heads, kv_lora 64, nope 32, rope 32, "
+                         "v 64, 16 experts top-4 + 2 shared (FFN 64), softmax");
+    s.n_ctx_train = 2048, s.n_embd = 128, s.n_layer = 3, s.n_head = 4, s.n_ff = 256;
+    s.n_layer_dense_lead = 1, s.n_expert = 16, s.n_expert_used = 4, s.n_expert_shared = 2, s.n_ff_exp = 64;
+    s.kv_lora_rank = 64, s.qk_nope = 32, s.qk_rope = 32, s.v_head = 64;
+    s.rms_eps = 1e-6f, s.rope_base = 1e4f;
+    p.push_back(s);
+  }
+  {
+    // The V3 routing path: q through a low-rank q_a/q_b, sigmoid gating with exp_probs_b,
+    // group-limited routing, renormalised and scaled weights (the golden deepseek2's config).
+    SynthShape s = dense("deepseek2", "tiny-v3", "deepseek2",
+                         "V3 style: n_embd 128, 3 layers, q_lora 96, kv_lora 96, 16 experts top-4 + 1 shared, sigmoid, "
+                         "4 groups (2 used), norm, scale 2.5");
+    s.n_ctx_train = 2048, s.n_embd = 128, s.n_layer = 3, s.n_head = 4, s.n_ff = 256;
+    s.n_layer_dense_lead = 1, s.n_expert = 16, s.n_expert_used = 4, s.n_expert_shared = 1, s.n_ff_exp = 64;
+    s.q_lora_rank = 96, s.kv_lora_rank = 96, s.qk_nope = 32, s.qk_rope = 32, s.v_head = 64;
+    s.gating_func = 2, s.n_group = 4, s.n_group_used = 2, s.expert_weights_norm = true, s.expert_weights_scale = 2.5f;
+    s.rms_eps = 1e-6f, s.rope_base = 1e4f;
+    p.push_back(s);
+  }
+  {
+    SynthShape s = dense("llama", "llama2-7b", "llama", "Llama-2-7B: n_embd 4096, 32 layers, 32 heads, FFN 11008, vocab 32000");
+    s.n_vocab = 32000, s.n_ctx_train = 4096, s.n_embd = 4096, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 32;
+    s.head_dim = 128, s.n_ff = 11008, s.rms_eps = 1e-5f, s.rope_base = 1e4f;
+    p.push_back(s);
+  }
+  {
+    SynthShape s = dense("mixtral", "mixtral-8x7b", "llama",
+                         "Mixtral-8x7B: n_embd 4096, 32 layers, 32 heads, 8 kv, 8 experts top-2, FFN 14336, vocab 32000");
+    s.n_vocab = 32000, s.n_ctx_train = 32768, s.n_embd = 4096, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 8;
+    s.head_dim = 128, s.n_expert = 8, s.n_expert_used = 2, s.n_ff = s.n_ff_exp = 14336;
+    s.rms_eps = 1e-5f, s.rope_base = 1e6f;
+    p.push_back(s);
+  }
+  {
+    SynthShape s = dense("qwen3", "qwen3-0.6b", "qwen3",
+                         "Qwen3-0.6B: n_embd 1024, 28 layers, 16 heads x 128, 8 kv, FFN 3072, vocab 151936");
+    s.n_vocab = 151936, s.n_ctx_train = 40960, s.n_embd = 1024, s.n_layer = 28, s.n_head = 16, s.n_head_kv = 8;
+    s.head_dim = 128, s.n_ff = 3072, s.rms_eps = 1e-6f, s.rope_base = 1e6f;
+    p.push_back(s);
+  }
+  {
+    SynthShape s = dense("qwen3moe", "qwen3-30b-a3b", "qwen3moe",
+                         "Qwen3-30B-A3B: n_embd 2048, 48 layers, 32 heads x 128, 4 kv, 128 experts top-8, expert FFN 768, "
+                         "vocab 151936");
+    s.n_vocab = 151936, s.n_ctx_train = 40960, s.n_embd = 2048, s.n_layer = 48, s.n_head = 32, s.n_head_kv = 4;
+    s.head_dim = 128, s.n_expert = 128, s.n_expert_used = 8, s.n_ff_exp = 768, s.n_ff = 6144;
+    s.rms_eps = 1e-6f, s.rope_base = 1e6f;
+    p.push_back(s);
+  }
+  {
+    SynthShape s = dense("olmoe", "olmoe-1b-7b", "olmoe",
+                         "OLMoE-1B-7B: n_embd 2048, 16 layers, 16 heads, 64 experts top-8, expert FFN 1024, vocab 50304");
+    s.n_vocab = 50304, s.n_ctx_train = 4096, s.n_embd = 2048, s.n_layer = 16, s.n_head = 16, s.n_head_kv = 16;
+    s.head_dim = 128, s.n_expert = 64, s.n_expert_used = 8, s.n_ff = s.n_ff_exp = 1024;
+    s.rms_eps = 1e-5f, s.rope_base = 1e4f;
+    p.push_back(s);
+  }
+  {
+    // YaRN rope scaling of the real model (factor 40 over 4096) is not written: Sluice does
+    // not implement it, and without the rope.scaling.* keys llama.cpp uses plain RoPE too, so
+    // both engines agree on this file.
+    SynthShape s = dense("deepseek2", "deepseek-v2-lite", "deepseek2",
+                         "DeepSeek-V2-Lite: n_embd 2048, 27 layers (1 dense, FFN 10944), 16 heads, kv_lora 512, "
+                         "64 experts top-6 + 2 shared (FFN 1408), vocab 102400");
+    s.n_vocab = 102400, s.n_ctx_train = 163840, s.n_embd = 2048, s.n_layer = 27, s.n_head = 16, s.n_ff = 10944;
+    s.n_layer_dense_lead = 1, s.n_expert = 64, s.n_expert_used = 6, s.n_expert_shared = 2, s.n_ff_exp = 1408;
+    s.kv_lora_rank = 512, s.qk_nope = 128, s.qk_rope = 64, s.v_head = 128;
+    s.rms_eps = 1e-6f, s.rope_base = 1e4f;
+    p.push_back(s);
+  }
+  return p;
+}
+
+std::string join_names(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+}  // namespace
+
+const std::vector<SynthShape>& synth_presets() {
+  static const std::vector<SynthShape> presets = make_presets();
+  return presets;
+}
+
+const std::vector<std::string>& synth_type_names() {
+  static const std::vector<std::string> names = {"f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k", "q4_k_m"};
+  return names;
+}
+
+SynthShape synth_resolve_shape(const SynthOptions& opt, int64_t tokenizer_vocab) {
+  const auto& presets = synth_presets();
+  std::vector<std::string> arches, preset_names;
+  for (const auto& s : presets) {
+    if (std::find(arches.begin(), arches.end(), s.arch) == arches.end()) arches.push_back(s.arch);
+    if (std::find(preset_names.begin(), preset_names.end(), s.preset) == preset_names.end()) preset_names.push_back(s.preset);
+  }
+  if (!opt.arch.empty() && std::find(arches.begin(), arches.end(), opt.arch) == arches.end())
+    fail("synth: unknown architecture '", opt.arch, "' (known: ", join_names(arches), ")");
+  const SynthShape* found = nullptr;
+  int matches = 0;
+  for (const auto& s : presets) {
+    if (s.preset != opt.preset || (!opt.arch.empty() && s.arch != opt.arch)) continue;
+    found = &s;
+    ++matches;
+  }
+  if (!found) {
+    for (const auto& s : presets)
+      if (s.preset == opt.preset)
+        fail("synth: preset '", opt.preset, "' is a ", s.arch, " model, not ", opt.arch, " (see --list-presets)");
+    fail("synth: unknown preset '", opt.preset, "' (known: ", join_names(preset_names), "; see --list-presets)");
+  }
+  if (matches > 1) fail("synth: preset '", opt.preset, "' exists for several architectures; pass --arch (", join_names(arches), ")");
+
+  SynthShape s = *found;
+  if (opt.layers < 0) fail("synth: --layers ", opt.layers, " must be positive");
+  if (opt.layers > 0) {
+    if (opt.layers <= s.n_layer_dense_lead)
+      fail("synth: --layers ", opt.layers, " leaves no MoE layer (", s.preset, " has ", s.n_layer_dense_lead,
+           " leading dense layer", s.n_layer_dense_lead == 1 ? "" : "s", ")");
+    s.n_layer = opt.layers;
+  }
+  if (tokenizer_vocab <= 0) fail("synth: the tokenizer has no tokens");
+  if (opt.vocab < 0) fail("synth: --vocab ", opt.vocab, " must be positive");
+  if (opt.vocab > 0) s.n_vocab = opt.vocab;
+  if (s.n_vocab == 0) s.n_vocab = tokenizer_vocab;
+  if (s.n_vocab < tokenizer_vocab)
+    fail("synth: the tokenizer has ", tokenizer_vocab, " tokens, more than the model's vocabulary of ", s.n_vocab,
+         " (a vocabulary can be padded, never cut; pass --vocab ", tokenizer_vocab, " or a smaller tokenizer)");
+  if (s.n_vocab > (int64_t{1} << 24)) fail("synth: vocabulary ", s.n_vocab, " is too large");
+  return s;
+}
+
+}  // namespace sluice

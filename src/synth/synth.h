@@ -1,0 +1,137 @@
+// synth/synth: `sluice synth` as a library. Writes random-weight GGUF models of every supported
+// architecture (llama dense, mixtral = llama + experts, qwen3, qwen3moe, olmoe, deepseek2) with
+// llama.cpp's metadata keys, value types, tensor names and layouts, a tokenizer copied from
+// another GGUF, deterministic weights (seed, tensor name, index) and llama-quantize-like
+// output types. Data is generated, quantized and written one tensor at a time (row chunks
+// spread over threads), so a many-GB model never sits in memory.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace sluice {
+
+// One model shape: a row of the preset table, after --layers / --vocab overrides. Field names
+// follow models/model.h's Hparams and llama.cpp's metadata keys ({arch} = gguf_arch).
+struct SynthShape {
+  std::string arch;          // synth's name: llama | mixtral | qwen3 | qwen3moe | olmoe | deepseek2
+  std::string preset;        // "tiny", "qwen3-30b-a3b", ...
+  std::string gguf_arch;     // general.architecture (mixtral is written as "llama" with experts)
+  std::string note;          // one line for --list-presets
+  int64_t n_vocab = 0;       // rows of token_embd/output; 0 in a preset: the tokenizer's size
+  int64_t n_ctx_train = 0;   // {arch}.context_length
+  int64_t n_embd = 0;        // {arch}.embedding_length
+  int64_t n_layer = 0;       // {arch}.block_count
+  int64_t n_head = 0;        // {arch}.attention.head_count
+  int64_t n_head_kv = 0;     // {arch}.attention.head_count_kv (MLA: written as 1)
+  int64_t head_dim = 0;      // {arch}.attention.key_length = value_length (non-MLA)
+  int64_t n_ff = 0;          // {arch}.feed_forward_length: dense FFN width (mixtral/olmoe: the expert width)
+  float rms_eps = 1e-5f;     // {arch}.attention.layer_norm_rms_epsilon
+  float rope_base = 1e4f;    // {arch}.rope.freq_base
+  // Experts (n_expert == 0: dense).
+  int64_t n_expert = 0;            // {arch}.expert_count
+  int64_t n_expert_used = 0;       // {arch}.expert_used_count
+  int64_t n_ff_exp = 0;            // width of one expert ({arch}.expert_feed_forward_length where written)
+  int64_t n_expert_shared = 0;     // deepseek2: {arch}.expert_shared_count
+  int64_t n_layer_dense_lead = 0;  // deepseek2: {arch}.leading_dense_block_count
+  uint32_t gating_func = 1;        // deepseek2: {arch}.expert_gating_func (1 softmax, 2 sigmoid + exp_probs_b)
+  bool expert_weights_norm = false;  // deepseek2: {arch}.expert_weights_norm
+  float expert_weights_scale = 1.0f; // deepseek2: {arch}.expert_weights_scale
+  int64_t n_group = 1, n_group_used = 1;  // deepseek2: {arch}.expert_group_count / expert_group_used_count
+  // DeepSeek MLA (deepseek2 only).
+  int64_t q_lora_rank = 0;   // 0: q comes from one attn_q matrix (V2-Lite)
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope = 0;
+  int64_t qk_rope = 0;       // {arch}.rope.dimension_count
+  int64_t v_head = 0;
+};
+
+// The preset table (tiny presets first, one per arch, then full-size shapes of real models).
+const std::vector<SynthShape>& synth_presets();
+// Parameters of a model of shape `s` (n_vocab must be set).
+int64_t synth_param_count(const SynthShape& s);
+// The output types `--type` accepts, in --help order: f32 f16 q8_0 q4_0 q4_k q6_k q4_k_m.
+const std::vector<std::string>& synth_type_names();
+
+// Progress of synth_write, reported after every row chunk and once more at the end (done).
+struct SynthProgress {
+  int tensor = 0;             // 1-based index of the tensor being produced
+  int n_tensors = 0;
+  std::string_view name;      // its name
+  uint64_t bytes_done = 0;    // tensor data produced so far (all earlier tensors + this one's chunks)
+  uint64_t bytes_total = 0;   // tensor data of the whole file
+  double seconds = 0;         // since synth_write began
+  bool done = false;          // the file is complete and closed
+};
+
+struct SynthOptions {
+  std::string arch;                 // may stay empty when `preset` names a full-size model
+  std::string preset = "tiny";
+  int64_t layers = 0;               // > 0: override n_layer
+  int64_t vocab = 0;                // > 0: override n_vocab (must be >= the tokenizer's size)
+  std::string type = "f16";         // one of synth_type_names()
+  uint64_t seed = 1;
+  std::string tokenizer;            // GGUF whose tokenizer.* keys are copied (required)
+  float routing_locality = 0.0f;    // 0..1, see synth_write
+  int threads = 0;                  // generation/quantization threads; <= 0: all cores
+  std::function<void(const SynthProgress&)> progress;  // optional
+};
+
+struct SynthResult {
+  SynthShape shape;                      // as written (overrides applied, n_vocab resolved)
+  uint64_t file_bytes = 0;
+  uint64_t data_bytes = 0;               // tensor data only
+  int64_t n_params = 0;
+  int n_tensors = 0;
+  double seconds = 0;
+  std::map<std::string, int> type_counts;  // "q4_K" -> number of tensors
+};
+
+// The shape synth_write would use: the preset row for (arch, preset) with --layers/--vocab
+// applied and a 0 vocab replaced by `tokenizer_vocab`. Throws Error for an unknown arch,
+// preset or a mismatch, and for overrides that make no model (layers below the dense lead,
+// a vocab smaller than the tokenizer's).
+SynthShape synth_resolve_shape(const SynthOptions& opt, int64_t tokenizer_vocab);
+
+// The tensor type of weight `name` (ggml shape `ne`) in a model of `n_layer` layers and
+// `n_expert` experts written with output type `type` (a synth_type_names() entry):
+//  - 1-D tensors, *_norm.weight, biases and ffn_gate_inp routers stay F32 (llama.cpp never
+//    quantizes them, and Sluice's ops read them as floats);
+//  - f32/f16: every other tensor in that type; q8_0, q4_0, q4_k, q6_k: every other tensor in
+//    that type, as `llama-quantize --pure` does;
+//  - q4_k_m: llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M rule (src/llama-quant.cpp,
+//    llama_tensor_get_type_impl): Q4_K, except output.weight Q6_K; attn_v and every ffn_down*
+//    Q6_K in the layers use_more_bits picks (the first and last eighth of the layers and every
+//    third one between); with exactly 8 experts attn_v and attn_k Q8_0 and attn_output Q5_K;
+//  - then llama.cpp's fallback for rows that are not a whole number of blocks
+//    (tensor_type_fallback): Q4_K -> Q5_0, Q6_K -> Q8_0, Q5_K -> Q5_1, and F16 when even that
+//    block (32) does not divide the row; output.weight falls back to Q8_0 directly. Q4_0/Q8_0
+//    rows that 32 does not divide become F16 (llama.cpp has no fallback for them and refuses).
+DType synth_tensor_type(std::string_view type, std::string_view name, const std::vector<int64_t>& ne, int64_t n_layer,
+                        int64_t n_expert);
+
+// Writes the model to `path`. Weights are N(0, σ²) from a counter-based generator keyed by
+// (seed, tensor name, element index), σ = gain/sqrt(fan_in) with fan_in = ne[0]:
+//   gain 0.5 for most matrices; 1 for the query/key path (attn_q, attn_k, attn_q_a, attn_q_b,
+//   attn_kv_a_mqa, attn_k_b) so attention is not uniform; 4 for output.weight and softmax
+//   routers (logit std ≈ 4, as in the goldens); 1.5 for sigmoid routers (deepseek2 gating 2);
+//   token_embd N(0, 0.5²); norm weights 1 + N(0, 0.05²); exp_probs_b N(0, 0.1²) (about a third
+//   of the spread of the sigmoid probabilities it is added to, so it tilts the selection
+//   without deciding it). With a padded vocabulary the output.weight rows of the padding ids
+//   are zero, so their logit is exactly 0 and decoding yields the tokenizer's real tokens.
+// routing_locality X in [0, 1] gives MoE routers temporal structure; see plan.cpp for the
+// exact construction. X = 0 writes the plain model (same bytes as without the option).
+// Memory: tensors are produced one at a time in chunks of ~4M elements spread over `threads`
+// (one float row of scratch per thread); GgufWriter takes a whole tensor per call, so the
+// peak is the largest encoded tensor (e.g. 175 MB for qwen3-30b-a3b's Q4_K token_embd, 940 MB
+// for mixtral-8x7b's F16 ffn_*_exps), never the model.
+// Throws Error (tokenizer missing or unreadable, bad options, I/O failure: a partly written
+// file is removed).
+SynthResult synth_write(const SynthOptions& opt, const std::string& path);
+
+}  // namespace sluice
