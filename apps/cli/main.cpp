@@ -1,5 +1,6 @@
 // apps/cli: the `sluice` command — argument parsing and the loops, no model knowledge.
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "backends/backend.h"
 #include "core/error.h"
 #include "format/gguf.h"
+#include "kvcodec/kvcodec.h"
 #include "models/model.h"
 #include "runtime/parity.h"
 #include "runtime/session.h"
@@ -54,9 +56,32 @@ std::string to_hex(const std::string& s) {
   return out;
 }
 
+// "4G", "512M", "1.5GiB", "65536": bytes (K/M/G/T are powers of 1024).
+size_t parse_byte_size(const std::string& opt, const std::string& s) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = s.substr(used);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();
+  if (unit.size() > 1 && unit.back() == 'I') unit.pop_back();
+  const std::string units = "KMGT";
+  double mul = 1;
+  if (unit.size() == 1 && units.find(unit[0]) != std::string::npos)
+    for (size_t i = 0; i <= units.find(unit[0]); ++i) mul *= 1024;
+  else if (!unit.empty() && unit != "B")
+    used = 0;
+  if (used == 0 || !(v > 0) || v * mul > 1e18) fail(opt, ": '", s, "' is not a size (e.g. 4G, 512M, 65536)");
+  return static_cast<size_t>(v * mul);
+}
+
 std::optional<DType> parse_cache_type(const std::string& s) {
-  auto t = dtype_from_name(s);
-  if (!t || !(*t == DType::F16 || *t == DType::F32)) fail("cache type '", s, "' is not supported (f16, f32)");
+  auto t = kv_type_from_name(s);
+  if (!t) fail("cache type '", s, "' is not supported (", kv_type_names(), ")");
   return t;
 }
 
@@ -65,25 +90,70 @@ struct CommonOpts {
   std::string backend = "cpu";
   int threads = 0;
   int64_t ctx = 0;
-  std::string cache_type = "f16";
+  std::string cache_type = "f16", cache_type_k, cache_type_v;  // -k/-v override the shorthand
+  bool no_auto_asymmetric = false;
+  // Where the experts live (runtime/expert_store.h).
+  std::string experts = "resident";
+  std::string expert_cache = "4G";
+  int pin_experts = 0;
+  std::string routing_counts, routing_counts_out;
+  bool prefetch = true;
+  int prefetch_extra = -1;
+  std::string expert_io = "auto";
+  bool no_direct_io = false;
   void add(CLI::App* app) {
     app->add_option("-m,--model", model, "GGUF model file")->required()->check(CLI::ExistingFile);
     app->add_option("--backend", backend, "ref | cpu")->capture_default_str();
     app->add_option("-t,--threads", threads, "worker threads (0 = all cores)")->capture_default_str();
     app->add_option("-c,--ctx", ctx, "context size in tokens (0 = min(model's, 4096))");
-    app->add_option("--cache-type", cache_type, "KV cache element type: f16 | f32")->capture_default_str();
+    app->add_option("--cache-type", cache_type, "KV cache type of K and V (shorthand for both)")->capture_default_str();
+    app->add_option("--cache-type-k", cache_type_k, "K cache type: " + std::string(kv_type_names()));
+    app->add_option("--cache-type-v", cache_type_v, "V cache type: " + std::string(kv_type_names()));
+    app->add_flag("--no-auto-asymmetric", no_auto_asymmetric, "keep a K type below 8 bits even with GQA >= 6");
+    app->add_option("--experts", experts, "where experts live: resident | mmap (page cache) | stream (bounded cache)")
+        ->capture_default_str();
+    app->add_option("--expert-cache", expert_cache, "stream: expert cache budget, never exceeded (e.g. 4G, 512M)")
+        ->capture_default_str();
+    app->add_option("--pin-experts", pin_experts, "stream: keep the N most-routed experts of each layer cached (needs --routing-counts)");
+    app->add_option("--routing-counts", routing_counts, "routing-counts JSON choosing --pin-experts (from --routing-counts-out)");
+    app->add_option("--routing-counts-out", routing_counts_out,
+                    "after the run, add this run's per-layer expert routing counts to FILE (a calibration run)");
+    app->add_flag("--prefetch,!--no-prefetch", prefetch, "mmap/stream: predict the next layer's experts and read them early");
+    app->add_option("--prefetch-extra", prefetch_extra, "the predictor stages the top k+M experts (-1: M = max(1, k/4))");
+    app->add_option("--expert-io", expert_io, "stream: auto | uring | pread")->capture_default_str();
+    app->add_flag("--no-direct-io", no_direct_io, "stream: read experts through the page cache instead of O_DIRECT");
+  }
+  ModelOptions model_options() const {
+    ModelOptions o;
+    o.experts.policy = expert_policy_from_name(experts);
+    o.experts.cache_bytes = parse_byte_size("--expert-cache", expert_cache);
+    o.experts.pin_per_layer = pin_experts;
+    o.experts.routing_counts_path = routing_counts;
+    o.experts.prefetch = prefetch;
+    o.experts.prefetch_extra = prefetch_extra;
+    o.experts.io = expert_io;
+    o.experts.direct_io = !no_direct_io;
+    o.experts.progress = true;
+    return o;
+  }
+  // The store's figures on stderr, and the calibration file when asked for.
+  void report_experts(const Model& m) const {
+    std::fprintf(stderr, "%s\n", format_expert_stats(m.experts().stats()).c_str());
+    if (!routing_counts_out.empty()) m.experts().save_routing_counts(routing_counts_out);
   }
   KvCacheOptions kv(const Model& m, int64_t need) const {
     KvCacheOptions o;
     o.n_ctx = ctx > 0 ? ctx : std::max<int64_t>(std::min<int64_t>(m.hparams().n_ctx_train, 4096), need);
-    o.type_k = o.type_v = *parse_cache_type(cache_type);
+    o.type_k = *parse_cache_type(cache_type_k.empty() ? cache_type : cache_type_k);
+    o.type_v = *parse_cache_type(cache_type_v.empty() ? cache_type : cache_type_v);
+    o.auto_asymmetric = !no_auto_asymmetric;
     return o;
   }
 };
 
 int cmd_run(const CommonOpts& co, const std::string& prompt, int n_predict, SamplerParams sp, bool ignore_eos) {
   auto t_load = Clock::now();
-  auto model = Model::load(co.model);
+  auto model = Model::load(co.model, co.model_options());
   auto be = make_backend(co.backend, co.threads);
   std::fprintf(stderr, "loaded %s (%s, %lld layers, %.1f MB) in %.2f s; backend %s, %d threads\n", co.model.c_str(),
                model->hparams().arch.c_str(), static_cast<long long>(model->hparams().n_layer),
@@ -120,11 +190,12 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, int n_predict, Samp
   std::printf("\n");
   std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s); generation: %d tokens in %.3f s (%.1f tok/s)\n",
                ids.size(), t_prompt, ids.size() / std::max(t_prompt, 1e-9), n_gen, t_gen, n_gen / std::max(t_gen, 1e-9));
+  co.report_experts(*model);
   return 0;
 }
 
 int cmd_eval(const CommonOpts& co, const std::string& tokens_arg, int greedy, const std::string& logits_path) {
-  auto model = Model::load(co.model);
+  auto model = Model::load(co.model, co.model_options());
   auto be = make_backend(co.backend, co.threads);
   std::vector<int32_t> ids = parse_token_list(tokens_arg);
   Session s(*model, *be, co.kv(*model, static_cast<int64_t>(ids.size()) + greedy));
@@ -153,6 +224,7 @@ int cmd_eval(const CommonOpts& co, const std::string& tokens_arg, int greedy, co
   j["text_hex"] = to_hex(text);
   // Invalid UTF-8 in pieces is replaced by U+FFFD, as in the goldens' "text".
   std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  co.report_experts(*model);
   return 0;
 }
 
@@ -268,15 +340,24 @@ int main(int argc, char** argv) {
   parity->add_option("--tokens", par_tokens, "comma-separated token ids (default: the tokenized prompt)");
   parity->add_option("-p,--prompt", par_prompt, "prompt text")->capture_default_str();
   parity->add_option("--decode", par_decode, "greedy decode steps compared after the prompt")->capture_default_str();
-  parity->add_option("--cache-type", par_cache, "KV cache element type: f16 | f32")->capture_default_str();
+  parity->add_option("--cache-type", par_cache, "KV cache type: " + std::string(kv_type_names()))->capture_default_str();
   parity->add_flag("-v,--verbose", par_verbose, "print every intermediate, not only divergent ones");
 
   auto run_synth = cli::add_synth_command(app);
+  auto run_perplexity = cli::add_perplexity_command(app);
+  auto run_pack = cli::add_pack_command(app);
+  auto run_bench = cli::add_bench_command(app);
 
   CLI11_PARSE(app, argc, argv);
   try {
     for (auto* sub : app.get_subcommands())
       if (sub->get_name() == "synth") return run_synth();
+    for (auto* sub : app.get_subcommands())
+      if (sub->get_name() == "perplexity") return run_perplexity();
+    for (auto* sub : app.get_subcommands())
+      if (sub->get_name() == "pack") return run_pack();
+    for (auto* sub : app.get_subcommands())
+      if (sub->get_name() == "bench") return run_bench();
     if (*run) return cmd_run(run_co, prompt, n_predict, sp, ignore_eos);
     if (*eval) return cmd_eval(eval_co, tokens_arg, greedy, logits_path);
     if (*inspect) return cmd_inspect(inspect_path);

@@ -21,10 +21,13 @@ enum class RopeMode {
   neox,    // rotate pairs (i, i + n_rot/2): qwen3, qwen3moe, olmoe
 };
 
+class TqCodec;  // kvcodec/kvcodec.h
+
 struct AttentionArgs {
   const float* q = nullptr;  // [T][H][Dk]
   // Cache rows are indexed by position; row p holds [Hkv][Dk] (K) or [Hkv][Dv] (V) elements
-  // of k_type / v_type (F32 or F16 now; codecs later), `*_row_bytes` apart.
+  // of k_type / v_type (a KV type of kvcodec/kvcodec.h), `*_row_bytes` apart. A rotated-
+  // codebook type (tq*) also needs its codec in k_tq / v_tq (rotation signs, codebook).
   const void* k = nullptr;
   DType k_type = DType::F16;
   size_t k_row_bytes = 0;
@@ -36,6 +39,8 @@ struct AttentionArgs {
   int64_t n_kv = 0;   // positions 0..n_kv-1 are in the cache
   int64_t pos0 = 0;   // position of token 0; token t attends to positions <= pos0 + t (causal)
   float scale = 1.0f; // applied to q·k before softmax
+  const TqCodec* k_tq = nullptr;  // set iff k_type is a tq type
+  const TqCodec* v_tq = nullptr;  // set iff v_type is a tq type
 };
 
 class Backend {

@@ -14,18 +14,9 @@ namespace sluice {
 
 void attend_cached(Backend& be, KvCache& kv, int64_t layer, const float* q, const float* k, const float* v, float* out,
                    int64_t T, int64_t pos0, int64_t H, int64_t Hkv, int64_t Dk, int64_t Dv, float scale) {
-  for (int64_t t = 0; t < T; ++t) {
-    be.store_row(k + t * Hkv * Dk, kv.type_k(), kv.k_row(layer, pos0 + t), Hkv * Dk);
-    be.store_row(v + t * Hkv * Dv, kv.type_v(), kv.v_row(layer, pos0 + t), Hkv * Dv);
-  }
-  AttentionArgs aa;
+  for (int64_t t = 0; t < T; ++t) kv.store(be, layer, pos0 + t, k + t * Hkv * Dk, v + t * Hkv * Dv);
+  AttentionArgs aa = kv.attention_args(layer);  // cache pointers, types, strides, codecs
   aa.q = q;
-  aa.k = kv.k_data(layer);
-  aa.k_type = kv.type_k();
-  aa.k_row_bytes = kv.k_row_bytes();
-  aa.v = kv.v_data(layer);
-  aa.v_type = kv.type_v();
-  aa.v_row_bytes = kv.v_row_bytes();
   aa.out = out;
   aa.n_tok = T;
   aa.n_head = H;

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "models/moe_ffn.h"
 #include "runtime/kv_cache.h"
+#include "runtime/predictor.h"
 
 namespace sluice {
 namespace {
@@ -132,7 +133,11 @@ const TensorView* bind(const GgufFile& f, const std::string& name, std::initiali
 
 }  // namespace
 
-std::unique_ptr<Model> Model::load(const std::string& path) {
+Model::~Model() = default;
+
+void Model::set_predictor(std::unique_ptr<Predictor> p) { predictor_ = std::move(p); }
+
+std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opt) {
   auto m = std::unique_ptr<Model>(new Model());
   m->file_ = std::make_unique<GgufFile>(path);
   const GgufFile& f = *m->file_;
@@ -152,7 +157,8 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   if (!m->output_) m->output_ = m->tok_embd_;  // tied embeddings
 
   const int64_t E = hp.n_embd, H = hp.n_head;
-  std::vector<ResidentExperts::LayerTensors> expert_tensors;
+  ExpertLayout expert_layout;
+  expert_layout.bundled = gguf_has_bundled_experts(f);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights w;
@@ -191,9 +197,11 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     if (hp.moe.n_expert > 0 && l >= hp.n_layer_dense_lead) {
       const int64_t ne = hp.moe.n_expert, fe = hp.n_ff_exp;
       w.ffn_gate_inp = bind(f, p + "ffn_gate_inp.weight", {E, ne});
-      w.ffn_gate_exps = bind(f, p + "ffn_gate_exps.weight", {E, fe, ne});
-      w.ffn_up_exps = bind(f, p + "ffn_up_exps.weight", {E, fe, ne});
-      w.ffn_down_exps = bind(f, p + "ffn_down_exps.weight", {fe, E, ne});
+      if (!expert_layout.bundled) {
+        w.ffn_gate_exps = bind(f, p + "ffn_gate_exps.weight", {E, fe, ne});
+        w.ffn_up_exps = bind(f, p + "ffn_up_exps.weight", {E, fe, ne});
+        w.ffn_down_exps = bind(f, p + "ffn_down_exps.weight", {fe, E, ne});
+      }
       if (fam == Family::deepseek2) w.exp_probs_b = bind(f, p + "exp_probs_b.bias", {ne}, /*required=*/false);
       if (hp.n_expert_shared > 0) {
         const int64_t fs = fe * hp.n_expert_shared;
@@ -201,20 +209,23 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
         w.ffn_up_shexp = bind(f, p + "ffn_up_shexp.weight", {E, fs});
         w.ffn_down_shexp = bind(f, p + "ffn_down_shexp.weight", {fs, E});
       }
-      expert_tensors.push_back({w.ffn_gate_exps, w.ffn_up_exps, w.ffn_down_exps});
+      expert_layout.layers.push_back(expert_layer_from_gguf(f, l, E, fe, ne));
     } else {
       w.ffn_gate = bind(f, p + "ffn_gate.weight", {E, hp.n_ff[l]});
       w.ffn_up = bind(f, p + "ffn_up.weight", {E, hp.n_ff[l]});
       w.ffn_down = bind(f, p + "ffn_down.weight", {hp.n_ff[l], E});
-      expert_tensors.push_back({});
+      expert_layout.layers.emplace_back();
     }
     m->layers_.push_back(w);
   }
-  m->experts_ = std::make_unique<ResidentExperts>(std::move(expert_tensors));
   // Norms, biases and routers are read as float arrays by the ops: insist on F32.
   for (const auto& t : f.tensors())
     if ((t.n_dims == 1 || t.name.find("ffn_gate_inp") != std::string::npos) && t.type != DType::F32)
       fail(path, ": tensor '", t.name, "' has type ", dtype_name(t.type), "; norms, biases and routers must be f32");
+  // Experts: the store chosen in `opt` (resident by default); dense weights stay in the mapping.
+  m->experts_ = make_expert_store(f, std::move(expert_layout), opt.experts);
+  if (hp.moe.n_expert > 0 && opt.experts.prefetch && m->experts_->wants_prefetch())
+    m->predictor_ = std::make_unique<RouterLookahead>(*m, opt.experts.prefetch_extra);
   return m;
 }
 
@@ -232,6 +243,7 @@ void Model::forward(Backend& be, KvCache& kv, const int32_t* tokens, int64_t n_t
   for (int64_t t = 0; t < n_tok; ++t)
     if (tokens[t] < 0 || tokens[t] >= hp_.n_vocab)
       fail("token id ", tokens[t], " at batch index ", t, " is outside the vocabulary (", hp_.n_vocab, ")");
+  experts_->note_tokens(n_tok);
   if (hp_.arch == "deepseek2")
     forward_deepseek2(be, kv, tokens, n_tok, pos0, all_logits, logits, hook);
   else
@@ -274,7 +286,15 @@ void Model::ffn_block(Backend& be, int64_t l, const float* h, float* out, int64_
   std::vector<float> chosen(r.experts.begin(), r.experts.end());
   report("ffn_moe_topk", chosen.data(), T, r.k);
   report("ffn_moe_weights", r.weights.data(), T, r.k);
-  moe_experts(be, *experts_, il, r, h, out, T, E);
+  // Ask for this layer's experts first (a streaming store starts reading the misses), then
+  // guess the next MoE layer's and stage them while this layer computes.
+  auto batch = experts_->acquire(il, moe_expert_uses(r));
+  if (predictor_) {
+    std::vector<int32_t> guess;
+    const int next = predictor_->predict(be, il, h, T, &guess);
+    if (next >= 0) experts_->prefetch(next, guess);
+  }
+  moe_experts(be, *batch, r, h, out, T, E);
   report("ffn_moe_out", out, T, E);
   if (w.ffn_gate_shexp) {
     // Shared experts: always on, weight 1.

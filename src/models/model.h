@@ -17,6 +17,7 @@
 namespace sluice {
 
 class KvCache;
+class Predictor;
 
 enum class MoeGating {
   softmax,  // probs = softmax(router logits) over all experts (mixtral, qwen3moe, olmoe)
@@ -83,7 +84,9 @@ struct LayerWeights {
   const TensorView* ffn_gate = nullptr;   // [n_embd, n_ff]
   const TensorView* ffn_up = nullptr;     // [n_embd, n_ff]
   const TensorView* ffn_down = nullptr;   // [n_ff, n_embd]
-  // MoE layers (the stacked expert tensors are reached through the ExpertSource):
+  // MoE layers (expert weights are reached through the ExpertSource only: the stacked tensors
+  // below are null in a `sluice pack`ed file, and under --experts stream their data must never
+  // be read, or the pages would count against the process's RSS):
   const TensorView* ffn_gate_inp = nullptr;   // [n_embd, n_expert] router
   const TensorView* exp_probs_b = nullptr;    // [n_expert] selection bias (deepseek2)
   const TensorView* ffn_gate_exps = nullptr;  // [n_embd, n_ff_exp, n_expert]
@@ -108,10 +111,16 @@ struct LayerWeights {
 // the blocks. Used by the parity tool and by tests to diff backends layer by layer.
 using TensorHook = std::function<void(std::string_view name, int layer, const float* data, int64_t rows, int64_t cols)>;
 
+// How Model::load places the weights. The defaults keep everything resident in the mapping.
+struct ModelOptions {
+  ExpertStoreOptions experts;  // expert policy, cache budget, pins, prefetch (runtime/expert_store.h)
+};
+
 class Model {
  public:
   // Opens, validates and binds a GGUF model. Throws Error naming the file and what is wrong.
-  static std::unique_ptr<Model> load(const std::string& path);
+  static std::unique_ptr<Model> load(const std::string& path, const ModelOptions& opt = {});
+  ~Model();
 
   const GgufFile& file() const { return *file_; }
   const Hparams& hparams() const { return hp_; }
@@ -123,6 +132,9 @@ class Model {
   const std::vector<LayerWeights>& layers() const { return layers_; }
   std::vector<LayerWeights>& mutable_layers() { return layers_; }  // tests: negative controls drop a tensor
   ExpertSource& experts() const { return *experts_; }
+  // Guesses the next MoE layer's experts for prefetch (mmap/stream with prefetch on; null otherwise).
+  void set_predictor(std::unique_ptr<Predictor> p);
+  Predictor* predictor() const { return predictor_.get(); }
   // Bytes of all weights (for bandwidth figures and `inspect`).
   size_t weight_bytes() const;
 
@@ -152,6 +164,7 @@ class Model {
   const TensorView* output_ = nullptr;       // [n_embd, n_vocab] (token_embd when tied)
   std::vector<LayerWeights> layers_;
   std::unique_ptr<ExpertSource> experts_;
+  std::unique_ptr<Predictor> predictor_;
 };
 
 }  // namespace sluice

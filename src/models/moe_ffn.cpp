@@ -77,8 +77,20 @@ void ffn_swiglu(Backend& be, const ExpertWeights& w, const float* x, float* out,
   be.matmul(w.down, gate.data(), out, n_tok);
 }
 
-void moe_experts(Backend& be, ExpertSource& experts, int layer, const MoeRouting& r, const float* x, float* out,
-                 int64_t n_tok, int64_t n_embd) {
+std::vector<ExpertUse> moe_expert_uses(const MoeRouting& r) {
+  std::vector<int32_t> n;
+  for (int32_t e : r.experts) {
+    if (e >= static_cast<int32_t>(n.size())) n.resize(e + 1, 0);
+    ++n[e];
+  }
+  std::vector<ExpertUse> uses;
+  for (int32_t e = 0; e < static_cast<int32_t>(n.size()); ++e)
+    if (n[e] > 0) uses.push_back({e, n[e]});
+  return uses;
+}
+
+void moe_experts(Backend& be, ExpertBatch& batch, const MoeRouting& r, const float* x, float* out, int64_t n_tok,
+                 int64_t n_embd) {
   // Invert the routing: for each expert, the (token, weight) pairs sent to it.
   int32_t n_expert = 0;
   for (int32_t e : r.experts) n_expert = std::max(n_expert, e + 1);
@@ -86,22 +98,38 @@ void moe_experts(Backend& be, ExpertSource& experts, int layer, const MoeRouting
   for (int64_t t = 0; t < n_tok; ++t)
     for (int64_t j = 0; j < r.k; ++j) routed[r.experts[t * r.k + j]].push_back({t, r.weights[t * r.k + j]});
 
-  std::fill(out, out + n_tok * n_embd, 0.0f);
-  std::vector<float> xg, yg;
-  for (int32_t e = 0; e < n_expert; ++e) {
+  std::vector<std::vector<float>> y(n_expert);  // each expert's output rows, in routed[e] order
+  std::vector<float> xg;
+  int32_t e = 0;
+  ExpertWeights w;
+  while (batch.next(&e, &w)) {
+    if (e < 0 || e >= n_expert || routed[e].empty() || !y[e].empty())
+      fail("moe: the expert store served expert ", e, ", which this batch did not ask for (or twice)");
     const auto& toks = routed[e];
-    if (toks.empty()) continue;
     const int64_t m = static_cast<int64_t>(toks.size());
     xg.resize(m * n_embd);
-    yg.resize(m * n_embd);
+    y[e].resize(m * n_embd);
     for (int64_t i = 0; i < m; ++i) std::copy_n(x + toks[i].first * n_embd, n_embd, xg.data() + i * n_embd);
-    ffn_swiglu(be, experts.get({layer, e}), xg.data(), yg.data(), m);
-    for (int64_t i = 0; i < m; ++i) {
+    ffn_swiglu(be, w, xg.data(), y[e].data(), m);
+  }
+  std::fill(out, out + n_tok * n_embd, 0.0f);
+  for (e = 0; e < n_expert; ++e) {
+    const auto& toks = routed[e];
+    if (toks.empty()) continue;
+    if (y[e].empty()) fail("moe: the expert store never served expert ", e);
+    for (size_t i = 0; i < toks.size(); ++i) {
       float* o = out + toks[i].first * n_embd;
-      const float w = toks[i].second;
-      for (int64_t c = 0; c < n_embd; ++c) o[c] += w * yg[i * n_embd + c];
+      const float wt = toks[i].second;
+      const float* yi = y[e].data() + i * n_embd;
+      for (int64_t c = 0; c < n_embd; ++c) o[c] += wt * yi[c];
     }
   }
+}
+
+void moe_experts(Backend& be, ExpertSource& experts, int layer, const MoeRouting& r, const float* x, float* out,
+                 int64_t n_tok, int64_t n_embd) {
+  auto batch = experts.acquire(layer, moe_expert_uses(r));
+  moe_experts(be, *batch, r, x, out, n_tok, n_embd);
 }
 
 }  // namespace sluice

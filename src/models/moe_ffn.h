@@ -29,8 +29,17 @@ struct MoeRouting {
 MoeRouting moe_route(const MoeOptions& opt, const float* logits, float* probs, int64_t n_tok,
                       const float* selection_bias = nullptr);
 
+// The distinct experts a routing uses, ascending, with the number of tokens sent to each.
+std::vector<ExpertUse> moe_expert_uses(const MoeRouting& r);
+
 // out[t] = Σ_j w_tj · down_e(silu(gate_e·x_t) ⊙ up_e·x_t) over the chosen experts; the
-// tokens routed to one expert are gathered and run as one batch (grouped GEMM).
+// tokens routed to one expert are gathered and run as one batch (grouped GEMM). Experts come
+// from `batch` in the order they become ready (a streaming store serves hits while misses
+// load); each expert's output is kept and the sum runs in ascending expert order once all are
+// done, so the result is bit-identical under every expert store policy.
+void moe_experts(Backend& be, ExpertBatch& batch, const MoeRouting& r, const float* x, float* out, int64_t n_tok,
+                 int64_t n_embd);
+// The same, acquiring the layer's experts from `experts` first.
 void moe_experts(Backend& be, ExpertSource& experts, int layer, const MoeRouting& r, const float* x, float* out,
                  int64_t n_tok, int64_t n_embd);
 

@@ -1,27 +1,116 @@
-// runtime/kv_cache: allocation and size checks of the per-layer K/V buffers.
+// runtime/kv_cache: the codec policy, allocation of the per-layer K/V buffers, and the store
+// path (block and plain types through the backend's store_row, tq through its codec).
 #include "runtime/kv_cache.h"
+
+#include <cstdio>
 
 #include "core/error.h"
 
 namespace sluice {
+namespace {
 
-KvCache::KvCache(int64_t n_layer, int64_t k_width, int64_t v_width, const KvCacheOptions& opt)
-    : n_ctx_(opt.n_ctx), type_k_(opt.type_k), type_v_(opt.type_v) {
-  if (opt.n_ctx <= 0) fail("kv cache: context size must be positive, got ", opt.n_ctx);
-  for (auto [t, w] : {std::pair{type_k_, k_width}, std::pair{type_v_, v_width}})
-    if (w % dtype_traits(t).block_size != 0)
-      fail("kv cache: type ", dtype_name(t), " needs a row width that is a multiple of ", dtype_traits(t).block_size,
+bool is_pow2(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+std::string str(DType t) { return std::string(kv_type_name(t)); }
+
+// The type one side (K or V) can use for heads of D elements, n_head_kv per row.
+DType fit_type(DType t, const char* side, int64_t n_head_kv, int64_t D, std::vector<std::string>* notes) {
+  if (kv_type_is_tq(t) && (!is_pow2(D) || D < 8)) {
+    notes->push_back(str_cat("kv cache: ", side, " ", str(t), " needs a head dim that is a power of two >= 8 (got ", D,
+                             "); using q8_0"));
+    t = DType::Q8_0;
+  }
+  if (!kv_type_is_tq(t) && (n_head_kv * D) % kv_type_block_size(t) != 0) {
+    notes->push_back(str_cat("kv cache: ", side, " ", str(t), " needs a row of a multiple of ", kv_type_block_size(t),
+                             " elements (got ", n_head_kv * D, "); using f16"));
+    t = DType::F16;
+  }
+  return t;
+}
+
+}  // namespace
+
+KvCacheOptions kv_cache_resolve(const KvCacheOptions& opt, const KvGeometry& g, std::vector<std::string>* notes) {
+  for (DType t : {opt.type_k, opt.type_v})
+    if (!kv_type_supported(t))
+      fail("kv cache: type id ", static_cast<uint32_t>(t), " is not a KV cache type (", kv_type_names(), ")");
+  KvCacheOptions o = opt;
+  const int64_t gqa = g.n_head_kv > 0 ? g.n_head / g.n_head_kv : 1;
+  if (o.auto_asymmetric && gqa >= 6 && kv_type_precision_bits(o.type_k) < 8) {
+    notes->push_back(str_cat("kv cache: GQA ratio ", gqa, " >= 6: K raised from ", str(o.type_k),
+                             " to q8_0 (softmax amplifies K errors; --no-auto-asymmetric keeps it)"));
+    o.type_k = DType::Q8_0;
+  }
+  o.type_k = fit_type(o.type_k, "K", g.n_head_kv, g.head_dim_k, notes);
+  o.type_v = fit_type(o.type_v, "V", g.n_head_kv, g.head_dim_v, notes);
+  return o;
+}
+
+KvCache::KvCache(const KvGeometry& g, const KvCacheOptions& opt) {
+  std::vector<std::string> notes;
+  const KvCacheOptions o = kv_cache_resolve(opt, g, &notes);
+  for (const auto& n : notes) std::fprintf(stderr, "%s\n", n.c_str());
+  init(g, o);
+}
+
+KvCache::KvCache(int64_t n_layer, int64_t k_width, int64_t v_width, const KvCacheOptions& opt) {
+  const KvGeometry g{n_layer, 1, 1, k_width, v_width};
+  for (DType t : {opt.type_k, opt.type_v})
+    if (!kv_type_supported(t))
+      fail("kv cache: type id ", static_cast<uint32_t>(t), " is not a KV cache type (", kv_type_names(), ")");
+  for (auto [t, w] : {std::pair{opt.type_k, k_width}, std::pair{opt.type_v, v_width}})
+    if (!kv_type_is_tq(t) && w % kv_type_block_size(t) != 0)
+      fail("kv cache: type ", kv_type_name(t), " needs a row width that is a multiple of ", kv_type_block_size(t),
            ", got ", w);
-  k_row_bytes_ = dtype_row_bytes(type_k_, k_width);
-  v_row_bytes_ = dtype_row_bytes(type_v_, v_width);
-  k_.resize(n_layer);
-  v_.resize(n_layer);
-  for (int64_t l = 0; l < n_layer; ++l) {
+  init(g, opt);
+}
+
+void KvCache::init(const KvGeometry& g, const KvCacheOptions& opt) {
+  if (opt.n_ctx <= 0) fail("kv cache: context size must be positive, got ", opt.n_ctx);
+  n_ctx_ = opt.n_ctx;
+  geo_ = g;
+  type_k_ = opt.type_k;
+  type_v_ = opt.type_v;
+  if (const int b = kv_type_tq_bits(type_k_)) k_tq_ = std::make_unique<TqCodec>(b, g.n_head_kv, g.head_dim_k, opt.seed);
+  if (const int b = kv_type_tq_bits(type_v_)) v_tq_ = std::make_unique<TqCodec>(b, g.n_head_kv, g.head_dim_v, opt.seed + 1);
+  k_row_bytes_ = kv_type_row_bytes(type_k_, g.n_head_kv, g.head_dim_k);
+  v_row_bytes_ = kv_type_row_bytes(type_v_, g.n_head_kv, g.head_dim_v);
+  k_.resize(g.n_layer);
+  v_.resize(g.n_layer);
+  for (int64_t l = 0; l < g.n_layer; ++l) {
     k_[l].assign(k_row_bytes_ * n_ctx_, 0);
     v_[l].assign(v_row_bytes_ * n_ctx_, 0);
   }
 }
 
 size_t KvCache::bytes() const { return (k_row_bytes_ + v_row_bytes_) * n_ctx_ * k_.size(); }
+
+void KvCache::store(Backend& be, int64_t layer, int64_t pos, const float* k, const float* v) {
+  if (pos < 0 || pos >= n_ctx_) fail("kv cache: position ", pos, " outside the context of ", n_ctx_);
+  if (k_tq_)
+    k_tq_->encode_row(k, k_row(layer, pos));
+  else
+    be.store_row(k, type_k_, k_row(layer, pos), geo_.n_head_kv * geo_.head_dim_k);
+  if (v_tq_)
+    v_tq_->encode_row(v, v_row(layer, pos));
+  else
+    be.store_row(v, type_v_, v_row(layer, pos), geo_.n_head_kv * geo_.head_dim_v);
+}
+
+AttentionArgs KvCache::attention_args(int64_t layer) const {
+  AttentionArgs a;
+  a.k = k_data(layer);
+  a.k_type = type_k_;
+  a.k_row_bytes = k_row_bytes_;
+  a.k_tq = k_tq_.get();
+  a.v = v_data(layer);
+  a.v_type = type_v_;
+  a.v_row_bytes = v_row_bytes_;
+  a.v_tq = v_tq_.get();
+  a.n_head_kv = geo_.n_head_kv;
+  a.head_dim_k = geo_.head_dim_k;
+  a.head_dim_v = geo_.head_dim_v;
+  return a;
+}
 
 }  // namespace sluice

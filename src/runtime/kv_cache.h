@@ -1,22 +1,57 @@
-// runtime/kv_cache: per-layer K and V storage, one row per position, in a chosen dtype
-// (F16 by default, as llama.cpp; F32 for exactness checks). Codecs come with a later issue.
+// runtime/kv_cache: per-layer K and V storage, one row per position, each side in its own
+// codec (kvcodec/kvcodec.h: f16 by default as llama.cpp, f32 for exactness checks, bf16, the
+// ggml block types q8_0/q4_0, and the rotated-codebook tq2/tq3/tq4/tq8), and the policy that
+// picks the codecs a model's geometry can really use.
+//
+// Row layout: position p of layer l holds [Hkv][D] elements. Block types (q8_0, q4_0: 32
+// elements per block) form their blocks over that whole row, so a head of D = 128 is 4 whole
+// blocks, and with D < 32 (stories260K: D = 8, Hkv = 4) one block spans several heads; the
+// row must then be a multiple of 32 elements, else the policy falls back to f16. tq codes
+// every head on its own (rotation, codebook, norm per head), so it needs D a power of two
+// (>= 8), else the policy falls back to q8_0.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "core/dtype.h"
+#include "kvcodec/kvcodec.h"
 
 namespace sluice {
 
 struct KvCacheOptions {
   int64_t n_ctx = 2048;   // positions the cache holds
-  DType type_k = DType::F16;
+  DType type_k = DType::F16;  // any KV type of kvcodec/kvcodec.h
   DType type_v = DType::F16;
+  // K errors are amplified by the softmax, and the more query heads share one KV head the
+  // more scores each K error moves; with GQA >= 6 and K below 8 bits, K is raised to q8_0
+  // (TurboQuant+ forks' observation). false keeps the requested K type.
+  bool auto_asymmetric = true;
+  uint64_t seed = 0x5eed5eedull;// rotation sign seed of the tq codecs (K uses seed, V seed + 1)
 };
+
+// What the cache is shaped after: the model's attention geometry.
+struct KvGeometry {
+  int64_t n_layer = 0;
+  int64_t n_head = 0;      // query heads (for the GQA ratio)
+  int64_t n_head_kv = 0;   // KV heads per row
+  int64_t head_dim_k = 0;  // elements per K head
+  int64_t head_dim_v = 0;  // elements per V head
+};
+
+// The options with the types the geometry allows, after the policy: auto-asymmetric K, tq
+// on a head dim that is not a power of two >= 8 -> q8_0, a block type on a row that is not a
+// multiple of 32 -> f16. One human-readable line per change is appended to *notes.
+KvCacheOptions kv_cache_resolve(const KvCacheOptions& opt, const KvGeometry& g, std::vector<std::string>* notes);
 
 class KvCache {
  public:
-  // k_width / v_width: elements per position per layer (n_head_kv * head_dim).
+  // Applies kv_cache_resolve and prints its notes to stderr.
+  KvCache(const KvGeometry& g, const KvCacheOptions& opt);
+  // One head per row (k_width / v_width elements per position per layer): for callers
+  // without a head structure.
   KvCache(int64_t n_layer, int64_t k_width, int64_t v_width, const KvCacheOptions& opt);
 
   int64_t n_ctx() const { return n_ctx_; }
@@ -28,12 +63,27 @@ class KvCache {
   uint8_t* v_row(int64_t layer, int64_t pos) { return v_[layer].data() + pos * v_row_bytes_; }
   const uint8_t* k_data(int64_t layer) const { return k_[layer].data(); }
   const uint8_t* v_data(int64_t layer) const { return v_[layer].data(); }
+  // The tq codecs (null for the other types).
+  const TqCodec* k_codec() const { return k_tq_.get(); }
+  const TqCodec* v_codec() const { return v_tq_.get(); }
   size_t bytes() const;
+  // Bytes per position over all layers (K + V): the number to compare codecs by.
+  size_t bytes_per_token() const { return (k_row_bytes_ + v_row_bytes_) * k_.size(); }
+
+  // Encodes one position's K row ([Hkv][Dk] floats) and V row into the cache.
+  void store(Backend& be, int64_t layer, int64_t pos, const float* k, const float* v);
+  // AttentionArgs with the cache fields (k, v, types, strides, codecs, n_head_kv, head
+  // dims) of `layer` filled in; the caller sets q, out, token counts and scale.
+  AttentionArgs attention_args(int64_t layer) const;
 
  private:
-  int64_t n_ctx_;
-  DType type_k_, type_v_;
-  size_t k_row_bytes_, v_row_bytes_;
+  void init(const KvGeometry& g, const KvCacheOptions& opt);
+
+  int64_t n_ctx_ = 0;
+  KvGeometry geo_;
+  DType type_k_ = DType::F16, type_v_ = DType::F16;
+  size_t k_row_bytes_ = 0, v_row_bytes_ = 0;
+  std::unique_ptr<TqCodec> k_tq_, v_tq_;
   std::vector<std::vector<uint8_t>> k_, v_;
 };
 

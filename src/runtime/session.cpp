@@ -8,8 +8,9 @@ namespace sluice {
 Session::Session(const Model& model, Backend& backend, const KvCacheOptions& kv_opt)
     : model_(model),
       backend_(backend),
-      kv_(model.hparams().n_layer, model.hparams().n_head_kv * model.hparams().head_dim_k,
-          model.hparams().n_head_kv * model.hparams().head_dim_v, kv_opt) {}
+      kv_(KvGeometry{model.hparams().n_layer, model.hparams().n_head, model.hparams().n_head_kv,
+                     model.hparams().head_dim_k, model.hparams().head_dim_v},
+          kv_opt) {}
 
 std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_logits) {
   const int64_t n = static_cast<int64_t>(tokens.size());

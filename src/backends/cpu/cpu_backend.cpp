@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
 
+#include "backends/cpu/attention.h"
 #include "backends/cpu/kernels.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -27,23 +29,33 @@ constexpr int64_t kMinParallelWork = 1 << 15;
 // Weight rows decoded at once for a batched matmul: sized so the float block (≤ 256 KiB)
 // stays in L2 while every token tile is multiplied against it.
 constexpr int64_t kDecodedBlockBytes = 256 << 10;
-// Positions per online-softmax block in attention.
-constexpr int64_t kAttnBlock = 64;
+
+// Rows per work unit of the int8 path, and activation rows per tile (a tile of Q8_K rows,
+// ≤ 64 × 1.1 KiB per 1024 inputs, stays in L2 while a unit's weight rows sit in L1).
+constexpr int64_t kQ8RowsDecode = 16, kQ8RowsBatch = 32, kQ8TokTile = 64;
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int n_threads, CpuIsa isa) : pool_(n_threads), k_(cpu::kernels_for(isa)) {
+  CpuBackend(int n_threads, CpuIsa isa, const CpuBackendOptions& opt)
+      : pool_(n_threads), k_(cpu::kernels_for(isa)), q8_(opt.q8_activations ? &cpu::q8_kernels_for(isa) : nullptr) {
     if (!cpu_isa_available(isa)) fail("cpu backend: ISA level ", cpu_isa_name(isa), " is not available on this CPU");
     scratch_.resize(static_cast<size_t>(pool_.size()));
   }
 
   std::string_view name() const override { return "cpu"; }
   CpuIsa isa() const { return k_.isa; }
+  const char* q8_level() const { return q8_ ? q8_->name : nullptr; }
   int n_threads() const override { return pool_.size(); }
 
   void matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) override {
     const int64_t n_in = w.ne[0], n_out = w.n_rows();
     if (n_tok <= 0 || n_out <= 0) return;
+    if (q8_) {
+      if (const cpu::Q8Ops* op = q8_->get(w.type)) {
+        matmul_q8(*op, w, x, y, n_tok);
+        return;
+      }
+    }
     const size_t ldw_bytes = w.row_bytes();
     const bool direct = w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16;
     if (!direct && !quant_supported(w.type)) fail("cpu backend: matmul on unsupported weight type ", dtype_name(w.type));
@@ -89,6 +101,29 @@ class CpuBackend final : public Backend {
       }
     };
     run(n_units, n_out * n_in * n_tok, body);
+  }
+
+  // The int8 path: x quantized once per call (per token) to op.act, then each output is one
+  // int8 dot product of a weight row with a quantized activation row.
+  void matmul_q8(const cpu::Q8Ops& op, const TensorView& w, const float* x, float* y, int64_t n_tok) {
+    const int64_t n_in = w.ne[0], n_out = w.n_rows();
+    const size_t ldw_bytes = w.row_bytes(), a_bytes = dtype_row_bytes(op.act, n_in);
+    if (act_.size() < a_bytes * static_cast<size_t>(n_tok)) act_.resize(a_bytes * static_cast<size_t>(n_tok));
+    uint8_t* act = act_.data();
+    run(n_tok, n_tok * n_in * 4, [&](int64_t t0, int64_t t1, int) {
+      for (int64_t t = t0; t < t1; ++t) quantize_row(op.act, x + t * n_in, act + static_cast<size_t>(t) * a_bytes, n_in);
+    });
+    const int64_t block = n_tok == 1 ? kQ8RowsDecode : kQ8RowsBatch;
+    const int64_t n_units = (n_out + block - 1) / block;
+    run(n_units, n_out * n_in * n_tok, [&](int64_t u0, int64_t u1, int) {
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t r0 = u * block, nr = std::min(block, n_out - r0);
+        const uint8_t* wr = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes;
+        for (int64_t t0 = 0; t0 < n_tok; t0 += kQ8TokTile)
+          op.gemm(wr, ldw_bytes, nr, act + static_cast<size_t>(t0) * a_bytes, a_bytes, std::min(kQ8TokTile, n_tok - t0),
+                  n_in, y + t0 * n_out + r0, static_cast<size_t>(n_out));
+      }
+    });
   }
 
   void get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) override {
@@ -173,95 +208,10 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void attention(const AttentionArgs& a) override {
-    const int64_t T = a.n_tok, H = a.n_head, Hkv = a.n_head_kv, Dk = a.head_dim_k, Dv = a.head_dim_v, N = a.n_kv;
-    if (Hkv <= 0 || H % Hkv != 0) fail("attention: n_head ", H, " is not a multiple of n_head_kv ", Hkv);
-    for (DType t : {a.k_type, a.v_type})
-      if (t != DType::F32 && t != DType::F16 && !quant_supported(t))
-        fail("cpu backend: attention on unsupported cache type ", dtype_name(t));
-    // F32/F16 rows are read as float/half arrays in place: the stride must keep them aligned.
-    if ((a.k_type == DType::F32 && a.k_row_bytes % 4) || (a.k_type == DType::F16 && a.k_row_bytes % 2) ||
-        (a.v_type == DType::F32 && a.v_row_bytes % 4) || (a.v_type == DType::F16 && a.v_row_bytes % 2))
-      fail("attention: cache row stride (k ", a.k_row_bytes, ", v ", a.v_row_bytes,
-           " bytes) is not a whole number of elements");
-    const int64_t group = H / Hkv;
-    const int64_t work = T * H * std::max<int64_t>(1, std::min(N, a.pos0 + T)) * (Dk + Dv);
-    run(T * H, work, [&](int64_t u0, int64_t u1, int thread) {
-      // Scratch: scores [kAttnBlock], acc [Dv], and decode buffers for non-F32/F16 rows.
-      float* score = scratch(thread, static_cast<size_t>(kAttnBlock + Dv + Hkv * (Dk + Dv)));
-      float* acc = score + kAttnBlock;
-      float* kbuf = acc + Dv;
-      float* vbuf = kbuf + Hkv * Dk;
-      for (int64_t u = u0; u < u1; ++u) {
-        const int64_t t = u / H, h = u % H, hk = h / group;
-        attend_one(a, a.q + (t * H + h) * Dk, hk, std::min(N, a.pos0 + t + 1), score, acc, kbuf, vbuf);
-        float* out = a.out + (t * H + h) * Dv;
-        std::memcpy(out, acc, static_cast<size_t>(Dv) * sizeof(float));
-      }
-    });
-  }
+  // Lives in backends/cpu/attention.cpp (KV codecs, split-KV).
+  void attention(const AttentionArgs& a) override { cpu::attention(k_, pool_, kMinParallelWork, a); }
 
  private:
-  // One query row against positions [0, n_vis) of KV head hk, online softmax in blocks of
-  // kAttnBlock (flash-attention style): running max m and sum l, the accumulator rescaled by
-  // e^(m_old - m_new) whenever a block raises the max. Leaves the normalized result in acc.
-  void attend_one(const AttentionArgs& a, const float* q, int64_t hk, int64_t n_vis, float* score, float* acc,
-                  float* kbuf, float* vbuf) const {
-    const int64_t Dk = a.head_dim_k, Dv = a.head_dim_v, Hkv = a.n_head_kv;
-    std::fill(acc, acc + Dv, 0.0f);
-    if (n_vis <= 0) return;
-    const auto* kbase = static_cast<const uint8_t*>(a.k);
-    const auto* vbase = static_cast<const uint8_t*>(a.v);
-    float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-    // F32/F16 rows are read in place, several positions per kernel call (independent dot
-    // products in flight); the per-position arithmetic is the same as one call per position.
-    for (int64_t p0 = 0; p0 < n_vis; p0 += kAttnBlock) {
-      const int64_t nb = std::min(kAttnBlock, n_vis - p0);
-      const uint8_t* k0 = kbase + p0 * a.k_row_bytes;
-      if (a.k_type == DType::F32) {
-        k_.gemm_f32(reinterpret_cast<const float*>(k0) + hk * Dk, a.k_row_bytes / 4, nb, q, 0, 1, Dk, score, 1);
-      } else if (a.k_type == DType::F16) {
-        k_.gemm_f16(reinterpret_cast<const uint16_t*>(k0) + hk * Dk, a.k_row_bytes / 2, nb, q, 0, 1, Dk, score, 1);
-      } else {
-        for (int64_t j = 0; j < nb; ++j)
-          score[j] = k_.dot_f32(decode_head(a.k_type, k0 + j * a.k_row_bytes, hk, Dk, Hkv, kbuf), q, Dk);
-      }
-      for (int64_t j = 0; j < nb; ++j) score[j] *= a.scale;
-      const float m_new = std::max(m, k_.max(score, nb));
-      if (m_new > m && l > 0.0f) {
-        const float c = std::exp(m - m_new);
-        k_.scale_mul(acc, c, nullptr, acc, Dv);
-        l *= c;
-      }
-      m = m_new;
-      l += k_.exp_sub_sum(score, m, nb);
-      const uint8_t* v0 = vbase + p0 * a.v_row_bytes;
-      if (a.v_type == DType::F32) {
-        k_.axpy_rows_f32(score, reinterpret_cast<const float*>(v0) + hk * Dv, a.v_row_bytes / 4, nb, acc, Dv);
-      } else if (a.v_type == DType::F16) {
-        k_.axpy_rows_f16(score, reinterpret_cast<const uint16_t*>(v0) + hk * Dv, a.v_row_bytes / 2, nb, acc, Dv);
-      } else {
-        for (int64_t j = 0; j < nb; ++j)
-          k_.axpy_f32(score[j], decode_head(a.v_type, v0 + j * a.v_row_bytes, hk, Dv, Hkv, vbuf), acc, Dv);
-      }
-    }
-    k_.scale_mul(acc, 1.0f / l, nullptr, acc, Dv);
-  }
-
-  // Head hk of a quantized cache row of Hkv·D elements, decoded to float. Decodes just the
-  // head when D is a whole number of blocks, else the whole row (into buf, Hkv·D floats).
-  const float* decode_head(DType t, const uint8_t* row, int64_t hk, int64_t D, int64_t Hkv, float* buf) const {
-    const auto& tr = dtype_traits(t);
-    const cpu::QuantOps* q = k_.quant(t);
-    if (D % tr.block_size == 0) {
-      const uint8_t* src = row + static_cast<size_t>(hk * D / tr.block_size) * tr.block_bytes;
-      q ? q->decode(src, buf, D) : dequantize_row(t, src, buf, D);
-      return buf;
-    }
-    q ? q->decode(row, buf, Hkv * D) : dequantize_row(t, row, buf, Hkv * D);
-    return buf + hk * D;
-  }
-
   void decode(DType t, const void* src, float* dst, int64_t n) const {
     switch (t) {
       case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
@@ -302,17 +252,34 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   const cpu::Kernels& k_;
+  const cpu::Q8Kernels* q8_;  // null: quantized weights are decoded to float (the exact path)
+  std::vector<uint8_t> act_;  // quantized activations of the current int8 matmul
   std::vector<std::vector<float>> scratch_;  // per pool thread; a backend runs one op at a time
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int n_threads, CpuIsa isa) {
+CpuBackendOptions cpu_backend_default_options() {
+  CpuBackendOptions o;
+  if (const char* e = std::getenv("SLUICE_CPU_Q8")) o.q8_activations = std::string_view(e) == "1";
+  return o;
+}
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, CpuIsa isa, const CpuBackendOptions& opt) {
   if (!cpu_isa_available(isa)) fail("cpu backend: ISA level ", cpu_isa_name(isa), " is not available on this CPU");
-  return std::make_unique<CpuBackend>(n_threads, isa);
+  return std::make_unique<CpuBackend>(n_threads, isa, opt);
+}
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, CpuIsa isa) {
+  return make_cpu_backend(n_threads, isa, cpu_backend_default_options());
 }
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return make_cpu_backend(n_threads, cpu_isa_select()); }
+
+const char* cpu_backend_q8_level(const Backend& b) {
+  if (const auto* c = dynamic_cast<const CpuBackend*>(&b)) return c->q8_level();
+  return nullptr;
+}
 
 std::optional<CpuIsa> cpu_backend_isa(const Backend& b) {
   if (const auto* c = dynamic_cast<const CpuBackend*>(&b)) return c->isa();

@@ -14,10 +14,24 @@
 
 namespace sluice {
 
+struct CpuBackendOptions {
+  // Quantize activations once per token (Q8_K / Q8_0) and multiply Q4_0/Q8_0/Q4_K/Q5_K/Q6_K
+  // weights by int8 dot products, as llama.cpp does: reads each weight byte once with a few
+  // integer ops, ~2-4x the float-decode path, but the activation rounding changes results by
+  // NMSE ~1e-5 per matmul (tests/kernels/test_backend_parity.cpp), above the model-level
+  // parity limits that assume the exact path. Off by default until those limits allow it.
+  bool q8_activations = false;
+};
+// The defaults, with SLUICE_CPU_Q8=1|0 in the environment overriding q8_activations.
+CpuBackendOptions cpu_backend_default_options();
+
 // n_threads <= 0: hardware concurrency. isa: the kernel level (must be available; see
 // cpu_isa_available); the overload without it uses cpu_isa_select().
 std::unique_ptr<Backend> make_cpu_backend(int n_threads, CpuIsa isa);
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, CpuIsa isa, const CpuBackendOptions& opt);
+// The int8 kernel level ("avx512-vnni", ...) of a cpu backend with q8_activations, else null.
+const char* cpu_backend_q8_level(const Backend& b);
 // The kernel level of a cpu backend (nullopt if b is another backend): for logs and tests.
 std::optional<CpuIsa> cpu_backend_isa(const Backend& b);
 

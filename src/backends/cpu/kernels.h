@@ -89,6 +89,43 @@ struct Kernels {
   }
 };
 
+// Int8 dot-product paths (kernels_q8_impl.h): the weight row against activations quantized
+// once per token to `act` (Q8_K for the K-quants, Q8_0 for Q4_0/Q8_0), as ggml's
+// ggml_vec_dot_<w>_<act>. They read each weight byte once and never form floats of the
+// weights; the result differs from the float path by the activation rounding (~0.4% per
+// element). Determinism: each dot's value depends only on its two operands.
+struct Q8Ops {
+  DType act = DType::F32;  // activation block type; F32 = no int8 path for this weight type
+  // y[t*ldy + r] = dot(W_r, A_t) for r < n_rows, t < n_tok, W_r = w + r*row_bytes,
+  // A_t = a + t*a_row_bytes (n elements quantized to act).
+  void (*gemm)(const void* w, size_t row_bytes, int64_t n_rows, const void* a, size_t a_row_bytes, int64_t n_tok,
+               int64_t n, float* y, size_t ldy) = nullptr;
+};
+
+struct Q8Kernels {
+  const char* name;  // "generic", "avx2", "avx512", "avx512-vnni"
+  Q8Ops q4_0, q8_0, q4_K, q5_K, q6_K;
+  const Q8Ops* get(DType t) const {
+    const Q8Ops* q = nullptr;
+    switch (t) {
+      case DType::Q4_0: q = &q4_0; break;
+      case DType::Q8_0: q = &q8_0; break;
+      case DType::Q4_K: q = &q4_K; break;
+      case DType::Q5_K: q = &q5_K; break;
+      case DType::Q6_K: q = &q6_K; break;
+      default: break;
+    }
+    return q && q->gemm ? q : nullptr;
+  }
+};
+
+// The generic level is the scalar twin of the SIMD levels (same integer sums); the avx512
+// level uses VNNI (dpbusd) only where cpu_features() reports it.
+const Q8Kernels& q8_kernels_generic();
+const Q8Kernels& q8_kernels_avx2();
+const Q8Kernels& q8_kernels_avx512();
+const Q8Kernels& q8_kernels_for(CpuIsa isa);
+
 const Kernels& kernels_generic();
 const Kernels& kernels_avx2();    // call only if cpu_isa_available(CpuIsa::avx2)
 const Kernels& kernels_avx512();  // call only if cpu_isa_available(CpuIsa::avx512)

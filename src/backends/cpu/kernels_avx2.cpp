@@ -92,6 +92,17 @@ struct Simd {
 
 }  // namespace avx2_isa
 
+namespace avx2_q8 {
+inline float q8_half(uint16_t h) { return _cvtsh_ss(h); }
+#define SLUICE_Q8_SIMD 1
+#define SLUICE_Q8_VNNI 0
+#include "backends/cpu/kernels_q8_impl.h"
+#undef SLUICE_Q8_SIMD
+#undef SLUICE_Q8_VNNI
+constexpr Q8Kernels kTable = q8_table("avx2");
+}  // namespace avx2_q8
+
 const Kernels& kernels_avx2() { return avx2_isa::kTable; }
+const Q8Kernels& q8_kernels_avx2() { return avx2_q8::kTable; }
 
 }  // namespace sluice::cpu

@@ -87,6 +87,31 @@ struct Simd {
 
 }  // namespace avx512_isa
 
+// Two int8 tables: AVX-512 F/BW/VL/DQ does not imply VNNI (Skylake-X lacks it), so the
+// dpbusd variant is chosen only when CPUID reports avx512_vnni.
+namespace avx512_q8 {
+inline float q8_half(uint16_t h) { return _cvtsh_ss(h); }
+#define SLUICE_Q8_SIMD 1
+#define SLUICE_Q8_VNNI 0
+#include "backends/cpu/kernels_q8_impl.h"
+#undef SLUICE_Q8_SIMD
+#undef SLUICE_Q8_VNNI
+constexpr Q8Kernels kTable = q8_table("avx512");
+}  // namespace avx512_q8
+
+namespace avx512_q8_vnni {
+inline float q8_half(uint16_t h) { return _cvtsh_ss(h); }
+#define SLUICE_Q8_SIMD 1
+#define SLUICE_Q8_VNNI 1
+#include "backends/cpu/kernels_q8_impl.h"
+#undef SLUICE_Q8_SIMD
+#undef SLUICE_Q8_VNNI
+constexpr Q8Kernels kTable = q8_table("avx512-vnni");
+}  // namespace avx512_q8_vnni
+
 const Kernels& kernels_avx512() { return avx512_isa::kTable; }
+const Q8Kernels& q8_kernels_avx512() {
+  return cpu_features().avx512vnni ? avx512_q8_vnni::kTable : avx512_q8::kTable;
+}
 
 }  // namespace sluice::cpu

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backends/cpu/kernels.h"
+#include "quant/blocks.h"
 #include "quant/quant.h"
 
 // No quantized fast paths here: this level exists for correctness on old CPUs, where
@@ -100,7 +101,27 @@ struct Simd {
 
 }  // namespace generic_isa
 
+namespace generic_q8 {
+inline float q8_half(uint16_t h) { return fp16_to_fp32(h); }
+#define SLUICE_Q8_SIMD 0
+#define SLUICE_Q8_VNNI 0
+#include "backends/cpu/kernels_q8_impl.h"
+#undef SLUICE_Q8_SIMD
+#undef SLUICE_Q8_VNNI
+constexpr Q8Kernels kTable = q8_table("generic");
+}  // namespace generic_q8
+
 const Kernels& kernels_generic() { return generic_isa::kTable; }
+const Q8Kernels& q8_kernels_generic() { return generic_q8::kTable; }
+
+const Q8Kernels& q8_kernels_for(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::avx512: return q8_kernels_avx512();
+    case CpuIsa::avx2: return q8_kernels_avx2();
+    case CpuIsa::generic: break;
+  }
+  return q8_kernels_generic();
+}
 
 const Kernels& kernels_for(CpuIsa isa) {
   switch (isa) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kvcodec/kvcodec.h"
 #include "quant/quant.h"
 
 namespace sluice {
@@ -26,6 +27,14 @@ void decode_row(DType t, const void* src, float* dst, int64_t n) {
   }
   if (!quant_supported(t)) fail("ref backend: no decoder for dtype ", dtype_name(t));
   dequantize_row(t, src, dst, n);
+}
+
+// A tq cache type comes with its codec, shaped like the attention's heads.
+void check_tq(DType t, const TqCodec* c, int64_t Hkv, int64_t D) {
+  if (kv_type_is_tq(t) != (c != nullptr) || (c && c->type() != t))
+    fail("attention: cache type ", kv_type_name(t), " and its codec disagree");
+  if (c && (c->n_head() != Hkv || c->head_dim() != D))
+    fail("attention: tq codec is for ", c->n_head(), " heads of ", c->head_dim(), ", attention has ", Hkv, " of ", D);
 }
 
 class RefBackend final : public Backend {
@@ -126,11 +135,16 @@ class RefBackend final : public Backend {
   void attention(const AttentionArgs& a) override {
     const int64_t T = a.n_tok, H = a.n_head, Hkv = a.n_head_kv, Dk = a.head_dim_k, Dv = a.head_dim_v, N = a.n_kv;
     if (Hkv <= 0 || H % Hkv != 0) fail("attention: n_head ", H, " is not a multiple of n_head_kv ", Hkv);
-    // Decode the whole visible cache once: K as [N][Hkv][Dk], V as [N][Hkv][Dv].
+    // Decode the whole visible cache once: K as [N][Hkv][Dk], V as [N][Hkv][Dv] (tq rows with
+    // their codec's reference decoder, back in the original space).
+    check_tq(a.k_type, a.k_tq, Hkv, Dk);
+    check_tq(a.v_type, a.v_tq, Hkv, Dv);
     std::vector<float> k(static_cast<size_t>(N * Hkv * Dk)), v(static_cast<size_t>(N * Hkv * Dv));
     for (int64_t p = 0; p < N; ++p) {
-      decode_row(a.k_type, static_cast<const uint8_t*>(a.k) + p * a.k_row_bytes, k.data() + p * Hkv * Dk, Hkv * Dk);
-      decode_row(a.v_type, static_cast<const uint8_t*>(a.v) + p * a.v_row_bytes, v.data() + p * Hkv * Dv, Hkv * Dv);
+      const uint8_t* kr = static_cast<const uint8_t*>(a.k) + p * a.k_row_bytes;
+      const uint8_t* vr = static_cast<const uint8_t*>(a.v) + p * a.v_row_bytes;
+      a.k_tq ? a.k_tq->decode_row(kr, k.data() + p * Hkv * Dk) : decode_row(a.k_type, kr, k.data() + p * Hkv * Dk, Hkv * Dk);
+      a.v_tq ? a.v_tq->decode_row(vr, v.data() + p * Hkv * Dv) : decode_row(a.v_type, vr, v.data() + p * Hkv * Dv, Hkv * Dv);
     }
     const int64_t group = H / Hkv;
     std::vector<double> score(static_cast<size_t>(N)), acc(static_cast<size_t>(Dv));

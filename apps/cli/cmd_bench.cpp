@@ -1,0 +1,237 @@
+// apps/cli/cmd_bench: `sluice bench`, modelled on llama-bench: prompt processing (pp N) and
+// token generation (tg N) throughput per thread count, as a markdown table or JSON. Decode
+// rows also give the bytes actually read per token (counted op by op by CountingBackend:
+// dense weights, the experts chosen, KV rows), the achieved GB/s and its fraction of the
+// read bandwidth measured by this binary in this run with the same thread count (--membw
+// alone prints just that). --profile adds a per-stage time and byte table.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "bench/bench.h"
+#include "commands.h"
+#include "core/error.h"
+#include "runtime/session.h"
+
+namespace sluice::cli {
+namespace {
+
+struct BenchArgs {
+  std::vector<std::string> models;
+  int n_prompt = 512, n_gen = 128, reps = 5;
+  std::vector<int> threads{2};
+  bool json = false, profile = false, membw_only = false, exact = false;
+  std::string cache_type = "f16";
+  size_t membw_mib = 1024;
+};
+
+struct Stats {
+  double mean = 0, sd = 0;
+};
+Stats stats(const std::vector<double>& v) {
+  Stats s;
+  if (v.empty()) return s;
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(v.size());
+  if (v.size() > 1) {
+    for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+    s.sd = std::sqrt(s.sd / static_cast<double>(v.size() - 1));
+  }
+  return s;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// "1.23 GiB" / "45.6 MiB", "3.05 B" / "51.2 M": llama-bench's units, readable for tiny models too.
+std::string human(double v, double big, const char* big_unit, double small, const char* small_unit) {
+  char b[64];
+  if (v >= big)
+    std::snprintf(b, sizeof b, "%.2f %s", v / big, big_unit);
+  else
+    std::snprintf(b, sizeof b, "%.2f %s", v / small, small_unit);
+  return b;
+}
+
+std::string base_name(const std::string& p) {
+  const size_t s = p.find_last_of('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+DType cache_type_or_fail(const std::string& s) {
+  if (s == "f16") return DType::F16;
+  if (s == "f32") return DType::F32;
+  if (s == "q8_0") return DType::Q8_0;
+  fail("bench: unknown --cache-type '", s, "' (f16 | f32 | q8_0)");
+}
+
+int run_bench(const BenchArgs& a) {
+  nlohmann::json out = nlohmann::json::array();
+  if (a.membw_only) {
+    if (!a.json) std::printf("| threads | read GB/s |\n| ---: | ---: |\n");
+    for (int t : a.threads) {
+      const double bw = membw_read(t, a.membw_mib << 20, a.reps);
+      if (a.json)
+        out.push_back({{"threads", t}, {"membw_gbps", bw / 1e9}});
+      else
+        std::printf("| %d | %.2f |\n", t, bw / 1e9);
+    }
+    if (a.json) std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  if (a.models.empty()) fail("bench: -m MODEL is required (or --membw)");
+  if (!a.json)
+    std::printf("| model | size | params | backend | threads | test | t/s | GB/s read / membw | SOL %% |\n"
+                "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+  std::string profile_text;
+  for (const std::string& path : a.models) {
+    std::fprintf(stderr, "bench: loading %s\n", path.c_str());
+    auto model = Model::load(path);
+    const Hparams& hp = model->hparams();
+    int64_t params = 0;
+    for (const auto& t : model->file().tensors()) params += t.n_elements();
+    const std::string size = human(static_cast<double>(model->weight_bytes()), 1 << 30, "GiB", 1 << 20, "MiB");
+    const std::string n_params = human(static_cast<double>(params), 1e9, "B", 1e6, "M");
+    const DType kv_type = cache_type_or_fail(a.cache_type);
+    for (int t : a.threads) {
+      CpuBackendOptions opt = cpu_backend_default_options();
+      opt.q8_activations = !a.exact;
+      auto inner = make_cpu_backend(t, cpu_isa_select(), opt);
+      CountingBackend be(*inner, a.profile);
+      const char* q8 = cpu_backend_q8_level(*inner);
+      const std::string be_name = std::string("cpu ") + std::string(cpu_isa_name(cpu_isa_select())) +
+                                  (q8 ? std::string(" q8:") + q8 : std::string(" exact"));
+      std::fprintf(stderr, "bench: %d threads: measuring read bandwidth (%zu MiB)\n", t, a.membw_mib);
+      const double bw = membw_read(t, a.membw_mib << 20, a.reps);
+      KvCacheOptions kv;
+      kv.n_ctx = a.n_prompt + a.n_gen + 1;
+      kv.type_k = kv.type_v = kv_type;
+      Session s(*model, be, kv);
+      std::mt19937 rng(42);
+      std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(hp.n_vocab - 1));
+      auto row = [&](const std::string& test, const std::vector<double>& tps, double gbps) {
+        const Stats st = stats(tps);
+        if (a.json) {
+          nlohmann::json j = {{"model", base_name(path)}, {"size_bytes", model->weight_bytes()}, {"params", params},
+                              {"backend", be_name}, {"threads", t}, {"test", test}, {"tps_mean", st.mean},
+                              {"tps_sd", st.sd}, {"samples_tps", tps}, {"membw_gbps", bw / 1e9}};
+          if (gbps > 0) {
+            j["gbps"] = gbps / 1e9;
+            j["sol_fraction"] = gbps / bw;
+          }
+          out.push_back(j);
+        } else if (gbps > 0) {
+          std::printf("| %s | %s | %s | %s | %d | %s | %.2f ± %.2f | %.2f / %.2f | %.1f |\n", base_name(path).c_str(),
+                      size.c_str(), n_params.c_str(), be_name.c_str(), t, test.c_str(), st.mean, st.sd, gbps / 1e9, bw / 1e9,
+                      100.0 * gbps / bw);
+        } else {
+          std::printf("| %s | %s | %s | %s | %d | %s | %.2f ± %.2f | | |\n", base_name(path).c_str(), size.c_str(),
+                      n_params.c_str(), be_name.c_str(), t, test.c_str(), st.mean, st.sd);
+        }
+        std::fflush(stdout);
+      };
+      // Warm-up: one short prompt and one decode step (page faults of the mapping, pool start).
+      {
+        std::vector<int32_t> w{tok(rng), tok(rng)};
+        s.eval(w);
+        s.reset();
+      }
+      if (a.n_prompt > 0) {
+        std::vector<double> tps;
+        for (int r = 0; r < a.reps; ++r) {
+          std::fprintf(stderr, "bench: %d threads: pp%d rep %d/%d\n", t, a.n_prompt, r + 1, a.reps);
+          std::vector<int32_t> p(static_cast<size_t>(a.n_prompt));
+          for (auto& x : p) x = tok(rng);
+          s.reset();
+          const auto t0 = std::chrono::steady_clock::now();
+          s.eval(p);
+          tps.push_back(a.n_prompt / seconds_since(t0));
+        }
+        row("pp" + std::to_string(a.n_prompt), tps, 0);
+      }
+      if (a.n_gen > 0) {
+        std::vector<double> tps, gbps;
+        be.reset();
+        double total_s = 0;
+        for (int r = 0; r < a.reps; ++r) {
+          std::fprintf(stderr, "bench: %d threads: tg%d rep %d/%d\n", t, a.n_gen, r + 1, a.reps);
+          s.reset();
+          std::vector<int32_t> one{tok(rng)};
+          const uint64_t b0 = be.counters().total_bytes();
+          const auto t0 = std::chrono::steady_clock::now();
+          for (int i = 0; i < a.n_gen; ++i) {
+            auto logits = s.eval(one);
+            one[0] = argmax(logits);
+          }
+          const double sec = seconds_since(t0);
+          total_s += sec;
+          tps.push_back(a.n_gen / sec);
+          gbps.push_back(static_cast<double>(be.counters().total_bytes() - b0) / sec);
+        }
+        row("tg" + std::to_string(a.n_gen), tps, stats(gbps).mean);
+        if (a.profile) {
+          const BenchCounters& c = be.counters();
+          const double n_tok = static_cast<double>(a.n_gen) * a.reps;
+          double staged = 0;
+          for (double x : c.seconds) staged += x;
+          char buf[256];
+          std::snprintf(buf, sizeof buf, "\nprofile: %s, %d threads, tg%d (per token; SOL at %.1f GB/s)\n\n", base_name(path).c_str(), t,
+                        a.n_gen, bw / 1e9);
+          profile_text += buf;
+          profile_text += "| stage | ms | % time | MB read | GB/s | SOL % |\n| --- | ---: | ---: | ---: | ---: | ---: |\n";
+          for (size_t i = 0; i < c.seconds.size(); ++i) {
+            const double ms = 1e3 * c.seconds[i] / n_tok, mb = c.bytes[i] / n_tok / 1e6;
+            const double g = c.seconds[i] > 0 ? c.bytes[i] / c.seconds[i] : 0;
+            std::snprintf(buf, sizeof buf, "| %s | %.3f | %.1f | %.2f | %.1f | %.1f |\n",
+                          std::string(bench_stage_name(static_cast<BenchStage>(i))).c_str(), ms, 100 * c.seconds[i] / total_s,
+                          mb, g / 1e9, 100 * g / bw);
+            profile_text += buf;
+          }
+          std::snprintf(buf, sizeof buf, "| (outside ops: routing, gather, sampling) | %.3f | %.1f | | | |\n",
+                        1e3 * (total_s - staged) / n_tok, 100 * (total_s - staged) / total_s);
+          profile_text += buf;
+          std::snprintf(buf, sizeof buf, "| total | %.3f | 100 | %.2f | %.1f | %.1f |\n", 1e3 * total_s / n_tok,
+                        c.total_bytes() / n_tok / 1e6, c.total_bytes() / total_s / 1e9, 100 * c.total_bytes() / total_s / bw);
+          profile_text += buf;
+        }
+      }
+    }
+  }
+  if (a.json)
+    std::cout << out.dump(2) << "\n";
+  else
+    std::printf("%s", profile_text.c_str());
+  return 0;
+}
+
+}  // namespace
+
+CommandRunner add_bench_command(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* b = app.add_subcommand("bench", "throughput (pp/tg tok/s), bytes per token and % of the measured memory bandwidth");
+  b->add_option("-m,--model", args->models, "GGUF model file(s)");
+  b->add_option("-p,--n-prompt", args->n_prompt, "prompt tokens per pp test (0: skip)")->capture_default_str();
+  b->add_option("-n,--n-gen", args->n_gen, "generated tokens per tg test (0: skip)")->capture_default_str();
+  b->add_option("-r,--repetitions", args->reps, "repetitions of each test")->capture_default_str();
+  b->add_option("-t,--threads", args->threads, "thread counts, comma separated")->delimiter(',')->capture_default_str();
+  b->add_option("--cache-type", args->cache_type, "KV cache type: f16 | f32 | q8_0")->capture_default_str();
+  b->add_option("--membw-mib", args->membw_mib, "buffer for the bandwidth kernel, MiB")->capture_default_str();
+  b->add_flag("--membw", args->membw_only, "only measure memory read bandwidth per thread count");
+  b->add_flag("--profile", args->profile, "per-stage time and bytes of the tg runs");
+  b->add_flag("--exact", args->exact, "float-decode matmuls (no int8 activations): the parity path");
+  b->add_flag("--json", args->json, "JSON instead of a markdown table");
+  return [args, b]() -> int {
+    if (!b->parsed()) return 0;
+    return run_bench(*args);
+  };
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,39 @@
+// apps/cli/cmd_pack: `sluice pack IN -o OUT` (and --unpack): the expert-bundled layout of
+// runtime/pack.h, whose header explains why a packed file is Sluice-only.
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "commands.h"
+#include "runtime/pack.h"
+
+namespace sluice::cli {
+
+CommandRunner add_pack_command(CLI::App& app) {
+  struct Opts {
+    std::string in, out;
+    bool unpack = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("pack",
+                                 "rewrite the expert tensors so each (layer, expert) is one 4 KiB-aligned region: one read "
+                                 "per streaming miss. The output is Sluice-only (llama.cpp needs the stacked tensors); "
+                                 "--unpack restores them");
+  cmd->add_option("input", o->in, "GGUF model")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-o,--output", o->out, "output GGUF")->required();
+  cmd->add_flag("--unpack", o->unpack, "the reverse: stacked expert tensors again, loadable by llama.cpp");
+  return [o] {
+    const bool tty = ::isatty(2);
+    PackProgress progress = [tty](size_t done, size_t total) {
+      if (tty && (done % 64 == 0 || done == total)) std::fprintf(stderr, "\rwriting tensor %zu/%zu", done, total);
+    };
+    const PackResult r = o->unpack ? unpack_experts(o->in, o->out, progress) : pack_experts(o->in, o->out, progress);
+    std::fprintf(stderr, "%s%s %s -> %s: %d MoE layers, %lld experts, %.1f MB -> %.1f MB in %.2f s\n", tty ? "\r" : "",
+                 o->unpack ? "unpacked" : "packed", o->in.c_str(), o->out.c_str(), r.moe_layers,
+                 static_cast<long long>(r.experts), r.bytes_in / 1e6, r.bytes_out / 1e6, r.seconds);
+    return 0;
+  };
+}
+
+}  // namespace sluice::cli

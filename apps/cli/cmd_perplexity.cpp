@@ -1,0 +1,96 @@
+// apps/cli/cmd_perplexity: `sluice perplexity` — perplexity of a text, and KL divergence of one
+// configuration (KV codecs, weight types, backends) against a saved base run, printed as
+// llama-perplexity prints them. The method and the file format live in runtime/perplexity.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+
+#include "backends/backend.h"
+#include "core/error.h"
+#include "kvcodec/kvcodec.h"
+#include "models/model.h"
+#include "runtime/perplexity.h"
+
+namespace sluice::cli {
+namespace {
+
+struct PerplexityArgs {
+  std::string model, text_file, backend = "cpu", cache_type = "f16", cache_type_k, cache_type_v, kld_base, kld;
+  int threads = 0;
+  int64_t ctx = 512, chunks = -1;
+  bool no_auto_asymmetric = false;
+};
+
+DType cache_type(const std::string& s) {
+  auto t = kv_type_from_name(s);
+  if (!t) fail("cache type '", s, "' is not supported (", kv_type_names(), ")");
+  return *t;
+}
+
+int run(const PerplexityArgs& a) {
+  if (!a.kld.empty() && !a.kld_base.empty()) fail("perplexity: --kld and --kld-base exclude each other");
+  if (a.kld.empty() && a.text_file.empty()) fail("perplexity: -f TEXT is required (except with --kld)");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = Model::load(a.model);
+  auto be = make_backend(a.backend, a.threads);
+  std::vector<int32_t> tokens;
+  if (a.kld.empty()) {
+    std::FILE* f = std::fopen(a.text_file.c_str(), "rb");
+    if (!f) fail("cannot open ", a.text_file);
+    std::string text;
+    char buf[65536];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    std::fclose(f);
+    tokens = model->tokenizer().encode(text, /*add_special=*/true);
+  }
+  PerplexityOptions o;
+  o.n_ctx = a.ctx;
+  o.n_chunks = a.chunks;
+  o.kv.type_k = cache_type(a.cache_type_k.empty() ? a.cache_type : a.cache_type_k);
+  o.kv.type_v = cache_type(a.cache_type_v.empty() ? a.cache_type : a.cache_type_v);
+  o.kv.auto_asymmetric = !a.no_auto_asymmetric;
+  o.kld_base_out = a.kld_base;
+  o.kld_in = a.kld;
+  std::fprintf(stderr, "perplexity: %s (%s), backend %s, %d threads, %zu tokens\n", a.model.c_str(),
+               model->hparams().arch.c_str(), std::string(be->name()).c_str(), be->n_threads(), tokens.size());
+  const PerplexityResult r = perplexity_run(*model, *be, tokens, o, stdout);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("kv cache: K %s, V %s, %zu bytes/token (all layers), ctx %lld, %lld chunks, %lld tokens scored, %.1f s\n",
+              std::string(kv_type_name(r.type_k)).c_str(), std::string(kv_type_name(r.type_v)).c_str(),
+              r.kv_bytes_per_token, static_cast<long long>(r.n_ctx), static_cast<long long>(r.n_chunks),
+              static_cast<long long>(r.count), secs);
+  std::printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
+  if (r.has_kld) std::printf("\n%s", format_kld_report(r.kld).c_str());
+  return 0;
+}
+
+}  // namespace
+
+CommandRunner add_perplexity_command(CLI::App& app) {
+  auto a = std::make_shared<PerplexityArgs>();
+  auto* cmd = app.add_subcommand("perplexity", "perplexity of a text; KL divergence against a saved base run");
+  cmd->footer(
+      "llama-perplexity's method: chunks of --ctx tokens, each from an empty cache with BOS first, scoring the second\n"
+      "half. --kld-base FILE saves this run's log-probs (llama.cpp's --kl-divergence-base format); --kld FILE runs on\n"
+      "the tokens stored in FILE and compares against them (KLD, Δp, same top token).");
+  cmd->add_option("-m,--model", a->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-f,--file", a->text_file, "text file to score");
+  cmd->add_option("-c,--ctx", a->ctx, "chunk length in tokens")->capture_default_str();
+  cmd->add_option("--chunks", a->chunks, "chunks to score (-1: all)")->capture_default_str();
+  cmd->add_option("--backend", a->backend, "ref | cpu")->capture_default_str();
+  cmd->add_option("-t,--threads", a->threads, "worker threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--cache-type", a->cache_type, "KV cache type of K and V (shorthand for both)")->capture_default_str();
+  cmd->add_option("--cache-type-k", a->cache_type_k, "K cache type: " + std::string(kv_type_names()));
+  cmd->add_option("--cache-type-v", a->cache_type_v, "V cache type: " + std::string(kv_type_names()));
+  cmd->add_flag("--no-auto-asymmetric", a->no_auto_asymmetric, "keep a K type below 8 bits even with GQA >= 6");
+  cmd->add_option("--kld-base", a->kld_base, "write the base log-probs to FILE");
+  cmd->add_option("--kld", a->kld, "compare against the base log-probs in FILE");
+  return [a] { return run(*a); };
+}
+
+}  // namespace sluice::cli

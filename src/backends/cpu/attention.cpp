@@ -1,0 +1,283 @@
+// backends/cpu/attention: one-pass online-softmax attention (flash-attention style) over the
+// cache as stored — f32/f16 rows read in place, q8_0/q4_0/bf16 heads decoded one at a time,
+// tq heads read as codebook values in the rotated space — with split-KV for decode.
+// Legend: T = tokens, H = query heads, Hkv = KV heads, Dk/Dv = head dims, N = cached
+// positions, S = positions per split.
+//
+// Rotated-codebook (tq) caches: R is orthonormal, so q·k = (Rq)·(Rk); the query is rotated
+// once per (token, head, split) and each score is γ·Σ_i c[idx_i]·(Rq)_i from the codebook.
+// The V sum accumulates in the rotated space (Σ_p w_p·γ_p·c_p) and is rotated back once per
+// (token, head) at the end. No dequantized copy of the cache is made.
+//
+// GQA: a work unit is one KV head with its group of H/Hkv query heads, so each K and V row
+// is read (or decoded) once per group rather than once per query head.
+//
+// Split-KV: when a batch has few (token, head) rows (decode), each row's visible positions
+// are cut into splits of S positions that run in parallel, each leaving (max m, sum l,
+// unnormalized acc); a second pass merges them with weights e^(m_s - max m). The split is a
+// function of the shapes only, never of the thread count, so results stay bitwise identical
+// for any number of threads. With a single split the arithmetic is exactly the one-pass kernel.
+#include "backends/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "kvcodec/kvcodec.h"
+#include "quant/quant.h"
+
+namespace sluice::cpu {
+namespace {
+
+// Positions per online-softmax block.
+constexpr int64_t kAttnBlock = 64;
+// Positions per split (a multiple of kAttnBlock), and the row count under which a batch is
+// split: decode has T·H = H rows, fewer than the threads of a big machine can take. With very
+// few KV-head groups (T·Hkv < kSmallGroups, e.g. MLA's single latent head) splits are
+// shorter, so a 512-position decode still has work for several threads.
+constexpr int64_t kSplit = 512, kSplitSmall = 128, kSmallGroups = 32;
+constexpr int64_t kSplitMaxRows = 256;
+
+struct Side {
+  DType type;
+  const uint8_t* base;
+  size_t row_bytes;
+  const TqCodec* tq;
+  int64_t D;
+};
+
+struct Ctx {
+  const Kernels& k;
+  const AttentionArgs& a;
+  Side ks, vs;
+};
+
+// Head hk of a block-quantized (or bf16) cache row of Hkv·D elements, decoded to float.
+// Decodes just the head when D is a whole number of blocks, else the whole row (into buf,
+// Hkv·D floats) and points at the head.
+const float* decode_head(const Kernels& k, DType t, const uint8_t* row, int64_t hk, int64_t D, int64_t Hkv, float* buf) {
+  const auto& tr = dtype_traits(t);
+  const QuantOps* q = k.quant(t);
+  if (D % tr.block_size == 0) {
+    const uint8_t* src = row + static_cast<size_t>(hk * D / tr.block_size) * tr.block_bytes;
+    q ? q->decode(src, buf, D) : dequantize_row(t, src, buf, D);
+    return buf;
+  }
+  q ? q->decode(row, buf, Hkv * D) : dequantize_row(t, row, buf, Hkv * D);
+  return buf + hk * D;
+}
+
+struct Scratch {
+  std::vector<float> v;
+  float* get(size_t n) {
+    if (v.size() < n) v.resize(n);
+    return v.data();
+  }
+};
+thread_local Scratch tl_scratch;
+
+// The G query heads of one KV head (q: G rows of Dk, already rotated when K is tq) against
+// positions [p_begin, p_end) of KV head hk: each K and V head is read or decoded once for the
+// whole group. Per query g it leaves the running max m[g], the sum l[g] of e^(s - m) and the
+// unnormalized weighted V sum acc[g·Dv..] (in V's storage space: rotated for tq). Every score
+// and axpy of query g is computed exactly as for a group of one (the kernels' dots depend
+// only on their operands), so grouping does not change results.
+void attend_group(const Ctx& c, const float* q, int64_t G, int64_t hk, int64_t p_begin, int64_t p_end, float* score,
+                  float* acc, float* kbuf, float* vbuf, float* m, float* l) {
+  const Kernels& k = c.k;
+  const AttentionArgs& a = c.a;
+  const int64_t Dk = c.ks.D, Dv = c.vs.D, Hkv = a.n_head_kv, B = kAttnBlock;
+  std::fill(acc, acc + G * Dv, 0.0f);
+  std::fill(m, m + G, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + G, 0.0f);
+  // F32/F16 rows are read in place, several positions per kernel call (independent dot
+  // products in flight); the per-position arithmetic is the same as one call per position.
+  for (int64_t p0 = p_begin; p0 < p_end; p0 += B) {
+    const int64_t nb = std::min(B, p_end - p0);
+    const uint8_t* k0 = c.ks.base + p0 * c.ks.row_bytes;
+    // score[g·B + j] = q_g · k_j
+    if (c.ks.tq) {
+      const size_t hb = c.ks.tq->head_bytes();
+      for (int64_t j = 0; j < nb; ++j) {
+        const float gm = c.ks.tq->decode_head_rotated(k0 + j * c.ks.row_bytes + hk * hb, kbuf);
+        for (int64_t g = 0; g < G; ++g) score[g * B + j] = gm * k.dot_f32(kbuf, q + g * Dk, Dk);
+      }
+    } else if (c.ks.type == DType::F32) {
+      k.gemm_f32(reinterpret_cast<const float*>(k0) + hk * Dk, c.ks.row_bytes / 4, nb, q, Dk, G, Dk, score, B);
+    } else if (c.ks.type == DType::F16) {
+      k.gemm_f16(reinterpret_cast<const uint16_t*>(k0) + hk * Dk, c.ks.row_bytes / 2, nb, q, Dk, G, Dk, score, B);
+    } else {
+      for (int64_t j = 0; j < nb; ++j) {
+        const float* kr = decode_head(k, c.ks.type, k0 + j * c.ks.row_bytes, hk, Dk, Hkv, kbuf);
+        for (int64_t g = 0; g < G; ++g) score[g * B + j] = k.dot_f32(kr, q + g * Dk, Dk);
+      }
+    }
+    for (int64_t g = 0; g < G; ++g) {
+      float* sg = score + g * B;
+      float* ag = acc + g * Dv;
+      for (int64_t j = 0; j < nb; ++j) sg[j] *= a.scale;
+      const float m_new = std::max(m[g], k.max(sg, nb));
+      if (m_new > m[g] && l[g] > 0.0f) {
+        const float cf = std::exp(m[g] - m_new);
+        k.scale_mul(ag, cf, nullptr, ag, Dv);
+        l[g] *= cf;
+      }
+      m[g] = m_new;
+      l[g] += k.exp_sub_sum(sg, m_new, nb);
+    }
+    const uint8_t* v0 = c.vs.base + p0 * c.vs.row_bytes;
+    if (c.vs.tq) {
+      const size_t hb = c.vs.tq->head_bytes();
+      for (int64_t j = 0; j < nb; ++j) {
+        const float gm = c.vs.tq->decode_head_rotated(v0 + j * c.vs.row_bytes + hk * hb, vbuf);
+        for (int64_t g = 0; g < G; ++g) k.axpy_f32(score[g * B + j] * gm, vbuf, acc + g * Dv, Dv);
+      }
+    } else if (c.vs.type == DType::F32) {
+      for (int64_t g = 0; g < G; ++g)
+        k.axpy_rows_f32(score + g * B, reinterpret_cast<const float*>(v0) + hk * Dv, c.vs.row_bytes / 4, nb, acc + g * Dv, Dv);
+    } else if (c.vs.type == DType::F16) {
+      for (int64_t g = 0; g < G; ++g)
+        k.axpy_rows_f16(score + g * B, reinterpret_cast<const uint16_t*>(v0) + hk * Dv, c.vs.row_bytes / 2, nb,
+                        acc + g * Dv, Dv);
+    } else {
+      for (int64_t j = 0; j < nb; ++j) {
+        const float* vr = decode_head(k, c.vs.type, v0 + j * c.vs.row_bytes, hk, Dv, Hkv, vbuf);
+        for (int64_t g = 0; g < G; ++g) k.axpy_f32(score[g * B + j], vr, acc + g * Dv, Dv);
+      }
+    }
+  }
+}
+
+// acc (V storage space, already normalized) -> out (original space).
+void finish(const Ctx& c, const float* acc, float* out) {
+  if (c.vs.tq)
+    c.vs.tq->unrotate(acc, out);
+  else
+    std::memcpy(out, acc, static_cast<size_t>(c.vs.D) * sizeof(float));
+}
+
+void check_side(DType t, const TqCodec* tq, size_t row_bytes, int64_t Hkv, int64_t D, const char* side) {
+  if (kv_type_is_tq(t)) {
+    if (!tq || tq->type() != t) fail("attention: ", side, " cache type ", kv_type_name(t), " comes without its codec");
+    if (tq->n_head() != Hkv || tq->head_dim() != D)
+      fail("attention: ", side, " tq codec is for ", tq->n_head(), " heads of ", tq->head_dim(), ", attention has ", Hkv,
+           " of ", D);
+    if (row_bytes < tq->row_bytes()) fail("attention: ", side, " cache row stride ", row_bytes, " < tq row ", tq->row_bytes());
+    return;
+  }
+  if (tq) fail("attention: ", side, " cache type ", kv_type_name(t), " given a tq codec");
+  if (t != DType::F32 && t != DType::F16 && !quant_supported(t))
+    fail("cpu backend: attention on unsupported cache type ", kv_type_name(t));
+  // F32/F16 rows are read as float/half arrays in place: the stride must keep them aligned.
+  if ((t == DType::F32 && row_bytes % 4) || (t == DType::F16 && row_bytes % 2))
+    fail("attention: ", side, " cache row stride ", row_bytes, " bytes is not a whole number of elements");
+}
+
+template <class F>
+void run(ThreadPool& pool, int64_t min_work, int64_t n, int64_t work, F&& body) {
+  if (n <= 0) return;
+  if (work < min_work || pool.size() == 1) {
+    body(int64_t{0}, n, 0);
+    return;
+  }
+  pool.parallel_for(n, body);
+}
+
+}  // namespace
+
+void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, const AttentionArgs& a) {
+  const int64_t T = a.n_tok, H = a.n_head, Hkv = a.n_head_kv, Dk = a.head_dim_k, Dv = a.head_dim_v, N = a.n_kv;
+  if (Hkv <= 0 || H % Hkv != 0) fail("attention: n_head ", H, " is not a multiple of n_head_kv ", Hkv);
+  check_side(a.k_type, a.k_tq, a.k_row_bytes, Hkv, Dk, "K");
+  check_side(a.v_type, a.v_tq, a.v_row_bytes, Hkv, Dv, "V");
+  const Ctx c{k, a, {a.k_type, static_cast<const uint8_t*>(a.k), a.k_row_bytes, a.k_tq, Dk},
+              {a.v_type, static_cast<const uint8_t*>(a.v), a.v_row_bytes, a.v_tq, Dv}};
+  const int64_t group = H / Hkv;
+  auto n_vis = [&](int64_t t) { return std::max<int64_t>(0, std::min(N, a.pos0 + t + 1)); };
+  // Splits per row: 1 unless the batch has few rows (see the header comment).
+  const bool split = T * H < kSplitMaxRows;
+  const int64_t S = T * Hkv < kSmallGroups ? kSplitSmall : kSplit;  // shapes only, never threads
+  auto n_split = [&](int64_t t) { return split ? std::max<int64_t>(1, (n_vis(t) + S - 1) / S) : 1; };
+  // Units: (t, hk, s) in that order — one KV head's group of query heads, one split;
+  // unit_begin[t] = first unit of token t. Partials of split rows, per (t, h, s): [m, l,
+  // acc[Dv]] at part_begin[t] + h·ns + s.
+  std::vector<int64_t> unit_begin(static_cast<size_t>(T + 1), 0), part_begin(static_cast<size_t>(T + 1), 0);
+  for (int64_t t = 0; t < T; ++t) {
+    unit_begin[t + 1] = unit_begin[t] + Hkv * n_split(t);
+    part_begin[t + 1] = part_begin[t] + H * n_split(t);
+  }
+  const int64_t n_units = unit_begin[T];
+  const bool any_split = part_begin[T] > T * H;
+  thread_local std::vector<float> partial;
+  if (any_split) partial.resize(static_cast<size_t>(part_begin[T] * (Dv + 2)));
+  float* part = partial.data();
+
+  const int64_t work = T * H * std::max<int64_t>(1, std::min(N, a.pos0 + T)) * (Dk + Dv);
+  run(pool, min_parallel_work, n_units, work, [&](int64_t u0, int64_t u1, int) {
+    // Scratch: scores [G][kAttnBlock], acc [G][Dv], rotated q [G][Dk], m [G], l [G], decode
+    // buffers [Hkv·(Dk+Dv)].
+    const int64_t G = group;
+    float* score = tl_scratch.get(static_cast<size_t>(G * (kAttnBlock + Dv + Dk + 2) + Hkv * (Dk + Dv)));
+    float* acc = score + G * kAttnBlock;
+    float* qr = acc + G * Dv;
+    float* m = qr + G * Dk;
+    float* l = m + G;
+    float* kbuf = l + G;
+    float* vbuf = kbuf + Hkv * Dk;
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t t = std::upper_bound(unit_begin.begin(), unit_begin.end(), u) - unit_begin.begin() - 1;
+      const int64_t ns = n_split(t), r = u - unit_begin[t], hk = r / ns, s = r % ns, h0 = hk * G;
+      const int64_t nv = n_vis(t);
+      if (nv == 0) {
+        std::fill(a.out + (t * H + h0) * Dv, a.out + (t * H + h0 + G) * Dv, 0.0f);
+        continue;
+      }
+      const float* q = a.q + (t * H + h0) * Dk;  // the group's G query rows are contiguous
+      if (c.ks.tq) {
+        for (int64_t g = 0; g < G; ++g) c.ks.tq->rotate(q + g * Dk, qr + g * Dk);
+        q = qr;
+      }
+      attend_group(c, q, G, hk, s * S, std::min(nv, (s + 1) * S), score, acc, kbuf, vbuf, m, l);
+      for (int64_t g = 0; g < G; ++g) {
+        float* ag = acc + g * Dv;
+        if (ns == 1) {
+          k.scale_mul(ag, 1.0f / l[g], nullptr, ag, Dv);
+          finish(c, ag, a.out + (t * H + h0 + g) * Dv);
+        } else {
+          float* p = part + (part_begin[t] + (h0 + g) * ns + s) * (Dv + 2);
+          p[0] = m[g];
+          p[1] = l[g];
+          std::memcpy(p + 2, ag, static_cast<size_t>(Dv) * sizeof(float));
+        }
+      }
+    }
+  });
+  if (!any_split) return;
+
+  // Merge the splits of each split row, in split order.
+  run(pool, min_parallel_work, T * H, T * H * Dv * 4, [&](int64_t r0, int64_t r1, int) {
+    float* acc = tl_scratch.get(static_cast<size_t>(Dv));
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t t = r / H, h = r % H, ns = n_split(t);
+      if (ns == 1) continue;
+      const float* p0 = part + (part_begin[t] + h * ns) * (Dv + 2);
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t s = 0; s < ns; ++s) m = std::max(m, p0[s * (Dv + 2)]);
+      float l = 0.0f;
+      std::fill(acc, acc + Dv, 0.0f);
+      for (int64_t s = 0; s < ns; ++s) {
+        const float* p = p0 + s * (Dv + 2);
+        const float w = std::exp(p[0] - m);
+        l += w * p[1];
+        k.axpy_f32(w, p + 2, acc, Dv);
+      }
+      k.scale_mul(acc, 1.0f / l, nullptr, acc, Dv);
+      finish(c, acc, a.out + (t * H + h) * Dv);
+    }
+  });
+}
+
+}  // namespace sluice::cpu

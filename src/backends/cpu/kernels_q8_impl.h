@@ -1,0 +1,328 @@
+// backends/cpu/kernels_q8_impl: int8 dot products of quantized weight rows with activations
+// quantized once per token (Q8_K for Q4_K/Q5_K/Q6_K, Q8_0 for Q4_0/Q8_0), the scheme of
+// ggml's ggml_vec_dot_<w>_<act>. Included inside its own namespace by kernels_generic.cpp
+// (scalar), kernels_avx2.cpp and kernels_avx512.cpp (256-bit integer SIMD), which define
+//   SLUICE_Q8_SIMD  0: scalar code, the twin of the SIMD code; 1: AVX2 intrinsics
+//   SLUICE_Q8_VNNI  1: u8·s8 sums by AVX512-VNNI dpbusd instead of maddubs + madd (needs VL)
+//   q8_half(h)      one fp16 -> float
+// and include quant/blocks.h first. This file includes nothing itself.
+//
+// Legend: nb = blocks per row, x = weight blocks, a = activation blocks, sumi = exact int32
+// sum of one super-block (or block), d = a.d·x.d its float scale.
+//
+// Exactness: every integer sum is exact at every level (maddubs products ≤ 63·127·2 < 2^15;
+// a Q6_K super-block sum ≤ 256·63·127·127 < 2^31), so levels differ only in how the float
+// terms d·sumi are added (8 lanes vs one scalar): relative ~1e-7 per row.
+
+#if SLUICE_Q8_SIMD
+// Σ over each group of 4 bytes of u[i]·s[i] (u unsigned ≤ 127 here, s signed): 8 int32.
+inline __m256i q8_dot_us(__m256i u, __m256i s) {
+#if SLUICE_Q8_VNNI
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+// Signed·signed via |x|·sign(y, x) (x, y in [-127, 127]).
+inline __m256i q8_dot_ss(__m256i x, __m256i y) {
+  return q8_dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+inline float q8_hsum(__m256 v) {
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+inline __m256i q8_load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+#endif
+
+// The eight 6-bit scales and mins of a q4_K/q5_K block (quant/blocks.h's get_scale_min_k4
+// for j = 0..7) with four 32-bit word operations, as ggml's x86 dots: bytes 0-3 hold sc[0..3]
+// and bytes 4-7 m[0..3] in their low 6 bits; bytes 8-11 hold the low nibbles of sc[4..7]
+// and the high nibbles of m[4..7], whose top 2 bits are the top bits of bytes 0-3 / 4-7.
+inline void q8_scales_mins_k4(const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  uint32_t u[3];
+  __builtin_memcpy(u, q, 12);
+  const uint32_t s_lo = u[0] & kmask1, m_lo = u[1] & kmask1;
+  const uint32_t s_hi = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
+  const uint32_t m_hi = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
+  __builtin_memcpy(sc, &s_lo, 4);
+  __builtin_memcpy(sc + 4, &s_hi, 4);
+  __builtin_memcpy(m, &m_lo, 4);
+  __builtin_memcpy(m + 4, &m_hi, 4);
+}
+
+// ---- Q8_0 · Q8_0 --------------------------------------------------------------------------
+// Every dot below takes NT activation rows (act + t·astride) and writes out[t·ostride]:
+// the weights are loaded and unpacked once for NT tokens (prefill reuse), while each
+// token's accumulators see exactly the operations of the NT = 1 instance, so a token's
+// result does not depend on the batch it came in.
+template <int NT>
+inline void q8_dot_q8_0(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
+  const auto* x = static_cast<const block_q8_0*>(w);
+#if SLUICE_Q8_SIMD
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m256i xq = q8_load(x[i].qs);
+    const __m256i ax = _mm256_sign_epi8(xq, xq);
+    const float dx = q8_half(x[i].d);
+    for (int t = 0; t < NT; ++t) {
+      const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
+      const __m256i p = q8_dot_us(ax, _mm256_sign_epi8(q8_load(a.qs), xq));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * q8_half(a.d)), _mm256_cvtepi32_ps(p), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]);
+#else
+  for (int t = 0; t < NT; ++t) {
+    const auto* a = reinterpret_cast<const block_q8_0*>(act + t * astride);
+    float sum = 0;
+    for (int64_t i = 0; i < nb; ++i) {
+      int32_t s = 0;
+      for (int j = 0; j < QK8_0; ++j) s += x[i].qs[j] * a[i].qs[j];
+      sum += q8_half(x[i].d) * q8_half(a[i].d) * static_cast<float>(s);
+    }
+    out[t * ostride] = sum;
+  }
+#endif
+}
+
+// ---- Q4_0 · Q8_0: element j < 16 is the low nibble of qs[j], j >= 16 the high one of qs[j-16]
+template <int NT>
+inline void q8_dot_q4_0(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
+  const auto* x = static_cast<const block_q4_0*>(w);
+#if SLUICE_Q8_SIMD
+  const __m256i m4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qs));
+    const __m256i xq = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4), eight);
+    const __m256i ax = _mm256_sign_epi8(xq, xq);
+    const float dx = q8_half(x[i].d);
+    for (int t = 0; t < NT; ++t) {
+      const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
+      const __m256i p = q8_dot_us(ax, _mm256_sign_epi8(q8_load(a.qs), xq));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * q8_half(a.d)), _mm256_cvtepi32_ps(p), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]);
+#else
+  for (int t = 0; t < NT; ++t) {
+    const auto* a = reinterpret_cast<const block_q8_0*>(act + t * astride);
+    float sum = 0;
+    for (int64_t i = 0; i < nb; ++i) {
+      int32_t s = 0;
+      for (int j = 0; j < QK4_0 / 2; ++j) {
+        s += ((x[i].qs[j] & 0xF) - 8) * a[i].qs[j];
+        s += ((x[i].qs[j] >> 4) - 8) * a[i].qs[j + QK4_0 / 2];
+      }
+      sum += q8_half(x[i].d) * q8_half(a[i].d) * static_cast<float>(s);
+    }
+    out[t * ostride] = sum;
+  }
+#endif
+}
+
+// ---- Q4_K / Q5_K · Q8_K: x = (d·sc)·q - dmin·m per sub-block of 32, so
+// dot = d·Σ_j sc_j·Σ q·a - dmin·Σ_j m_j·(bsums[2j] + bsums[2j+1]). Chunk c of 64 elements
+// is the low nibbles (sub-block 2c) then the high nibbles (2c+1) of qs[32c..32c+32]; Q5_K's
+// fifth bit of element 64c + l is bit 2c of qh[l], of 64c + 32 + l bit 2c+1.
+template <bool kHighBit, class Block, int NT>
+inline void q8_dot_k4(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
+  const auto* x = static_cast<const Block*>(w);
+  float summ[NT], sum[NT];
+  for (int t = 0; t < NT; ++t) summ[t] = sum[t] = 0;
+#if SLUICE_Q8_SIMD
+  const __m256i m4 = _mm256_set1_epi8(0xF), m1 = _mm256_set1_epi8(1);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+#endif
+  for (int64_t i = 0; i < nb; ++i) {
+    uint8_t sc[8], m[8];
+    q8_scales_mins_k4(x[i].scales, sc, m);
+    const float xd = q8_half(x[i].d), xdmin = q8_half(x[i].dmin);
+    const block_q8_K* a[NT];
+    for (int t = 0; t < NT; ++t) {
+      a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
+#if SLUICE_Q8_SIMD
+      // Σ_j m_j·(bsums[2j] + bsums[2j+1]): pair sums by hadd, then one madd (exact in int32).
+      const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[t]->bsums));
+      const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[t]->bsums + 8));
+      __m128i pm = _mm_madd_epi16(_mm_hadd_epi16(b0, b1), _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m))));
+      pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
+      pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1));
+      const int32_t mins = _mm_cvtsi128_si32(pm);
+#else
+      int32_t mins = 0;
+      for (int j = 0; j < 8; ++j) mins += m[j] * (a[t]->bsums[2 * j] + a[t]->bsums[2 * j + 1]);
+#endif
+      summ[t] += a[t]->d * xdmin * static_cast<float>(mins);
+    }
+#if SLUICE_Q8_SIMD
+    __m256i sumi[NT];
+    for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+    __m256i hb = _mm256_setzero_si256();
+    if constexpr (kHighBit) hb = q8_load(x[i].qh);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = q8_load(x[i].qs + 32 * c);
+      __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      if constexpr (kHighBit) {
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), m1), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), m1), 4));
+      }
+      const __m256i s0 = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * c]));
+      const __m256i s1 = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * c + 1]));
+      for (int t = 0; t < NT; ++t) {
+        const __m256i p0 = _mm256_maddubs_epi16(lo, q8_load(a[t]->qs + 64 * c));
+        const __m256i p1 = _mm256_maddubs_epi16(hi, q8_load(a[t]->qs + 64 * c + 32));
+        // madd by the sub-block scale: pair sums and the scale in one instruction.
+        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p0, s0));
+        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p1, s1));
+      }
+    }
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * xd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+#else
+    for (int t = 0; t < NT; ++t) {
+      int32_t sumi = 0;
+      for (int j = 0; j < 8; ++j) {
+        const uint8_t* q = x[i].qs + 32 * (j / 2);
+        const int shift = 4 * (j % 2);
+        int32_t s = 0;
+        for (int l = 0; l < 32; ++l) {
+          int v = (q[l] >> shift) & 0xF;
+          if constexpr (kHighBit) v |= ((x[i].qh[l] >> j) & 1) << 4;
+          s += v * a[t]->qs[32 * j + l];
+        }
+        sumi += sc[j] * s;
+      }
+      sum[t] += a[t]->d * xd * static_cast<float>(sumi);
+    }
+#endif
+  }
+#if SLUICE_Q8_SIMD
+  for (int t = 0; t < NT; ++t) sum[t] = q8_hsum(acc[t]);
+#endif
+  for (int t = 0; t < NT; ++t) out[t * ostride] = sum[t] - summ[t];
+}
+
+template <int NT>
+inline void q8_dot_q4_K(const void* w, const uint8_t* a, size_t as, int64_t nb, float* out, size_t os) {
+  q8_dot_k4<false, block_q4_K, NT>(w, a, as, nb, out, os);
+}
+template <int NT>
+inline void q8_dot_q5_K(const void* w, const uint8_t* a, size_t as, int64_t nb, float* out, size_t os) {
+  q8_dot_k4<true, block_q5_K, NT>(w, a, as, nb, out, os);
+}
+
+// ---- Q6_K · Q8_K: per 128-element half h, element 32p + l has low nibble from ql (l or
+// l + 32, low nibble for p < 2) and two high bits (qh[l] >> 2p) & 3; value q - 32 with
+// q in [0, 63]; 16 int8 scales per 16 elements. dot = d·(Σ_s sc_s·Σ q·a - 32·Σ_s sc_s·bsums_s).
+template <int NT>
+inline void q8_dot_q6_K(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
+  const auto* x = static_cast<const block_q6_K*>(w);
+#if SLUICE_Q8_SIMD
+  const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const block_q8_K* a[NT];
+    __m256i sumi[NT];
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+    for (int t = 0; t < NT; ++t) {
+      a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
+      // The -32 offset: 32·Σ_s sc_s·bsums_s, exact in int32.
+      sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(q8_load(a[t]->bsums), sc16), 5));
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q0 = q8_load(x[i].ql + 64 * h), q1 = q8_load(x[i].ql + 64 * h + 32);
+      const __m256i qh = q8_load(x[i].qh + 32 * h);
+      const int8_t* sc = x[i].scales + 8 * h;
+      for (int p = 0; p < 4; ++p) {
+        const __m256i src = (p & 1) ? q1 : q0;
+        const __m256i lo = p < 2 ? _mm256_and_si256(src, m4) : _mm256_and_si256(_mm256_srli_epi16(src, 4), m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), m3);
+        const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+        // int16 lanes 0-7 hold elements 0-15 (scale 2p), lanes 8-15 elements 16-31 (2p+1).
+        const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[2 * p + 1]), _mm_set1_epi16(sc[2 * p]));
+        for (int t = 0; t < NT; ++t) {
+          const __m256i prod = _mm256_maddubs_epi16(q, q8_load(a[t]->qs + 128 * h + 32 * p));
+          sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(prod, scv));
+        }
+      }
+    }
+    const float xd = q8_half(x[i].d);
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * xd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]);
+#else
+  for (int t = 0; t < NT; ++t) {
+    const auto* a = reinterpret_cast<const block_q8_K*>(act + t * astride);
+    float sum = 0;
+    for (int64_t i = 0; i < nb; ++i) {
+      int32_t sumi = 0;
+      for (int s = 0; s < 16; ++s) sumi -= 32 * x[i].scales[s] * a[i].bsums[s];
+      for (int h = 0; h < 2; ++h)
+        for (int p = 0; p < 4; ++p)
+          for (int half = 0; half < 2; ++half) {
+            int32_t s = 0;
+            for (int l = 16 * half; l < 16 * half + 16; ++l) {
+              const uint8_t b = x[i].ql[64 * h + 32 * (p & 1) + l];
+              const int lo = p < 2 ? (b & 0xF) : (b >> 4);
+              const int q = lo | (((x[i].qh[32 * h + l] >> (2 * p)) & 3) << 4);
+              s += q * a[i].qs[128 * h + 32 * p + l];
+            }
+            sumi += x[i].scales[8 * h + 2 * p + half] * s;
+          }
+      sum += a[i].d * q8_half(x[i].d) * static_cast<float>(sumi);
+    }
+    out[t * ostride] = sum;
+  }
+#endif
+}
+
+// Rows outside, tokens inside, 4 tokens per weight pass: a weight row (≤ a few KiB) stays
+// in L1 while the activation rows stream past it, and each 4-token pass unpacks the weight
+// blocks once. Each output is the same computation whatever the grouping (see above).
+template <template <int> class Dot, int QK>
+void q8_gemm(const void* w, size_t row_bytes, int64_t n_rows, const void* act, size_t a_row_bytes, int64_t n_tok,
+             int64_t n, float* y, size_t ldy) {
+  constexpr int kNT = 4;
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* ab = static_cast<const uint8_t*>(act);
+  const int64_t nb = n / QK;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const uint8_t* wr = wb + r * row_bytes;
+    int64_t t = 0;
+    for (; t + kNT <= n_tok; t += kNT) Dot<kNT>::run(wr, ab + t * a_row_bytes, a_row_bytes, nb, y + t * ldy + r, ldy);
+    for (; t < n_tok; ++t) Dot<1>::run(wr, ab + t * a_row_bytes, a_row_bytes, nb, y + t * ldy + r, ldy);
+  }
+}
+
+// Function templates cannot be template template arguments: one struct per dot.
+#define SLUICE_Q8_DOT(name)                                                                          \
+  template <int NT>                                                                                  \
+  struct Dot_##name {                                                                                \
+    static void run(const void* w, const uint8_t* a, size_t as, int64_t nb, float* out, size_t os) { \
+      q8_dot_##name<NT>(w, a, as, nb, out, os);                                                      \
+    }                                                                                                \
+  };
+SLUICE_Q8_DOT(q4_0)
+SLUICE_Q8_DOT(q8_0)
+SLUICE_Q8_DOT(q4_K)
+SLUICE_Q8_DOT(q5_K)
+SLUICE_Q8_DOT(q6_K)
+#undef SLUICE_Q8_DOT
+
+constexpr Q8Kernels q8_table(const char* name) {
+  return Q8Kernels{
+      .name = name,
+      .q4_0 = {DType::Q8_0, q8_gemm<Dot_q4_0, QK4_0>},
+      .q8_0 = {DType::Q8_0, q8_gemm<Dot_q8_0, QK8_0>},
+      .q4_K = {DType::Q8_K, q8_gemm<Dot_q4_K, QK_K>},
+      .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>},
+      .q6_K = {DType::Q8_K, q8_gemm<Dot_q6_K, QK_K>},
+  };
+}

@@ -1,0 +1,162 @@
+// bench/bench: memory bandwidth kernel and the byte-counting, stage-timing backend decorator.
+#include "bench/bench.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "core/cpu_features.h"
+
+namespace sluice {
+namespace {
+
+// Sum of 64-bit words with 4 independent accumulators (the loads, not the adds, are the
+// bottleneck: the compiler vectorizes this to 16- or 32-byte loads).
+uint64_t sum_words(const uint64_t* p, size_t n) {
+  uint64_t a = 0, b = 0, c = 0, d = 0;
+  for (size_t i = 0; i + 4 <= n; i += 4) {
+    a += p[i];
+    b += p[i + 1];
+    c += p[i + 2];
+    d += p[i + 3];
+  }
+  return a + b + c + d;
+}
+
+#if defined(__x86_64__)
+// The same with 32-byte AVX2 loads, 8 streams in flight (chosen by CPUID at run time).
+__attribute__((target("avx2"))) uint64_t sum_words_avx2(const uint64_t* p, size_t n) {
+  __attribute__((vector_size(32))) uint64_t acc[8] = {};
+  using V = __attribute__((vector_size(32), aligned(8))) uint64_t;
+  for (size_t i = 0; i + 32 <= n; i += 32)
+    for (int k = 0; k < 8; ++k) acc[k] += *reinterpret_cast<const V*>(p + i + 4 * k);
+  uint64_t s = 0;
+  for (int k = 0; k < 8; ++k)
+    for (int l = 0; l < 4; ++l) s += acc[k][l];
+  return s;
+}
+#endif
+
+}  // namespace
+
+double membw_read(int n_threads, size_t bytes, int reps) {
+  n_threads = std::max(1, n_threads);
+  const size_t words = bytes / 8 / (32 * static_cast<size_t>(n_threads)) * 32 * static_cast<size_t>(n_threads);
+  std::vector<uint64_t> buf(words);
+  for (size_t i = 0; i < words; ++i) buf[i] = i;
+  const size_t per = words / static_cast<size_t>(n_threads);
+  const bool avx2 = cpu_features().avx2;
+  double best = 0;
+  std::atomic<uint64_t> sink{0};
+  for (int r = 0; r < std::max(1, reps); ++r) {
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> th;
+    for (int t = 0; t < n_threads; ++t)
+      th.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (!go.load(std::memory_order_acquire)) {
+        }
+        const uint64_t* p = buf.data() + per * static_cast<size_t>(t);
+#if defined(__x86_64__)
+        sink.fetch_add(avx2 ? sum_words_avx2(p, per) : sum_words(p, per));
+#else
+        sink.fetch_add(sum_words(p, per));
+#endif
+      });
+    while (ready.load() < n_threads) std::this_thread::yield();
+    const auto t0 = std::chrono::steady_clock::now();
+    go.store(true, std::memory_order_release);
+    for (auto& t : th) t.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(words * 8) / s);
+  }
+  if (sink.load() == 1) std::fprintf(stderr, " ");  // keeps the sums alive
+  return best;
+}
+
+std::string_view bench_stage_name(BenchStage s) {
+  switch (s) {
+    case BenchStage::embed: return "embed";
+    case BenchStage::attention: return "attention";
+    case BenchStage::router: return "router";
+    case BenchStage::experts: return "experts";
+    case BenchStage::dense_ffn: return "dense_ffn";
+    case BenchStage::output: return "output";
+    case BenchStage::other: return "other";
+    case BenchStage::count: break;
+  }
+  return "?";
+}
+
+BenchStage bench_stage_of(std::string_view n) {
+  auto has = [&](std::string_view s) { return n.find(s) != std::string_view::npos; };
+  if (has("token_embd")) return BenchStage::embed;
+  if (has("attn_")) return BenchStage::attention;
+  if (has("ffn_gate_inp")) return BenchStage::router;
+  if (has("_exps") || has("_shexp")) return has("_exps") ? BenchStage::experts : BenchStage::dense_ffn;
+  // Packed experts are blk.N.ffn_gate.E.weight: a digit right after "ffn_<kind>.".
+  for (std::string_view k : {"ffn_gate.", "ffn_up.", "ffn_down."}) {
+    const size_t p = n.find(k);
+    if (p != std::string_view::npos) {
+      const size_t q = p + k.size();
+      return q < n.size() && n[q] >= '0' && n[q] <= '9' ? BenchStage::experts : BenchStage::dense_ffn;
+    }
+  }
+  if (has("ffn_")) return BenchStage::dense_ffn;
+  if (n.rfind("output", 0) == 0) return BenchStage::output;
+  return BenchStage::other;
+}
+
+template <class F>
+void CountingBackend::timed(BenchStage s, uint64_t bytes, F&& f) {
+  const size_t i = static_cast<size_t>(s);
+  c_.bytes[i] += bytes;
+  if (!profile_) {
+    f();
+    return;
+  }
+  const auto t0 = Clock::now();
+  f();
+  c_.seconds[i] += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void CountingBackend::matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) {
+  last_ = bench_stage_of(w.name);
+  timed(last_, static_cast<uint64_t>(w.n_rows()) * w.row_bytes(), [&] { in_.matmul(w, x, y, n_tok); });
+}
+void CountingBackend::get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) {
+  timed(bench_stage_of(table.name), static_cast<uint64_t>(n) * table.row_bytes(), [&] { in_.get_rows(table, ids, n, out); });
+}
+void CountingBackend::rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) {
+  timed(BenchStage::other, 0, [&] { in_.rms_norm(x, w, y, n_rows, n, eps); });
+}
+void CountingBackend::rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
+                           float base, RopeMode mode) {
+  timed(BenchStage::attention, 0, [&] { in_.rope(x, pos, n_tok, n_head, head_dim, n_rot, base, mode); });
+}
+void CountingBackend::softmax(float* x, int64_t n_rows, int64_t n) {
+  timed(last_ == BenchStage::router ? BenchStage::router : BenchStage::other, 0, [&] { in_.softmax(x, n_rows, n); });
+}
+void CountingBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  timed(last_, 0, [&] { in_.swiglu(gate, up, out, n); });
+}
+void CountingBackend::gelu(const float* x, float* out, int64_t n) {
+  timed(last_, 0, [&] { in_.gelu(x, out, n); });
+}
+void CountingBackend::add(const float* a, const float* b, float* out, int64_t n) {
+  timed(BenchStage::other, 0, [&] { in_.add(a, b, out, n); });
+}
+void CountingBackend::store_row(const float* src, DType t, void* dst, int64_t n) {
+  timed(BenchStage::attention, 0, [&] { in_.store_row(src, t, dst, n); });
+}
+void CountingBackend::attention(const AttentionArgs& a) {
+  const int64_t n_vis = std::min(a.n_kv, a.pos0 + a.n_tok);
+  const uint64_t bytes = static_cast<uint64_t>(std::max<int64_t>(0, n_vis)) * (a.k_row_bytes + a.v_row_bytes);
+  timed(BenchStage::attention, bytes, [&] { in_.attention(a); });
+}
+
+}  // namespace sluice

@@ -1,0 +1,71 @@
+// bench/bench: what `sluice bench` measures with, kept out of the model and backend code:
+// a multi-threaded memory read-bandwidth kernel (the speed of light for decode) and a
+// Backend decorator that counts the bytes every op reads from weights and the KV cache and,
+// when profiling, times each op by stage (attention, router, experts, dense FFN, output).
+#pragma once
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "backends/backend.h"
+
+namespace sluice {
+
+// Best-of-`reps` read bandwidth in bytes/s: n_threads threads each sum their slice of a
+// `bytes` buffer (page-faulted in and written once beforehand), started together.
+double membw_read(int n_threads, size_t bytes, int reps);
+
+enum class BenchStage { embed, attention, router, experts, dense_ffn, output, other, count };
+std::string_view bench_stage_name(BenchStage s);
+// The stage a weight belongs to, from its GGUF name (blk.N.attn_q.weight, ..._exps, ...).
+BenchStage bench_stage_of(std::string_view tensor_name);
+
+struct BenchCounters {
+  std::array<double, static_cast<size_t>(BenchStage::count)> seconds{};
+  std::array<uint64_t, static_cast<size_t>(BenchStage::count)> bytes{};
+  uint64_t total_bytes() const {
+    uint64_t s = 0;
+    for (uint64_t b : bytes) s += b;
+    return s;
+  }
+};
+
+// Forwards every op to `inner`, adding to counters() the bytes the op reads from weights
+// (whole matrices for matmul, the rows for get_rows) and from the KV cache (every visible
+// position's K and V row for attention). Activations are not counted: they stay in cache.
+// With profile on, each op is also timed and its time added to its stage; elementwise ops
+// go to the stage of the matmul before them (swiglu belongs to the FFN that produced it).
+class CountingBackend final : public Backend {
+ public:
+  CountingBackend(Backend& inner, bool profile) : in_(inner), profile_(profile) {}
+  const BenchCounters& counters() const { return c_; }
+  void reset() { c_ = {}; }
+
+  std::string_view name() const override { return in_.name(); }
+  int n_threads() const override { return in_.n_threads(); }
+  void matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) override;
+  void get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) override;
+  void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) override;
+  void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot, float base,
+            RopeMode mode) override;
+  void softmax(float* x, int64_t n_rows, int64_t n) override;
+  void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+  void gelu(const float* x, float* out, int64_t n) override;
+  void add(const float* a, const float* b, float* out, int64_t n) override;
+  void store_row(const float* src, DType t, void* dst, int64_t n) override;
+  void attention(const AttentionArgs& a) override;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  template <class F>
+  void timed(BenchStage s, uint64_t bytes, F&& f);
+
+  Backend& in_;
+  bool profile_;
+  BenchStage last_ = BenchStage::other;
+  BenchCounters c_;
+};
+
+}  // namespace sluice

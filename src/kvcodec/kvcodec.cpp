@@ -1,0 +1,273 @@
+// kvcodec/kvcodec: the KV type table, the Lloyd-Max Gaussian codebooks, the Walsh-Hadamard
+// transform, and the reference rotated-codebook encoder/decoder.
+#include "kvcodec/kvcodec.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <numbers>
+#include <string>
+
+#include "core/error.h"
+#include "quant/quant.h"
+
+namespace sluice {
+namespace {
+
+struct KvTypeEntry {
+  DType type;
+  std::string_view name;
+  int precision_bits;
+  int tq_bits;  // 0: not a rotated-codebook type
+};
+
+// The one list of KV types. Order = the order of kv_type_names().
+constexpr std::array<KvTypeEntry, 9> kKvTypes = {{
+    {DType::F32, "f32", 32, 0},
+    {DType::F16, "f16", 16, 0},
+    {DType::BF16, "bf16", 16, 0},
+    {DType::Q8_0, "q8_0", 8, 0},
+    {DType::Q4_0, "q4_0", 4, 0},
+    {kKvTq2, "tq2", 2, 2},
+    {kKvTq3, "tq3", 3, 3},
+    {kKvTq4, "tq4", 4, 4},
+    {kKvTq8, "tq8", 8, 8},
+}};
+
+const KvTypeEntry* find_entry(DType t) {
+  for (const auto& e : kKvTypes)
+    if (e.type == t) return &e;
+  return nullptr;
+}
+
+double normal_pdf(double x) { return std::exp(-0.5 * x * x) / std::sqrt(2.0 * std::numbers::pi); }
+double normal_cdf(double x) { return 0.5 * std::erfc(-x / std::numbers::sqrt2); }
+
+// Φ^-1(p) by bisection: only used to start the Lloyd iterations.
+double normal_quantile(double p) {
+  double lo = -40.0, hi = 40.0;
+  for (int i = 0; i < 200; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (normal_cdf(mid) < p ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+std::vector<double> compute_lloyd_max(int bits) {
+  const int L = 1 << bits;
+  std::vector<double> c(L), b(L + 1);
+  for (int k = 0; k < L; ++k) c[k] = normal_quantile((k + 0.5) / L);
+  b[0] = -INFINITY;
+  b[L] = INFINITY;
+  // Lloyd: thresholds at midpoints, centroids at the Gaussian mean of each cell. Each
+  // iteration does not increase the MSE; the Gaussian has a unique fixed point (log-concave
+  // density, Fleischer 1964), reached here to ~1e-12 in a few hundred iterations at 8 bits.
+  for (int it = 0; it < 100000; ++it) {
+    for (int k = 1; k < L; ++k) b[k] = 0.5 * (c[k - 1] + c[k]);
+    double change = 0.0;
+    for (int k = 0; k < L; ++k) {
+      const double mass = normal_cdf(b[k + 1]) - normal_cdf(b[k]);
+      const double pa = std::isinf(b[k]) ? 0.0 : normal_pdf(b[k]);
+      const double pb = std::isinf(b[k + 1]) ? 0.0 : normal_pdf(b[k + 1]);
+      const double nc = mass > 0 ? (pa - pb) / mass : c[k];
+      change = std::max(change, std::fabs(nc - c[k]));
+      c[k] = nc;
+    }
+    if (change < 1e-12) break;
+  }
+  return c;
+}
+
+// splitmix64: the sign vector's generator (stable across platforms, unlike std:: engines'
+// distributions).
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+template <class T>
+void fwht_impl(T* x, int64_t n) {
+  for (int64_t len = 1; len < n; len *= 2)
+    for (int64_t i = 0; i < n; i += 2 * len)
+      for (int64_t j = i; j < i + len; ++j) {
+        const T a = x[j], b = x[j + len];
+        x[j] = a + b;
+        x[j + len] = a - b;
+      }
+}
+
+bool is_pow2(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+}  // namespace
+
+bool kv_type_is_tq(DType t) { return kv_type_tq_bits(t) != 0; }
+int kv_type_tq_bits(DType t) {
+  const auto* e = find_entry(t);
+  return e ? e->tq_bits : 0;
+}
+bool kv_type_supported(DType t) { return find_entry(t) != nullptr; }
+std::string_view kv_type_name(DType t) {
+  const auto* e = find_entry(t);
+  return e ? e->name : "?";
+}
+std::optional<DType> kv_type_from_name(std::string_view name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const auto& e : kKvTypes)
+    if (e.name == lower) return e.type;
+  return std::nullopt;
+}
+std::string_view kv_type_names() { return "f32 | f16 | bf16 | q8_0 | q4_0 | tq2 | tq3 | tq4 | tq8"; }
+int kv_type_precision_bits(DType t) {
+  const auto* e = find_entry(t);
+  return e ? e->precision_bits : 0;
+}
+int64_t kv_type_block_size(DType t) { return kv_type_is_tq(t) ? 1 : dtype_traits(t).block_size; }
+
+size_t kv_type_row_bytes(DType t, int64_t n_head, int64_t head_dim) {
+  if (!kv_type_supported(t)) fail("kv cache: type id ", static_cast<uint32_t>(t), " is not a KV cache type");
+  if (const int bits = kv_type_tq_bits(t))
+    return static_cast<size_t>(n_head) * (2 + static_cast<size_t>(head_dim * bits + 7) / 8);
+  return dtype_row_bytes(t, n_head * head_dim);
+}
+
+const std::vector<double>& lloyd_max_gaussian(int bits) {
+  if (bits < 1 || bits > 8) fail("lloyd_max_gaussian: bits must be 1..8, got ", bits);
+  static std::array<std::vector<double>, 9> books;
+  static std::array<std::once_flag, 9> once;
+  std::call_once(once[bits], [bits] { books[bits] = compute_lloyd_max(bits); });
+  return books[bits];
+}
+
+void fwht(float* x, int64_t n) { fwht_impl(x, n); }
+void fwht(double* x, int64_t n) { fwht_impl(x, n); }
+
+TqCodec::TqCodec(int bits, int64_t n_head, int64_t head_dim, uint64_t seed)
+    : bits_(bits), n_head_(n_head), head_dim_(head_dim), seed_(seed) {
+  if (bits != 2 && bits != 3 && bits != 4 && bits != 8) fail("tq codec: bits must be 2, 3, 4 or 8, got ", bits);
+  if (!is_pow2(head_dim) || head_dim < 8) fail("tq codec: head dim must be a power of two >= 8, got ", head_dim);
+  if (n_head <= 0) fail("tq codec: n_head must be positive, got ", n_head);
+  uint64_t s = seed;
+  signs_.resize(head_dim);
+  for (auto& v : signs_) v = (splitmix64(s) >> 63) ? -1.0f : 1.0f;
+  const auto& book = lloyd_max_gaussian(bits);
+  codebook_.assign(book.begin(), book.end());
+  bounds_.resize(book.size() - 1);
+  for (size_t k = 0; k + 1 < book.size(); ++k) bounds_[k] = 0.5 * (book[k] + book[k + 1]);
+}
+
+DType TqCodec::type() const {
+  switch (bits_) {
+    case 2: return kKvTq2;
+    case 3: return kKvTq3;
+    case 4: return kKvTq4;
+    default: return kKvTq8;
+  }
+}
+
+void TqCodec::encode_row(const float* x, uint8_t* dst) const {
+  const int64_t D = head_dim_;
+  std::vector<double> y(D);
+  std::vector<uint32_t> idx(D);
+  for (int64_t h = 0; h < n_head_; ++h) {
+    const float* xh = x + h * D;
+    uint8_t* out = dst + h * head_bytes();
+    double norm2 = 0.0;
+    for (int64_t i = 0; i < D; ++i) {
+      y[i] = static_cast<double>(xh[i]) * signs_[i];
+      norm2 += static_cast<double>(xh[i]) * xh[i];
+    }
+    fwht(y.data(), D);
+    const double norm = std::sqrt(norm2);
+    // Coordinates on the N(0,1) scale: y_i·sqrt(D)/|x| (y already carries the factor sqrt(D)
+    // of the unnormalized transform, so y_i/|x| is that).
+    double c2 = 0.0;
+    for (int64_t i = 0; i < D; ++i) {
+      const double u = norm > 0 ? y[i] / norm : 0.0;
+      idx[i] = static_cast<uint32_t>(std::upper_bound(bounds_.begin(), bounds_.end(), u) - bounds_.begin());
+      c2 += static_cast<double>(codebook_[idx[i]]) * codebook_[idx[i]];
+    }
+    const double gamma = c2 > 0 ? norm / std::sqrt(c2) : 0.0;
+    const uint16_t g = fp32_to_fp16(static_cast<float>(gamma));
+    std::memcpy(out, &g, 2);
+    uint8_t* bitsp = out + 2;
+    std::memset(bitsp, 0, head_bytes() - 2);
+    for (int64_t i = 0; i < D; ++i) {
+      const int64_t bit = i * bits_;
+      const uint32_t v = idx[i] << (bit & 7);
+      bitsp[bit >> 3] |= static_cast<uint8_t>(v);
+      if ((bit & 7) + bits_ > 8) bitsp[(bit >> 3) + 1] |= static_cast<uint8_t>(v >> 8);
+    }
+  }
+}
+
+float TqCodec::decode_head_rotated(const uint8_t* src, float* y) const {
+  uint16_t g;
+  std::memcpy(&g, src, 2);
+  const uint8_t* p = src + 2;
+  const float* cb = codebook_.data();
+  const int64_t D = head_dim_;
+  switch (bits_) {
+    case 8:
+      for (int64_t i = 0; i < D; ++i) y[i] = cb[p[i]];
+      break;
+    case 4:
+      for (int64_t i = 0; i < D; i += 2) {
+        y[i] = cb[p[i / 2] & 15];
+        y[i + 1] = cb[p[i / 2] >> 4];
+      }
+      break;
+    case 2:
+      for (int64_t i = 0; i < D; i += 4) {
+        const uint8_t b = p[i / 4];
+        y[i] = cb[b & 3];
+        y[i + 1] = cb[(b >> 2) & 3];
+        y[i + 2] = cb[(b >> 4) & 3];
+        y[i + 3] = cb[b >> 6];
+      }
+      break;
+    default:  // 3 bits: 8 indices in every 3 bytes (D is a multiple of 8)
+      for (int64_t i = 0; i < D; i += 8) {
+        const uint8_t* q = p + i / 8 * 3;
+        const uint32_t w = q[0] | (uint32_t{q[1]} << 8) | (uint32_t{q[2]} << 16);
+        for (int j = 0; j < 8; ++j) y[i + j] = cb[(w >> (3 * j)) & 7];
+      }
+  }
+  return fp16_to_fp32(g);
+}
+
+void TqCodec::decode_row(const uint8_t* src, float* x) const {
+  const int64_t D = head_dim_;
+  std::vector<float> c(D);
+  std::vector<double> y(D);
+  const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(D));
+  for (int64_t h = 0; h < n_head_; ++h) {
+    const double gamma = decode_head_rotated(src + h * head_bytes(), c.data());
+    // Stored coordinates are on the N(0,1) scale of y·sqrt(D)/|x| with γ = |x|/|c|; the
+    // orthonormal rotated vector is γ·c, and x = R^T(γ·c) = diag(s)·H·(γ·c)/sqrt(D).
+    for (int64_t i = 0; i < D; ++i) y[i] = gamma * c[i];
+    fwht(y.data(), D);
+    for (int64_t i = 0; i < D; ++i) x[h * D + i] = static_cast<float>(y[i] * inv_sqrt_d * signs_[i]);
+  }
+}
+
+void TqCodec::rotate(const float* x, float* y) const {
+  const float k = 1.0f / std::sqrt(static_cast<float>(head_dim_));
+  for (int64_t i = 0; i < head_dim_; ++i) y[i] = x[i] * signs_[i];
+  fwht(y, head_dim_);
+  for (int64_t i = 0; i < head_dim_; ++i) y[i] *= k;
+}
+
+void TqCodec::unrotate(const float* y, float* x) const {
+  const float k = 1.0f / std::sqrt(static_cast<float>(head_dim_));
+  if (x != y) std::copy(y, y + head_dim_, x);
+  fwht(x, head_dim_);
+  for (int64_t i = 0; i < head_dim_; ++i) x[i] *= k * signs_[i];
+}
+
+}  // namespace sluice

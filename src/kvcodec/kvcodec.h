@@ -1,0 +1,106 @@
+// kvcodec/kvcodec: the element codecs a KV cache can hold, defined in one place — their ids,
+// names and sizes — and the rotated-codebook codec ("tq", after TurboQuant, arXiv:2504.19874).
+//
+// KV types are DType values. The plain and block types are ggml's own ids (f32, f16, bf16,
+// q8_0, q4_0; quant/ encodes them). The rotated-codebook types take Sluice-only ids from
+// 0x1000 up, far outside ggml's range, so a GGUF type field can never name one; core/dtype's
+// traits table does not know them, so code that may see a KV type uses the kv_type_*
+// functions below instead of dtype_traits().
+//
+// tqN, per head of D elements (D a power of two, >= 8), for bits N in {2, 3, 4, 8}:
+//   1. rotate: y = R·x with R = H_D·diag(s)/sqrt(D), H_D the Sylvester Walsh-Hadamard matrix
+//      and s a fixed random ±1 vector (seeded; the same for every head, position and layer of
+//      one cache). R is orthonormal, so q·k = (Rq)·(Rk): attention rotates the query once.
+//   2. quantize: after the rotation each coordinate of x/|x|·sqrt(D) is close to N(0,1) for
+//      any x (the rotation spreads outliers over all coordinates), so every coordinate is
+//      coded by the nearest centroid of the 2^N-level Lloyd-Max quantizer of N(0,1).
+//   3. matched norm: the head stores γ = |x| / |c| (fp16), c the vector of chosen centroids,
+//      so the decoded vector γ·R^T·c has exactly the original L2 norm (up to fp16 rounding).
+//   Storage per head: γ (fp16, 2 bytes) then D·N bits of indices, packed LSB-first (index i
+//   in bits [i·N, i·N+N) of the little-endian stream): 4.125 bits/element at D = 128 for tq4.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace sluice {
+
+inline constexpr DType kKvTq2 = static_cast<DType>(0x1002);
+inline constexpr DType kKvTq3 = static_cast<DType>(0x1003);
+inline constexpr DType kKvTq4 = static_cast<DType>(0x1004);
+inline constexpr DType kKvTq8 = static_cast<DType>(0x1008);
+
+// True for the rotated-codebook ids above.
+bool kv_type_is_tq(DType t);
+// Index bits of a tq type (2, 3, 4, 8); 0 for any other type.
+int kv_type_tq_bits(DType t);
+// True for every type a KV cache accepts: f32, f16, bf16, q8_0, q4_0, tq2, tq3, tq4, tq8.
+bool kv_type_supported(DType t);
+// "f16", "q8_0", "tq4", ...; "?" for a type that is not a KV type.
+std::string_view kv_type_name(DType t);
+// Parses a KV type name (case-insensitive); nullopt if it is not one of the supported types.
+std::optional<DType> kv_type_from_name(std::string_view name);
+// "f32 | f16 | bf16 | q8_0 | q4_0 | tq2 | tq3 | tq4 | tq8", for help texts and errors.
+std::string_view kv_type_names();
+// Nominal precision in bits per element (f32 32, f16/bf16 16, q8_0 8, q4_0 4, tqN N): what the
+// auto-asymmetric policy compares against 8.
+int kv_type_precision_bits(DType t);
+// Bytes of one cache row of n_head heads of head_dim elements (the row must be valid for t:
+// block types need n_head·head_dim to be a multiple of 32; tq needs head_dim a power of two).
+size_t kv_type_row_bytes(DType t, int64_t n_head, int64_t head_dim);
+// Elements per block of a non-tq type (1 for f32/f16/bf16, 32 for q8_0/q4_0).
+int64_t kv_type_block_size(DType t);
+
+// The Lloyd-Max quantizer of N(0,1) with 2^bits levels (bits 1..8), centroids ascending.
+// Computed once per bit width at first use by Lloyd iterations on the exact Gaussian
+// density (closed-form cell means (φ(a)-φ(b))/(Φ(b)-Φ(a))), started from the Gaussian
+// quantiles and run to a fixed point (change < 1e-12); e.g. 2 levels ±0.7979 = ±sqrt(2/π),
+// 4 levels ±0.4528, ±1.5104 (Max 1960, Table I).
+const std::vector<double>& lloyd_max_gaussian(int bits);
+
+// In-place unnormalized fast Walsh-Hadamard transform (n a power of two): x = H_n·x.
+void fwht(float* x, int64_t n);
+void fwht(double* x, int64_t n);
+
+// The rotated-codebook codec of one cache (K or V): row geometry, rotation, codebook.
+class TqCodec {
+ public:
+  // bits: 2, 3, 4 or 8; a row holds n_head heads of head_dim elements (a power of two >= 8);
+  // seed picks the sign vector s.
+  TqCodec(int bits, int64_t n_head, int64_t head_dim, uint64_t seed);
+
+  int bits() const { return bits_; }
+  int64_t n_head() const { return n_head_; }
+  int64_t head_dim() const { return head_dim_; }
+  uint64_t seed() const { return seed_; }
+  DType type() const;
+  size_t head_bytes() const { return 2 + static_cast<size_t>(head_dim_ * bits_ + 7) / 8; }
+  size_t row_bytes() const { return static_cast<size_t>(n_head_) * head_bytes(); }
+  const std::vector<float>& signs() const { return signs_; }        // s: head_dim values ±1
+  const std::vector<float>& codebook() const { return codebook_; }  // 2^bits centroids, ascending
+
+  // Reference encode / decode of one row ([n_head][head_dim] floats <-> row_bytes() bytes).
+  // Both do the rotation in double; decode returns the vector in the original space.
+  void encode_row(const float* x, uint8_t* dst) const;
+  void decode_row(const uint8_t* src, float* x) const;
+
+  // For attention in the rotated space (float32): y = R·x and x = R^T·y, one head each.
+  void rotate(const float* x, float* y) const;
+  void unrotate(const float* y, float* x) const;
+  // One stored head (head_bytes() at src): writes its centroids c[i] (rotated space, before
+  // scaling) to y and returns γ, so the head's rotated vector is γ·y.
+  float decode_head_rotated(const uint8_t* src, float* y) const;
+
+ private:
+  int bits_;
+  int64_t n_head_, head_dim_;
+  uint64_t seed_;
+  std::vector<float> signs_, codebook_;
+  std::vector<double> bounds_;  // 2^bits - 1 decision thresholds (midpoints of centroids)
+};
+
+}  // namespace sluice

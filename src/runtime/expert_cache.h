@@ -1,0 +1,84 @@
+// runtime/expert_cache: residency bookkeeping for streamed experts — which (layer, expert)
+// bundles are in memory, their buffers, the byte budget and who may be evicted. No I/O here:
+// expert_stream fills the buffers.
+//
+// Invariants:
+//  * used() <= budget() at every moment. A buffer is counted by its mapped size (the bundle's
+//    aligned read length rounded up to whole pages), which is exactly what it costs in RSS:
+//    buffers are anonymous mmaps, never malloc, so no allocator slack hides beside them.
+//  * An entry is evicted only when it is ready (no read in flight into it), unheld (nobody
+//    computes with it or has reserved it) and not pinned.
+//
+// Eviction is segmented LRU (SLRU; Karedla et al., "Caching strategies to improve disk system
+// performance", 1994), a small step from LRU towards frequency: a bundle enters the
+// probationary segment and moves to the protected one on its second use; victims come from the
+// probationary LRU end first. Under the cyclic layer-by-layer sweep of MoE decode this keeps
+// experts that tokens keep returning to, while one-off experts churn through probation. The
+// protected segment is capped at 3/4 of the budget; its LRU entries are demoted beyond that.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <unordered_map>
+
+namespace sluice {
+
+class ExpertCache {
+ public:
+  enum class State { loading, ready };
+  struct Entry {
+    int32_t layer = 0, expert = 0;
+    State state = State::loading;
+    uint8_t* buf = nullptr;
+    size_t bytes = 0;         // mapped size of buf: what the budget counts
+    int holds = 0;            // computing with it or reserved by a batch: not evictable
+    bool pinned = false;      // the hot set: never evicted
+    bool prefetched = false;  // brought in by a prefetch and not used since
+    uint32_t uses = 0;        // times served
+    bool in_protected = false;
+    std::list<Entry*>::iterator pos;  // in its segment's list (front = least recently used)
+  };
+
+  explicit ExpertCache(size_t budget_bytes);
+  ~ExpertCache();  // unmaps everything; the owner must have no read in flight
+  ExpertCache(const ExpertCache&) = delete;
+  ExpertCache& operator=(const ExpertCache&) = delete;
+
+  // Bytes a bundle of `bytes` occupies: rounded up to whole pages.
+  static size_t slot_bytes(size_t bytes);
+
+  Entry* find(int32_t layer, int32_t expert);
+  // A new entry in state loading with a buffer of slot_bytes(bytes), evicting evictable
+  // entries as needed (probationary LRU first, then protected unless `probationary_only`).
+  // Evicts nothing and returns nullptr when that cannot make enough room now.
+  Entry* insert(int32_t layer, int32_t expert, size_t bytes, bool probationary_only);
+  // A use of `e`: most recently used, promoted to protected on its second use.
+  void mark_used(Entry* e);
+  // Drops `e` (a failed read); it must be unheld and have no read in flight.
+  void erase(Entry* e);
+  // Makes `e` the first victim (least recently used, probationary): a prefetch that turned out
+  // wrong should give its buffer back before anything that was actually used.
+  void demote(Entry* e);
+
+  size_t budget() const { return budget_; }
+  size_t used() const { return used_; }
+  size_t peak() const { return peak_; }
+  uint64_t evictions() const { return evictions_; }
+  size_t size() const { return map_.size(); }
+
+ private:
+  static uint64_t key(int32_t layer, int32_t expert) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(layer)) << 32) | static_cast<uint32_t>(expert);
+  }
+  static bool evictable(const Entry* e) { return e->state == State::ready && e->holds == 0 && !e->pinned; }
+  void unlink(Entry* e);
+  void remove(Entry* e, bool unmap);
+
+  size_t budget_;
+  size_t used_ = 0, peak_ = 0, protected_bytes_ = 0;
+  uint64_t evictions_ = 0;
+  std::unordered_map<uint64_t, Entry*> map_;
+  std::list<Entry*> probation_, protected_;
+};
+
+}  // namespace sluice

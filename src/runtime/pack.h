@@ -1,0 +1,44 @@
+// runtime/pack: `sluice pack` — rewrites a GGUF so each (layer, expert) bundle (gate, up, down)
+// is one contiguous, 4 KiB-aligned region, which a streaming miss reads with a single O_DIRECT
+// read instead of three; and `--unpack`, the exact reverse.
+//
+// The trade-off, honestly: ggml requires each tensor's data to be contiguous, and the stacked
+// tensors llama.cpp loads (blk.N.ffn_gate_exps.weight = [in, out, n_expert]) put expert e's
+// gate matrix next to expert e+1's gate matrix, never next to its own up and down. No byte
+// order of a stacked tensor can interleave three tensors, and aligning slices inside a stacked
+// tensor is impossible too (its slices are back to back). So a bundle-contiguous file must hold
+// one tensor per (layer, expert, matrix). Pack writes them under the per-expert names early
+// Mixtral GGUFs used (blk.N.ffn_gate.E.weight); llama.cpp of 2024 merged those at load for the
+// llama architecture only (with mmap off), and current llama.cpp and every other architecture
+// (qwen3moe, olmoe, deepseek2) expect the stacked tensors. Treat a packed file as Sluice-only:
+// it is marked `sluice.expert_layout = "bundled"`, and `sluice pack --unpack` restores a
+// llama.cpp-loadable file with the original tensor bytes.
+//
+// Layout of a packed file: every non-expert tensor first, in the input's order (so the dense
+// weights are one contiguous region for the mapping), then layer by layer, expert by expert,
+// gate, up, down. general.alignment becomes 4096, so every tensor (hence every bundle) starts
+// on a 4 KiB boundary; the original alignment is kept in sluice.pack.alignment for --unpack.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace sluice {
+
+struct PackResult {
+  int moe_layers = 0;          // layers whose experts were rewritten
+  int64_t experts = 0;         // (layer, expert) bundles
+  uint64_t bytes_in = 0;       // input file size
+  uint64_t bytes_out = 0;      // output file size
+  double seconds = 0;
+};
+
+// progress(done, total): tensors written so far, called after each tensor.
+using PackProgress = std::function<void(size_t done, size_t total)>;
+
+// Throws Error naming the file and the problem (not an MoE model, already packed, I/O errors;
+// a partly written output is removed).
+PackResult pack_experts(const std::string& in_path, const std::string& out_path, const PackProgress& progress = {});
+PackResult unpack_experts(const std::string& in_path, const std::string& out_path, const PackProgress& progress = {});
+
+}  // namespace sluice

@@ -1,0 +1,194 @@
+// tests/kernels/test_q8_matmul: the cpu backend's int8 path (CpuBackendOptions::
+// q8_activations: activations quantized once per token to Q8_K / Q8_0, int8 dot products)
+// against the ref oracle, two ways:
+//   tight: ref fed the SAME quantized activations (quantize_row then dequantize_row of x),
+//          so both compute Σ w·x' for identical w and x' and differ only by float rounding;
+//   loose: ref fed the float activations, so the difference is the activation rounding.
+// Plus the scalar (generic) twin against the SIMD levels, negative controls, and bitwise
+// determinism across thread counts and batch sizes. NMSE as in test_backend_parity.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/ref/ref_backend.h"
+#include "core/cpu_features.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+
+namespace sluice {
+namespace {
+
+// ---- tolerances ------------------------------------------------------------------------
+// Tight (same quantized activations): ref decodes w to float (d·sc rounded to float, then
+// ·q, minus dmin·m) and accumulates in float64; the int8 path forms exact integer sums and
+// applies the scales once per (super-)block in float32. The difference is a few float32
+// roundings per block term, relative ~1e-7 per term, NMSE ~1e-14; observed ≤ 1.1e-13 over
+// all five types, every ISA level, n_out = 1 included (a single dot: its cancellation sets
+// the NMSE, as for kTolMatmul in test_backend_parity). 1e-9 keeps headroom and is 4 orders below the activation-rounding error the loose check sees, so the
+// tight check would notice a path that silently used other activations.
+constexpr double kTolQ8Tight = 1e-9;
+// Loose (float activations): x rounded to 8 bits per (super-)block scale d = amax/127 adds
+// uniform noise of variance d²/12 per element; for Gaussian x the amax of a 256-block is
+// ~2.9σ (Q8_K), of a 32-block ~2.1σ (Q8_0), so NMSE ≈ (amax/127σ)²/12 ≈ 4e-5 (Q8_K) and
+// 2e-5 (Q8_0), independent of the weight type. Observed ≤ 7.5e-5. 3e-4 leaves room for the
+// spread of amax over few blocks; a wrong scale or a dropped sub-block gives ≥ 1e-2.
+constexpr double kTolQ8Loose = 3e-4;
+// Scalar twin vs SIMD: identical integer sums, float terms added in another order
+// (8 lanes vs 1): observed ≤ 1e-13.
+constexpr double kTolQ8Twin = 1e-11;
+
+double nmse(const std::vector<float>& ref, const std::vector<float>& got) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  if (den == 0) return num == 0 ? 0 : INFINITY;
+  return std::isfinite(num) ? num / den : INFINITY;
+}
+
+std::vector<float> randn(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<CpuIsa> available_isas() {
+  std::vector<CpuIsa> v;
+  for (CpuIsa i : {CpuIsa::generic, CpuIsa::avx2, CpuIsa::avx512})
+    if (cpu_isa_available(i)) v.push_back(i);
+  return v;
+}
+
+std::unique_ptr<Backend> q8_backend(int threads, CpuIsa isa) {
+  return make_cpu_backend(threads, isa, CpuBackendOptions{.q8_activations = true});
+}
+
+struct Weights {
+  std::vector<uint8_t> bytes;
+  TensorView view;
+  Weights(DType t, int64_t n_in, int64_t n_out, uint32_t seed) {
+    const std::vector<float> f = randn(static_cast<size_t>(n_in * n_out), seed);
+    const size_t rb = dtype_row_bytes(t, n_in);
+    bytes.resize(rb * static_cast<size_t>(n_out));
+    for (int64_t r = 0; r < n_out; ++r) quantize_row(t, f.data() + r * n_in, bytes.data() + r * rb, n_in);
+    view = TensorView{"w", t, 2, {n_in, n_out, 1, 1}, bytes.data(), bytes.size()};
+  }
+};
+
+std::vector<float> matmul(Backend& b, const TensorView& w, const std::vector<float>& x, int64_t T) {
+  std::vector<float> y(static_cast<size_t>(T * w.ne[1]), NAN);
+  b.matmul(w, x.data(), y.data(), T);
+  return y;
+}
+
+// The activation type the int8 path uses for weight type t.
+DType act_type(DType t) { return dtype_traits(t).block_size == 256 ? DType::Q8_K : DType::Q8_0; }
+
+// x with each token row quantized to `act` and decoded back: what the int8 path multiplies.
+std::vector<float> requantize(const std::vector<float>& x, int64_t n_in, DType act) {
+  std::vector<float> out(x.size());
+  std::vector<uint8_t> buf(dtype_row_bytes(act, n_in));
+  for (size_t r = 0; r < x.size() / static_cast<size_t>(n_in); ++r) {
+    quantize_row(act, x.data() + r * n_in, buf.data(), n_in);
+    dequantize_row(act, buf.data(), out.data() + r * n_in, n_in);
+  }
+  return out;
+}
+
+const DType kQ8Types[] = {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+TEST(Q8Matmul, AgainstRefTightAndLoose) {
+  auto ref = make_ref_backend();
+  double worst_tight = 0, worst_loose = 0;
+  for (DType t : kQ8Types) {
+    const int64_t bs = dtype_traits(t).block_size;
+    struct Shape {
+      int64_t n_in, n_out;
+    };
+    std::vector<Shape> shapes = bs == 32 ? std::vector<Shape>{{32, 1}, {96, 33}, {1024, 70}}
+                                         : std::vector<Shape>{{256, 1}, {512, 40}, {2048, 67}};
+    for (const Shape& s : shapes) {
+      Weights w(t, s.n_in, s.n_out, 11 + static_cast<uint32_t>(s.n_in + s.n_out));
+      for (int64_t T : {1, 3, 70}) {  // 70 > the 64-token tile
+        const auto x = randn(static_cast<size_t>(T * s.n_in), 5 + static_cast<uint32_t>(T));
+        const auto y_loose = matmul(*ref, w.view, x, T);
+        const auto y_tight = matmul(*ref, w.view, requantize(x, s.n_in, act_type(t)), T);
+        for (CpuIsa isa : available_isas()) {
+          auto cpu = q8_backend(2, isa);
+          const auto y = matmul(*cpu, w.view, x, T);
+          const double et = nmse(y_tight, y), el = nmse(y_loose, y);
+          worst_tight = std::max(worst_tight, et);
+          worst_loose = std::max(worst_loose, el);
+          EXPECT_LE(et, kTolQ8Tight) << dtype_name(t) << " " << cpu_isa_name(isa) << " in=" << s.n_in << " T=" << T;
+          EXPECT_LE(el, kTolQ8Loose) << dtype_name(t) << " " << cpu_isa_name(isa) << " in=" << s.n_in << " T=" << T;
+        }
+      }
+    }
+  }
+  std::printf("[  NMSE    ] q8 matmul tight max %.3g, loose max %.3g\n", worst_tight, worst_loose);
+}
+
+// The scalar generic level is the twin of the SIMD levels: same integer sums.
+TEST(Q8Matmul, ScalarTwinMatchesSimd) {
+  auto gen = q8_backend(1, CpuIsa::generic);
+  for (DType t : kQ8Types) {
+    Weights w(t, 1024, 45, 3);
+    const auto x = randn(3 * 1024, 4);
+    const auto yg = matmul(*gen, w.view, x, 3);
+    for (CpuIsa isa : available_isas()) {
+      auto cpu = q8_backend(2, isa);
+      EXPECT_LE(nmse(yg, matmul(*cpu, w.view, x, 3)), kTolQ8Twin) << dtype_name(t) << " " << cpu_isa_name(isa);
+    }
+  }
+}
+
+// Negative controls: the tight check must see the activation rounding (so it would catch a
+// path that quantized differently), and the loose check must see one wrong sub-block scale.
+TEST(Q8Matmul, NegativeControls) {
+  auto ref = make_ref_backend();
+  Weights w(DType::Q4_K, 1024, 64, 9);
+  const auto x = randn(2 * 1024, 10);
+  const auto y_float = matmul(*ref, w.view, x, 2);
+  for (CpuIsa isa : available_isas()) {
+    auto cpu = q8_backend(2, isa);
+    EXPECT_GT(nmse(y_float, matmul(*cpu, w.view, x, 2)), 10 * kTolQ8Tight) << cpu_isa_name(isa);
+  }
+  // Row 5, super-block 1: bump the 6-bit scale of sub-block 0 (scales[0] low 6 bits).
+  auto* b = reinterpret_cast<block_q4_K*>(w.bytes.data() + 5 * dtype_row_bytes(DType::Q4_K, 1024)) + 1;
+  b->scales[0] = static_cast<uint8_t>((b->scales[0] & 0xC0) | (((b->scales[0] & 63) + 20) & 63));
+  for (CpuIsa isa : available_isas()) {
+    auto cpu = q8_backend(2, isa);
+    EXPECT_GT(nmse(y_float, matmul(*cpu, w.view, x, 2)), kTolQ8Loose) << cpu_isa_name(isa);
+  }
+}
+
+// Bitwise: 1, 2 and 3 threads agree, and a token's output does not depend on its batch.
+TEST(Q8Matmul, DeterministicAcrossThreadsAndBatch) {
+  for (CpuIsa isa : available_isas()) {
+    auto c1 = q8_backend(1, isa), c2 = q8_backend(2, isa), c3 = q8_backend(3, isa);
+    for (DType t : kQ8Types) {
+      Weights w(t, 512, 301, 21);
+      const int64_t T = 67;
+      const auto x = randn(static_cast<size_t>(T * 512), 22);
+      const auto y1 = matmul(*c1, w.view, x, T);
+      EXPECT_EQ(0, std::memcmp(y1.data(), matmul(*c2, w.view, x, T).data(), y1.size() * 4)) << dtype_name(t);
+      EXPECT_EQ(0, std::memcmp(y1.data(), matmul(*c3, w.view, x, T).data(), y1.size() * 4)) << dtype_name(t);
+      for (int64_t tok : {0, 66}) {
+        std::vector<float> xt(x.begin() + tok * 512, x.begin() + (tok + 1) * 512);
+        const auto ys = matmul(*c2, w.view, xt, 1);
+        EXPECT_EQ(0, std::memcmp(ys.data(), y1.data() + tok * 301, 301 * 4)) << dtype_name(t) << " tok=" << tok;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sluice
