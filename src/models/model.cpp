@@ -52,6 +52,11 @@ Hparams read_hparams(const GgufFile& f) {
   hp.n_rot = f.get_u32_or(a + "rope.dimension_count", static_cast<uint32_t>(hp.head_dim_k));
   if (hp.n_rot <= 0 || hp.n_rot > hp.head_dim_k || hp.n_rot % 2 != 0)
     fail(f.path(), ": ", a, "rope.dimension_count = ", hp.n_rot, " must be even and <= head dim ", hp.head_dim_k);
+  // RoPE scaling (YaRN, linear) changes every angle and the attention scale; computing plain
+  // RoPE on such a file would give silently wrong text, so refuse it until it is implemented.
+  const std::string scaling = f.get_string_or(a + "rope.scaling.type", "none");
+  if (scaling != "none" && !(scaling == "linear" && f.get_f32_or(a + "rope.scaling.factor", 1.0f) == 1.0f))
+    fail(f.path(), ": ", a, "rope.scaling.type = '", scaling, "' is not supported yet (only unscaled RoPE)");
   if (hp.arch == "qwen3" || hp.arch == "qwen3moe") {
     hp.rope_mode = RopeMode::neox;
     hp.qk_norm_per_head = true;

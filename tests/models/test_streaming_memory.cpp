@@ -139,6 +139,11 @@ size_t child_peak_rss(const std::vector<std::string>& args, int* status, const s
 }
 
 TEST(StreamingMemory, PeakRssStaysWithinDensePlusKvPlusBudget) {
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan keeps freed chunks in quarantine and maps shadow memory, so peak RSS says nothing
+  // about Sluice's own footprint there; the bound is checked by the plain (ci) build.
+  GTEST_SKIP() << "peak-RSS bound not measured under AddressSanitizer";
+#endif
   SLUICE_REQUIRE_SHARED();
   const fs::path dir = fs::temp_directory_path() / ("sluice_stream_mem_" + std::to_string(::getpid()));
   fs::create_directories(dir);

@@ -96,9 +96,11 @@ namespace avx2_q8 {
 inline float q8_half(uint16_t h) { return _cvtsh_ss(h); }
 #define SLUICE_Q8_SIMD 1
 #define SLUICE_Q8_VNNI 0
+#define SLUICE_Q8_AVX512 0
 #include "backends/cpu/kernels_q8_impl.h"
 #undef SLUICE_Q8_SIMD
 #undef SLUICE_Q8_VNNI
+#undef SLUICE_Q8_AVX512
 constexpr Q8Kernels kTable = q8_table("avx2");
 }  // namespace avx2_q8
 

@@ -93,9 +93,11 @@ namespace avx512_q8 {
 inline float q8_half(uint16_t h) { return _cvtsh_ss(h); }
 #define SLUICE_Q8_SIMD 1
 #define SLUICE_Q8_VNNI 0
+#define SLUICE_Q8_AVX512 1
 #include "backends/cpu/kernels_q8_impl.h"
 #undef SLUICE_Q8_SIMD
 #undef SLUICE_Q8_VNNI
+#undef SLUICE_Q8_AVX512
 constexpr Q8Kernels kTable = q8_table("avx512");
 }  // namespace avx512_q8
 
@@ -103,9 +105,11 @@ namespace avx512_q8_vnni {
 inline float q8_half(uint16_t h) { return _cvtsh_ss(h); }
 #define SLUICE_Q8_SIMD 1
 #define SLUICE_Q8_VNNI 1
+#define SLUICE_Q8_AVX512 1
 #include "backends/cpu/kernels_q8_impl.h"
 #undef SLUICE_Q8_SIMD
 #undef SLUICE_Q8_VNNI
+#undef SLUICE_Q8_AVX512
 constexpr Q8Kernels kTable = q8_table("avx512-vnni");
 }  // namespace avx512_q8_vnni
 

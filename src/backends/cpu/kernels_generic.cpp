@@ -105,9 +105,11 @@ namespace generic_q8 {
 inline float q8_half(uint16_t h) { return fp16_to_fp32(h); }
 #define SLUICE_Q8_SIMD 0
 #define SLUICE_Q8_VNNI 0
+#define SLUICE_Q8_AVX512 0
 #include "backends/cpu/kernels_q8_impl.h"
 #undef SLUICE_Q8_SIMD
 #undef SLUICE_Q8_VNNI
+#undef SLUICE_Q8_AVX512
 constexpr Q8Kernels kTable = q8_table("generic");
 }  // namespace generic_q8
 

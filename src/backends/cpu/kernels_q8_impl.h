@@ -4,6 +4,7 @@
 // (scalar), kernels_avx2.cpp and kernels_avx512.cpp (256-bit integer SIMD), which define
 //   SLUICE_Q8_SIMD  0: scalar code, the twin of the SIMD code; 1: AVX2 intrinsics
 //   SLUICE_Q8_VNNI  1: u8·s8 sums by AVX512-VNNI dpbusd instead of maddubs + madd (needs VL)
+//   SLUICE_Q8_AVX512 1: 512-bit loops where written (Q4_K), needs AVX-512 BW
 //   q8_half(h)      one fp16 -> float
 // and include quant/blocks.h first. This file includes nothing itself.
 //
@@ -208,9 +209,75 @@ inline void q8_dot_k4(const void* w, const uint8_t* act, size_t astride, int64_t
   for (int t = 0; t < NT; ++t) out[t * ostride] = sum[t] - summ[t];
 }
 
+#if SLUICE_Q8_AVX512
+// Q4_K with 512-bit vectors (AVX-512 BW): half the instructions of the 256-bit loop. A
+// 64-byte load of qs holds chunks c and c+1; the low and high nibbles are regrouped by
+// 128-bit lane shuffles into [low(c) | high(c)], which is sub-blocks 2c, 2c+1 in the order of
+// the 64 contiguous activation bytes. The scale vector of a chunk (sc[2c] in the low 16
+// int16 lanes, sc[2c+1] in the high 16) comes from one vpermw.
+template <int NT>
+inline void q8_dot_q4_K_512(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
+  const auto* x = static_cast<const block_q4_K*>(w);
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+  __m512i idx[4];
+  for (int c = 0; c < 4; ++c)
+    idx[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<int16_t>(2 * c))),
+                                _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
+  __m512 acc[NT];
+  float summ[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = _mm512_setzero_ps();
+    summ[t] = 0;
+  }
+  for (int64_t i = 0; i < nb; ++i) {
+    uint8_t sc[8], m[8];
+    q8_scales_mins_k4(x[i].scales, sc, m);
+    const float xd = q8_half(x[i].d), xdmin = q8_half(x[i].dmin);
+    const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+    const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
+    const block_q8_K* a[NT];
+    __m512i sumi[NT];
+    for (int t = 0; t < NT; ++t) {
+      a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
+      const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[t]->bsums));
+      const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[t]->bsums + 8));
+      __m128i pm = _mm_madd_epi16(_mm_hadd_epi16(b0, b1), m16);
+      pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
+      pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1));
+      summ[t] += a[t]->d * xdmin * static_cast<float>(_mm_cvtsi128_si32(pm));
+      sumi[t] = _mm512_setzero_si512();
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m512i q = _mm512_loadu_si512(x[i].qs + 64 * h);
+      const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+      const __m512i wv[2] = {_mm512_shuffle_i64x2(lo, hi, 0x44), _mm512_shuffle_i64x2(lo, hi, 0xEE)};
+      for (int k = 0; k < 2; ++k) {
+        const int c = 2 * h + k;
+        const __m512i scv = _mm512_permutexvar_epi16(idx[c], sc16);
+        for (int t = 0; t < NT; ++t) {
+          const __m512i p = _mm512_maddubs_epi16(wv[k], _mm512_loadu_si512(a[t]->qs + 64 * c));
+#if SLUICE_Q8_VNNI
+          sumi[t] = _mm512_dpwssd_epi32(sumi[t], p, scv);
+#else
+          sumi[t] = _mm512_add_epi32(sumi[t], _mm512_madd_epi16(p, scv));
+#endif
+        }
+      }
+    }
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(a[t]->d * xd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) out[t * ostride] = _mm512_reduce_add_ps(acc[t]) - summ[t];
+}
+#endif
+
 template <int NT>
 inline void q8_dot_q4_K(const void* w, const uint8_t* a, size_t as, int64_t nb, float* out, size_t os) {
+#if SLUICE_Q8_AVX512
+  q8_dot_q4_K_512<NT>(w, a, as, nb, out, os);
+#else
   q8_dot_k4<false, block_q4_K, NT>(w, a, as, nb, out, os);
+#endif
 }
 template <int NT>
 inline void q8_dot_q5_K(const void* w, const uint8_t* a, size_t as, int64_t nb, float* out, size_t os) {
@@ -283,6 +350,68 @@ inline void q8_dot_q6_K(const void* w, const uint8_t* act, size_t astride, int64
 #endif
 }
 
+#if SLUICE_Q8_AVX512
+// Q6_K with 512-bit vectors: per half h, one 64-byte load of ql gives [p0 | p1] (low
+// nibbles) and [p2 | p3] (high nibbles), already in activation order (128h + 32p + l). The
+// two high bits come from qh broadcast to both 256-bit halves and shifted per half by
+// vpsrlvw (2p), and each 16-element sub-block's scale is placed on its 8 int16 lanes by vpermw.
+template <int NT>
+inline void q8_dot_q6_K_512(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
+  const auto* x = static_cast<const block_q6_K*>(w);
+  const __m512i m4 = _mm512_set1_epi8(0xF), m3 = _mm512_set1_epi8(3);
+  auto halves16 = [](int lo, int hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<int16_t>(lo))),
+                              _mm256_set1_epi16(static_cast<int16_t>(hi)), 1);
+  };
+  const __m512i shift[2] = {halves16(0, 2), halves16(4, 6)};
+  // int16 lane j of the maddubs result holds elements 2j, 2j+1: sub-block 4k + j/8 of the half.
+  __m512i idx[2][2];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 2; ++k) {
+      alignas(64) int16_t v[32];
+      for (int j = 0; j < 32; ++j) v[j] = static_cast<int16_t>(8 * h + 4 * k + j / 8);
+      idx[h][k] = _mm512_load_si512(v);
+    }
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m256i sc16_256 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+    const __m512i sc16 = _mm512_castsi256_si512(sc16_256);
+    const block_q8_K* a[NT];
+    __m512i sumi[NT];
+    for (int t = 0; t < NT; ++t) {
+      a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
+      const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(q8_load(a[t]->bsums), sc16_256), 5);
+      sumi[t] = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), off));
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = _mm512_loadu_si512(x[i].ql + 64 * h);
+      const __m512i qh = _mm512_broadcast_i64x4(q8_load(x[i].qh + 32 * h));
+      const __m512i lo[2] = {_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4)};
+      for (int k = 0; k < 2; ++k) {
+        const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(qh, shift[k]), m3);
+        const __m512i q = _mm512_or_si512(lo[k], _mm512_slli_epi16(hb, 4));
+        const __m512i scv = _mm512_permutexvar_epi16(idx[h][k], sc16);
+        for (int t = 0; t < NT; ++t) {
+          const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(a[t]->qs + 128 * h + 64 * k));
+#if SLUICE_Q8_VNNI
+          sumi[t] = _mm512_dpwssd_epi32(sumi[t], p, scv);
+#else
+          sumi[t] = _mm512_add_epi32(sumi[t], _mm512_madd_epi16(p, scv));
+#endif
+        }
+      }
+    }
+    const float xd = q8_half(x[i].d);
+    for (int t = 0; t < NT; ++t) acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(a[t]->d * xd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) out[t * ostride] = _mm512_reduce_add_ps(acc[t]);
+}
+#define SLUICE_Q8_Q6_K_DOT q8_dot_q6_K_512
+#else
+#define SLUICE_Q8_Q6_K_DOT q8_dot_q6_K
+#endif
+
 // Rows outside, tokens inside, 4 tokens per weight pass: a weight row (≤ a few KiB) stays
 // in L1 while the activation rows stream past it, and each 4-token pass unpacks the weight
 // blocks once. Each output is the same computation whatever the grouping (see above).
@@ -313,8 +442,14 @@ SLUICE_Q8_DOT(q4_0)
 SLUICE_Q8_DOT(q8_0)
 SLUICE_Q8_DOT(q4_K)
 SLUICE_Q8_DOT(q5_K)
-SLUICE_Q8_DOT(q6_K)
 #undef SLUICE_Q8_DOT
+template <int NT>
+struct Dot_q6_K {
+  static void run(const void* w, const uint8_t* a, size_t as, int64_t nb, float* out, size_t os) {
+    SLUICE_Q8_Q6_K_DOT<NT>(w, a, as, nb, out, os);
+  }
+};
+#undef SLUICE_Q8_Q6_K_DOT
 
 constexpr Q8Kernels q8_table(const char* name) {
   return Q8Kernels{
