@@ -270,6 +270,28 @@ void Model::output_head(Backend& be, const float* x, int64_t n_tok, bool all_log
   if (hook && *hook) (*hook)("result_output", -1, logits, n_out, hp_.n_vocab);
 }
 
+void Model::attn_output_and_ffn(Backend& be, int64_t l, const float* attn, float* x, int64_t T,
+                                const TensorHook* hook) const {
+  const LayerWeights& w = layers_[l];
+  const int il = static_cast<int>(l);
+  const int64_t E = hp_.n_embd;
+  auto report = [&](std::string_view name, const float* d) {
+    if (hook && *hook) (*hook)(name, il, d, T, E);
+  };
+  std::vector<float> h(T * E), o(T * E);
+  be.matmul(*w.wo, attn, o.data(), T);
+  report("attn_out", o.data());
+  be.add(x, o.data(), x, T * E);
+  report("ffn_inp", x);
+  // FFN: norm -> SwiGLU (dense, or routed to k experts) -> added to the residual stream.
+  be.rms_norm(x, static_cast<const float*>(w.ffn_norm->data), h.data(), T, E, hp_.rms_eps);
+  report("ffn_norm", h.data());
+  ffn_block(be, l, h.data(), o.data(), T, hook);
+  report("ffn_out", o.data());
+  be.add(x, o.data(), x, T * E);
+  report("l_out", x);
+}
+
 void Model::ffn_block(Backend& be, int64_t l, const float* h, float* out, int64_t T, const TensorHook* hook) const {
   const LayerWeights& w = layers_[l];
   const int il = static_cast<int>(l);
