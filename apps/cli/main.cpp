@@ -103,7 +103,7 @@ struct CommonOpts {
   bool no_direct_io = false;
   void add(CLI::App* app) {
     app->add_option("-m,--model", model, "GGUF model file")->required()->check(CLI::ExistingFile);
-    app->add_option("--backend", backend, "ref | cpu")->capture_default_str();
+    app->add_option("--backend", backend, "ref | cpu (int8 activations on quantized weights) | cpu-exact")->capture_default_str();
     app->add_option("-t,--threads", threads, "worker threads (0 = all cores)")->capture_default_str();
     app->add_option("-c,--ctx", ctx, "context size in tokens (0 = min(model's, 4096))");
     app->add_option("--cache-type", cache_type, "KV cache type of K and V (shorthand for both)")->capture_default_str();
@@ -329,7 +329,7 @@ int main(int argc, char** argv) {
   inspect->add_option("file", inspect_path, "GGUF file")->required()->check(CLI::ExistingFile);
 
   std::string par_cache = "f16";
-  std::string par_model, par_a = "ref", par_b = "cpu", par_tokens, par_prompt = "Once upon a time";
+  std::string par_model, par_a = "ref", par_b = "cpu-exact", par_tokens, par_prompt = "Once upon a time";
   int par_threads = 0, par_decode = 4;
   bool par_verbose = false;
   auto* parity = app.add_subcommand("parity", "run two backends side by side; report the first diverging intermediate");

@@ -148,7 +148,7 @@ std::string case_name(const ::testing::TestParamInfo<Golden::ParamType>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(LlamaFamily, Golden,
-                         ::testing::Combine(::testing::ValuesIn(golden_cases()), ::testing::Values("ref", "cpu")), case_name);
+                         ::testing::Combine(::testing::ValuesIn(golden_cases()), ::testing::Values("ref", "cpu", "cpu-exact")), case_name);
 
 // stories260K from a lone BOS, 256 greedy tokens: the independent numpy + llama.cpp golden.
 // The two MoE re-arrangements of the same weights (4 experts all used; 8 experts top-4 with

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "models/model.h"
 #include "runtime/parity.h"
+#include "runtime/session.h"
 #include "test_util.h"
 
 namespace sluice {
@@ -21,7 +22,7 @@ TEST_P(ModelParity, CpuMatchesRefOnEveryIntermediate) {
   auto model = Model::load(test::shared_dir() + "/" + GetParam());
   auto ref = make_backend("ref", 1);
   for (auto [threads, kv_type] : {std::pair{1, DType::F16}, std::pair{2, DType::F16}, std::pair{2, DType::F32}}) {
-    auto cpu = make_backend("cpu", threads);
+    auto cpu = make_backend("cpu-exact", threads);
     KvCacheOptions kv{.n_ctx = 32, .type_k = kv_type, .type_v = kv_type};
     ParityReport rep = run_parity(*model, *ref, *model, *cpu, kPrompt, /*n_decode=*/3, kv);
     ASSERT_GT(rep.entries.size(), 10u);
@@ -56,7 +57,7 @@ TEST(ModelParityNegative, WrongRopeLayoutIsCaughtAtQcurRope) {
   auto good = Model::load(path);
   auto bad = Model::load(path);
   bad->mutable_hparams().rope_mode = RopeMode::normal;  // qwen3 needs neox
-  auto ref = make_backend("ref", 1), cpu = make_backend("cpu", 1);
+  auto ref = make_backend("ref", 1), cpu = make_backend("cpu-exact", 1);
   ParityReport rep = run_parity(*good, *ref, *bad, *cpu, kPrompt, 0, KvCacheOptions{.n_ctx = 16});
   const ParityEntry* e = rep.first_divergence();
   ASSERT_NE(e, nullptr) << "a wrong RoPE layout went unnoticed";
@@ -72,7 +73,7 @@ TEST(ModelParityNegative, DroppedQkNormIsCaught) {
   auto good = Model::load(path);
   auto bad = Model::load(path);
   bad->mutable_hparams().qk_norm_per_head = false;  // skips the norms and their hook names
-  auto ref = make_backend("ref", 1), cpu = make_backend("cpu", 1);
+  auto ref = make_backend("ref", 1), cpu = make_backend("cpu-exact", 1);
   // The intermediates no longer line up by name: run_parity must refuse, not compare garbage.
   EXPECT_THROW(run_parity(*good, *ref, *bad, *cpu, kPrompt, 0, KvCacheOptions{.n_ctx = 16}), Error);
 }
@@ -84,11 +85,43 @@ TEST(ModelParityNegative, SlightlyWrongRopeBaseIsCaught) {
   auto good = Model::load(path);
   auto bad = Model::load(path);
   bad->mutable_hparams().rope_base *= 1.01f;
-  auto ref = make_backend("ref", 1), cpu = make_backend("cpu", 2);
+  auto ref = make_backend("ref", 1), cpu = make_backend("cpu-exact", 2);
   ParityReport rep = run_parity(*good, *ref, *bad, *cpu, kPrompt, 0, KvCacheOptions{.n_ctx = 16});
   const ParityEntry* e = rep.first_divergence();
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->name, "Qcur_rope");
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Work is split by output rows only, never across a sum, so the default (int8) cpu backend
+// gives the same greedy tokens — indeed the same logits bits — for any thread count.
+TEST(ThreadDeterminism, GreedyTokensIdenticalFor1And2Threads) {
+  SLUICE_REQUIRE_SHARED();
+  for (const char* path : {"golden/qwen3moe-Q4_K_M/model.gguf", "golden/llama_dense-Q8_0/model.gguf"}) {
+    auto model = Model::load(test::shared_dir() + "/" + path);
+    std::vector<std::vector<int32_t>> runs;
+    std::vector<std::vector<float>> last_logits;
+    for (int threads : {1, 2}) {
+      auto be = make_backend("cpu", threads);
+      Session s(*model, *be, KvCacheOptions{.n_ctx = 64});
+      auto logits = s.eval(kPrompt);
+      std::vector<int32_t> ids;
+      for (int i = 0; i < 24; ++i) {
+        ids.push_back(argmax(logits));
+        std::vector<int32_t> one{ids.back()};
+        logits = s.eval(one);
+      }
+      runs.push_back(ids);
+      last_logits.emplace_back(logits.begin(), logits.end());
+    }
+    EXPECT_EQ(runs[0], runs[1]) << path;
+    EXPECT_EQ(last_logits[0], last_logits[1]) << path << ": logits differ in bits";
+  }
 }
 
 }  // namespace

@@ -75,14 +75,14 @@ std::string write_synth(const Tiny& t, const std::string& type, uint64_t seed = 
 }
 
 std::vector<float> prompt_logits(const Model& m, const std::vector<int32_t>& tokens) {
-  auto cpu = make_backend("cpu", 2);
+  auto cpu = make_backend("cpu-exact", 2);
   Session s(m, *cpu, KvCacheOptions{.n_ctx = 64});
   auto l = s.eval(tokens, /*all_logits=*/true);
   return {l.begin(), l.end()};
 }
 
 std::vector<int32_t> greedy(const Model& m, const std::vector<int32_t>& prompt, int n) {
-  auto cpu = make_backend("cpu", 2);
+  auto cpu = make_backend("cpu-exact", 2);
   Session s(m, *cpu, KvCacheOptions{.n_ctx = 64});
   int32_t next = argmax(s.eval(prompt));
   std::vector<int32_t> out;
@@ -110,7 +110,7 @@ TEST_P(SynthTiny, LoadsRunsAndIsNonDegenerate) {
   EXPECT_EQ(m16->hparams().n_vocab, 512);
 
   // (a) ref vs cpu on every named intermediate, prompt batch + decode steps, each weight type.
-  auto ref = make_backend("ref", 1), cpu = make_backend("cpu", 2);
+  auto ref = make_backend("ref", 1), cpu = make_backend("cpu-exact", 2);
   for (const Model* m : {m16.get(), mq.get(), m8.get()}) {
     ParityReport rep = run_parity(*m, *ref, *m, *cpu, kPrompt, /*n_decode=*/3, KvCacheOptions{.n_ctx = 32});
     ASSERT_GT(rep.entries.size(), 10u);
@@ -258,7 +258,7 @@ TEST(Synth, Q4KMTypesMatchLlamaQuantize) {
 
 // Fraction of each token's experts that the previous token also used, over MoE layers.
 double expert_reuse(const Model& m, const std::vector<int32_t>& tokens) {
-  auto cpu = make_backend("cpu", 2);
+  auto cpu = make_backend("cpu-exact", 2);
   Session s(m, *cpu, KvCacheOptions{.n_ctx = 128});
   double reuse = 0;
   int count = 0;

@@ -21,7 +21,9 @@ struct CpuBackendOptions {
   // a 12-layer qwen3-30b-a3b Q4_K_M: 23.6 vs 4.3 tok/s at 2 threads), but the activation
   // rounding changes results by NMSE ~4e-5 per matmul (tests/kernels/test_q8_matmul.cpp),
   // ~1e-4 on model logits: above runtime/parity's limits, and llama_dense-Q4_K_M's golden
-  // greedy run flips a near-tie at step 30. Off by default until those limits allow it.
+  // greedy run flipped a near-tie at step 30 in an earlier version (it no longer does). Off in
+  // these defaults (kernel tests compare against float math); make_backend("cpu") turns it on
+  // and make_backend("cpu-exact") keeps it off (backends/backend.cpp).
   bool q8_activations = false;
 };
 // The defaults, with SLUICE_CPU_Q8=1|0 in the environment overriding q8_activations.
