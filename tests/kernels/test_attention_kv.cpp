@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernel_test_util.h"
 #include "backends/backend.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/ref/ref_backend.h"
@@ -22,6 +23,10 @@
 namespace sluice {
 namespace {
 
+using test::available_isas;
+using test::nmse;
+using test::randn;
+
 // cpu vs ref on the same stored rows: both see the same decoded values up to float rounding.
 // For tq the cpu works in the rotated space (query rotated in float32, V rotated back in
 // float32: a few ulps per element for log2(D) butterfly stages) while ref decodes each row
@@ -30,23 +35,7 @@ namespace {
 // one-position causal shift gives > 1e-4 (negative control below).
 constexpr double kTol = 1e-10;
 
-double nmse(const std::vector<float>& ref, const std::vector<float>& got) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - ref[i];
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return den == 0 ? (num == 0 ? 0 : INFINITY) : (std::isfinite(num) ? num / den : INFINITY);
-}
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 struct Case {
   int64_t T, H, Hkv, D, N, pos0;
@@ -92,12 +81,6 @@ std::vector<float> run(Backend& b, AttentionArgs a) {
   return out;
 }
 
-std::vector<CpuIsa> isas() {
-  std::vector<CpuIsa> v;
-  for (CpuIsa i : {CpuIsa::generic, CpuIsa::avx2, CpuIsa::avx512})
-    if (cpu_isa_available(i)) v.push_back(i);
-  return v;
-}
 
 const Case kCases[] = {
     {1, 8, 2, 64, 37, 36},       // decode, GQA 4
@@ -116,7 +99,7 @@ const std::pair<DType, DType> kTypePairs[] = {
 
 TEST(AttentionKv, CpuMatchesRefForEveryCodec) {
   auto ref = make_ref_backend();
-  for (CpuIsa isa : isas()) {
+  for (CpuIsa isa : available_isas()) {
     auto cpu = make_cpu_backend(2, isa);
     for (const auto& c : kCases)
       for (auto [kt, vt] : kTypePairs) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernel_test_util.h"
 #include "backends/backend.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/kernels.h"
@@ -28,6 +29,10 @@
 
 namespace sluice {
 namespace {
+
+using test::available_isas;
+using test::nmse;
+using test::randn;
 
 // ---- tolerances ------------------------------------------------------------------------
 // matmul, any weight type: both backends see the same decoded float weights (F16/BF16
@@ -58,17 +63,6 @@ constexpr double kTolAttention = 1e-10;
 // add, get_rows, store_row: exact operations (IEEE add, exact conversions, the same
 // quantize_row), so the tolerance is zero: bitwise equality.
 
-double nmse(const std::vector<float>& ref, const std::vector<float>& got) {
-  EXPECT_EQ(ref.size(), got.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - ref[i];
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  if (den == 0) return num == 0 ? 0 : INFINITY;
-  return std::isfinite(num) ? num / den : INFINITY;
-}
 
 // The largest NMSE seen per (op, dtype, isa), printed at the end of the run so tolerances
 // can be judged against what is actually observed.
@@ -93,20 +87,7 @@ std::string key(std::string_view op, std::string_view type, CpuIsa isa) {
   return std::string(op) + " " + std::string(type) + " " + std::string(cpu_isa_name(isa));
 }
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
-std::vector<CpuIsa> available_isas() {
-  std::vector<CpuIsa> v;
-  for (CpuIsa i : {CpuIsa::generic, CpuIsa::avx2, CpuIsa::avx512})
-    if (cpu_isa_available(i)) v.push_back(i);
-  return v;
-}
 
 // The cpu backends under test: every available ISA level, 2 threads each (so the
 // threaded paths run; determinism across thread counts is tested separately).

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/kernel_test_util.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/ref/ref_backend.h"
 #include "core/cpu_features.h"
@@ -21,6 +22,10 @@
 
 namespace sluice {
 namespace {
+
+using test::available_isas;
+using test::nmse;
+using test::randn;
 
 // ---- tolerances ------------------------------------------------------------------------
 // Tight (same quantized activations): ref decodes w to float (d·sc rounded to float, then
@@ -41,31 +46,8 @@ constexpr double kTolQ8Loose = 3e-4;
 // (8 lanes vs 1): observed ≤ 1e-13.
 constexpr double kTolQ8Twin = 1e-11;
 
-double nmse(const std::vector<float>& ref, const std::vector<float>& got) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - ref[i];
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  if (den == 0) return num == 0 ? 0 : INFINITY;
-  return std::isfinite(num) ? num / den : INFINITY;
-}
 
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
-std::vector<CpuIsa> available_isas() {
-  std::vector<CpuIsa> v;
-  for (CpuIsa i : {CpuIsa::generic, CpuIsa::avx2, CpuIsa::avx512})
-    if (cpu_isa_available(i)) v.push_back(i);
-  return v;
-}
 
 std::unique_ptr<Backend> q8_backend(int threads, CpuIsa isa) {
   return make_cpu_backend(threads, isa, CpuBackendOptions{.q8_activations = true});

@@ -1,0 +1,42 @@
+// tests/kernels/kernel_test_util: what every kernel parity test needs — the NMSE metric
+// (as llama.cpp's test-backend-ops), seeded Gaussian inputs, and the ISA levels to sweep.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core/cpu_features.h"
+
+namespace sluice::test {
+
+// Σ(got-ref)² / Σ ref²; 0 for two all-zero vectors, +inf when anything is not finite.
+inline double nmse(const std::vector<float>& ref, const std::vector<float>& got) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  if (ref.size() != got.size()) return INFINITY;
+  if (den == 0) return num == 0 ? 0 : INFINITY;
+  return std::isfinite(num) ? num / den : INFINITY;
+}
+
+inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// The kernel levels this machine can run (generic always; AVX2 / AVX-512 when present).
+inline std::vector<CpuIsa> available_isas() {
+  std::vector<CpuIsa> v;
+  for (CpuIsa i : {CpuIsa::generic, CpuIsa::avx2, CpuIsa::avx512})
+    if (cpu_isa_available(i)) v.push_back(i);
+  return v;
+}
+
+}  // namespace sluice::test
