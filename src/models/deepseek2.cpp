@@ -25,7 +25,7 @@ void Model::forward_deepseek2(Backend& be, KvCache& kv, const int32_t* tokens, i
   auto report = [&](std::string_view name, int layer, const float* data, int64_t rows, int64_t cols) {
     if (hook && *hook) (*hook)(name, layer, data, rows, cols);
   };
-  std::vector<float> x(T * E), h(T * E);
+  std::vector<float> x(T * E), h(T * E), o(T * E);
   std::vector<float> qa(T * std::max<int64_t>(mla.q_lora_rank, 1)), q(T * H * (N + R)), kv_a(T * (L + R));
   std::vector<float> q_pe(T * H * R), k_pe(T * R), k_lat(T * (L + R)), c_kv(T * L), q_lat(T * H * (L + R));
   std::vector<float> head_in(T * std::max(N, L)), head_out(T * std::max(L, V)), attn_lat(T * H * L), attn(T * H * V);
@@ -88,7 +88,7 @@ void Model::forward_deepseek2(Backend& be, KvCache& kv, const int32_t* tokens, i
       for (int64_t t = 0; t < T; ++t) std::copy_n(head_out.data() + t * V, V, attn.data() + (t * H + hh) * V);
     }
     report("kqv_out", il, attn.data(), T, H * V);
-    attn_output_and_ffn(be, l, attn.data(), x.data(), T, hook);
+    attn_output_and_ffn(be, l, attn.data(), x.data(), h.data(), o.data(), T, hook);
   }
   output_head(be, x.data(), T, all_logits, logits, hook);
 }

@@ -36,7 +36,7 @@ void Model::forward_llama_like(Backend& be, KvCache& kv, const int32_t* tokens, 
   auto report = [&](std::string_view name, int layer, const float* data, int64_t rows, int64_t cols) {
     if (hook && *hook) (*hook)(name, layer, data, rows, cols);
   };
-  std::vector<float> x(T * E), h(T * E), q(T * H * Dk), k(T * Hkv * Dk), v(T * Hkv * Dv), attn(T * H * Dv);
+  std::vector<float> x(T * E), h(T * E), q(T * H * Dk), k(T * Hkv * Dk), v(T * Hkv * Dv), attn(T * H * Dv), o(T * E);
   std::vector<int32_t> pos(T);
   for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(pos0 + t);
 
@@ -73,7 +73,7 @@ void Model::forward_llama_like(Backend& be, KvCache& kv, const int32_t* tokens, 
     attend_cached(be, kv, l, q.data(), k.data(), v.data(), attn.data(), T, pos0, H, Hkv, Dk, Dv,
                   1.0f / std::sqrt(static_cast<float>(Dk)));
     report("kqv_out", il, attn.data(), T, H * Dv);
-    attn_output_and_ffn(be, l, attn.data(), x.data(), T, hook);
+    attn_output_and_ffn(be, l, attn.data(), x.data(), h.data(), o.data(), T, hook);
   }
   output_head(be, x.data(), T, all_logits, logits, hook);
 }

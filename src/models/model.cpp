@@ -270,7 +270,7 @@ void Model::output_head(Backend& be, const float* x, int64_t n_tok, bool all_log
   if (hook && *hook) (*hook)("result_output", -1, logits, n_out, hp_.n_vocab);
 }
 
-void Model::attn_output_and_ffn(Backend& be, int64_t l, const float* attn, float* x, int64_t T,
+void Model::attn_output_and_ffn(Backend& be, int64_t l, const float* attn, float* x, float* h, float* o, int64_t T,
                                 const TensorHook* hook) const {
   const LayerWeights& w = layers_[l];
   const int il = static_cast<int>(l);
@@ -278,17 +278,16 @@ void Model::attn_output_and_ffn(Backend& be, int64_t l, const float* attn, float
   auto report = [&](std::string_view name, const float* d) {
     if (hook && *hook) (*hook)(name, il, d, T, E);
   };
-  std::vector<float> h(T * E), o(T * E);
-  be.matmul(*w.wo, attn, o.data(), T);
-  report("attn_out", o.data());
-  be.add(x, o.data(), x, T * E);
+  be.matmul(*w.wo, attn, o, T);
+  report("attn_out", o);
+  be.add(x, o, x, T * E);
   report("ffn_inp", x);
   // FFN: norm -> SwiGLU (dense, or routed to k experts) -> added to the residual stream.
-  be.rms_norm(x, static_cast<const float*>(w.ffn_norm->data), h.data(), T, E, hp_.rms_eps);
-  report("ffn_norm", h.data());
-  ffn_block(be, l, h.data(), o.data(), T, hook);
-  report("ffn_out", o.data());
-  be.add(x, o.data(), x, T * E);
+  be.rms_norm(x, static_cast<const float*>(w.ffn_norm->data), h, T, E, hp_.rms_eps);
+  report("ffn_norm", h);
+  ffn_block(be, l, h, o, T, hook);
+  report("ffn_out", o);
+  be.add(x, o, x, T * E);
   report("l_out", x);
 }
 

@@ -151,7 +151,8 @@ class Model {
                          float* logits, const TensorHook* hook) const;
   // The second half of every block: output projection of the attention heads `attn`
   // [T][n_head*head_dim_v], residual add, FFN norm, FFN, residual add (x updated in place).
-  void attn_output_and_ffn(Backend& be, int64_t l, const float* attn, float* x, int64_t n_tok,
+  // h and o are the caller's [T][n_embd] scratch, so nothing is allocated per layer.
+  void attn_output_and_ffn(Backend& be, int64_t l, const float* attn, float* x, float* h, float* o, int64_t n_tok,
                            const TensorHook* hook) const;
   // The FFN of layer l on normed input h -> out (dense, or MoE + shared experts).
   void ffn_block(Backend& be, int64_t l, const float* h, float* out, int64_t n_tok, const TensorHook* hook) const;
