@@ -167,6 +167,9 @@ CommandRunner add_synth_command(CLI::App& app) {
   cmd->add_option("--routing-locality", o.routing_locality, "0..1: make consecutive tokens reuse experts (see below)")
       ->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "threads for generation and quantization (0 = all cores)")->capture_default_str();
+  cmd->add_flag("--fast", o.fast,
+                "benchmark models: large quantized matrices reuse a pool of 64 encoded rows block by block (same size and "
+                "distribution, written at disk speed; different weights)");
   cmd->add_flag("--list-presets", args->list_presets, "print the preset table and exit");
   cmd->add_flag("-q,--quiet", args->quiet, "no progress bar");
   return [args] { return run(*args); };

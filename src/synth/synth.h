@@ -79,6 +79,11 @@ struct SynthOptions {
   std::string tokenizer;            // GGUF whose tokenizer.* keys are copied (required)
   float routing_locality = 0.0f;    // 0..1, see synth_write
   int threads = 0;                  // generation/quantization threads; <= 0: all cores
+  // Benchmark models: each large quantized matrix encodes a pool of rows for real and builds
+  // the rest from randomly chosen pool blocks (see block_pool in write.cpp). Same types, sizes
+  // and bytes per weight, same value distribution per block, written at disk speed instead of
+  // K-quant encoding speed (~16M elements/s/thread); not the same weights as without it.
+  bool fast = false;
   std::function<void(const SynthProgress&)> progress;  // optional
 };
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <unordered_set>
 
@@ -173,6 +174,63 @@ void fill_rows(const synth::TensorPlan& t, uint64_t key, int64_t r0, int64_t r1,
   }
 }
 
+// --fast: a pool of kPoolRows encoded rows per row class (plain rows, and the routing-locality
+// context rows when the tensor has them), and every other row assembled block by block from
+// the pool block of the same column position (so column scaling is kept) and the same row
+// class, picked by a hash of (tensor, row, block). Deterministic, and independent of threads.
+constexpr int64_t kPoolRows = 64;
+
+// True when rows of `t` come in two classes (routing locality scales rows >= ctx_begin of
+// each ne1 slab).
+bool has_ctx_rows(const synth::TensorPlan& t) {
+  const int64_t ne1 = t.ne.size() > 1 ? t.ne[1] : 1;
+  return t.init.ctx_begin >= 0 && t.init.ctx_begin < ne1;
+}
+
+bool use_block_pool(const synth::TensorPlan& t, bool fast) {
+  const int64_t ne1 = t.ne.size() > 1 ? t.ne[1] : 1;
+  // The context-row class is read off rows [ctx_begin, ctx_begin + kPoolRows) and the plain
+  // class off rows [0, kPoolRows), so both ranges must fit in one slab.
+  const bool classes_fit = !has_ctx_rows(t) || (t.init.ctx_begin >= kPoolRows && ne1 - t.init.ctx_begin >= kPoolRows);
+  return fast && dtype_traits(t.type).block_size > 1 && t.init.zero_rows_from < 0 && classes_fit &&
+         t.n_rows() >= 8 * kPoolRows;
+}
+
+struct BlockPool {
+  std::vector<uint8_t> rows[2];  // [class][kPoolRows][row_bytes]
+};
+
+BlockPool make_block_pool(const synth::TensorPlan& t, uint64_t key, size_t row_bytes, float* row) {
+  BlockPool p;
+  for (int c = 0; c < (has_ctx_rows(t) ? 2 : 1); ++c) {
+    const int64_t r0 = c == 0 ? 0 : t.init.ctx_begin;
+    p.rows[c].resize(row_bytes * kPoolRows);
+    fill_rows(t, key, r0, r0 + kPoolRows, row, p.rows[c].data(), row_bytes);
+  }
+  return p;
+}
+
+void pool_rows(const synth::TensorPlan& t, const BlockPool& p, uint64_t key, int64_t r0, int64_t r1, uint8_t* dst,
+               size_t row_bytes) {
+  const auto& tr = dtype_traits(t.type);
+  const int64_t nb = t.ne[0] / tr.block_size, ne1 = t.ne.size() > 1 ? t.ne[1] : 1;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int c = has_ctx_rows(t) && (r % ne1) >= t.init.ctx_begin ? 1 : 0;
+    uint8_t* out = dst + static_cast<size_t>(r - r0) * row_bytes;
+    // The pool rows themselves are written where they belong.
+    const int64_t p_row = r - (c == 0 ? 0 : t.init.ctx_begin);
+    if (p_row >= 0 && p_row < kPoolRows) {
+      std::memcpy(out, p.rows[c].data() + static_cast<size_t>(p_row) * row_bytes, row_bytes);
+      continue;
+    }
+    for (int64_t j = 0; j < nb; ++j) {
+      const uint64_t h = synth::mix64(key ^ synth::mix64(static_cast<uint64_t>(r * nb + j)));
+      const size_t src_row = static_cast<size_t>(h % kPoolRows);
+      std::memcpy(out + j * tr.block_bytes, p.rows[c].data() + src_row * row_bytes + j * tr.block_bytes, tr.block_bytes);
+    }
+  }
+}
+
 }  // namespace
 
 SynthResult synth_write(const SynthOptions& opt, const std::string& path) {
@@ -202,6 +260,7 @@ SynthResult synth_write(const SynthOptions& opt, const std::string& path) {
   w.set_string("general.name", "synth-" + s.arch + "-" + s.preset);
   w.set_string("general.description",
                str_cat("random-weight model written by sluice synth: arch ", s.arch, ", preset ", s.preset, ", type ", opt.type,
+                       opt.fast ? " (--fast: pooled blocks)" : "",
                        ", seed ", opt.seed, ", routing locality ", opt.routing_locality, "; tokenizer from ",
                        std::filesystem::path(opt.tokenizer).filename().string()));
   w.set_u32("general.file_type", ftype_of(opt.type));
@@ -246,12 +305,20 @@ SynthResult synth_write(const SynthOptions& opt, const std::string& path) {
     buf.resize(row_bytes * static_cast<size_t>(n_rows));
     const uint64_t key = synth::tensor_key(opt.seed, t.name);
     const int64_t chunk = rows_per_chunk(ne0);
+    const bool pooled = use_block_pool(t, opt.fast);
+    BlockPool bp;
+    if (pooled) {
+      scratch[0].resize(static_cast<size_t>(ne0));
+      bp = make_block_pool(t, key, row_bytes, scratch[0].data());
+    }
     for (int64_t c0 = 0; c0 < n_rows; c0 += chunk) {
       const int64_t c1 = std::min(n_rows, c0 + chunk);
       pool.parallel_for(c1 - c0, [&](int64_t b, int64_t e, int th) {
+        uint8_t* dst = buf.data() + static_cast<size_t>(c0 + b) * row_bytes;
+        if (pooled) return pool_rows(t, bp, key, c0 + b, c0 + e, dst, row_bytes);
         auto& row = scratch[static_cast<size_t>(th)];
         row.resize(static_cast<size_t>(ne0));
-        fill_rows(t, key, c0 + b, c0 + e, row.data(), buf.data() + static_cast<size_t>(c0 + b) * row_bytes, row_bytes);
+        fill_rows(t, key, c0 + b, c0 + e, row.data(), dst, row_bytes);
       });
       done += static_cast<uint64_t>(c1 - c0) * row_bytes;
       report(static_cast<int>(i), t.name, false);

@@ -57,8 +57,9 @@ const std::vector<Tiny> kTinies = {{"llama", "tiny"},    {"mixtral", "tiny"},   
                                    {"olmoe", "tiny"},    {"deepseek2", "tiny"}, {"deepseek2", "tiny-v3"}};
 
 std::string write_synth(const Tiny& t, const std::string& type, uint64_t seed = 1, int threads = 2, float locality = 0.0f,
-                        int64_t vocab = 0, const std::string& tag = "") {
+                        int64_t vocab = 0, const std::string& tag = "", bool fast = false) {
   SynthOptions o;
+  o.fast = fast;
   o.arch = t.arch;
   o.preset = t.preset;
   o.type = type;
@@ -195,6 +196,55 @@ TEST(Synth, DeterministicInSeedNotThreads) {
     same += std::memcmp(ta.data, tc.data, ta.nbytes) == 0;
   }
   EXPECT_EQ(same, 0);
+}
+
+// --fast (benchmark models): same tensors, types and file size; the first 64 rows of a pooled
+// matrix are the real rows, every other block is the block at the same column position of
+// one of those rows; small tensors are untouched; the model still runs with sane logits.
+TEST(Synth, FastPooledBlocks) {
+  SLUICE_REQUIRE_SHARED();
+  const Tiny t{"qwen3moe", "tiny"};  // expert matrices: 2048 rows of 256 or 128 columns
+  for (float locality : {0.0f, 1.0f}) {
+    SCOPED_TRACE(locality);
+    const std::string tag = locality > 0 ? "-loc" : "";
+    auto slow = Model::load(write_synth(t, "q4_k", 3, 2, locality, 0, tag));
+    auto fast = Model::load(write_synth(t, "q4_k", 3, 2, locality, 0, tag + "-fast", true));
+    EXPECT_EQ(fast->file().tensors().size(), slow->file().tensors().size());
+    int pooled = 0;
+    for (const auto& tf : fast->file().tensors()) {
+      const TensorView& ts = slow->file().tensor(tf.name);
+      ASSERT_EQ(tf.type, ts.type) << tf.name;
+      ASSERT_EQ(tf.nbytes, ts.nbytes) << tf.name;
+      if (std::memcmp(tf.data, ts.data, tf.nbytes) == 0) continue;
+      ++pooled;
+      const auto& tr = dtype_traits(tf.type);
+      ASSERT_GT(tr.block_size, 1) << tf.name << ": a float tensor was pooled";
+      const size_t rb = tf.row_bytes();
+      ASSERT_EQ(std::memcmp(tf.data, ts.data, 64 * rb), 0) << tf.name << ": pool rows are not the real rows";
+      const int64_t nb = tf.ne[0] / tr.block_size;
+      for (int64_t r = 64; r < tf.n_rows(); r += 37) {
+        // Pool rows: [0, 64), and with routing locality also [ctx_begin, ctx_begin + 64) of the
+        // first slab (ctx_begin = n_embd - n_embd/4) for tensors whose rows are scaled there.
+        const int64_t ctx_begin = 256 - 256 / 4;
+        for (int64_t j = 0; j < nb; ++j) {
+          bool found = false;
+          for (int64_t p = 0; p < 64 + (locality > 0 ? 64 : 0) && !found; ++p) {
+            const int64_t pr = p < 64 ? p : ctx_begin + p - 64;
+            found = std::memcmp(tf.row(r) + j * tr.block_bytes, tf.row(pr) + j * tr.block_bytes, tr.block_bytes) == 0;
+          }
+          ASSERT_TRUE(found) << tf.name << " row " << r << " block " << j;
+        }
+      }
+    }
+    EXPECT_GT(pooled, 0) << "no tensor used the pool";
+    const auto lf = prompt_logits(*fast, kPrompt);
+    double ss = 0;
+    for (float v : lf) {
+      ASSERT_TRUE(std::isfinite(v));
+      ss += double(v) * v;
+    }
+    EXPECT_GT(ss / lf.size(), 1e-3) << "degenerate logits";
+  }
 }
 
 // (e) A vocabulary larger than the tokenizer: padded with UNUSED tokens, embedding and head
