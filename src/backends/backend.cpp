@@ -1,14 +1,31 @@
 // backends/backend: the factory that maps a backend name to an implementation.
 #include "backends/backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/ref/ref_backend.h"
 #include "core/error.h"
 
 namespace sluice {
+
+void Backend::moe_ffn_token(std::span<const FfnExpert> experts, const float* x, float* out, int64_t n_embd) {
+  std::fill(out, out + n_embd, 0.0f);
+  std::vector<float> gate, up, y(static_cast<size_t>(n_embd));
+  for (const FfnExpert& e : experts) {
+    const int64_t F = e.gate->ne[1];
+    gate.resize(static_cast<size_t>(F));
+    up.resize(static_cast<size_t>(F));
+    matmul(*e.gate, x, gate.data(), 1);
+    matmul(*e.up, x, up.data(), 1);
+    swiglu(gate.data(), up.data(), gate.data(), F);
+    matmul(*e.down, gate.data(), y.data(), 1);
+    for (int64_t c = 0; c < n_embd; ++c) out[c] += e.weight * y[static_cast<size_t>(c)];
+  }
+}
 
 std::unique_ptr<Backend> make_backend(std::string_view name, int n_threads) {
   if (name == "ref") return make_ref_backend();

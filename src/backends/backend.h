@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "core/tensor.h"
@@ -43,6 +44,14 @@ struct AttentionArgs {
   const TqCodec* v_tq = nullptr;  // set iff v_type is a tq type
 };
 
+// One routed expert of a single token's MoE FFN: its SwiGLU matrices and its routing weight.
+struct FfnExpert {
+  const TensorView* gate = nullptr;  // ne = [n_embd, F]
+  const TensorView* up = nullptr;    // ne = [n_embd, F]
+  const TensorView* down = nullptr;  // ne = [F, n_embd]
+  float weight = 1.0f;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -71,6 +80,14 @@ class Backend {
   virtual void store_row(const float* src, DType t, void* dst, int64_t n) = 0;
   // Causal multi-head attention with GQA (query head h uses KV head h / (H/Hkv)) over the cache.
   virtual void attention(const AttentionArgs& a) = 0;
+
+  // The MoE FFN of ONE token (decode): out[n_embd] = Σ_j e_j.weight · down_j(silu(gate_j·x) ⊙
+  // up_j·x), summed in the order given: out starts at 0 and gets one float32 `+= weight·y_j`
+  // per expert. The default does exactly that with matmul/swiglu per expert — the semantics
+  // every override must reproduce (the cpu backend's fused pass is bitwise equal to its own
+  // default, tests/kernels/test_moe_fused.cpp). A backend overrides it to run all experts in
+  // one pass: activations quantized once, one pool wake per phase instead of three per expert.
+  virtual void moe_ffn_token(std::span<const FfnExpert> experts, const float* x, float* out, int64_t n_embd);
 };
 
 // "ref" or "cpu". Throws Error for an unknown name. n_threads <= 0 picks the core count.

@@ -158,5 +158,12 @@ void CountingBackend::attention(const AttentionArgs& a) {
   const uint64_t bytes = static_cast<uint64_t>(std::max<int64_t>(0, n_vis)) * (a.k_row_bytes + a.v_row_bytes);
   timed(BenchStage::attention, bytes, [&] { in_.attention(a); });
 }
+void CountingBackend::moe_ffn_token(std::span<const FfnExpert> experts, const float* x, float* out, int64_t n_embd) {
+  uint64_t bytes = 0;
+  for (const FfnExpert& e : experts)
+    for (const TensorView* w : {e.gate, e.up, e.down}) bytes += static_cast<uint64_t>(w->n_rows()) * w->row_bytes();
+  last_ = BenchStage::experts;
+  timed(BenchStage::experts, bytes, [&] { in_.moe_ffn_token(experts, x, out, n_embd); });
+}
 
 }  // namespace sluice

@@ -89,8 +89,40 @@ std::vector<ExpertUse> moe_expert_uses(const MoeRouting& r) {
   return uses;
 }
 
+namespace {
+
+// Decode (one token) with views that outlive next(): every chosen expert in one backend call,
+// in ascending expert order (the order of the sum below, so the result is the same).
+void moe_experts_one_token(Backend& be, ExpertBatch& batch, const MoeRouting& r, const float* x, float* out,
+                           int64_t n_embd) {
+  std::vector<std::pair<int32_t, float>> chosen(static_cast<size_t>(r.k));
+  for (int64_t j = 0; j < r.k; ++j) chosen[static_cast<size_t>(j)] = {r.experts[j], r.weights[j]};
+  std::sort(chosen.begin(), chosen.end());
+  std::vector<ExpertWeights> w(chosen.size());
+  std::vector<bool> got(chosen.size(), false);
+  int32_t e = 0;
+  ExpertWeights ew;
+  while (batch.next(&e, &ew)) {
+    auto it = std::lower_bound(chosen.begin(), chosen.end(), std::pair{e, -INFINITY});
+    const size_t i = static_cast<size_t>(it - chosen.begin());
+    if (it == chosen.end() || it->first != e || got[i])
+      fail("moe: the expert store served expert ", e, ", which this batch did not ask for (or twice)");
+    w[i] = ew;
+    got[i] = true;
+  }
+  std::vector<FfnExpert> ex(chosen.size());
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    if (!got[i]) fail("moe: the expert store never served expert ", chosen[i].first);
+    ex[i] = {&w[i].gate, &w[i].up, &w[i].down, chosen[i].second};
+  }
+  be.moe_ffn_token(ex, x, out, n_embd);
+}
+
+}  // namespace
+
 void moe_experts(Backend& be, ExpertBatch& batch, const MoeRouting& r, const float* x, float* out, int64_t n_tok,
                  int64_t n_embd) {
+  if (n_tok == 1 && batch.views_outlive_next()) return moe_experts_one_token(be, batch, r, x, out, n_embd);
   // Invert the routing: for each expert, the (token, weight) pairs sent to it.
   int32_t n_expert = 0;
   for (int32_t e : r.experts) n_expert = std::max(n_expert, e + 1);

@@ -36,7 +36,9 @@ std::vector<ExpertUse> moe_expert_uses(const MoeRouting& r);
 // tokens routed to one expert are gathered and run as one batch (grouped GEMM). Experts come
 // from `batch` in the order they become ready (a streaming store serves hits while misses
 // load); each expert's output is kept and the sum runs in ascending expert order once all are
-// done, so the result is bit-identical under every expert store policy.
+// done, so the result is bit-identical under every expert store policy. One token (decode)
+// from a store whose views outlive next() (resident, mmap) goes to Backend::moe_ffn_token
+// with the experts in ascending order instead: the same sum, in one pass.
 void moe_experts(Backend& be, ExpertBatch& batch, const MoeRouting& r, const float* x, float* out, int64_t n_tok,
                  int64_t n_embd);
 // The same, acquiring the layer's experts from `experts` first.

@@ -74,6 +74,7 @@ class InOrderBatch final : public ExpertBatch {
     ++i_;
     return true;
   }
+  bool views_outlive_next() const override { return true; }
 
  private:
   std::vector<std::pair<int32_t, ExpertWeights>> items_;

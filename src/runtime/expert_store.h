@@ -129,6 +129,10 @@ class ExpertBatch {
   // the next call or the batch's end. False once every requested expert has been served.
   // Throws Error when a read fails (naming the file, layer, expert and offset).
   virtual bool next(int32_t* expert, ExpertWeights* w) = 0;
+  // True when served weights stay valid until the batch ends, not just until the next call
+  // (resident and mmap: views into the mapping), so a caller may collect every expert first
+  // and run them in one pass.
+  virtual bool views_outlive_next() const { return false; }
 };
 
 class ExpertSource {

@@ -56,7 +56,6 @@ class CpuBackend final : public Backend {
         return;
       }
     }
-    const size_t ldw_bytes = w.row_bytes();
     const bool direct = w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16;
     if (!direct && !quant_supported(w.type)) fail("cpu backend: matmul on unsupported weight type ", dtype_name(w.type));
 
@@ -71,36 +70,126 @@ class CpuBackend final : public Backend {
 
     auto body = [&](int64_t u0, int64_t u1, int thread) {
       for (int64_t u = u0; u < u1; ++u) {
-        const int64_t r0 = u * block, nr = std::min(block, n_out - r0);
-        const uint8_t* wr = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes;
-        switch (w.type) {
-          case DType::F32:
-            k_.gemm_f32(reinterpret_cast<const float*>(wr), ldw_bytes / 4, nr, x, n_in, n_tok, n_in, y + r0, n_out);
-            break;
-          case DType::F16:
-            k_.gemm_f16(reinterpret_cast<const uint16_t*>(wr), ldw_bytes / 2, nr, x, n_in, n_tok, n_in, y + r0, n_out);
-            break;
-          case DType::BF16:
-            k_.gemm_bf16(reinterpret_cast<const uint16_t*>(wr), ldw_bytes / 2, nr, x, n_in, n_tok, n_in, y + r0, n_out);
-            break;
-          default: {
-            if (fused) {
-              qops->gemv(wr, ldw_bytes, nr, x, n_in, y + r0);
-              break;
-            }
-            float* buf = scratch(thread, static_cast<size_t>(nr * n_in));
-            for (int64_t r = 0; r < nr; ++r) {
-              if (qops)
-                qops->decode(wr + r * ldw_bytes, buf + r * n_in, n_in);
-              else
-                dequantize_row(w.type, wr + r * ldw_bytes, buf + r * n_in, n_in);
-            }
-            k_.gemm_f32(buf, n_in, nr, x, n_in, n_tok, n_in, y + r0, n_out);
-          }
-        }
+        const int64_t r0 = u * block;
+        float_rows(w, qops, r0, std::min(block, n_out - r0), x, n_tok, y + r0, static_cast<size_t>(n_out), thread);
       }
     };
     run(n_units, n_out * n_in * n_tok, body);
+  }
+
+  // Rows [r0, r0 + nr) of w times n_tok float tokens, y[t*ldy + r - r0]: direct types read in
+  // place; quantized ones through the fused one-token decoder (qops->gemv) when there is one
+  // token, else decoded once into the thread's float block. Every output is one dot whose
+  // value depends only on its operands (kernels.h), whatever rows run alongside.
+  void float_rows(const TensorView& w, const cpu::QuantOps* qops, int64_t r0, int64_t nr, const float* x, int64_t n_tok,
+                  float* y, size_t ldy, int thread) {
+    const int64_t n_in = w.ne[0];
+    const size_t ldw_bytes = w.row_bytes();
+    const uint8_t* wr = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes;
+    switch (w.type) {
+      case DType::F32:
+        k_.gemm_f32(reinterpret_cast<const float*>(wr), ldw_bytes / 4, nr, x, n_in, n_tok, n_in, y, ldy);
+        return;
+      case DType::F16:
+        k_.gemm_f16(reinterpret_cast<const uint16_t*>(wr), ldw_bytes / 2, nr, x, n_in, n_tok, n_in, y, ldy);
+        return;
+      case DType::BF16:
+        k_.gemm_bf16(reinterpret_cast<const uint16_t*>(wr), ldw_bytes / 2, nr, x, n_in, n_tok, n_in, y, ldy);
+        return;
+      default:
+        break;
+    }
+    if (qops && n_tok == 1) {
+      qops->gemv(wr, ldw_bytes, nr, x, n_in, y);
+      return;
+    }
+    float* buf = scratch(thread, static_cast<size_t>(nr * n_in));
+    for (int64_t r = 0; r < nr; ++r) {
+      if (qops)
+        qops->decode(wr + r * ldw_bytes, buf + r * n_in, n_in);
+      else
+        dequantize_row(w.type, wr + r * ldw_bytes, buf + r * n_in, n_in);
+    }
+    k_.gemm_f32(buf, n_in, nr, x, n_in, n_tok, n_in, y, ldy);
+  }
+
+  // The int8 op for weight type t, or null (exact backend, or a type without an int8 path).
+  const cpu::Q8Ops* q8_op(DType t) const { return q8_ ? q8_->get(t) : nullptr; }
+
+  // Rows [r0, r0 + nr) of w times one token: through op when given (xq = the token quantized
+  // to op->act), else the float path on x. Exactly what matmul computes for these rows.
+  void rows_one_token(const TensorView& w, const cpu::Q8Ops* op, int64_t r0, int64_t nr, const float* x,
+                      const uint8_t* xq, float* y, int thread) {
+    if (op) {
+      const size_t ldw_bytes = w.row_bytes();
+      op->gemm(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes, ldw_bytes, nr, xq, 0, 1, w.ne[0],
+               y, 1);
+      return;
+    }
+    float_rows(w, k_.quant(w.type), r0, nr, x, 1, y, 1, thread);
+  }
+
+  // Decode MoE FFN in three phases instead of three matmuls + a swiglu per expert:
+  //   1. the gate and up rows of all experts, as one parallel job (x quantized once);
+  //   2. h_j = silu(g_j) ⊙ u_j and its quantization for the down matrices (small: k·F);
+  //   3. the output rows, each summing the experts' down rows in the given order, so the
+  //      weighted sum is fused and no per-expert output is stored.
+  // Each value is computed by the same kernels on the same operands as the default
+  // Backend::moe_ffn_token (matmul per expert), and summed in the same order: bitwise equal.
+  void moe_ffn_token(std::span<const FfnExpert> ex, const float* x, float* out, int64_t E) override {
+    if (ex.empty()) {
+      std::fill(out, out + E, 0.0f);
+      return;
+    }
+    const TensorView &g0 = *ex[0].gate, &u0 = *ex[0].up, &d0 = *ex[0].down;
+    const int64_t F = g0.ne[1], n = static_cast<int64_t>(ex.size());
+    for (const FfnExpert& e : ex) {
+      const bool same = e.gate->type == g0.type && e.up->type == u0.type && e.down->type == d0.type &&
+                        e.gate->ne[0] == E && e.gate->ne[1] == F && e.up->ne[0] == E && e.up->ne[1] == F &&
+                        e.down->ne[0] == F && e.down->ne[1] == E;
+      if (!same) return Backend::moe_ffn_token(ex, x, out, E);  // mixed experts: the general path
+    }
+    const cpu::Q8Ops *qg = q8_op(g0.type), *qu = q8_op(u0.type), *qd = q8_op(d0.type);
+    const size_t gb = qg ? dtype_row_bytes(qg->act, E) : 0, ub = qu ? dtype_row_bytes(qu->act, E) : 0;
+    const size_t hb = qd ? dtype_row_bytes(qd->act, F) : 0;
+    moe_act_.resize(gb + ub + hb * static_cast<size_t>(n));
+    uint8_t *xg = moe_act_.data(), *xu = xg + gb, *hq = xu + ub;
+    if (qg) quantize_row(qg->act, x, xg, E);
+    if (qu) {
+      if (qg && qg->act == qu->act)
+        xu = xg;
+      else
+        quantize_row(qu->act, x, xu, E);
+    }
+    moe_gu_.resize(static_cast<size_t>(2 * n * F));
+    float *g = moe_gu_.data(), *u = g + n * F;
+
+    const int64_t B = kQ8RowsDecode, nbF = (F + B - 1) / B;
+    run(2 * n * nbF, 2 * n * F * E, [&](int64_t i0, int64_t i1, int th) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t j = i / (2 * nbF), rem = i % (2 * nbF), r0 = (rem % nbF) * B, nr = std::min(B, F - r0);
+        if (rem >= nbF)
+          rows_one_token(*ex[j].up, qu, r0, nr, x, xu, u + j * F + r0, th);
+        else
+          rows_one_token(*ex[j].gate, qg, r0, nr, x, xg, g + j * F + r0, th);
+      }
+    });
+    for (int64_t j = 0; j < n; ++j) {
+      swiglu(g + j * F, u + j * F, g + j * F, F);
+      if (qd) quantize_row(qd->act, g + j * F, hq + static_cast<size_t>(j) * hb, F);
+    }
+    const int64_t nbE = (E + B - 1) / B;
+    run(nbE, n * E * F, [&](int64_t i0, int64_t i1, int th) {
+      float y[kQ8RowsDecode];
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t r0 = i * B, nr = std::min(B, E - r0);
+        std::fill(out + r0, out + r0 + nr, 0.0f);
+        for (int64_t j = 0; j < n; ++j) {
+          rows_one_token(*ex[j].down, qd, r0, nr, g + j * F, hq + static_cast<size_t>(j) * hb, y, th);
+          for (int64_t c = 0; c < nr; ++c) out[r0 + c] += ex[j].weight * y[c];
+        }
+      }
+    });
   }
 
   // The int8 path: x quantized once per call (per token) to op.act, then each output is one
@@ -254,6 +343,8 @@ class CpuBackend final : public Backend {
   const cpu::Kernels& k_;
   const cpu::Q8Kernels* q8_;  // null: quantized weights are decoded to float (the exact path)
   std::vector<uint8_t> act_;  // quantized activations of the current int8 matmul
+  std::vector<uint8_t> moe_act_;  // moe_ffn_token: x and the k hidden rows, quantized
+  std::vector<float> moe_gu_;     // moe_ffn_token: gate then up outputs, [2][k][F]
   std::vector<std::vector<float>> scratch_;  // per pool thread; a backend runs one op at a time
 };
 

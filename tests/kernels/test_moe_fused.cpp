@@ -1,0 +1,150 @@
+// tests/kernels/test_moe_fused: Backend::moe_ffn_token, the one-token MoE FFN (decode).
+//   * the cpu backend's fused three-phase pass against its own default (matmul + swiglu per
+//     expert, then the weighted sum in the given order): bitwise equal, for every ISA level,
+//     1 and 2 threads, int8 activations on and off, every weight type mix the models use;
+//   * against the ref oracle: the exact path within the matmul tolerance of
+//     test_backend_parity.cpp, the int8 path within the activation-rounding tolerance of
+//     test_q8_matmul.cpp;
+//   * negative controls: swapped routing weights, a dropped expert.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/ref/ref_backend.h"
+#include "kernels/kernel_test_util.h"
+#include "quant/quant.h"
+
+namespace sluice {
+namespace {
+
+using test::available_isas;
+using test::nmse;
+using test::randn;
+
+// Exact path (weights decoded to float): float32 dots vs float64 in ref, three chained
+// matmuls and a k-term weighted sum; observed ≤ 1e-13. Same headroom policy as kTolMatmul.
+constexpr double kTolExact = 1e-10;
+// int8 path: x and h are each rounded to 8 bits per block (NMSE ~4e-5 per matmul for Gaussian
+// input, see kTolQ8Loose in test_q8_matmul.cpp), and h = silu(g)·u is heavier-tailed than a
+// Gaussian, so its block maxima — and its rounding steps — are larger. Observed ≤ 3.3e-4;
+// dropping one of 8 experts gives ~3e-2 (NegativeControls below).
+constexpr double kTolQ8 = 1e-3;
+
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  TensorView view;
+  Matrix(DType t, int64_t n_in, int64_t n_out, uint32_t seed) {
+    const std::vector<float> f = randn(static_cast<size_t>(n_in * n_out), seed, 0.05f);
+    const size_t rb = dtype_row_bytes(t, n_in);
+    bytes.resize(rb * static_cast<size_t>(n_out));
+    for (int64_t r = 0; r < n_out; ++r) {
+      if (t == DType::F32)
+        std::memcpy(bytes.data() + r * rb, f.data() + r * n_in, rb);
+      else
+        quantize_row(t, f.data() + r * n_in, bytes.data() + r * rb, n_in);
+    }
+    view = TensorView{"w", t, 2, {n_in, n_out, 1, 1}, bytes.data(), bytes.size()};
+  }
+};
+
+struct Experts {
+  std::vector<Matrix> m;  // gate, up, down per expert
+  std::vector<FfnExpert> ex;
+  Experts(DType gate_up, DType down, int64_t E, int64_t F, int n, uint32_t seed) {
+    m.reserve(static_cast<size_t>(3 * n));
+    for (int j = 0; j < n; ++j) {
+      m.emplace_back(gate_up, E, F, seed + 3 * j);
+      m.emplace_back(gate_up, E, F, seed + 3 * j + 1);
+      m.emplace_back(down, F, E, seed + 3 * j + 2);
+    }
+    const std::vector<float> w = randn(static_cast<size_t>(n), seed + 999);
+    for (int j = 0; j < n; ++j)
+      ex.push_back({&m[3 * j].view, &m[3 * j + 1].view, &m[3 * j + 2].view, 0.1f + std::abs(w[static_cast<size_t>(j)])});
+  }
+};
+
+std::vector<float> fused(Backend& b, std::span<const FfnExpert> ex, const std::vector<float>& x, int64_t E) {
+  std::vector<float> y(static_cast<size_t>(E), NAN);
+  b.moe_ffn_token(ex, x.data(), y.data(), E);
+  return y;
+}
+std::vector<float> composed(Backend& b, std::span<const FfnExpert> ex, const std::vector<float>& x, int64_t E) {
+  std::vector<float> y(static_cast<size_t>(E), NAN);
+  b.Backend::moe_ffn_token(ex, x.data(), y.data(), E);  // the default: matmul + swiglu per expert
+  return y;
+}
+
+struct Mix {
+  DType gate_up, down;
+  int64_t E, F;
+};
+// qwen3moe Q4_K_M (Q4_K gate/up, Q6_K down), pure K types, the Q8_0/Q4_0 int8 paths, float
+// types, and a type without an int8 path (Q5_0: float path inside the int8 backend).
+const Mix kMixes[] = {{DType::Q4_K, DType::Q6_K, 512, 256}, {DType::Q4_K, DType::Q4_K, 256, 512},
+                      {DType::Q5_K, DType::Q6_K, 256, 256}, {DType::Q8_0, DType::Q8_0, 256, 96},
+                      {DType::Q4_0, DType::Q8_0, 128, 64},  {DType::F16, DType::F16, 128, 72},
+                      {DType::F32, DType::BF16, 64, 40},    {DType::Q5_0, DType::Q4_K, 256, 256}};
+
+TEST(MoeFused, BitwiseEqualToPerExpertMatmuls) {
+  for (const Mix& mx : kMixes) {
+    for (int n : {1, 8}) {
+      Experts e(mx.gate_up, mx.down, mx.E, mx.F, n, 11);
+      const std::vector<float> x = randn(static_cast<size_t>(mx.E), 5);
+      for (CpuIsa isa : available_isas())
+        for (bool q8 : {false, true})
+          for (int threads : {1, 2}) {
+            SCOPED_TRACE(std::string(dtype_name(mx.gate_up)) + "/" + std::string(dtype_name(mx.down)) + " n=" +
+                         std::to_string(n) + " " + std::string(cpu_isa_name(isa)) + (q8 ? " q8" : " exact") + " t" +
+                         std::to_string(threads));
+            auto b = make_cpu_backend(threads, isa, CpuBackendOptions{.q8_activations = q8});
+            const auto a = fused(*b, e.ex, x, mx.E), c = composed(*b, e.ex, x, mx.E);
+            ASSERT_EQ(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)), 0);
+          }
+    }
+  }
+}
+
+TEST(MoeFused, MatchesRef) {
+  auto ref = make_ref_backend();
+  double worst_exact = 0, worst_q8 = 0;
+  for (const Mix& mx : kMixes) {
+    Experts e(mx.gate_up, mx.down, mx.E, mx.F, 8, 21);
+    const std::vector<float> x = randn(static_cast<size_t>(mx.E), 6);
+    const auto want = fused(*ref, e.ex, x, mx.E);
+    for (CpuIsa isa : available_isas()) {
+      SCOPED_TRACE(std::string(dtype_name(mx.gate_up)) + "/" + std::string(dtype_name(mx.down)) + " " + std::string(cpu_isa_name(isa)));
+      auto exact = make_cpu_backend(2, isa, CpuBackendOptions{.q8_activations = false});
+      auto q8 = make_cpu_backend(2, isa, CpuBackendOptions{.q8_activations = true});
+      const double ee = nmse(want, fused(*exact, e.ex, x, mx.E)), eq = nmse(want, fused(*q8, e.ex, x, mx.E));
+      EXPECT_LT(ee, kTolExact);
+      EXPECT_LT(eq, kTolQ8);
+      worst_exact = std::max(worst_exact, ee);
+      worst_q8 = std::max(worst_q8, eq);
+    }
+  }
+  std::printf("[  NMSE    ] moe_ffn_token exact max %.3g, int8 max %.3g\n", worst_exact, worst_q8);
+}
+
+TEST(MoeFused, NegativeControls) {
+  const Mix mx = kMixes[0];
+  Experts e(mx.gate_up, mx.down, mx.E, mx.F, 8, 31);
+  const std::vector<float> x = randn(static_cast<size_t>(mx.E), 7);
+  auto ref = make_ref_backend();
+  auto q8 = make_cpu_backend(2, cpu_isa_select(), CpuBackendOptions{.q8_activations = true});
+  const auto want = fused(*ref, e.ex, x, mx.E);
+  // Routing weights of two experts swapped (made clearly different first).
+  auto swapped = e.ex;
+  swapped[0].weight = 0.2f, swapped[1].weight = 1.5f;
+  auto base = swapped;
+  std::swap(swapped[0].weight, swapped[1].weight);
+  EXPECT_GT(nmse(fused(*ref, base, x, mx.E), fused(*q8, swapped, x, mx.E)), 10 * kTolQ8);
+  // One expert dropped.
+  std::vector<FfnExpert> seven(e.ex.begin(), e.ex.end() - 1);
+  EXPECT_GT(nmse(want, fused(*q8, seven, x, mx.E)), 10 * kTolQ8);
+}
+
+}  // namespace
+}  // namespace sluice
