@@ -262,6 +262,7 @@ void Model::embed(Backend& be, const int32_t* tokens, int64_t n_tok, float* x, c
 
 void Model::output_head(Backend& be, const float* x, int64_t n_tok, bool all_logits, float* logits,
                         const TensorHook* hook) const {
+  if (!logits) return;
   const int64_t E = hp_.n_embd, first = all_logits ? 0 : n_tok - 1, n_out = n_tok - first;
   std::vector<float> h(n_out * E);
   be.rms_norm(x + first * E, static_cast<const float*>(output_norm_->data), h.data(), n_out, E, hp_.rms_eps);

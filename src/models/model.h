@@ -139,7 +139,8 @@ class Model {
   size_t weight_bytes() const;
 
   // Runs the architecture's forward over tokens at positions pos0..pos0+n_tok-1, writing
-  // K/V into `kv`. logits: [n_tok][n_vocab] if all_logits, else only the last row [n_vocab].
+  // K/V into `kv`. logits: [n_tok][n_vocab] if all_logits, else only the last row [n_vocab];
+  // null: no output head at all (a prompt chunk whose logits nobody reads).
   void forward(Backend& be, KvCache& kv, const int32_t* tokens, int64_t n_tok, int64_t pos0, bool all_logits,
                float* logits, const TensorHook* hook) const;
 

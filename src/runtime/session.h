@@ -15,8 +15,12 @@ class Session {
  public:
   Session(const Model& model, Backend& backend, const KvCacheOptions& kv_opt);
 
-  // Evaluates `tokens` as one batch at positions n_past()..; returns [n][n_vocab] logits for
-  // every token if all_logits, else the last token's [n_vocab].
+  // Evaluates `tokens` at positions n_past()..; returns [n][n_vocab] logits for every token
+  // if all_logits, else the last token's [n_vocab]. A prompt longer than kMaxBatch runs in
+  // batches of kMaxBatch tokens (llama.cpp's n_ubatch), so activation memory stays bounded
+  // for any prompt length; each token's result equals the one-batch result up to float
+  // rounding (attention's split-KV choice depends on the batch shape).
+  static constexpr int64_t kMaxBatch = 512;
   std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return kv_.n_ctx(); }

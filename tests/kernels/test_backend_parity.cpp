@@ -478,6 +478,10 @@ const AttnCase kAttnCases[] = {
     {1, 8, 2, 128, 300, 299}, {7, 8, 8, 64, 65, 58},    {3, 4, 1, 8, 64, 61},    {1, 16, 4, 128, 129, 128},
     {7, 4, 1, 64, 100, 40},  {2, 2, 1, 64, 50, 200},  // pos0 past the cache: every token sees all N
     {5, 8, 4, 8, 40, 35},    // quantized caches: D = 8 is not a whole block, whole rows are decoded
+    // Batches with too many rows to split (T·H >= 256) over more than one split's worth of
+    // positions (> 512): each row must still see every visible position (a prompt batch at
+    // position 512+ once attended to the first 512 only).
+    {32, 8, 4, 8, 600, 568}, {40, 8, 2, 64, 1100, 1060},
 };
 
 TEST(BackendParity, Attention) {

@@ -240,7 +240,9 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
         for (int64_t g = 0; g < G; ++g) c.ks.tq->rotate(q + g * Dk, qr + g * Dk);
         q = qr;
       }
-      attend_group(c, q, G, hk, s * S, std::min(nv, (s + 1) * S), score, acc, kbuf, vbuf, m, l);
+      // An unsplit row attends to all nv positions, however many splits of S that would be.
+      const int64_t p_end = ns == 1 ? nv : std::min(nv, (s + 1) * S);
+      attend_group(c, q, G, hk, s * S, p_end, score, acc, kbuf, vbuf, m, l);
       for (int64_t g = 0; g < G; ++g) {
         float* ag = acc + g * Dv;
         if (ns == 1) {
