@@ -9,6 +9,9 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/ref/ref_backend.h"
 #include "core/error.h"
+#ifdef SLUICE_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 namespace sluice {
 
@@ -39,7 +42,14 @@ std::unique_ptr<Backend> make_backend(std::string_view name, int n_threads) {
     if (const char* e = std::getenv("SLUICE_CPU_Q8"); e && name == "cpu") opt.q8_activations = std::string(e) != "0";
     return make_cpu_backend(n_threads, cpu_isa_select(), opt);
   }
-  fail("unknown backend '", name, "' (valid: ref, cpu, cpu-exact)");
+  if (name == "cuda") {
+#ifdef SLUICE_HAVE_CUDA
+    return make_cuda_backend();  // throws "cuda backend: no CUDA device found (...)" without one
+#else
+    fail("backend 'cuda' is not built into this binary (configure where CMake finds nvcc, or with -DSLUICE_CUDA=ON)");
+#endif
+  }
+  fail("unknown backend '", name, "' (valid: ref, cpu, cpu-exact, cuda)");
 }
 
 }  // namespace sluice

@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "core/error.h"
@@ -18,27 +20,72 @@ size_t page_size() {
   return p;
 }
 
-uint8_t* map_buffer(size_t bytes) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) fail("expert cache: cannot map a ", bytes, "-byte buffer: ", std::strerror(errno));
-  return static_cast<uint8_t*>(p);
+class HostSlotAllocator final : public ExpertSlotAllocator {
+ public:
+  size_t slot_bytes(size_t bytes) const override {
+    const size_t pg = page_size();
+    return (bytes + pg - 1) / pg * pg;
+  }
+  uint8_t* allocate(size_t bytes) override {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) fail("expert cache: cannot map a ", bytes, "-byte buffer: ", std::strerror(errno));
+    return static_cast<uint8_t*>(p);
+  }
+  void release(uint8_t* p, size_t bytes) override { ::munmap(p, bytes); }
+  bool host_visible() const override { return true; }
+};
+
+// The registry of refillable host buffers: start -> (size, generation).
+struct BufferRegistry {
+  std::mutex mu;
+  std::map<uintptr_t, std::pair<size_t, uint64_t>> bufs;
+  uint64_t next_generation = 1;
+};
+BufferRegistry& registry() {
+  static BufferRegistry r;
+  return r;
 }
 
 }  // namespace
 
-ExpertCache::ExpertCache(size_t budget_bytes) : budget_(budget_bytes) {}
+std::unique_ptr<ExpertSlotAllocator> make_host_slot_allocator() { return std::make_unique<HostSlotAllocator>(); }
+
+uint64_t host_buffer_generation(const void* p) {
+  BufferRegistry& r = registry();
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard lock(r.mu);
+  auto it = r.bufs.upper_bound(a);
+  if (it == r.bufs.begin()) return 0;
+  --it;
+  return a < it->first + it->second.first ? it->second.second : 0;
+}
+
+void host_buffer_refilled(const void* p, size_t bytes) {
+  BufferRegistry& r = registry();
+  std::lock_guard lock(r.mu);
+  r.bufs[reinterpret_cast<uintptr_t>(p)] = {bytes, r.next_generation++};
+}
+
+void host_buffer_released(const void* p) {
+  BufferRegistry& r = registry();
+  std::lock_guard lock(r.mu);
+  r.bufs.erase(reinterpret_cast<uintptr_t>(p));
+}
+
+ExpertCache::ExpertCache(size_t budget_bytes, std::unique_ptr<ExpertSlotAllocator> alloc)
+    : alloc_(alloc ? std::move(alloc) : make_host_slot_allocator()), budget_(budget_bytes) {}
 
 ExpertCache::~ExpertCache() {
   for (auto& [k, e] : map_) {
-    if (e->buf) ::munmap(e->buf, e->bytes);
+    if (e->buf) {
+      if (alloc_->host_visible()) host_buffer_released(e->buf);
+      alloc_->release(e->buf, e->bytes);
+    }
     delete e;
   }
 }
 
-size_t ExpertCache::slot_bytes(size_t bytes) {
-  const size_t pg = page_size();
-  return (bytes + pg - 1) / pg * pg;
-}
+size_t ExpertCache::slot_bytes(size_t bytes) { return HostSlotAllocator().slot_bytes(bytes); }
 
 ExpertCache::Entry* ExpertCache::find(int32_t layer, int32_t expert) {
   auto it = map_.find(key(layer, expert));
@@ -57,14 +104,17 @@ void ExpertCache::unlink(Entry* e) {
 void ExpertCache::remove(Entry* e, bool unmap) {
   unlink(e);
   map_.erase(key(e->layer, e->expert));
-  if (unmap && e->buf) ::munmap(e->buf, e->bytes);
+  if (unmap && e->buf) {
+    if (alloc_->host_visible()) host_buffer_released(e->buf);
+    alloc_->release(e->buf, e->bytes);
+  }
   used_ -= e->bytes;
   delete e;
 }
 
 ExpertCache::Entry* ExpertCache::insert(int32_t layer, int32_t expert, size_t bytes, bool probationary_only) {
   if (find(layer, expert)) fail("expert cache: layer ", layer, " expert ", expert, " inserted twice");
-  const size_t need = slot_bytes(bytes);
+  const size_t need = alloc_->slot_bytes(bytes);
   if (need > budget_) return nullptr;
   // Choose the victims first, so that a request that cannot be met evicts nothing.
   std::vector<Entry*> victims;
@@ -90,7 +140,9 @@ ExpertCache::Entry* ExpertCache::insert(int32_t layer, int32_t expert, size_t by
     remove(v, /*unmap=*/!reuse);
     ++evictions_;
   }
-  if (!buf) buf = map_buffer(need);
+  if (!buf) buf = alloc_->allocate(need);
+  // A new occupant: whatever was derived from this buffer's old contents is stale now.
+  if (alloc_->host_visible()) host_buffer_refilled(buf, need);
 
   Entry* e = new Entry;
   e->layer = layer;

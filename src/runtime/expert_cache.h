@@ -15,13 +15,45 @@
 // probationary LRU end first. Under the cyclic layer-by-layer sweep of MoE decode this keeps
 // experts that tokens keep returning to, while one-off experts churn through probation. The
 // protected segment is capped at 3/4 of the budget; its LRU entries are demoted beyond that.
+//
+// The policy is shared by two tiers, which differ only in where slot buffers come from
+// (ExpertSlotAllocator): the host streaming tier (anonymous mmap, page-rounded; the default)
+// and the VRAM expert tier of the cuda backend (device memory; backends/cuda/expert_tier.h).
+// Entries are keyed by (layer, expert), never by buffer address: a slot is reused for other
+// experts over time.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <unordered_map>
 
 namespace sluice {
+
+// Where an ExpertCache's slot buffers come from. slot_bytes() is what a buffer of `bytes`
+// costs (the budget counts it), allocate() returns a buffer of exactly that size or throws
+// Error, release() gives it back. host_visible(): the CPU may read the buffer (host memory).
+class ExpertSlotAllocator {
+ public:
+  virtual ~ExpertSlotAllocator() = default;
+  virtual size_t slot_bytes(size_t bytes) const = 0;
+  virtual uint8_t* allocate(size_t slot_bytes) = 0;
+  virtual void release(uint8_t* p, size_t slot_bytes) = 0;
+  virtual bool host_visible() const = 0;
+};
+// Anonymous private mmaps rounded up to whole pages: RSS is exactly what the budget counts.
+std::unique_ptr<ExpertSlotAllocator> make_host_slot_allocator();
+
+// Host buffers whose contents change while their address stays (a cache slot refilled with
+// another expert). A consumer that caches something derived from host memory by address (the
+// cuda backend's VRAM copy of a weight) asks for the generation of the address: 0 for memory
+// never registered (a read-only model mapping: stable), otherwise a number that changes every
+// time the buffer holding it is handed to a new expert. Thread-safe.
+uint64_t host_buffer_generation(const void* p);
+// Registers [p, p + bytes) with a fresh generation (called when a slot gets a new occupant).
+void host_buffer_refilled(const void* p, size_t bytes);
+// Forgets the buffer starting at p (called when it is unmapped).
+void host_buffer_released(const void* p);
 
 class ExpertCache {
  public:
@@ -39,13 +71,16 @@ class ExpertCache {
     std::list<Entry*>::iterator pos;  // in its segment's list (front = least recently used)
   };
 
-  explicit ExpertCache(size_t budget_bytes);
-  ~ExpertCache();  // unmaps everything; the owner must have no read in flight
+  // `alloc` null: host slots (make_host_slot_allocator()).
+  explicit ExpertCache(size_t budget_bytes, std::unique_ptr<ExpertSlotAllocator> alloc = nullptr);
+  ~ExpertCache();  // releases everything; the owner must have no read/copy in flight
   ExpertCache(const ExpertCache&) = delete;
   ExpertCache& operator=(const ExpertCache&) = delete;
 
-  // Bytes a bundle of `bytes` occupies: rounded up to whole pages.
+  // Bytes a bundle of `bytes` occupies in a host slot: rounded up to whole pages.
   static size_t slot_bytes(size_t bytes);
+  // The same for this cache's allocator.
+  size_t slot_size(size_t bytes) const { return alloc_->slot_bytes(bytes); }
 
   Entry* find(int32_t layer, int32_t expert);
   // A new entry in state loading with a buffer of slot_bytes(bytes), evicting evictable
@@ -74,6 +109,7 @@ class ExpertCache {
   void unlink(Entry* e);
   void remove(Entry* e, bool unmap);
 
+  std::unique_ptr<ExpertSlotAllocator> alloc_;
   size_t budget_;
   size_t used_ = 0, peak_ = 0, protected_bytes_ = 0;
   uint64_t evictions_ = 0;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/backend.h"
+#include "kernels/cuda_test_util.h"
 #include "models/model.h"
 #include "runtime/session.h"
 #include "test_util.h"
@@ -65,6 +66,7 @@ class Golden : public ::testing::TestWithParam<std::tuple<GoldenCase, std::strin
 TEST_P(Golden, MatchesLlamaCpp) {
   SLUICE_REQUIRE_SHARED();
   const auto& [gc, backend_name] = GetParam();
+  if (backend_name == "cuda") SLUICE_REQUIRE_CUDA();
   const std::string gdir = shared_dir() + "/golden/" + gc.dir;
   auto model = Model::load(shared_dir() + "/" + gc.model);
   auto be = make_backend(backend_name, 2);
@@ -148,7 +150,7 @@ std::string case_name(const ::testing::TestParamInfo<Golden::ParamType>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(LlamaFamily, Golden,
-                         ::testing::Combine(::testing::ValuesIn(golden_cases()), ::testing::Values("ref", "cpu", "cpu-exact")), case_name);
+                         ::testing::Combine(::testing::ValuesIn(golden_cases()), ::testing::Values("ref", "cpu", "cpu-exact", "cuda")), case_name);
 
 // stories260K from a lone BOS, 256 greedy tokens: the independent numpy + llama.cpp golden.
 // The two MoE re-arrangements of the same weights (4 experts all used; 8 experts top-4 with

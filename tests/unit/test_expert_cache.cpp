@@ -123,3 +123,120 @@ TEST(ExpertCache, EraseDropsAFailedLoad) {
 
 }  // namespace
 }  // namespace sluice
+
+// ---- the policy over other slot allocators (the VRAM expert tier) ----------------------
+
+namespace sluice {
+namespace {
+
+// Stands in for device memory: 2 MiB allocation granularity (as cudaMalloc's large-page
+// pools), addresses that are never dereferenced, every live byte accounted.
+class FakeDeviceAllocator final : public ExpertSlotAllocator {
+ public:
+  static constexpr size_t kGrain = size_t{2} << 20;
+  struct Counters {
+    size_t live = 0, peak = 0;
+    int allocs = 0, releases = 0;
+  };
+  explicit FakeDeviceAllocator(Counters* c) : c_(c) {}
+  size_t slot_bytes(size_t bytes) const override { return (bytes + kGrain - 1) / kGrain * kGrain; }
+  uint8_t* allocate(size_t bytes) override {
+    c_->live += bytes;
+    c_->peak = std::max(c_->peak, c_->live);
+    ++c_->allocs;
+    next_ += bytes;
+    return reinterpret_cast<uint8_t*>(next_);
+  }
+  void release(uint8_t*, size_t bytes) override {
+    c_->live -= bytes;
+    ++c_->releases;
+  }
+  bool host_visible() const override { return false; }
+
+ private:
+  Counters* c_;
+  uintptr_t next_ = uintptr_t{1} << 40;
+};
+
+TEST(ExpertCachePolicy, DeviceSlotsKeepTheBudgetAndReleaseEverything) {
+  FakeDeviceAllocator::Counters n;
+  {
+    const size_t grain = FakeDeviceAllocator::kGrain;
+    ExpertCache c(10 * grain, std::make_unique<FakeDeviceAllocator>(&n));
+    EXPECT_EQ(c.slot_size(1), grain);
+    EXPECT_EQ(c.slot_size(grain + 1), 2 * grain);
+    std::mt19937 rng(3);
+    for (int i = 0; i < 3000; ++i) {
+      const int layer = static_cast<int>(rng() % 48), expert = static_cast<int>(rng() % 8);
+      if (ExpertCache::Entry* e = c.find(layer, expert)) {
+        c.mark_used(e);
+        continue;
+      }
+      ExpertCache::Entry* e = c.insert(layer, expert, 1 + rng() % (3 * grain), false);
+      ASSERT_NE(e, nullptr);
+      e->state = State::ready;
+      // Device slots are not host memory: nothing registers them as refillable host buffers.
+      EXPECT_EQ(host_buffer_generation(e->buf), 0u);
+      ASSERT_LE(c.used(), c.budget());
+      ASSERT_EQ(n.live, c.used());
+    }
+    EXPECT_GT(c.evictions(), 0u);
+    EXPECT_LE(n.peak, 10 * grain);
+  }
+  EXPECT_EQ(n.live, 0u);
+  EXPECT_EQ(n.allocs, n.releases);
+}
+
+// The hot set: pinned experts (chosen by routing counts) survive any amount of churn, and the
+// experts the decode keeps returning to (used twice) outlive one-off ones.
+TEST(ExpertCachePolicy, PinnedHotSetAndFrequencySurviveChurn) {
+  FakeDeviceAllocator::Counters n;
+  const size_t grain = FakeDeviceAllocator::kGrain;
+  ExpertCache c(8 * grain, std::make_unique<FakeDeviceAllocator>(&n));
+  for (int e = 0; e < 2; ++e) {
+    ExpertCache::Entry* p = c.insert(0, e, grain, false);
+    p->state = State::ready;
+    p->pinned = true;
+  }
+  ExpertCache::Entry* hot = c.insert(1, 0, grain, false);
+  hot->state = State::ready;
+  c.mark_used(hot);
+  c.mark_used(hot);  // second use: protected
+  for (int i = 0; i < 200; ++i) {
+    ExpertCache::Entry* e = c.insert(2 + i, 0, grain, false);
+    ASSERT_NE(e, nullptr);
+    e->state = State::ready;
+    c.mark_used(e);
+    if (i % 3 == 0) c.mark_used(c.find(1, 0));  // the decode comes back to the hot expert
+  }
+  EXPECT_NE(c.find(0, 0), nullptr);
+  EXPECT_NE(c.find(0, 1), nullptr);
+  EXPECT_NE(c.find(1, 0), nullptr);
+  EXPECT_LE(c.used(), c.budget());
+}
+
+// Keyed by (layer, expert), not by address: the same slot serves different experts over time,
+// and the host registry tells a consumer of a host slot that its contents changed.
+TEST(ExpertCachePolicy, HostSlotRefillChangesTheGeneration) {
+  const size_t pg = ExpertCache::slot_bytes(1);
+  ExpertCache c(2 * pg);
+  ExpertCache::Entry* a = c.insert(0, 0, 2 * pg, false);
+  a->state = State::ready;
+  uint8_t* buf = a->buf;
+  const uint64_t g0 = host_buffer_generation(buf + 5);
+  EXPECT_NE(g0, 0u);
+  EXPECT_EQ(host_buffer_generation(buf + 2 * pg), 0u) << "one past the slot is not in it";
+  ExpertCache::Entry* b = c.insert(0, 1, 2 * pg, false);  // evicts (0,0), reuses its slot
+  ASSERT_EQ(b->buf, buf);
+  EXPECT_EQ(c.find(0, 0), nullptr);
+  const uint64_t g1 = host_buffer_generation(buf);
+  EXPECT_NE(g1, 0u);
+  EXPECT_NE(g1, g0);
+  c.erase(b);
+  EXPECT_EQ(host_buffer_generation(buf), 0u);
+  int stable = 0;
+  EXPECT_EQ(host_buffer_generation(&stable), 0u);
+}
+
+}  // namespace
+}  // namespace sluice
