@@ -50,6 +50,10 @@ struct FfnExpert {
   const TensorView* up = nullptr;    // ne = [n_embd, F]
   const TensorView* down = nullptr;  // ne = [F, n_embd]
   float weight = 1.0f;
+  // Which expert this is (-1: not a routed expert, e.g. a test's matrices): a backend with an
+  // expert cache of its own (cuda's VRAM tier) keys it by (layer, expert), never by address,
+  // because a streamed expert's host buffer is reused for other experts.
+  int32_t layer = -1, expert = -1;
 };
 
 class Backend {

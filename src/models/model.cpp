@@ -321,7 +321,7 @@ void Model::ffn_block(Backend& be, int64_t l, const float* h, float* out, int64_
     const int next = predictor_->predict(be, il, h, T, &guess);
     if (next >= 0) experts_->prefetch(next, guess);
   }
-  moe_experts(be, *batch, r, h, out, T, E);
+  moe_experts(be, *batch, il, r, h, out, T, E);
   report("ffn_moe_out", out, T, E);
   if (w.ffn_gate_shexp) {
     // Shared experts: always on, weight 1.

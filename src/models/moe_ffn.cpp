@@ -93,7 +93,7 @@ namespace {
 
 // Decode (one token) with views that outlive next(): every chosen expert in one backend call,
 // in ascending expert order (the order of the sum below, so the result is the same).
-void moe_experts_one_token(Backend& be, ExpertBatch& batch, const MoeRouting& r, const float* x, float* out,
+void moe_experts_one_token(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x, float* out,
                            int64_t n_embd) {
   std::vector<std::pair<int32_t, float>> chosen(static_cast<size_t>(r.k));
   for (int64_t j = 0; j < r.k; ++j) chosen[static_cast<size_t>(j)] = {r.experts[j], r.weights[j]};
@@ -113,16 +113,16 @@ void moe_experts_one_token(Backend& be, ExpertBatch& batch, const MoeRouting& r,
   std::vector<FfnExpert> ex(chosen.size());
   for (size_t i = 0; i < chosen.size(); ++i) {
     if (!got[i]) fail("moe: the expert store never served expert ", chosen[i].first);
-    ex[i] = {&w[i].gate, &w[i].up, &w[i].down, chosen[i].second};
+    ex[i] = {&w[i].gate, &w[i].up, &w[i].down, chosen[i].second, layer, chosen[i].first};
   }
   be.moe_ffn_token(ex, x, out, n_embd);
 }
 
 }  // namespace
 
-void moe_experts(Backend& be, ExpertBatch& batch, const MoeRouting& r, const float* x, float* out, int64_t n_tok,
+void moe_experts(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x, float* out, int64_t n_tok,
                  int64_t n_embd) {
-  if (n_tok == 1 && batch.views_outlive_next()) return moe_experts_one_token(be, batch, r, x, out, n_embd);
+  if (n_tok == 1 && batch.views_outlive_next()) return moe_experts_one_token(be, batch, layer, r, x, out, n_embd);
   // Invert the routing: for each expert, the (token, weight) pairs sent to it.
   int32_t n_expert = 0;
   for (int32_t e : r.experts) n_expert = std::max(n_expert, e + 1);
@@ -161,7 +161,7 @@ void moe_experts(Backend& be, ExpertBatch& batch, const MoeRouting& r, const flo
 void moe_experts(Backend& be, ExpertSource& experts, int layer, const MoeRouting& r, const float* x, float* out,
                  int64_t n_tok, int64_t n_embd) {
   auto batch = experts.acquire(layer, moe_expert_uses(r));
-  moe_experts(be, *batch, r, x, out, n_tok, n_embd);
+  moe_experts(be, *batch, layer, r, x, out, n_tok, n_embd);
 }
 
 }  // namespace sluice

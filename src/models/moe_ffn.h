@@ -39,7 +39,7 @@ std::vector<ExpertUse> moe_expert_uses(const MoeRouting& r);
 // done, so the result is bit-identical under every expert store policy. One token (decode)
 // from a store whose views outlive next() (resident, mmap) goes to Backend::moe_ffn_token
 // with the experts in ascending order instead: the same sum, in one pass.
-void moe_experts(Backend& be, ExpertBatch& batch, const MoeRouting& r, const float* x, float* out, int64_t n_tok,
+void moe_experts(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x, float* out, int64_t n_tok,
                  int64_t n_embd);
 // The same, acquiring the layer's experts from `experts` first.
 void moe_experts(Backend& be, ExpertSource& experts, int layer, const MoeRouting& r, const float* x, float* out,
