@@ -11,6 +11,9 @@
 #include "commands.h"
 
 #include "backends/backend.h"
+#ifdef SLUICE_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 #include "core/error.h"
 #include "format/gguf.h"
 #include "kvcodec/kvcodec.h"
@@ -101,9 +104,10 @@ struct CommonOpts {
   int prefetch_extra = -1;
   std::string expert_io = "auto";
   bool no_direct_io = false;
+  std::string gpu_expert_cache;
   void add(CLI::App* app) {
     app->add_option("-m,--model", model, "GGUF model file")->required()->check(CLI::ExistingFile);
-    app->add_option("--backend", backend, "ref | cpu (int8 activations on quantized weights) | cpu-exact")->capture_default_str();
+    app->add_option("--backend", backend, "ref | cpu (int8 activations on quantized weights) | cpu-exact | cuda (when built; op level, see README)")->capture_default_str();
     app->add_option("-t,--threads", threads, "worker threads (0 = all cores)")->capture_default_str();
     app->add_option("-c,--ctx", ctx, "context size in tokens (0 = min(model's, 4096))");
     app->add_option("--cache-type", cache_type, "KV cache type of K and V (shorthand for both)")->capture_default_str();
@@ -122,6 +126,23 @@ struct CommonOpts {
     app->add_option("--prefetch-extra", prefetch_extra, "the predictor stages the top k+M experts (-1: M = max(1, k/4))");
     app->add_option("--expert-io", expert_io, "stream: auto | uring | pread")->capture_default_str();
     app->add_flag("--no-direct-io", no_direct_io, "stream: read experts through the page cache instead of O_DIRECT");
+    app->add_option("--gpu-expert-cache", gpu_expert_cache,
+                    "cuda: VRAM budget for routed experts, cached by (layer, expert) (e.g. 8G; default: all in VRAM)");
+  }
+  std::unique_ptr<Backend> make() const {
+    BackendOptions o{.n_threads = threads};
+    if (!gpu_expert_cache.empty()) {
+      if (backend != "cuda") fail("--gpu-expert-cache needs --backend cuda");
+      o.gpu_expert_cache = parse_byte_size("--gpu-expert-cache", gpu_expert_cache);
+    }
+    return make_backend(backend, o);
+  }
+  // The cuda expert tier's figures on stderr (nothing for other backends or without a budget).
+  static void report_backend([[maybe_unused]] const Backend& be) {
+#ifdef SLUICE_HAVE_CUDA
+    if (const auto* cb = dynamic_cast<const CudaBackend*>(&be))
+      if (std::string line = cb->expert_stats_line(); !line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+#endif
   }
   ModelOptions model_options() const {
     ModelOptions o;
@@ -154,7 +175,7 @@ struct CommonOpts {
 int cmd_run(const CommonOpts& co, const std::string& prompt, int n_predict, SamplerParams sp, bool ignore_eos) {
   auto t_load = Clock::now();
   auto model = Model::load(co.model, co.model_options());
-  auto be = make_backend(co.backend, co.threads);
+  auto be = co.make();
   std::fprintf(stderr, "loaded %s (%s, %lld layers, %.1f MB) in %.2f s; backend %s, %d threads\n", co.model.c_str(),
                model->hparams().arch.c_str(), static_cast<long long>(model->hparams().n_layer),
                model->weight_bytes() / 1e6, seconds_since(t_load), std::string(be->name()).c_str(), be->n_threads());
@@ -191,12 +212,13 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, int n_predict, Samp
   std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s); generation: %d tokens in %.3f s (%.1f tok/s)\n",
                ids.size(), t_prompt, ids.size() / std::max(t_prompt, 1e-9), n_gen, t_gen, n_gen / std::max(t_gen, 1e-9));
   co.report_experts(*model);
+  CommonOpts::report_backend(*be);
   return 0;
 }
 
 int cmd_eval(const CommonOpts& co, const std::string& tokens_arg, int greedy, const std::string& logits_path) {
   auto model = Model::load(co.model, co.model_options());
-  auto be = make_backend(co.backend, co.threads);
+  auto be = co.make();
   std::vector<int32_t> ids = parse_token_list(tokens_arg);
   Session s(*model, *be, co.kv(*model, static_cast<int64_t>(ids.size()) + greedy));
   auto logits = s.eval(ids, /*all_logits=*/true);

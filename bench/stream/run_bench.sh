@@ -21,12 +21,17 @@ LIMIT=${LIMIT:-8G}        # memory cgroup limit
 CACHE=${CACHE:-5G}        # --expert-cache
 NTOK=${NTOK:-8}           # tokens generated per run
 THREADS=${THREADS:-2}
+# Sampling at temperature 1 (seed 1): greedy decoding of a random-weight model soon repeats one
+# token, and a repeated token routes to the same experts every step, which any cache serves
+# from memory; sampled tokens keep the routing moving, as real text does.
+TEMP=${TEMP:-1}
 PROMPT=${PROMPT:-"Once upon a time"}
 CG=/sys/fs/cgroup/memory/sluice
 
 mkdir -p "$(dirname "$MODEL")"
 if [ ! -f "$MODEL" ]; then
-  "$SLUICE" synth --preset qwen3-30b-a3b --layers "$LAYERS" --type q4_k_m -q -o "$MODEL"
+  # --fast: pooled blocks (same bytes per weight, written at disk speed; see `sluice synth --help`).
+  "$SLUICE" synth --fast --preset qwen3-30b-a3b --layers "$LAYERS" --type q4_k_m -q -o "$MODEL"
 fi
 ls -l "$MODEL"
 
@@ -51,7 +56,7 @@ run() {
   echo 0 > "$CG/memory.failcnt"
   /usr/bin/time -f "wall %e s, max RSS %M kB" \
     sh -c 'echo $$ > '"$CG"'/cgroup.procs; exec "$@"' sh \
-    "$SLUICE" run -m "$MODEL" -p "$PROMPT" -n "$NTOK" --temp 0 --ignore-eos -t "$THREADS" "$@" > /dev/null
+    "$SLUICE" run -m "$MODEL" -p "$PROMPT" -n "$NTOK" --temp "$TEMP" -s 1 --ignore-eos -t "$THREADS" "$@" > /dev/null
   cg_report
 }
 

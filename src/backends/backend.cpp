@@ -30,7 +30,9 @@ void Backend::moe_ffn_token(std::span<const FfnExpert> experts, const float* x, 
   }
 }
 
-std::unique_ptr<Backend> make_backend(std::string_view name, int n_threads) {
+std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOptions& o) {
+  const int n_threads = o.n_threads;
+  if (o.gpu_expert_cache && name != "cuda") fail("a GPU expert cache needs the cuda backend (backend '", name, "')");
   if (name == "ref") return make_ref_backend();
   // "cpu" multiplies quantized weights by int8-quantized activations, as llama.cpp does (5x
   // faster decode; matches every golden within the README's tolerances, greedy runs included);
@@ -44,12 +46,18 @@ std::unique_ptr<Backend> make_backend(std::string_view name, int n_threads) {
   }
   if (name == "cuda") {
 #ifdef SLUICE_HAVE_CUDA
-    return make_cuda_backend();  // throws "cuda backend: no CUDA device found (...)" without one
+    CudaBackendOptions opt;
+    opt.expert_cache_bytes = o.gpu_expert_cache;
+    return make_cuda_backend(opt);  // throws "cuda backend: no CUDA device found (...)" without one
 #else
     fail("backend 'cuda' is not built into this binary (configure where CMake finds nvcc, or with -DSLUICE_CUDA=ON)");
 #endif
   }
   fail("unknown backend '", name, "' (valid: ref, cpu, cpu-exact, cuda)");
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view name, int n_threads) {
+  return make_backend(name, BackendOptions{.n_threads = n_threads});
 }
 
 }  // namespace sluice

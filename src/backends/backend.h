@@ -94,7 +94,15 @@ class Backend {
   virtual void moe_ffn_token(std::span<const FfnExpert> experts, const float* x, float* out, int64_t n_embd);
 };
 
-// "ref" or "cpu". Throws Error for an unknown name. n_threads <= 0 picks the core count.
+struct BackendOptions {
+  int n_threads = 0;              // cpu: <= 0 picks the core count
+  size_t gpu_expert_cache = 0;    // cuda: VRAM bytes for routed experts, cached by (layer, expert); 0: no
+                                  // separate budget (experts cached like every other weight)
+};
+
+// "ref", "cpu", "cpu-exact" or "cuda" (when built). Throws Error for an unknown name, a
+// backend this binary lacks, or an option the backend does not take.
+std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOptions& opt);
 std::unique_ptr<Backend> make_backend(std::string_view name, int n_threads = 0);
 
 }  // namespace sluice

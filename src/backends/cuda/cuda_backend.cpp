@@ -4,7 +4,13 @@
 //
 // Every op: copy inputs host -> pinned -> device, launch, copy outputs back, synchronise. That
 // round trip per op is the price of the host-pointer Backend interface (see cuda_backend.h);
-// the weights, which dominate the bytes, are uploaded once.
+// the weights, which dominate the bytes, are uploaded once. moe_ffn_token does one round trip
+// for all of a token's experts (plan in moe_plan.h); with an expert budget its routed experts
+// live in the VRAM expert tier, keyed by (layer, expert), and never enter the weight cache.
+//
+// Holds: everything a queued kernel points to must outlive the call. A call's weight-cache
+// entries are marked held (evict_lru skips them) and its tier slots acquired, both until its
+// result is downloaded; before that, no eviction can free them.
 //
 // Weight cache invariants:
 //  * an entry is keyed by (host address, byte size) and remembers the type, a fingerprint of
@@ -26,12 +32,15 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <list>
 #include <unordered_map>
 #include <vector>
 
+#include "backends/cuda/expert_tier.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/moe_plan.h"
 #include "core/error.h"
 #include "kvcodec/kvcodec.h"
 #include "quant/quant.h"
@@ -116,6 +125,7 @@ uint64_t fingerprint(const void* data, size_t n) {
 
 constexpr int kSlots = 6;  // staging slots: the most buffers one op moves
 
+
 }  // namespace
 
 int cuda_device_count(std::string* why) {
@@ -151,6 +161,7 @@ struct CudaBackend::Impl {
     DType type = DType::F32;  // as stored on the device (F32 for a host-decoded fallback)
     DType host_type = DType::F32;
     uint64_t fp = 0, gen = 0;
+    bool held = false;  // in use by the moe_ffn_token call in progress: not evictable
     std::list<Key>::iterator lru;
   };
   std::unordered_map<Key, Weight, KeyHash> weights;
@@ -166,7 +177,14 @@ struct CudaBackend::Impl {
   std::unordered_map<const void*, Mirror> mirrors;
   DevBuf kv_plain[2];  // kv_mirror = false: the visible rows, uploaded every call
 
+  std::unique_ptr<CudaExpertTier> tier;  // routed experts, when opt.expert_cache_bytes > 0
+  DevBuf overflow;                       // experts the tier had no room for, this call only
+  uint64_t overflow_experts = 0;
+  DevBuf transient;                      // matmul of a routed expert with a budget: not cached
+  uint64_t transient_uploads = 0, transient_bytes = 0;
+
   ~Impl() {
+    tier.reset();
     weights.clear();
     mirrors.clear();
     for (auto& d : dev) d.reset();
@@ -207,14 +225,19 @@ struct CudaBackend::Impl {
     std::memcpy(host, h, bytes);
   }
 
-  void evict_lru() {
-    const Key k = lru.front();
-    lru.pop_front();
-    auto it = weights.find(k);
-    stats.bytes -= it->second.bytes;
-    weights.erase(it);
-    ++stats.evictions;
-    stats.entries = weights.size();
+  // Evicts the least recently used weight not held by the call in progress; false if none.
+  bool evict_lru() {
+    for (auto l = lru.begin(); l != lru.end(); ++l) {
+      auto it = weights.find(*l);
+      if (it->second.held) continue;
+      stats.bytes -= it->second.bytes;
+      lru.erase(l);
+      weights.erase(it);
+      ++stats.evictions;
+      stats.entries = weights.size();
+      return true;
+    }
+    return false;
   }
 
   // cudaMalloc for a weight, evicting least recently used weights while the budget or the
@@ -222,7 +245,10 @@ struct CudaBackend::Impl {
   void alloc_weight(DevBuf& b, size_t bytes) {
     if (opt.weight_cache_bytes && bytes > opt.weight_cache_bytes)
       fail("cuda backend: a ", bytes, "-byte weight does not fit the ", opt.weight_cache_bytes, "-byte weight cache");
-    while (opt.weight_cache_bytes && stats.bytes + bytes > opt.weight_cache_bytes && !lru.empty()) evict_lru();
+    while (opt.weight_cache_bytes && stats.bytes + bytes > opt.weight_cache_bytes)
+      if (!evict_lru())
+        fail("cuda backend: the ", opt.weight_cache_bytes, "-byte weight cache cannot hold one call's weights (",
+             stats.bytes + bytes, " bytes)");
     for (;;) {
       void* p = nullptr;
       const cudaError_t e = cudaMalloc(&p, bytes);
@@ -232,14 +258,13 @@ struct CudaBackend::Impl {
         return;
       }
       cudaGetLastError();
-      if (e != cudaErrorMemoryAllocation || lru.empty())
+      if (e != cudaErrorMemoryAllocation || !evict_lru())
         fail("cuda backend: cannot allocate ", bytes, " bytes of VRAM for a weight: ", cudaGetErrorString(e));
-      evict_lru();
     }
   }
 
   // The device copy of w (uploaded on first use or when the host bytes changed).
-  const Weight& weight(const TensorView& w) {
+  Weight& weight(const TensorView& w) {
     const size_t bytes = w.row_bytes() * static_cast<size_t>(w.n_rows());
     const Key key{w.data, bytes};
     const uint64_t gen = host_buffer_generation(w.data);
@@ -333,6 +358,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& opt) : impl_(std::make_unique
   SLUICE_CU(cudaSetDevice(opt.device));
   SLUICE_CU(cudaGetDeviceProperties(&impl_->prop, opt.device));
   SLUICE_CU(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+  if (opt.expert_cache_bytes) impl_->tier = std::make_unique<CudaExpertTier>(opt.expert_cache_bytes);
 }
 
 CudaBackend::~CudaBackend() = default;
@@ -348,17 +374,64 @@ void CudaBackend::forget_cached() {
   impl_->mirrors.clear();
   impl_->stats.bytes = 0;
   impl_->stats.entries = 0;
+  impl_->tier.reset();
+  if (impl_->opt.expert_cache_bytes) impl_->tier = std::make_unique<CudaExpertTier>(impl_->opt.expert_cache_bytes);
+}
+
+CudaExpertStats CudaBackend::expert_stats() const {
+  CudaExpertStats r;
+  const Impl& m = *impl_;
+  r.overflow = m.overflow_experts;
+  r.transient_uploads = m.transient_uploads;
+  r.transient_bytes = m.transient_bytes;
+  if (!m.tier) return r;
+  const ExpertCache& c = m.tier->cache();
+  const CudaExpertTierStats t = m.tier->stats();
+  r.budget = c.budget();
+  r.used = c.used();
+  r.peak = c.peak();
+  r.resident = c.size();
+  r.requests = t.requests;
+  r.hits = t.hits;
+  r.copies = t.copies;
+  r.bytes_copied = t.bytes_copied;
+  r.evictions = c.evictions();
+  return r;
+}
+
+std::string CudaBackend::expert_stats_line() const {
+  if (!impl_->tier) return {};
+  const CudaExpertStats s = expert_stats();
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "gpu expert cache: %llu requests, %.1f%% hits, %llu copies (%.1f MB), %llu evictions, %llu overflow; "
+                "%zu experts, %.1f of %.1f MB (peak %.1f MB); %llu uncached expert matmuls (%.1f MB)",
+                static_cast<unsigned long long>(s.requests), s.requests ? 100.0 * s.hits / s.requests : 0.0,
+                static_cast<unsigned long long>(s.copies), s.bytes_copied / 1e6,
+                static_cast<unsigned long long>(s.evictions), static_cast<unsigned long long>(s.overflow), s.resident,
+                s.used / 1e6, s.budget / 1e6, s.peak / 1e6, static_cast<unsigned long long>(s.transient_uploads),
+                s.transient_bytes / 1e6);
+  return buf;
 }
 
 void CudaBackend::matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) {
   Impl& m = *impl_;
   const int64_t n_in = w.ne[0], n_out = w.n_rows();
   if (n_tok <= 0 || n_out <= 0) return;
-  const Impl::Weight& dw = m.weight(w);
-  const size_t row_bytes = dw.type == w.type ? w.row_bytes() : static_cast<size_t>(n_in) * sizeof(float);
   const float* dx = m.upload(0, x, static_cast<size_t>(n_tok * n_in) * sizeof(float));
   float* dy = m.scratch(1, static_cast<size_t>(n_tok * n_out) * sizeof(float));
-  cuda::matmul(dw.type, dw.buf.p, row_bytes, n_in, n_out, dx, dy, n_tok, m.stream);
+  if (m.tier && cuda::weight_type_supported(w.type) && cuda::routed_expert_name(w.name)) {
+    const size_t bytes = w.row_bytes() * static_cast<size_t>(n_out);
+    void* dw = m.transient.reserve(bytes);  // the previous op has synchronised: free to reuse
+    SLUICE_CU(cudaMemcpyAsync(dw, w.data, bytes, cudaMemcpyHostToDevice, m.stream));
+    ++m.transient_uploads;
+    m.transient_bytes += bytes;
+    cuda::matmul(w.type, dw, w.row_bytes(), n_in, n_out, dx, dy, n_tok, m.stream);
+  } else {
+    const Impl::Weight& dw = m.weight(w);
+    const size_t row_bytes = dw.type == w.type ? w.row_bytes() : static_cast<size_t>(n_in) * sizeof(float);
+    cuda::matmul(dw.type, dw.buf.p, row_bytes, n_in, n_out, dx, dy, n_tok, m.stream);
+  }
   m.download(1, dy, y, static_cast<size_t>(n_tok * n_out) * sizeof(float), "matmul");
 }
 
@@ -482,6 +555,161 @@ void CudaBackend::attention(const AttentionArgs& a) {
   float* scratch = m.scratch(2, cuda::attention_scratch_floats(a) * sizeof(float));
   cuda::attention(d, scratch, m.stream);
   m.download(1, d.out, a.out, out_bytes, "attention");
+}
+
+void CudaBackend::moe_ffn_token(std::span<const FfnExpert> ex, const float* x, float* out, int64_t E) {
+  Impl& m = *impl_;
+  if (E <= 0) return;
+  const int k = static_cast<int>(ex.size());
+  if (k == 0) {
+    std::fill(out, out + E, 0.0f);
+    return;
+  }
+  // Shapes and launches first: nothing is uploaded for a call that is going to fail.
+  std::vector<cuda::MoeMatrix> mats(static_cast<size_t>(3 * k));
+  for (int j = 0; j < k; ++j) {
+    const TensorView* v[3] = {ex[j].gate, ex[j].up, ex[j].down};
+    for (int i = 0; i < 3; ++i) {
+      if (!v[i]) fail("moe_ffn_token: expert ", j, " lacks a matrix");
+      const DType t = cuda::weight_type_supported(v[i]->type) ? v[i]->type : DType::F32;
+      mats[static_cast<size_t>(3 * j + i)] = {t, v[i]->ne[0], v[i]->n_rows()};
+    }
+  }
+  const cuda::MoePlan plan = cuda::moe_plan(mats, E);
+
+  // Device copies of every matrix: routed experts from the tier when there is one (copies on
+  // its stream, which m.stream waits for), everything else from the weight cache.
+  std::vector<const void*> dptr(mats.size());
+  std::vector<size_t> drow(mats.size());
+  // Holds on what the jobs point to (weight-cache entries, tier slots), given back when the
+  // call ends, normally or by an exception: nothing this call uses is evicted under it.
+  struct Holds {
+    Impl& m;
+    std::vector<Impl::Weight*> weights;
+    std::vector<ExpertCache::Entry*> entries;
+    ~Holds() {
+      for (auto* w : weights) w->held = false;
+      for (auto* e : entries) m.tier->release(e);
+    }
+  } holds{m, {}, {}};
+  struct Overflow {
+    int j;
+    ExpertHostBytes src;
+  };
+  std::vector<Overflow> overflow;
+  for (int j = 0; j < k; ++j) {
+    const FfnExpert& e = ex[j];
+    const TensorView* v[3] = {e.gate, e.up, e.down};
+    const bool tiered = m.tier && e.layer >= 0 && e.expert >= 0 && cuda::weight_type_supported(e.gate->type) &&
+                        cuda::weight_type_supported(e.up->type) && cuda::weight_type_supported(e.down->type);
+    if (tiered) {
+      ExpertHostBytes src;
+      for (int i = 0; i < 3; ++i) {
+        src.host[i] = v[i]->data;
+        src.bytes[i] = v[i]->row_bytes() * static_cast<size_t>(v[i]->n_rows());
+      }
+      size_t off[3], total = 0;
+      CudaExpertTier::slot_layout(src, off, &total);
+      ExpertCache::Entry* en = m.tier->request(e.layer, e.expert, src, /*prefetch=*/false);
+      if (!en) {
+        overflow.push_back({j, src});
+        continue;
+      }
+      if (en->bytes != m.tier->cache().slot_size(total))
+        fail("cuda backend: expert ", e.expert, " of layer ", e.layer, " changed size (", total,
+             " bytes now); call forget_cached() before switching models");
+      m.tier->acquire(en, m.stream);
+      holds.entries.push_back(en);
+      for (int i = 0; i < 3; ++i) {
+        dptr[3 * j + i] = en->buf + off[i];
+        drow[3 * j + i] = v[i]->row_bytes();
+      }
+    } else {
+      for (int i = 0; i < 3; ++i) {
+        Impl::Weight& w = m.weight(*v[i]);
+        w.held = true;
+        holds.weights.push_back(&w);
+        dptr[3 * j + i] = w.buf.p;
+        drow[3 * j + i] = w.type == v[i]->type ? v[i]->row_bytes() : static_cast<size_t>(v[i]->ne[0]) * sizeof(float);
+      }
+    }
+  }
+  if (!overflow.empty()) {
+    // Every slot the tier could give is held by this call (the budget is below k experts):
+    // these experts are copied to per-call scratch on the compute stream, counted, not cached.
+    size_t total = 0;
+    std::vector<size_t> base;
+    for (const Overflow& o : overflow) {
+      size_t off[3], t = 0;
+      CudaExpertTier::slot_layout(o.src, off, &t);
+      base.push_back(total);
+      total += t;
+    }
+    auto* buf = static_cast<uint8_t*>(m.overflow.reserve(total));
+    for (size_t q = 0; q < overflow.size(); ++q) {
+      const Overflow& o = overflow[q];
+      size_t off[3], t = 0;
+      CudaExpertTier::slot_layout(o.src, off, &t);
+      const TensorView* v[3] = {ex[o.j].gate, ex[o.j].up, ex[o.j].down};
+      for (int i = 0; i < 3; ++i) {
+        uint8_t* d = buf + base[q] + off[i];
+        SLUICE_CU(cudaMemcpyAsync(d, o.src.host[i], o.src.bytes[i], cudaMemcpyHostToDevice, m.stream));
+        dptr[3 * o.j + i] = d;
+        drow[3 * o.j + i] = v[i]->row_bytes();
+      }
+    }
+    m.overflow_experts += overflow.size();
+  }
+
+  // Scratch: slot 0 = [x | job array] (one upload), 1 = out, 2 = gate then hidden, 3 = up,
+  // 4 = per-expert down outputs (mixed down types only). Reserved before any pointer is taken.
+  const size_t x_bytes = static_cast<size_t>(cuda::moe_round64(E)) * sizeof(float);
+  const size_t job_bytes = plan.job_matrix.size() * sizeof(cuda::MatvecJob);
+  auto* d0 = m.scratch<uint8_t>(0, x_bytes + job_bytes);
+  float* dout = m.scratch(1, static_cast<size_t>(E) * sizeof(float));
+  float* dg = m.scratch(2, static_cast<size_t>(plan.h_floats) * sizeof(float));
+  float* du = m.scratch(3, static_cast<size_t>(plan.h_floats) * sizeof(float));
+  float* dy = plan.y_floats ? m.scratch(4, static_cast<size_t>(plan.y_floats) * sizeof(float)) : nullptr;
+  const float* dx = reinterpret_cast<const float*>(d0);
+  auto* djobs = reinterpret_cast<const cuda::MatvecJob*>(d0 + x_bytes);
+
+  auto* h0 = static_cast<uint8_t*>(m.pin[0].reserve(x_bytes + job_bytes));
+  std::memcpy(h0, x, static_cast<size_t>(E) * sizeof(float));
+  auto* hjobs = reinterpret_cast<cuda::MatvecJob*>(h0 + x_bytes);
+  for (size_t i = 0; i < plan.job_matrix.size(); ++i) {
+    const int mi = plan.job_matrix[i], j = mi / 3, which = mi % 3;
+    const cuda::MoeMatrix& mm = mats[static_cast<size_t>(mi)];
+    const int64_t h = plan.h_off[static_cast<size_t>(j)];
+    cuda::MatvecJob jb;
+    jb.w = dptr[static_cast<size_t>(mi)];
+    jb.row_bytes = drow[static_cast<size_t>(mi)];
+    jb.n_in = mm.n_in;
+    jb.n_out = mm.n_out;
+    jb.x = which == 2 ? dg + h : dx;
+    jb.y = which == 0 ? dg + h : which == 1 ? du + h : dy ? dy + j * plan.y_stride : nullptr;
+    jb.weight = ex[j].weight;
+    hjobs[i] = jb;
+  }
+  SLUICE_CU(cudaMemcpyAsync(d0, h0, x_bytes + job_bytes, cudaMemcpyHostToDevice, m.stream));
+
+  bool hidden_ready = false;
+  for (const cuda::MoeLaunch& l : plan.launches) {
+    if (l.kind != cuda::MoeLaunchKind::gate_up && !hidden_ready) {
+      // silu(gate) ⊙ up for every expert at once (padding between experts is computed too
+      // and never read).
+      cuda::swiglu(dg, du, dg, plan.h_floats, m.stream);
+      hidden_ready = true;
+    }
+    switch (l.kind) {
+      case cuda::MoeLaunchKind::gate_up:
+      case cuda::MoeLaunchKind::down_part:
+        cuda::matvec_batch(l.type, djobs + l.first, l.count, l.max_out, m.stream);
+        break;
+      case cuda::MoeLaunchKind::down_fused: cuda::moe_down(l.type, djobs + l.first, l.count, E, dout, m.stream); break;
+      case cuda::MoeLaunchKind::combine: cuda::moe_combine(djobs + l.first, l.count, E, dout, m.stream); break;
+    }
+  }
+  m.download(1, dout, out, static_cast<size_t>(E) * sizeof(float), "moe_ffn_token");
 }
 
 int32_t CudaBackend::argmax(const float* logits, int64_t n) {

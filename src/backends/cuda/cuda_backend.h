@@ -7,8 +7,11 @@
 // stream, one synchronisation per op). Weights are uploaded once, on first use, and stay in
 // VRAM (keyed by host address + size + a content fingerprint, and by the refill generation of
 // runtime/expert_cache.h for streamed expert buffers). The KV cache is mirrored in VRAM and
-// appended incrementally. This op-level path is correct and good for parity; it is not the
-// fast path: a device-resident decode step (activations never leave the GPU, the whole step
+// appended incrementally. MoE decode is the exception to one sync per op: moe_ffn_token runs
+// all of a token's experts with one upload, ~4 launches and one download (kernels.h:
+// matvec_batch, moe_down), and with an expert budget takes routed experts from the VRAM
+// expert tier (expert_tier.h) instead of the weight cache. This op-level path is correct and
+// good for parity; it is not the fast path: a device-resident decode step (activations never leave the GPU, the whole step
 // captured as a CUDA graph, greedy argmax on the device) is what reaches the HBM speed of
 // light, and needs a model-level entry point the interface does not have yet.
 #pragma once
@@ -33,6 +36,22 @@ struct CudaBackendOptions {
   // Keep a device mirror of each KV cache, appended per call (false: upload every visible row
   // on every call; slower, for debugging the mirror).
   bool kv_mirror = true;
+  // VRAM for routed experts (the expert tier of expert_tier.h), 0 = none. With a budget,
+  // moe_ffn_token takes each routed expert (FfnExpert::layer/expert >= 0) from the tier, keyed
+  // by (layer, expert) and evicted by its SLRU policy, and never puts it in the weight cache;
+  // without one, experts are cached like any other weight. make_backend("cuda") takes it from
+  // BackendOptions::gpu_expert_cache (the CLI's --gpu-expert-cache).
+  size_t expert_cache_bytes = 0;
+};
+
+// The expert tier's figures (all 0 without a budget).
+struct CudaExpertStats {
+  size_t budget = 0, used = 0, peak = 0, resident = 0;  // bytes, bytes, bytes, experts
+  uint64_t requests = 0, hits = 0, copies = 0, bytes_copied = 0, evictions = 0;
+  uint64_t overflow = 0;  // experts the tier had no room for (all held): copied to scratch
+  // matmuls of routed-expert weights (prefill's per-expert path, which has no (layer, expert)
+  // ids): uploaded to scratch per call instead of entering the weight cache.
+  uint64_t transient_uploads = 0, transient_bytes = 0;
 };
 
 struct CudaWeightCacheStats {
@@ -64,6 +83,9 @@ class CudaBackend final : public Backend {
   void add(const float* a, const float* b, float* out, int64_t n) override;
   void store_row(const float* src, DType t, void* dst, int64_t n) override;
   void attention(const AttentionArgs& a) override;
+  // Decode MoE in one round trip: x up, every expert's gate/up (one launch per weight type),
+  // swiglu, the downs with the weighted sum fused, out down. Same semantics as the default.
+  void moe_ffn_token(std::span<const FfnExpert> experts, const float* x, float* out, int64_t n_embd) override;
 
   // Greedy sampling on the device: index of the largest of n logits, ties to the lowest.
   int32_t argmax(const float* logits, int64_t n);
@@ -73,7 +95,10 @@ class CudaBackend final : public Backend {
   std::string device_name() const;
   size_t device_memory_bytes() const;
   CudaWeightCacheStats weight_stats() const;
-  // Drops every cached weight and KV mirror (e.g. before loading another model).
+  CudaExpertStats expert_stats() const;
+  // One line for the end of a run ("gpu expert cache: ..."); empty without an expert budget.
+  std::string expert_stats_line() const;
+  // Drops every cached weight, KV mirror and tier expert (e.g. before loading another model).
   void forget_cached();
 
  private:

@@ -5,12 +5,13 @@
 // memory and signal an event; compute waits on that event on the device, so copies of the
 // next layer's predicted experts overlap with the current layer's compute.
 //
-// Status: the tier is complete and compiles, its policy is tested on the CPU
-// (tests/unit/test_expert_cache.cpp, fake device allocator) and its device path by
-// tests/kernels/test_cuda_expert_tier.cpp on a GPU. It is NOT yet wired into the forward:
-// that needs a device-resident MoE op (gather the routed experts' device slots, run
-// gate/up/act/down without a host round trip), which the op-level Backend interface does not
-// have. Until then `--gpu-expert-cache` is not offered by the CLI.
+// Use: CudaBackend::moe_ffn_token requests each routed expert of a token, acquires them all
+// for the call on its compute stream and releases them when the call's result is back
+// (CudaBackendOptions::expert_cache_bytes, the CLI's --gpu-expert-cache). Policy tests run on
+// the CPU (tests/unit/test_expert_cache.cpp, tests/kernels/test_cuda_moe.cpp, fake device
+// allocators); the device path is tested by tests/kernels/test_cuda_expert_tier.cpp and
+// test_cuda_moe.cpp on a GPU. Not done yet: prefetching the next layer's predicted experts
+// (request(..., prefetch = true) exists for it) and pinning a hot set from routing counts.
 #pragma once
 #include <cuda_runtime_api.h>
 

@@ -27,6 +27,32 @@ void matmul(DType t, const void* w, size_t row_bytes, int64_t n_in, int64_t n_ou
 void get_rows(DType t, const void* w, size_t row_bytes, int64_t n_embd, const int32_t* ids, int64_t n, float* out,
               cudaStream_t s);
 
+// One matrix-vector product of a batch (moe_ffn_token): y[o] = Σ_i W[o][i]·x[i] for the
+// n_out rows of W (row_bytes apart, n_in elements each). `weight` scales the product only in
+// moe_down (the routing weight). All pointers are device pointers; the job array itself lives
+// in device memory too (uploaded with the activations, one copy per call).
+struct MatvecJob {
+  const void* w = nullptr;
+  size_t row_bytes = 0;
+  int64_t n_in = 0, n_out = 0;
+  const float* x = nullptr;
+  float* y = nullptr;
+  float weight = 1.0f;
+};
+// Every job of jobs[0, n_jobs) (all of weight type t) in one launch; max_out = the largest
+// n_out. Each product is summed exactly as matmul's matvec kernel sums one token, so a job's
+// y is bitwise equal to matmul(t, w, ..., n_tok = 1). n_in % block size == 0 for quant types.
+void matvec_batch(DType t, const MatvecJob* jobs, int n_jobs, int64_t max_out, cudaStream_t s);
+// The down projection of a token's experts with the weighted sum fused: for every row o of
+// n_out, out[o] = 0, then for j = 0..n_jobs-1 in order, out[o] += jobs[j].weight · (W_j·x_j)[o]
+// (float32, the product and the sum each rounded: never contracted to an FMA), with each dot
+// product summed as matvec_batch sums it. All jobs of type t, all with n_out rows; y unused.
+void moe_down(DType t, const MatvecJob* jobs, int n_jobs, int64_t n_out, float* out, cudaStream_t s);
+// The same weighted sum over precomputed products: out[o] = Σ_j jobs[j].weight·jobs[j].y[o]
+// in order, with moe_down's rounding — its tail, for experts whose down types differ (each
+// group of one type runs matvec_batch first).
+void moe_combine(const MatvecJob* jobs, int n_jobs, int64_t n_out, float* out, cudaStream_t s);
+
 // ---- norm_rope.cu ----------------------------------------------------------------------
 void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps, cudaStream_t s);
 void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot, float base,

@@ -13,6 +13,10 @@
 // would add ~1e-3 relative error per product). A wmma/mma version over fp16 tiles is the next
 // step once a GPU is at hand to measure it.
 //
+// MoE decode (moe_ffn_token): the same warp-per-row dot product over an array of jobs, one
+// launch for every gate/up matrix of a token's experts (grid.y = job), and the downs with the
+// routing-weighted sum fused (a warp computes one output row across all experts, in order).
+//
 // Legend: T = tokens, K = n_in (elements per row), O = n_out (rows), QK/BB = block elements/bytes.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/kernels.h"
@@ -35,14 +39,12 @@ __device__ __forceinline__ void load8(const uint8_t* row, int64_t col, int64_t n
   }
 }
 
+// One warp's partial dot products of row wr with the first n_tok tokens of x (n_in apart):
+// acc[t] gets this lane's share; warp_sum finishes it. Shared by matmul's matvec and the MoE
+// batch kernels, so one token's product is summed the same way in both (bitwise equal).
 template <DType T>
-__global__ void matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
-                              const float* __restrict__ x, float* __restrict__ y, int n_tok) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= n_out) return;
-  const uint8_t* wr = w + row * row_bytes;
-  float acc[kMatvecMaxTok];
+__device__ __forceinline__ void row_dot_lane(const uint8_t* __restrict__ wr, int64_t n_in, const float* __restrict__ x,
+                                             int n_tok, int lane, float* acc) {
 #pragma unroll
   for (int t = 0; t < kMatvecMaxTok; ++t) acc[t] = 0.0f;
   if constexpr (T == DType::F32 || T == DType::F16 || T == DType::BF16) {
@@ -72,11 +74,62 @@ __global__ void matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, i
       }
     }
   }
+}
+
+template <DType T>
+__global__ void matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
+                              const float* __restrict__ x, float* __restrict__ y, int n_tok) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= n_out) return;
+  float acc[kMatvecMaxTok];
+  row_dot_lane<T>(w + row * row_bytes, n_in, x, n_tok, lane, acc);
 #pragma unroll
   for (int t = 0; t < kMatvecMaxTok; ++t) {
     const float s = warp_sum(acc[t]);
     if (lane == 0 && t < n_tok) y[t * n_out + row] = s;
   }
+}
+
+// ---- MoE decode: several matrices per launch ------------------------------------------
+// Grid (row blocks, jobs): blockIdx.y picks the job, each warp one row of it. Every x of a job
+// must be 32-byte aligned (the float4 loads above): the host places them at 256-byte offsets.
+template <DType T>
+__global__ void matvec_batch_kernel(const MatvecJob* __restrict__ jobs) {
+  const MatvecJob jb = jobs[blockIdx.y];
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= jb.n_out) return;
+  float acc[kMatvecMaxTok];
+  row_dot_lane<T>(static_cast<const uint8_t*>(jb.w) + row * jb.row_bytes, jb.n_in, jb.x, 1, lane, acc);
+  const float s = warp_sum(acc[0]);
+  if (lane == 0) jb.y[row] = s;
+}
+
+// out[row] = Σ_j weight_j · (W_j·x_j)[row], j in order; __fmul_rn/__fadd_rn keep the product
+// and the sum separately rounded (as the default moe_ffn_token's `out += weight * y` without
+// contraction), so moe_down equals matvec_batch + moe_combine bit for bit.
+template <DType T>
+__global__ void moe_down_kernel(const MatvecJob* __restrict__ jobs, int n_jobs, int64_t n_out, float* __restrict__ out) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= n_out) return;
+  float sum = 0.0f;
+  for (int j = 0; j < n_jobs; ++j) {
+    const MatvecJob jb = jobs[j];
+    float acc[kMatvecMaxTok];
+    row_dot_lane<T>(static_cast<const uint8_t*>(jb.w) + row * jb.row_bytes, jb.n_in, jb.x, 1, lane, acc);
+    sum = __fadd_rn(sum, __fmul_rn(jb.weight, warp_sum(acc[0])));
+  }
+  if (lane == 0) out[row] = sum;
+}
+
+__global__ void moe_combine_kernel(const MatvecJob* __restrict__ jobs, int n_jobs, int64_t n_out, float* __restrict__ out) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= n_out) return;
+  float sum = 0.0f;
+  for (int j = 0; j < n_jobs; ++j) sum = __fadd_rn(sum, __fmul_rn(jobs[j].weight, jobs[j].y[row]));
+  out[row] = sum;
 }
 
 constexpr int kBM = 64, kBN = 64, kBK = 32;  // GEMM tile: rows of W, tokens, K step
@@ -198,6 +251,8 @@ struct Nothing {
   void operator()() const {}
 };
 
+unsigned row_blocks(int64_t n_out) { return static_cast<unsigned>((n_out + kWarpsPerBlock - 1) / kWarpsPerBlock); }
+
 }  // namespace
 
 bool weight_type_supported(DType t) {
@@ -212,6 +267,24 @@ void matmul(DType t, const void* w, size_t row_bytes, int64_t n_in, int64_t n_ou
 void get_rows(DType t, const void* w, size_t row_bytes, int64_t n_embd, const int32_t* ids, int64_t n, float* out,
               cudaStream_t s) {
   dispatch_weight_type(t, [&]<DType T>() { launch_get_rows<T>(w, row_bytes, n_embd, ids, n, out, s); });
+}
+
+void matvec_batch(DType t, const MatvecJob* jobs, int n_jobs, int64_t max_out, cudaStream_t s) {
+  if (n_jobs <= 0 || max_out <= 0) return;
+  const dim3 grid(row_blocks(max_out), static_cast<unsigned>(n_jobs));
+  dispatch_weight_type(t, [&]<DType T>() { matvec_batch_kernel<T><<<grid, 32 * kWarpsPerBlock, 0, s>>>(jobs); });
+}
+
+void moe_down(DType t, const MatvecJob* jobs, int n_jobs, int64_t n_out, float* out, cudaStream_t s) {
+  if (n_out <= 0) return;
+  dispatch_weight_type(t, [&]<DType T>() {
+    moe_down_kernel<T><<<row_blocks(n_out), 32 * kWarpsPerBlock, 0, s>>>(jobs, n_jobs, n_out, out);
+  });
+}
+
+void moe_combine(const MatvecJob* jobs, int n_jobs, int64_t n_out, float* out, cudaStream_t s) {
+  if (n_out <= 0) return;
+  moe_combine_kernel<<<static_cast<unsigned>((n_out + 255) / 256), 256, 0, s>>>(jobs, n_jobs, n_out, out);
 }
 
 }  // namespace sluice::cuda
