@@ -1,12 +1,17 @@
 // apps/cli/cmd_bench: `sluice bench`, modelled on llama-bench: prompt processing (pp N) and
-// token generation (tg N) throughput per thread count, as a markdown table or JSON. Decode
-// rows also give the bytes actually read per token (counted op by op by CountingBackend:
-// dense weights, the experts chosen, KV rows), the achieved GB/s and its fraction of the
-// read bandwidth measured by this binary in this run with the same thread count (--membw
-// alone prints just that). --profile adds a per-stage time and byte table.
+// token generation (tg N) throughput per thread count, KV cache type pair and depth, as a
+// markdown table or JSON. Decode rows also give the bytes actually read per token (counted
+// op by op by CountingBackend: dense weights, the experts chosen, KV rows), the achieved GB/s
+// and its fraction of the read bandwidth measured by this binary in this run with the same
+// thread count (--membw alone prints just that). --profile adds a per-stage time and byte
+// table. Depth (-d, llama-bench's "@ dN"): the runs start with N positions already in the
+// cache, filled with synthetic K/V rows through the cache's codecs (kv_fill_synthetic), not
+// by a prefill, which for 16K tokens would take many minutes on a few cores.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -18,6 +23,7 @@
 #include "bench/bench.h"
 #include "commands.h"
 #include "core/error.h"
+#include "kvcodec/kvcodec.h"
 #include "runtime/session.h"
 
 namespace sluice::cli {
@@ -27,9 +33,16 @@ struct BenchArgs {
   std::vector<std::string> models;
   int n_prompt = 512, n_gen = 128, reps = 5;
   std::vector<int> threads{2};
-  bool json = false, profile = false, membw_only = false, exact = false;
-  std::string cache_type = "f16";
+  std::vector<int64_t> depths{0};
+  bool json = false, profile = false, membw_only = false, exact = false, no_auto_asym = false;
+  // KV cache types: --cache-type sets both sides; --cache-type-k/-v override one side. Lists
+  // are paired element by element (a single value applies to every pair).
+  std::vector<std::string> cache_type{"f16"}, cache_type_k, cache_type_v;
   size_t membw_mib = 1024;
+};
+
+struct CachePair {
+  DType k, v;
 };
 
 struct Stats {
@@ -51,6 +64,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// CPU seconds used by this process (all threads). On a machine shared with other jobs the
+// wall-clock rate moves with their load; tokens per CPU second (× threads) moves much less
+// (the pool's waits spin only microseconds before sleeping), so JSON reports both.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 // "1.23 GiB" / "45.6 MiB", "3.05 B" / "51.2 M": llama-bench's units, readable for tiny models too.
 std::string human(double v, double big, const char* big_unit, double small, const char* small_unit) {
   char b[64];
@@ -67,10 +89,24 @@ std::string base_name(const std::string& p) {
 }
 
 DType cache_type_or_fail(const std::string& s) {
-  if (s == "f16") return DType::F16;
-  if (s == "f32") return DType::F32;
-  if (s == "q8_0") return DType::Q8_0;
-  fail("bench: unknown --cache-type '", s, "' (f16 | f32 | q8_0)");
+  if (const auto t = kv_type_from_name(s)) return *t;
+  fail("bench: unknown cache type '", s, "' (", kv_type_names(), ")");
+}
+
+std::vector<CachePair> cache_pairs(const BenchArgs& a) {
+  const auto& ks = a.cache_type_k.empty() ? a.cache_type : a.cache_type_k;
+  const auto& vs = a.cache_type_v.empty() ? a.cache_type : a.cache_type_v;
+  if (ks.size() != vs.size() && ks.size() != 1 && vs.size() != 1)
+    fail("bench: ", ks.size(), " K cache types and ", vs.size(), " V cache types: give equal counts or one of either");
+  std::vector<CachePair> out;
+  for (size_t i = 0; i < std::max(ks.size(), vs.size()); ++i)
+    out.push_back({cache_type_or_fail(ks[ks.size() == 1 ? 0 : i]), cache_type_or_fail(vs[vs.size() == 1 ? 0 : i])});
+  return out;
+}
+
+// "f16", or "q8_0/tq4" when K and V differ.
+std::string cache_label(DType k, DType v) {
+  return k == v ? std::string(kv_type_name(k)) : std::string(kv_type_name(k)) + "/" + std::string(kv_type_name(v));
 }
 
 int run_bench(const BenchArgs& a) {
@@ -88,9 +124,15 @@ int run_bench(const BenchArgs& a) {
     return 0;
   }
   if (a.models.empty()) fail("bench: -m MODEL is required (or --membw)");
+  const std::vector<CachePair> pairs = cache_pairs(a);
+  int64_t max_depth = 0;
+  for (int64_t d : a.depths) {
+    if (d < 0) fail("bench: depth must be >= 0, got ", d);
+    max_depth = std::max(max_depth, d);
+  }
   if (!a.json)
-    std::printf("| model | size | params | backend | threads | test | t/s | GB/s read / membw | SOL %% |\n"
-                "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+    std::printf("| model | size | params | backend | threads | cache K/V | test | t/s | GB/s read / membw | SOL %% |\n"
+                "| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |\n");
   std::string profile_text;
   for (const std::string& path : a.models) {
     std::fprintf(stderr, "bench: loading %s\n", path.c_str());
@@ -100,7 +142,6 @@ int run_bench(const BenchArgs& a) {
     for (const auto& t : model->file().tensors()) params += t.n_elements();
     const std::string size = human(static_cast<double>(model->weight_bytes()), 1 << 30, "GiB", 1 << 20, "MiB");
     const std::string n_params = human(static_cast<double>(params), 1e9, "B", 1e6, "M");
-    const DType kv_type = cache_type_or_fail(a.cache_type);
     for (int t : a.threads) {
       CpuBackendOptions opt = cpu_backend_default_options();
       opt.q8_activations = !a.exact;
@@ -111,100 +152,129 @@ int run_bench(const BenchArgs& a) {
                                   (q8 ? std::string(" q8:") + q8 : std::string(" exact"));
       std::fprintf(stderr, "bench: %d threads: measuring read bandwidth (%zu MiB)\n", t, a.membw_mib);
       const double bw = membw_read(t, a.membw_mib << 20, a.reps);
-      KvCacheOptions kv;
-      kv.n_ctx = a.n_prompt + a.n_gen + 1;
-      kv.type_k = kv.type_v = kv_type;
-      Session s(*model, be, kv);
-      std::mt19937 rng(42);
-      std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(hp.n_vocab - 1));
-      auto row = [&](const std::string& test, const std::vector<double>& tps, double gbps) {
-        const Stats st = stats(tps);
-        if (a.json) {
-          nlohmann::json j = {{"model", base_name(path)}, {"size_bytes", model->weight_bytes()}, {"params", params},
-                              {"backend", be_name}, {"threads", t}, {"test", test}, {"tps_mean", st.mean},
-                              {"tps_sd", st.sd}, {"samples_tps", tps}, {"membw_gbps", bw / 1e9}};
-          if (gbps > 0) {
-            j["gbps"] = gbps / 1e9;
-            j["sol_fraction"] = gbps / bw;
-          }
-          out.push_back(j);
-        } else if (gbps > 0) {
-          std::printf("| %s | %s | %s | %s | %d | %s | %.2f ± %.2f | %.2f / %.2f | %.1f |\n", base_name(path).c_str(),
-                      size.c_str(), n_params.c_str(), be_name.c_str(), t, test.c_str(), st.mean, st.sd, gbps / 1e9, bw / 1e9,
-                      100.0 * gbps / bw);
-        } else {
-          std::printf("| %s | %s | %s | %s | %d | %s | %.2f ± %.2f | | |\n", base_name(path).c_str(), size.c_str(),
-                      n_params.c_str(), be_name.c_str(), t, test.c_str(), st.mean, st.sd);
+      for (const CachePair& cp : pairs) {
+        KvCacheOptions kv;
+        kv.n_ctx = max_depth + std::max({a.n_prompt, a.n_gen, 2}) + 1;  // 2: the warm-up batch
+        kv.type_k = cp.k;
+        kv.type_v = cp.v;
+        kv.auto_asymmetric = !a.no_auto_asym;
+        Session s(*model, be, kv);
+        // The types after the cache policy (auto-asymmetric K, fallbacks), as they ran.
+        const DType tk = s.kv_cache().type_k(), tv = s.kv_cache().type_v();
+        const std::string cache = cache_label(tk, tv);
+        if (max_depth > 0) {
+          std::fprintf(stderr, "bench: %d threads, cache %s: writing %lld synthetic positions x %lld layers\n", t,
+                       cache.c_str(), static_cast<long long>(max_depth), static_cast<long long>(hp.n_layer));
+          kv_fill_synthetic(s.kv_cache_mut(), *inner, hp.n_layer, max_depth, 1234);
         }
-        std::fflush(stdout);
-      };
-      // Warm-up: one short prompt and one decode step (page faults of the mapping, pool start).
-      {
-        std::vector<int32_t> w{tok(rng), tok(rng)};
-        s.eval(w);
-        s.reset();
-      }
-      if (a.n_prompt > 0) {
-        std::vector<double> tps;
-        for (int r = 0; r < a.reps; ++r) {
-          std::fprintf(stderr, "bench: %d threads: pp%d rep %d/%d\n", t, a.n_prompt, r + 1, a.reps);
-          std::vector<int32_t> p(static_cast<size_t>(a.n_prompt));
-          for (auto& x : p) x = tok(rng);
-          s.reset();
-          const auto t0 = std::chrono::steady_clock::now();
-          s.eval(p);
-          tps.push_back(a.n_prompt / seconds_since(t0));
-        }
-        row("pp" + std::to_string(a.n_prompt), tps, 0);
-      }
-      if (a.n_gen > 0) {
-        std::vector<double> tps, gbps;
-        be.reset();
-        double total_s = 0;
-        for (int r = 0; r < a.reps; ++r) {
-          std::fprintf(stderr, "bench: %d threads: tg%d rep %d/%d\n", t, a.n_gen, r + 1, a.reps);
-          s.reset();
-          std::vector<int32_t> one{tok(rng)};
-          const uint64_t b0 = be.counters().total_bytes();
-          const auto t0 = std::chrono::steady_clock::now();
-          for (int i = 0; i < a.n_gen; ++i) {
-            auto logits = s.eval(one);
-            one[0] = argmax(logits);
+        std::mt19937 rng(42);
+        std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(hp.n_vocab - 1));
+        for (int64_t depth : a.depths) {
+          const std::string at = depth > 0 ? " @ d" + std::to_string(depth) : "";
+          auto row = [&](const std::string& test, const std::vector<double>& tps, double gbps,
+                         const std::vector<double>& cpu_tps = {}) {
+            const Stats st = stats(tps);
+            if (a.json) {
+              nlohmann::json j = {{"model", base_name(path)}, {"size_bytes", model->weight_bytes()}, {"params", params},
+                                  {"backend", be_name}, {"threads", t}, {"cache_type_k", kv_type_name(tk)},
+                                  {"cache_type_v", kv_type_name(tv)}, {"kv_bytes_per_token", s.kv_cache().bytes_per_token()},
+                                  {"depth", depth}, {"depth_synthetic", depth > 0}, {"test", test}, {"tps_mean", st.mean},
+                                  {"tps_sd", st.sd}, {"samples_tps", tps}, {"membw_gbps", bw / 1e9}};
+              if (gbps > 0) {
+                j["gbps"] = gbps / 1e9;
+                j["sol_fraction"] = gbps / bw;
+              }
+              if (!cpu_tps.empty()) j["samples_tps_per_cpu_thread"] = cpu_tps;  // tokens / (CPU s / threads)
+              out.push_back(j);
+            } else if (gbps > 0) {
+              std::printf("| %s | %s | %s | %s | %d | %s | %s | %.2f ± %.2f | %.2f / %.2f | %.1f |\n", base_name(path).c_str(),
+                          size.c_str(), n_params.c_str(), be_name.c_str(), t, cache.c_str(), test.c_str(), st.mean, st.sd,
+                          gbps / 1e9, bw / 1e9, 100.0 * gbps / bw);
+            } else {
+              std::printf("| %s | %s | %s | %s | %d | %s | %s | %.2f ± %.2f | | |\n", base_name(path).c_str(), size.c_str(),
+                          n_params.c_str(), be_name.c_str(), t, cache.c_str(), test.c_str(), st.mean, st.sd);
+            }
+            std::fflush(stdout);
+          };
+          // Warm-up: one short batch and one decode step at the depth (page faults of the
+          // mapping and of the cache rows, pool start).
+          {
+            std::vector<int32_t> w{tok(rng), tok(rng)};
+            s.set_n_past(depth);
+            s.eval(w);
+            s.set_n_past(depth);
           }
-          const double sec = seconds_since(t0);
-          total_s += sec;
-          tps.push_back(a.n_gen / sec);
-          gbps.push_back(static_cast<double>(be.counters().total_bytes() - b0) / sec);
-        }
-        row("tg" + std::to_string(a.n_gen), tps, stats(gbps).mean);
-        if (a.profile) {
-          const BenchCounters& c = be.counters();
-          const double n_tok = static_cast<double>(a.n_gen) * a.reps;
-          double staged = 0;
-          for (double x : c.seconds) staged += x;
-          char buf[256];
-          std::snprintf(buf, sizeof buf, "\nprofile: %s, %d threads, tg%d (per token; SOL at %.1f GB/s)\n\n", base_name(path).c_str(), t,
-                        a.n_gen, bw / 1e9);
-          profile_text += buf;
-          profile_text += "| stage | ms | % time | MB read | GB/s | SOL % |\n| --- | ---: | ---: | ---: | ---: | ---: |\n";
-          for (size_t i = 0; i < c.seconds.size(); ++i) {
-            const double ms = 1e3 * c.seconds[i] / n_tok, mb = c.bytes[i] / n_tok / 1e6;
-            const double g = c.seconds[i] > 0 ? c.bytes[i] / c.seconds[i] : 0;
-            std::snprintf(buf, sizeof buf, "| %s | %.3f | %.1f | %.2f | %.1f | %.1f |\n",
-                          std::string(bench_stage_name(static_cast<BenchStage>(i))).c_str(), ms, 100 * c.seconds[i] / total_s,
-                          mb, g / 1e9, 100 * g / bw);
-            profile_text += buf;
+          if (a.n_prompt > 0) {
+            std::vector<double> tps;
+            for (int r = 0; r < a.reps; ++r) {
+              std::fprintf(stderr, "bench: %d threads, %s: pp%d%s rep %d/%d\n", t, cache.c_str(), a.n_prompt, at.c_str(), r + 1,
+                           a.reps);
+              std::vector<int32_t> p(static_cast<size_t>(a.n_prompt));
+              for (auto& x : p) x = tok(rng);
+              s.set_n_past(depth);
+              const auto t0 = std::chrono::steady_clock::now();
+              s.eval(p);
+              tps.push_back(a.n_prompt / seconds_since(t0));
+            }
+            row("pp" + std::to_string(a.n_prompt) + at, tps, 0);
           }
-          std::snprintf(buf, sizeof buf, "| (outside ops: routing, gather, sampling) | %.3f | %.1f | | | |\n",
-                        1e3 * (total_s - staged) / n_tok, 100 * (total_s - staged) / total_s);
-          profile_text += buf;
-          std::snprintf(buf, sizeof buf, "| total | %.3f | 100 | %.2f | %.1f | %.1f |\n", 1e3 * total_s / n_tok,
-                        c.total_bytes() / n_tok / 1e6, c.total_bytes() / total_s / 1e9, 100 * c.total_bytes() / total_s / bw);
-          profile_text += buf;
+          if (a.n_gen > 0) {
+            std::vector<double> tps, gbps, cpu_tps;
+            be.reset();
+            double total_s = 0;
+            for (int r = 0; r < a.reps; ++r) {
+              std::fprintf(stderr, "bench: %d threads, %s: tg%d%s rep %d/%d\n", t, cache.c_str(), a.n_gen, at.c_str(), r + 1,
+                           a.reps);
+              s.set_n_past(depth);
+              std::vector<int32_t> one{tok(rng)};
+              const uint64_t b0 = be.counters().total_bytes();
+              const double c0 = process_cpu_seconds();
+              const auto t0 = std::chrono::steady_clock::now();
+              for (int i = 0; i < a.n_gen; ++i) {
+                auto logits = s.eval(one);
+                one[0] = argmax(logits);
+              }
+              const double sec = seconds_since(t0);
+              cpu_tps.push_back(a.n_gen / ((process_cpu_seconds() - c0) / t));
+              total_s += sec;
+              tps.push_back(a.n_gen / sec);
+              gbps.push_back(static_cast<double>(be.counters().total_bytes() - b0) / sec);
+            }
+            row("tg" + std::to_string(a.n_gen) + at, tps, stats(gbps).mean, cpu_tps);
+            if (a.profile) {
+              const BenchCounters& c = be.counters();
+              const double n_tok = static_cast<double>(a.n_gen) * a.reps;
+              double staged = 0;
+              for (double x : c.seconds) staged += x;
+              char buf[320];
+              std::snprintf(buf, sizeof buf, "\nprofile: %s, %d threads, cache %s, tg%d%s (per token; SOL at %.1f GB/s)\n\n",
+                            base_name(path).c_str(), t, cache.c_str(), a.n_gen, at.c_str(), bw / 1e9);
+              profile_text += buf;
+              profile_text += "| stage | ms | % time | MB read | GB/s | SOL % |\n| --- | ---: | ---: | ---: | ---: | ---: |\n";
+              for (size_t i = 0; i < c.seconds.size(); ++i) {
+                const double ms = 1e3 * c.seconds[i] / n_tok, mb = c.bytes[i] / n_tok / 1e6;
+                const double g = c.seconds[i] > 0 ? c.bytes[i] / c.seconds[i] : 0;
+                std::snprintf(buf, sizeof buf, "| %s | %.3f | %.1f | %.2f | %.1f | %.1f |\n",
+                              std::string(bench_stage_name(static_cast<BenchStage>(i))).c_str(), ms,
+                              100 * c.seconds[i] / total_s, mb, g / 1e9, 100 * g / bw);
+                profile_text += buf;
+              }
+              std::snprintf(buf, sizeof buf, "| (outside ops: routing, gather, sampling) | %.3f | %.1f | | | |\n",
+                            1e3 * (total_s - staged) / n_tok, 100 * (total_s - staged) / total_s);
+              profile_text += buf;
+              std::snprintf(buf, sizeof buf, "| total | %.3f | 100 | %.2f | %.1f | %.1f |\n", 1e3 * total_s / n_tok,
+                            c.total_bytes() / n_tok / 1e6, c.total_bytes() / total_s / 1e9,
+                            100 * c.total_bytes() / total_s / bw);
+              profile_text += buf;
+            }
+          }
         }
       }
     }
   }
+  if (!a.json && max_depth > 0)
+    std::printf("\n@ dN: the run starts with N positions in the KV cache, synthetic K/V rows (Gaussian, K RMS 1, "
+                "V RMS 0.5) written through the cache's codecs, not a prefill.\n");
   if (a.json)
     std::cout << out.dump(2) << "\n";
   else
@@ -222,7 +292,22 @@ CommandRunner add_bench_command(CLI::App& app) {
   b->add_option("-n,--n-gen", args->n_gen, "generated tokens per tg test (0: skip)")->capture_default_str();
   b->add_option("-r,--repetitions", args->reps, "repetitions of each test")->capture_default_str();
   b->add_option("-t,--threads", args->threads, "thread counts, comma separated")->delimiter(',')->capture_default_str();
-  b->add_option("--cache-type", args->cache_type, "KV cache type: f16 | f32 | q8_0")->capture_default_str();
+  const std::string types(kv_type_names());
+  b->add_option("--cache-type", args->cache_type, "KV cache type(s) of K and V, comma separated: " + types)
+      ->delimiter(',')
+      ->capture_default_str();
+  b->add_option("--cache-type-k", args->cache_type_k, "K cache type(s), comma separated (default: --cache-type)")
+      ->delimiter(',');
+  b->add_option("--cache-type-v", args->cache_type_v,
+                "V cache type(s), comma separated (default: --cache-type); K and V lists pair up element by element, "
+                "a single value pairs with all")
+      ->delimiter(',');
+  b->add_flag("--no-auto-asymmetric", args->no_auto_asym, "keep K below 8 bits even when GQA >= 6");
+  b->add_option("-d,--depth", args->depths,
+                "positions already in the KV cache when each test starts, comma separated (llama-bench's @ dN); they "
+                "hold SYNTHETIC K/V rows (Gaussian, written through the cache codecs), not a prefill")
+      ->delimiter(',')
+      ->capture_default_str();
   b->add_option("--membw-mib", args->membw_mib, "buffer for the bandwidth kernel, MiB")->capture_default_str();
   b->add_flag("--membw", args->membw_only, "only measure memory read bandwidth per thread count");
   b->add_flag("--profile", args->profile, "per-stage time and bytes of the tg runs");

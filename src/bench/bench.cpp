@@ -1,14 +1,17 @@
-// bench/bench: memory bandwidth kernel and the byte-counting, stage-timing backend decorator.
+// bench/bench: memory bandwidth kernel, synthetic KV fill, and the byte-counting,
+// stage-timing backend decorator.
 #include "bench/bench.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <thread>
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/error.h"
 
 namespace sluice {
 namespace {
@@ -76,6 +79,25 @@ double membw_read(int n_threads, size_t bytes, int reps) {
   }
   if (sink.load() == 1) std::fprintf(stderr, " ");  // keeps the sums alive
   return best;
+}
+
+void kv_fill_synthetic(KvCache& kv, Backend& be, int64_t n_layer, int64_t n_pos, uint64_t seed) {
+  if (n_pos > kv.n_ctx()) fail("bench: depth ", n_pos, " does not fit the cache of ", kv.n_ctx(), " positions");
+  const AttentionArgs g = kv.attention_args(0);
+  const int64_t wk = g.n_head_kv * g.head_dim_k, wv = g.n_head_kv * g.head_dim_v;
+  constexpr int64_t kPool = 1024;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nk(0.0f, 1.0f), nv(0.0f, 0.5f);
+  std::vector<float> kp(static_cast<size_t>(kPool * wk)), vp(static_cast<size_t>(kPool * wv));
+  for (auto& x : kp) x = nk(rng);
+  for (auto& x : vp) x = nv(rng);
+  for (int64_t l = 0; l < n_layer; ++l)
+    for (int64_t p = 0; p < n_pos; ++p) {
+      uint64_t h = (static_cast<uint64_t>(l) << 32 | static_cast<uint64_t>(p)) * 0x9e3779b97f4a7c15ull;
+      h ^= h >> 29;
+      const int64_t rk = static_cast<int64_t>(h % kPool), rv = static_cast<int64_t>((h >> 20) % kPool);
+      kv.store(be, l, p, kp.data() + rk * wk, vp.data() + rv * wv);
+    }
 }
 
 std::string_view bench_stage_name(BenchStage s) {

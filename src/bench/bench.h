@@ -1,6 +1,6 @@
 // bench/bench: what `sluice bench` measures with, kept out of the model and backend code:
-// a multi-threaded memory read-bandwidth kernel (the speed of light for decode) and a
-// Backend decorator that counts the bytes every op reads from weights and the KV cache and,
+// a multi-threaded memory read-bandwidth kernel (the speed of light for decode), a
+// synthetic KV-cache filler (decode at depth without a long prefill), and a Backend decorator that counts the bytes every op reads from weights and the KV cache and,
 // when profiling, times each op by stage (attention, router, experts, dense FFN, output).
 #pragma once
 #include <array>
@@ -10,12 +10,21 @@
 #include <string_view>
 
 #include "backends/backend.h"
+#include "runtime/kv_cache.h"
 
 namespace sluice {
 
 // Best-of-`reps` read bandwidth in bytes/s: n_threads threads each sum their slice of a
 // `bytes` buffer (page-faulted in and written once beforehand), started together.
 double membw_read(int n_threads, size_t bytes, int reps);
+
+// Writes positions [0, n_pos) of layers [0, n_layer) of kv with synthetic K/V rows through
+// KvCache::store (each codec's own encoder, as a prefill would store them): Gaussian
+// elements, K with RMS 1 (qwen3-style k_norm output) and V with RMS 0.5, rows drawn from a
+// pool of 1024 distinct K and V rows (seeded) by a hash of (layer, position). What decode
+// at depth reads and how fast does not depend on the values beyond their scale, and a real
+// prefill of 16K tokens takes many minutes on a few cores.
+void kv_fill_synthetic(KvCache& kv, Backend& be, int64_t n_layer, int64_t n_pos, uint64_t seed);
 
 enum class BenchStage { embed, attention, router, experts, dense_ffn, output, other, count };
 std::string_view bench_stage_name(BenchStage s);

@@ -31,6 +31,10 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
   return logits_;
 }
 
+void Session::set_n_past(int64_t n) {
+  if (n < 0 || n >= kv_.n_ctx()) fail("session: position ", n, " outside the context of ", kv_.n_ctx());
+  n_past_ = n;
+}
 
 int32_t argmax(std::span<const float> logits) {
   int32_t best = 0;

@@ -25,6 +25,10 @@ class Session {
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return kv_.n_ctx(); }
   void reset() { n_past_ = 0; }
+  // Continue at position n (0 <= n < n_ctx): positions < n must already hold K/V rows, e.g.
+  // written through kv_cache_mut().store by a benchmark (bench/bench.h kv_fill_synthetic).
+  void set_n_past(int64_t n);
+  KvCache& kv_cache_mut() { return kv_; }
   void set_hook(TensorHook hook) { hook_ = std::move(hook); }
   const Model& model() const { return model_; }
   Backend& backend() { return backend_; }

@@ -1,6 +1,8 @@
 // backends/cpu/attention: one-pass online-softmax attention (flash-attention style) over the
-// cache as stored — f32/f16 rows read in place, q8_0/q4_0/bf16 heads decoded one at a time,
-// tq heads read as codebook values in the rotated space — with split-KV for decode.
+// cache as stored — f16 halves, q8_0/q4_0 blocks and tq codebook indices read in place by the
+// fused kernels of attn_kernels.h (tq in the rotated space), f32 rows by Kernels' gemm_f32 /
+// axpy_rows_f32, bf16 (and heads that are not whole 32-element blocks) decoded one head at a
+// time — with split-KV for decode.
 // Legend: T = tokens, H = query heads, Hkv = KV heads, Dk/Dv = head dims, N = cached
 // positions, S = positions per split.
 //
@@ -21,10 +23,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <vector>
 
+#include "backends/cpu/attn_kernels.h"
 #include "core/error.h"
 #include "kvcodec/kvcodec.h"
 #include "quant/quant.h"
@@ -47,6 +52,11 @@ struct Side {
   size_t row_bytes;
   const TqCodec* tq;
   int64_t D;
+  // The fused kernels for this side (null: f32 in place, or the decode path), the bytes of
+  // one KV head within a row (0 if a head is not whole blocks), and the tq codebook.
+  const AttnKvOps* ops = nullptr;
+  size_t head_bytes = 0;
+  const float* cb = nullptr;
 };
 
 struct Ctx {
@@ -54,6 +64,32 @@ struct Ctx {
   const AttentionArgs& a;
   Side ks, vs;
 };
+
+// Sets the fused-kernel fields of s when its type has them and D is whole 32-element blocks
+// (so a q8_0/q4_0 head is whole blocks; every tq head dim >= 32 is a power of two).
+// SLUICE_CPU_ATTN_FUSED=0 turns the fused kernels off (the per-head decode path and
+// Kernels' gemm_f16/axpy_rows_f16 run instead): an A/B switch for benchmarks, read once.
+bool fused_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("SLUICE_CPU_ATTN_FUSED");
+    return !(e && std::string_view(e) == "0");
+  }();
+  return on;
+}
+
+// head_bytes is also what the block prefetch fetches (0 = nothing: a head that is not whole
+// blocks).
+void bind_fused(Side& s, const AttnKernels& ak) {
+  if (s.tq) {
+    s.head_bytes = s.tq->head_bytes();
+    s.cb = s.tq->codebook().data();
+  } else if (s.type == DType::F32 || s.type == DType::F16 || s.type == DType::BF16) {
+    s.head_bytes = static_cast<size_t>(s.D) * (s.type == DType::F32 ? 4 : 2);
+  } else if (const auto& tr = dtype_traits(s.type); s.D % tr.block_size == 0) {
+    s.head_bytes = static_cast<size_t>(s.D / tr.block_size) * tr.block_bytes;
+  }
+  s.ops = s.D % 32 == 0 && fused_enabled() ? ak.get(s.type) : nullptr;
+}
 
 // Head hk of a block-quantized (or bf16) cache row of Hkv·D elements, decoded to float.
 // Decodes just the head when D is a whole number of blocks, else the whole row (into buf,
@@ -68,6 +104,21 @@ const float* decode_head(const Kernels& k, DType t, const uint8_t* row, int64_t 
   }
   q ? q->decode(row, buf, Hkv * D) : dequantize_row(t, row, buf, Hkv * D);
   return buf + hk * D;
+}
+
+// Cache rows are [Hkv][D], so one KV head's positions are row_bytes apart, a stride the
+// hardware prefetchers follow poorly (attn_kernels_impl.h: the fused kernels prefetch a few
+// positions ahead themselves). The V kernel's first pass reads every γ (tq) of the block at
+// once, so each block also asks for its V heads (every cache line, into L2) before computing
+// its scores: at 16K positions, q8_0 K + tq4 V, 1 thread, this took the layer from 7.0 to
+// 5.8 ms; asking for the next block's K heads the same way instead made it slower (10.6 ms).
+// Prefetches never fault, so addresses past the cache's end are harmless.
+void prefetch_heads(const uint8_t* h, size_t stride, int64_t n, size_t bytes) {
+  if (bytes == 0) return;
+  for (int64_t j = 0; j < n; ++j, h += stride) {
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(h + o, 0, 2);
+    __builtin_prefetch(h + bytes - 1, 0, 2);  // the line a straddling head ends in
+  }
 }
 
 struct Scratch {
@@ -98,8 +149,12 @@ void attend_group(const Ctx& c, const float* q, int64_t G, int64_t hk, int64_t p
   for (int64_t p0 = p_begin; p0 < p_end; p0 += B) {
     const int64_t nb = std::min(B, p_end - p0);
     const uint8_t* k0 = c.ks.base + p0 * c.ks.row_bytes;
+    const uint8_t* v0 = c.vs.base + p0 * c.vs.row_bytes;
+    prefetch_heads(v0 + hk * c.vs.head_bytes, c.vs.row_bytes, nb, c.vs.head_bytes);
     // score[g·B + j] = q_g · k_j
-    if (c.ks.tq) {
+    if (c.ks.ops) {
+      c.ks.ops->scores(k0 + hk * c.ks.head_bytes, c.ks.row_bytes, nb, q, G, Dk, c.ks.cb, score, B);
+    } else if (c.ks.tq) {
       const size_t hb = c.ks.tq->head_bytes();
       for (int64_t j = 0; j < nb; ++j) {
         const float gm = c.ks.tq->decode_head_rotated(k0 + j * c.ks.row_bytes + hk * hb, kbuf);
@@ -128,8 +183,9 @@ void attend_group(const Ctx& c, const float* q, int64_t G, int64_t hk, int64_t p
       m[g] = m_new;
       l[g] += k.exp_sub_sum(sg, m_new, nb);
     }
-    const uint8_t* v0 = c.vs.base + p0 * c.vs.row_bytes;
-    if (c.vs.tq) {
+    if (c.vs.ops) {
+      c.vs.ops->axpy(score, B, v0 + hk * c.vs.head_bytes, c.vs.row_bytes, nb, G, Dv, c.vs.cb, acc);
+    } else if (c.vs.tq) {
       const size_t hb = c.vs.tq->head_bytes();
       for (int64_t j = 0; j < nb; ++j) {
         const float gm = c.vs.tq->decode_head_rotated(v0 + j * c.vs.row_bytes + hk * hb, vbuf);
@@ -193,8 +249,11 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
   if (Hkv <= 0 || H % Hkv != 0) fail("attention: n_head ", H, " is not a multiple of n_head_kv ", Hkv);
   check_side(a.k_type, a.k_tq, a.k_row_bytes, Hkv, Dk, "K");
   check_side(a.v_type, a.v_tq, a.v_row_bytes, Hkv, Dv, "V");
-  const Ctx c{k, a, {a.k_type, static_cast<const uint8_t*>(a.k), a.k_row_bytes, a.k_tq, Dk},
-              {a.v_type, static_cast<const uint8_t*>(a.v), a.v_row_bytes, a.v_tq, Dv}};
+  Ctx c{k, a, {a.k_type, static_cast<const uint8_t*>(a.k), a.k_row_bytes, a.k_tq, Dk},
+        {a.v_type, static_cast<const uint8_t*>(a.v), a.v_row_bytes, a.v_tq, Dv}};
+  const AttnKernels& ak = attn_kernels_for(k.isa);
+  bind_fused(c.ks, ak);
+  bind_fused(c.vs, ak);
   const int64_t group = H / Hkv;
   auto n_vis = [&](int64_t t) { return std::max<int64_t>(0, std::min(N, a.pos0 + t + 1)); };
   // Splits per row: 1 unless the batch has few rows (see the header comment).

@@ -1,0 +1,59 @@
+// backends/cpu/attn_kernels: the fused inner loops of attention over a compressed KV cache
+// (q8_0, q4_0 and the rotated-codebook tq2/tq3/tq4/tq8 of kvcodec/kvcodec.h): QK^T scores
+// and the weighted V sum read straight from the stored blocks, several positions and several
+// query heads per call, with no per-position decode call and no dequantized copy. One table
+// per ISA level (attn_kernels_generic.cpp is the scalar twin of attn_kernels_avx2.cpp and
+// attn_kernels_avx512.cpp, which CMake builds with their ISA flags); kept apart from
+// kernels.h so the attention and matmul kernels can change independently.
+//
+// Legend: P = positions (cache rows) per call, G = query heads of one KV head (the GQA group),
+// D = head dim, W = vector lanes (8 generic/AVX2, 16 AVX-512). "Head" = the bytes of one KV
+// head in one cache row: D/32 whole blocks for q8_0/q4_0 (block_q8_0/block_q4_0), or a tq
+// head (fp16 γ, then D·bits index bits, kvcodec.h).
+//
+// Arithmetic contract (what the parity tests hold them to):
+//   - each element is decoded exactly as quant/'s dequantize_row (f16: exact; q8_0: q·d;
+//     q4_0: (q-8)·d) or as TqCodec::decode_head_rotated (the centroid cb[idx]);
+//   - a score is one dot product accumulated in one W-lane vector in W-element steps and
+//     reduced with the same tree as Kernels::dot_f32 (kernels.h), then multiplied by γ for
+//     tq; so it equals dot_f32(decoded head, q) (·γ), whatever P, G or the tile shape;
+//   - the V sum adds the positions in order to each element, y = fma(a_j(·γ_j), v_j, y), as
+//     Kernels::axpy_f32 on the decoded head would.
+// So at one ISA level a result depends only on its operands (never on the thread count or
+// on which positions or heads share a call), and equals the path it replaces (decode a head,
+// then Kernels::dot_f32 / axpy_f32; for f16, Kernels::gemm_f16 / axpy_rows_f16) bit for bit.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/cpu_features.h"
+#include "core/dtype.h"
+
+namespace sluice::cpu {
+
+struct AttnKvOps {
+  // s[g·lds + j] = γ_j · Σ_i K_j[i]·q[g·D + i] for j < P, g < G; K_j is the head at
+  // k + j·k_stride; γ_j = 1 for f16/q8_0/q4_0. cb: the tq codebook (2^bits floats; unused for
+  // f16/q8_0/q4_0). D must be a multiple of 32.
+  void (*scores)(const uint8_t* k, size_t k_stride, int64_t P, const float* q, int64_t G, int64_t D, const float* cb,
+                 float* s, size_t lds) = nullptr;
+  // y[g·D + i] += Σ_j (a[g·lda + j]·γ_j)·V_j[i] for g < G, positions j < P in order;
+  // V_j is the head at v + j·v_stride. D a multiple of 32.
+  void (*axpy)(const float* a, size_t lda, const uint8_t* v, size_t v_stride, int64_t P, int64_t G, int64_t D,
+               const float* cb, float* y) = nullptr;
+};
+
+struct AttnKernels {
+  const char* name;  // "generic", "avx2", "avx512"
+  AttnKvOps f16, q8_0, q4_0, tq2, tq3, tq4, tq8;
+  // The ops for a KV type (kvcodec.h ids), or nullptr (f32: read in place by Kernels'
+  // gemm_f32/axpy_rows_f32; bf16: decoded a head at a time).
+  const AttnKvOps* get(DType t) const;
+};
+
+const AttnKernels& attn_kernels_generic();
+const AttnKernels& attn_kernels_avx2();    // call only if cpu_isa_available(CpuIsa::avx2)
+const AttnKernels& attn_kernels_avx512();  // call only if cpu_isa_available(CpuIsa::avx512)
+const AttnKernels& attn_kernels_for(CpuIsa isa);
+
+}  // namespace sluice::cpu

@@ -1,0 +1,137 @@
+// backends/cpu/attn_kernels_generic: attn_kernels.h in plain C++ with no ISA flags — the
+// scalar twin the AVX2 and AVX-512 levels are tested against — plus the dispatch. Emulates
+// an 8-lane vector with the generic Kernels' reduction tree and unfused multiply-adds, so its
+// scores equal kernels_generic()'s dot_f32 on the decoded head.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "backends/cpu/attn_kernels.h"
+#include "kvcodec/kvcodec.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+
+namespace sluice::cpu {
+namespace generic_attn {
+
+constexpr const char* kAttnName = "generic";
+
+// All 65536 halves decoded once (256 KiB), as kernels_generic.cpp does for its f16 loads: a
+// table load instead of a bit-fiddling call per element (the call made the f16 cache 1.5x
+// slower than the Kernels path at this level). fp16_to_fp32 is exact, so values are equal.
+const float* half_table() {
+  static const float* const table = [] {
+    static float t[1 << 16];
+    for (uint32_t h = 0; h < (1u << 16); ++h) t[h] = fp16_to_fp32(static_cast<uint16_t>(h));
+    return t;
+  }();
+  return table;
+}
+
+struct Simd {
+  static constexpr int W = 8;
+  static constexpr int kScoreTT = 4, kScoreAcc = 8, kAxpyTT = 4, kAxpyU = 2;
+  struct V {
+    float v[W];
+  };
+  static V set1(float a) {
+    V r;
+    for (float& e : r.v) e = a;
+    return r;
+  }
+  static V zero() { return set1(0.0f); }
+  static V load(const float* p) {
+    V r;
+    std::memcpy(r.v, p, sizeof r.v);
+    return r;
+  }
+  static void store(float* p, V a) { std::memcpy(p, a.v, sizeof a.v); }
+  static V sub(V a, V b) {
+    for (int i = 0; i < W; ++i) a.v[i] -= b.v[i];
+    return a;
+  }
+  static V mul(V a, V b) {
+    for (int i = 0; i < W; ++i) a.v[i] *= b.v[i];
+    return a;
+  }
+  // Not fused (two roundings), as kernels_generic.cpp's fma.
+  static V fma(V a, V b, V c) {
+    V r;
+    for (int i = 0; i < W; ++i) r.v[i] = a.v[i] * b.v[i] + c.v[i];
+    return r;
+  }
+  static float half(uint16_t h) { return fp16_to_fp32(h); }
+  static V load_f16(const uint16_t* p) {
+    const float* t = half_table();
+    V r;
+    for (int i = 0; i < W; ++i) r.v[i] = t[p[i]];
+    return r;
+  }
+  static V from_i8(const int8_t* p) {
+    V r;
+    for (int i = 0; i < W; ++i) r.v[i] = static_cast<float>(p[i]);
+    return r;
+  }
+  static V ubits(const uint8_t* p, int shift, int mask) {
+    V r;
+    for (int i = 0; i < W; ++i) r.v[i] = static_cast<float>((p[i] >> shift) & mask);
+    return r;
+  }
+  static float reduce_add(V a) {  // the tree of kernels_generic.cpp (and AVX2)
+    return ((a.v[0] + a.v[4]) + (a.v[2] + a.v[6])) + ((a.v[1] + a.v[5]) + (a.v[3] + a.v[7]));
+  }
+  static constexpr int kReduceN = 0;  // no transposed reduction: one reduce_add per dot
+  static void reduce_n(const V*, float*) {}
+
+  struct Tab {
+    float t16[16];
+    const float* cb;
+  };
+  static Tab tab(const float* t16, const float* cb) {
+    Tab t;
+    std::memcpy(t.t16, t16, sizeof t.t16);
+    t.cb = cb;
+    return t;
+  }
+  template <int B>
+  static V lookup(const Tab& t, const uint8_t* p) {
+    V r;
+    if constexpr (B == 8) {
+      for (int i = 0; i < W; ++i) r.v[i] = t.cb[p[i]];
+    } else {
+      uint32_t w = 0;  // 8 indices of B bits: B bytes, as whole loads (see the AVX2 level)
+      for (int b = 0; b < B; ++b) w |= static_cast<uint32_t>(p[b]) << (8 * b);
+      for (int i = 0; i < W; ++i) r.v[i] = t.t16[(w >> (B * i)) & ((1u << B) - 1)];
+    }
+    return r;
+  }
+};
+
+#include "backends/cpu/attn_kernels_impl.h"
+
+}  // namespace generic_attn
+
+const AttnKvOps* AttnKernels::get(DType t) const {
+  const AttnKvOps* o = nullptr;
+  if (t == DType::F16) o = &f16;
+  else if (t == DType::Q8_0) o = &q8_0;
+  else if (t == DType::Q4_0) o = &q4_0;
+  else if (t == kKvTq2) o = &tq2;
+  else if (t == kKvTq3) o = &tq3;
+  else if (t == kKvTq4) o = &tq4;
+  else if (t == kKvTq8) o = &tq8;
+  return o && o->scores ? o : nullptr;
+}
+
+const AttnKernels& attn_kernels_generic() { return generic_attn::kAttnTable; }
+
+const AttnKernels& attn_kernels_for(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::avx512: return attn_kernels_avx512();
+    case CpuIsa::avx2: return attn_kernels_avx2();
+    case CpuIsa::generic: break;
+  }
+  return attn_kernels_generic();
+}
+
+}  // namespace sluice::cpu

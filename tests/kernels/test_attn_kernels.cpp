@@ -1,0 +1,257 @@
+// tests/kernels/test_attn_kernels: the fused attention kernels of backends/cpu/attn_kernels.h
+// (scores and V sums read straight from f16 / q8_0 / q4_0 / tq2..tq8 heads) at every ISA
+// level this machine has, against (1) the path they replaced at the same level — decode the
+// head (quant/'s dequantize_row or TqCodec::decode_head_rotated), then Kernels::dot_f32 /
+// axpy_f32 — which they must match bit for bit (attn_kernels.h's contract), and (2) their
+// generic twin, within float rounding. Negative controls: a one-position shift and a
+// corrupted index byte must be caught. Legend: P positions, G query heads, D head dim.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/attn_kernels.h"
+#include "backends/cpu/kernels.h"
+#include "core/cpu_features.h"
+#include "kernels/kernel_test_util.h"
+#include "kvcodec/kvcodec.h"
+#include "quant/quant.h"
+
+namespace sluice {
+namespace {
+
+using cpu::AttnKernels;
+using cpu::AttnKvOps;
+using cpu::Kernels;
+using test::available_isas;
+using test::nmse;
+using test::randn;
+
+// SIMD vs the generic twin: the same decoded values, dots of D <= 256 products summed in a
+// different lane order (W 8 vs 16) and with fused vs unfused multiply-adds, so each score is
+// off by float rounding of its products' scale. Scores are compared relative to that scale,
+// Σ(s - s')² / Σ(γ·|k|·|q|)², not to their own size: one score that nearly cancels (P = G = 1)
+// would otherwise read as a large relative error (tq3 at D = 32: 4e-10 NMSE). Observed
+// ~1e-16 that way, V sums ~2e-14 plain NMSE. 1e-10 is the kernel-parity policy
+// (test_backend_parity.cpp); the negative controls below give > 1e-3.
+constexpr double kTol = 1e-10;
+
+const DType kTypes[] = {DType::F16, DType::Q8_0, DType::Q4_0, kKvTq2, kKvTq3, kKvTq4, kKvTq8};
+
+// P positions of one KV head each, stored as the middle head of a 3-head row (so the stride is
+// not the head size and neighbouring heads hold other data), plus the decoded heads.
+struct Heads {
+  DType type;
+  int64_t D = 0;
+  std::unique_ptr<TqCodec> tq;  // tq types: 1 head of D, the codebook the kernels get
+  size_t head_bytes = 0, stride = 0;
+  std::vector<uint8_t> bytes;  // P rows of `stride` bytes
+  std::vector<float> dec;      // P × D decoded values (rotated centroids for tq)
+  std::vector<float> gamma;    // P: tq's γ, else 1
+
+  const uint8_t* head(int64_t j) const { return bytes.data() + j * stride + head_bytes; }
+  const float* cb() const { return tq ? tq->codebook().data() : nullptr; }
+};
+
+Heads make_heads(DType t, int64_t P, int64_t D, uint32_t seed) {
+  Heads h;
+  h.type = t;
+  h.D = D;
+  if (const int b = kv_type_tq_bits(t)) {
+    h.tq = std::make_unique<TqCodec>(b, 1, D, 77);
+    h.head_bytes = h.tq->head_bytes();
+  } else {
+    h.head_bytes = kv_type_row_bytes(t, 1, D);
+  }
+  h.stride = 3 * h.head_bytes;
+  h.bytes.assign(static_cast<size_t>(P) * h.stride + 64, 0xA5);  // + slack: reads must stay in the head
+  h.dec.resize(static_cast<size_t>(P * D));
+  h.gamma.assign(static_cast<size_t>(P), 1.0f);
+  const std::vector<float> x = randn(static_cast<size_t>(P * D), seed, 1.5f);
+  for (int64_t j = 0; j < P; ++j) {
+    uint8_t* dst = h.bytes.data() + j * h.stride + h.head_bytes;
+    const float* xj = x.data() + j * D;
+    float* dj = h.dec.data() + j * D;
+    if (h.tq) {
+      h.tq->encode_row(xj, dst);
+      h.gamma[j] = h.tq->decode_head_rotated(dst, dj);
+    } else if (t == DType::F16) {
+      for (int64_t i = 0; i < D; ++i) reinterpret_cast<uint16_t*>(dst)[i] = fp32_to_fp16(xj[i]);
+      dequantize_row(t, dst, dj, D);
+    } else {
+      quantize_row(t, xj, dst, D);
+      dequantize_row(t, dst, dj, D);
+    }
+  }
+  return h;
+}
+
+const AttnKvOps& ops_of(const AttnKernels& ak, DType t) {
+  const AttnKvOps* o = ak.get(t);
+  EXPECT_NE(o, nullptr) << kv_type_name(t);
+  return *o;
+}
+
+// The replaced path: s[g][j] = γ_j·dot_f32(decoded_j, q_g) (plain dot for non-tq types).
+std::vector<float> scores_ref(const Kernels& k, const Heads& h, int64_t P, const std::vector<float>& q, int64_t G,
+                              size_t lds) {
+  std::vector<float> s(static_cast<size_t>(G) * lds, 0.0f);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t j = 0; j < P; ++j) {
+      const float d = k.dot_f32(h.dec.data() + j * h.D, q.data() + g * h.D, h.D);
+      s[g * lds + j] = h.tq ? h.gamma[j] * d : d;
+    }
+  return s;
+}
+
+// The replaced path: y_g += (a[g][j]·γ_j)·decoded_j, positions in order, via axpy_f32.
+std::vector<float> axpy_ref(const Kernels& k, const Heads& h, int64_t P, const std::vector<float>& a, size_t lda,
+                            int64_t G, std::vector<float> y) {
+  for (int64_t j = 0; j < P; ++j)
+    for (int64_t g = 0; g < G; ++g) {
+      const float w = h.tq ? a[g * lda + j] * h.gamma[j] : a[g * lda + j];
+      k.axpy_f32(w, h.dec.data() + j * h.D, y.data() + g * h.D, h.D);
+    }
+  return y;
+}
+
+// Σ(got - ref)² / Σ scale², scale[g][j] = γ_j·|decoded_j|·|q_g|.
+double score_err(const Heads& h, int64_t P, const std::vector<float>& q, int64_t G, const std::vector<float>& ref,
+                 const std::vector<float>& got) {
+  double num = 0, den = 0;
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t j = 0; j < P; ++j) {
+      double kk = 0, qq = 0;
+      for (int64_t i = 0; i < h.D; ++i) {
+        kk += static_cast<double>(h.dec[j * h.D + i]) * h.dec[j * h.D + i];
+        qq += static_cast<double>(q[g * h.D + i]) * q[g * h.D + i];
+      }
+      const double d = static_cast<double>(got[g * P + j]) - ref[g * P + j];
+      num += d * d;
+      den += static_cast<double>(h.gamma[j]) * h.gamma[j] * kk * qq;
+    }
+  return std::isfinite(num) && den > 0 ? num / den : INFINITY;
+}
+
+std::vector<float> run_scores(const AttnKvOps& o, const Heads& h, int64_t P, const std::vector<float>& q, int64_t G,
+                              size_t lds, int64_t shift = 0) {
+  std::vector<float> s(static_cast<size_t>(G) * lds, 0.0f);
+  o.scores(h.head(shift), h.stride, P, q.data(), G, h.D, h.cb(), s.data(), lds);
+  return s;
+}
+
+std::vector<float> run_axpy(const AttnKvOps& o, const Heads& h, int64_t P, const std::vector<float>& a, size_t lda,
+                            int64_t G, std::vector<float> y, int64_t shift = 0) {
+  o.axpy(a.data(), lda, h.head(shift), h.stride, P, G, h.D, h.cb(), y.data());
+  return y;
+}
+
+struct Shape {
+  int64_t P, G, D;
+};
+// G: 1 (MHA), 3 and 5 (odd tile remainders), 4, 8 (qwen3-30b-a3b), 16; P: 1, partial tiles,
+// one attention block (64) and more than the V kernel's 64-position chunk.
+const Shape kShapes[] = {{1, 1, 32}, {5, 3, 64}, {64, 8, 128}, {67, 16, 128}, {13, 5, 256}, {130, 4, 128}};
+
+TEST(AttnKernels, EveryLevelMatchesTheDecodePathBitwise) {
+  for (CpuIsa isa : available_isas()) {
+    const Kernels& k = cpu::kernels_for(isa);
+    const AttnKernels& ak = cpu::attn_kernels_for(isa);
+    for (DType t : kTypes)
+      for (const Shape& sh : kShapes) {
+        const Heads h = make_heads(t, sh.P + 1, sh.D, 3);
+        const std::vector<float> q = randn(static_cast<size_t>(sh.G * sh.D), 4);
+        const size_t lds = static_cast<size_t>(sh.P + 3);
+        const auto s_ref = scores_ref(k, h, sh.P, q, sh.G, lds);
+        const auto s = run_scores(ops_of(ak, t), h, sh.P, q, sh.G, lds);
+        EXPECT_EQ(0, std::memcmp(s_ref.data(), s.data(), s.size() * sizeof(float)))
+            << "scores " << cpu_isa_name(isa) << " " << kv_type_name(t) << " P=" << sh.P << " G=" << sh.G << " D=" << sh.D;
+
+        const std::vector<float> a = randn(static_cast<size_t>(sh.G) * lds, 5, 0.3f);
+        const std::vector<float> y0 = randn(static_cast<size_t>(sh.G * sh.D), 6);
+        const auto y_ref = axpy_ref(k, h, sh.P, a, lds, sh.G, y0);
+        const auto y = run_axpy(ops_of(ak, t), h, sh.P, a, lds, sh.G, y0);
+        EXPECT_EQ(0, std::memcmp(y_ref.data(), y.data(), y.size() * sizeof(float)))
+            << "axpy " << cpu_isa_name(isa) << " " << kv_type_name(t) << " P=" << sh.P << " G=" << sh.G << " D=" << sh.D;
+      }
+  }
+}
+
+TEST(AttnKernels, SimdLevelsMatchTheGenericTwin) {
+  const AttnKernels& gen = cpu::attn_kernels_generic();
+  for (CpuIsa isa : available_isas()) {
+    if (isa == CpuIsa::generic) continue;
+    const AttnKernels& ak = cpu::attn_kernels_for(isa);
+    for (DType t : kTypes) {
+      double worst_s = 0, worst_y = 0;
+      for (const Shape& sh : kShapes) {
+        const Heads h = make_heads(t, sh.P, sh.D, 8);
+        const std::vector<float> q = randn(static_cast<size_t>(sh.G * sh.D), 9);
+        const size_t lds = static_cast<size_t>(sh.P);
+        const double es = score_err(h, sh.P, q, sh.G, run_scores(ops_of(gen, t), h, sh.P, q, sh.G, lds),
+                                    run_scores(ops_of(ak, t), h, sh.P, q, sh.G, lds));
+        const std::vector<float> a = randn(static_cast<size_t>(sh.G) * lds, 10, 0.3f);
+        const std::vector<float> y0(static_cast<size_t>(sh.G * sh.D), 0.0f);
+        const double ey = nmse(run_axpy(ops_of(gen, t), h, sh.P, a, lds, sh.G, y0), run_axpy(ops_of(ak, t), h, sh.P, a, lds, sh.G, y0));
+        EXPECT_LE(es, kTol) << "scores " << cpu_isa_name(isa) << " " << kv_type_name(t) << " P=" << sh.P << " G=" << sh.G;
+        EXPECT_LE(ey, kTol) << "axpy " << cpu_isa_name(isa) << " " << kv_type_name(t) << " P=" << sh.P << " G=" << sh.G;
+        worst_s = std::max(worst_s, es);
+        worst_y = std::max(worst_y, ey);
+      }
+      std::printf("[  NMSE    ] attn kernels %-6s %-5s vs generic: scores %.3g, V sum %.3g\n", std::string(cpu_isa_name(isa)).c_str(),
+                  std::string(kv_type_name(t)).c_str(), worst_s, worst_y);
+    }
+  }
+}
+
+// The same comparisons must fail when the kernel reads the wrong position (a stride or
+// offset bug) or a stored index changes (a bit-unpacking bug that ignored those bits).
+TEST(AttnKernels, NegativeControls) {
+  for (CpuIsa isa : available_isas()) {
+    const Kernels& k = cpu::kernels_for(isa);
+    const AttnKernels& ak = cpu::attn_kernels_for(isa);
+    for (DType t : kTypes) {
+      const int64_t P = 20, G = 4, D = 128;
+      Heads h = make_heads(t, P + 1, D, 12);
+      const std::vector<float> q = randn(static_cast<size_t>(G * D), 13);
+      const std::vector<float> a = randn(static_cast<size_t>(G * P), 14, 0.3f);
+      const std::vector<float> y0(static_cast<size_t>(G * D), 0.0f);
+      const auto s_ref = scores_ref(k, h, P, q, G, P);
+      const auto y_ref = axpy_ref(k, h, P, a, P, G, y0);
+      EXPECT_GT(nmse(s_ref, run_scores(ops_of(ak, t), h, P, q, G, P, 1)), 1e-3) << kv_type_name(t);
+      EXPECT_GT(nmse(y_ref, run_axpy(ops_of(ak, t), h, P, a, P, G, y0, 1)), 1e-3) << kv_type_name(t);
+      // Flip the high bits of one byte near the end of position 7's head (the last index
+      // group a lookup reads): its score must move while the others stay bitwise equal.
+      uint8_t* hb = const_cast<uint8_t*>(h.head(7));
+      const size_t off = t == DType::F16 ? h.head_bytes - 1 : h.head_bytes - 2;
+      hb[off] ^= 0xF0;
+      const auto s = run_scores(ops_of(ak, t), h, P, q, G, P);
+      int moved = 0;
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t j = 0; j < P; ++j) {
+          const bool same = s[g * P + j] == s_ref[g * P + j];
+          if (j == 7) moved += !same;
+          else EXPECT_TRUE(same) << kv_type_name(t) << " position " << j;
+        }
+      EXPECT_GT(moved, 0) << cpu_isa_name(isa) << " " << kv_type_name(t) << ": a changed index byte was not read";
+    }
+  }
+}
+
+TEST(AttnKernels, TypesWithoutFusedOps) {
+  for (CpuIsa isa : available_isas()) {
+    const AttnKernels& ak = cpu::attn_kernels_for(isa);
+    EXPECT_EQ(ak.get(DType::F32), nullptr);
+    EXPECT_EQ(ak.get(DType::BF16), nullptr);
+    EXPECT_EQ(ak.get(DType::Q4_K), nullptr);
+    for (DType t : kTypes) EXPECT_NE(ak.get(t), nullptr) << kv_type_name(t);
+  }
+}
+
+}  // namespace
+}  // namespace sluice

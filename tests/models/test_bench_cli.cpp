@@ -1,0 +1,70 @@
+// tests/models/test_bench_cli: `sluice bench` end to end on stories260K — K/V cache type
+// lists paired element by element, depth runs on a synthetic cache (table label "@ dN" and the
+// note saying the depth is synthetic; JSON fields), and clear errors for bad options. Speed
+// is never asserted.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "test_util.h"
+
+namespace sluice {
+namespace {
+
+const std::string kCli = SLUICE_CLI_PATH;
+
+std::string bench(const std::string& args, int* rc) {
+  return test::run_command(kCli + " bench -m " + test::shared_dir() + "/models/stories260K.gguf -p 0 -n 2 -r 1 -t 1 " +
+                               "--membw-mib 8 " + args + " 2>/dev/null",
+                           rc);
+}
+
+TEST(BenchCli, CacheTypesAndDepthInJson) {
+  SLUICE_REQUIRE_SHARED();
+  int rc = 0;
+  // stories260K: 4 KV heads of D = 8 per row (32 elements), so q8_0 blocks fit and tq4 takes D = 8.
+  const std::string out = bench("-d 0,40 --cache-type-k f16,q8_0 --cache-type-v f16,tq4 --json", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  ASSERT_EQ(j.size(), 4u) << out;  // 2 cache pairs × 2 depths, tg only
+  const char* want[4][3] = {{"f16", "f16", "tg2"}, {"f16", "f16", "tg2 @ d40"}, {"q8_0", "tq4", "tg2"}, {"q8_0", "tq4", "tg2 @ d40"}};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(j[i]["cache_type_k"], want[i][0]) << j[i];
+    EXPECT_EQ(j[i]["cache_type_v"], want[i][1]) << j[i];
+    EXPECT_EQ(j[i]["test"], want[i][2]) << j[i];
+    EXPECT_EQ(j[i]["depth"], i % 2 ? 40 : 0) << j[i];
+    EXPECT_EQ(j[i]["depth_synthetic"], i % 2 == 1) << j[i];
+    EXPECT_GT(j[i]["tps_mean"].get<double>(), 0.0) << j[i];
+  }
+  // K and V bytes per token: f16 2·(32·2)·5 layers; q8_0 K 34 + tq4 V 4·(2 + 4) = 58 per layer.
+  EXPECT_EQ(j[0]["kv_bytes_per_token"], 640);
+  EXPECT_EQ(j[2]["kv_bytes_per_token"], 5 * (34 + 24));
+}
+
+TEST(BenchCli, MarkdownSaysTheDepthIsSynthetic) {
+  SLUICE_REQUIRE_SHARED();
+  int rc = 0;
+  const std::string out = bench("-d 16 --cache-type q8_0", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* key : {"| cache K/V |", "| q8_0 | tg2 @ d16 |", "synthetic K/V rows"})
+    EXPECT_NE(out.find(key), std::string::npos) << key << "\n" << out;
+}
+
+TEST(BenchCli, BadOptionsFail) {
+  SLUICE_REQUIRE_SHARED();
+  int rc = 0;
+  std::string out = test::run_command(kCli + " bench -m " + test::shared_dir() +
+                                          "/models/stories260K.gguf -p 0 -n 2 -r 1 --cache-type tq5 2>&1",
+                                      &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("unknown cache type 'tq5'"), std::string::npos) << out;
+  out = test::run_command(kCli + " bench -m " + test::shared_dir() +
+                              "/models/stories260K.gguf -p 0 -n 2 -r 1 --cache-type-k f16,q8_0 --cache-type-v f16,q8_0,tq4 2>&1",
+                          &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("2 K cache types and 3 V cache types"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace sluice
