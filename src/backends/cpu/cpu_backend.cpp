@@ -33,6 +33,8 @@ constexpr int64_t kDecodedBlockBytes = 256 << 10;
 // Rows per work unit of the int8 path, and activation rows per tile (a tile of Q8_K rows,
 // ≤ 64 × 1.1 KiB per 1024 inputs, stays in L2 while a unit's weight rows sit in L1).
 constexpr int64_t kQ8RowsDecode = 16, kQ8RowsBatch = 32, kQ8TokTile = 64;
+// Most output rows per unit of moe_ffn_token's down phase (see there).
+constexpr int64_t kMoeDownRows = 128;
 
 class CpuBackend final : public Backend {
  public:
@@ -178,11 +180,17 @@ class CpuBackend final : public Backend {
       swiglu(g + j * F, u + j * F, g + j * F, F);
       if (qd) quantize_row(qd->act, g + j * F, hq + static_cast<size_t>(j) * hb, F);
     }
-    const int64_t nbE = (E + B - 1) / B;
+    // Phase 3 units are long row ranges (up to kMoeDownRows, at least 4 units per thread): each
+    // expert's down rows of a unit are one contiguous stream (128 rows of Q6_K at F = 768 is
+    // 80 KB), where 16-row units made 8 short interleaved streams that the hardware
+    // prefetcher kept losing (the fused op was then slower than a matmul per expert).
+    int64_t B3 = B;
+    while (B3 < kMoeDownRows && E / (2 * B3) >= 4 * pool_.size()) B3 *= 2;
+    const int64_t nbE = (E + B3 - 1) / B3;
     run(nbE, n * E * F, [&](int64_t i0, int64_t i1, int th) {
-      float y[kQ8RowsDecode];
+      float y[kMoeDownRows];
       for (int64_t i = i0; i < i1; ++i) {
-        const int64_t r0 = i * B, nr = std::min(B, E - r0);
+        const int64_t r0 = i * B3, nr = std::min(B3, E - r0);
         std::fill(out + r0, out + r0 + nr, 0.0f);
         for (int64_t j = 0; j < n; ++j) {
           rows_one_token(*ex[j].down, qd, r0, nr, g + j * F, hq + static_cast<size_t>(j) * hb, y, th);
