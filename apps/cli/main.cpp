@@ -105,6 +105,7 @@ struct CommonOpts {
   std::string expert_io = "auto";
   bool no_direct_io = false;
   std::string gpu_expert_cache;
+  bool mmap_weights = false;
   void add(CLI::App* app) {
     app->add_option("-m,--model", model, "GGUF model file")->required()->check(CLI::ExistingFile);
     app->add_option("--backend", backend, "ref | cpu (int8 activations on quantized weights) | cpu-exact | cuda (when built; op level, see README)")->capture_default_str();
@@ -126,6 +127,8 @@ struct CommonOpts {
     app->add_option("--prefetch-extra", prefetch_extra, "the predictor stages the top k+M experts (-1: M = max(1, k/4))");
     app->add_option("--expert-io", expert_io, "stream: auto | uring | pread")->capture_default_str();
     app->add_flag("--no-direct-io", no_direct_io, "stream: read experts through the page cache instead of O_DIRECT");
+    app->add_flag("--mmap", mmap_weights,
+                  "resident: map the file instead of reading it into memory (faster start, slower decode)");
     app->add_option("--gpu-expert-cache", gpu_expert_cache,
                     "cuda: VRAM budget for routed experts, cached by (layer, expert) (e.g. 8G; default: all in VRAM)");
   }
@@ -155,6 +158,13 @@ struct CommonOpts {
     o.experts.io = expert_io;
     o.experts.direct_io = !no_direct_io;
     o.experts.progress = true;
+    o.read_weights = !mmap_weights;
+    o.progress = [last = size_t{0}](size_t done, size_t total) mutable {
+      // A line per GiB for big files (reading from a cold disk takes a while), nothing for small ones.
+      if (total < (size_t{1} << 30) || (done - last < (size_t{1} << 30) && done != total)) return;
+      last = done;
+      std::fprintf(stderr, "loading: %.1f / %.1f GB\n", done / 1e9, total / 1e9);
+    };
     return o;
   }
   // The store's figures on stderr, and the calibration file when asked for.

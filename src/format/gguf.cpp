@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <charconv>
@@ -441,7 +442,7 @@ void GgufParser::run() {
 
 // ---------------------------------------------------------------------------------------
 
-GgufFile::GgufFile(const std::string& path) : path_(path) {
+GgufFile::GgufFile(const std::string& path, Load load, const Progress& progress) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) fail(path, ": cannot open: ", std::strerror(errno));
   try {
@@ -453,10 +454,29 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
       // MAP_PRIVATE + PROT_READ: the file is never written through the mapping. If another
       // process truncates the file while it is mapped, reads past the new end raise SIGBUS;
       // nothing in-process can guard against that.
-      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
-      if (p == MAP_FAILED) fail(path, ": cannot mmap ", size_, " bytes: ", std::strerror(errno));
-      base_ = static_cast<const uint8_t*>(p);
-      mapped_ = true;
+      void* p = MAP_FAILED;
+      if (load == Load::read) {
+        p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) fail(path, ": cannot allocate ", size_, " bytes to read the model into: ", std::strerror(errno));
+        base_ = static_cast<const uint8_t*>(p);
+        mapped_ = true;
+        ::madvise(p, size_, MADV_HUGEPAGE);  // a hint: without THP the buffer keeps 4 KiB pages
+        constexpr size_t kChunk = size_t{256} << 20;
+        for (size_t done = 0; done < size_;) {
+          const ssize_t r = ::pread(fd_, static_cast<uint8_t*>(p) + done, std::min(kChunk, size_ - done), static_cast<off_t>(done));
+          if (r < 0 && errno == EINTR) continue;
+          if (r < 0) fail(path, ": read failed at offset ", done, ": ", std::strerror(errno));
+          if (r == 0) fail(path, ": file ended at offset ", done, " while reading ", size_, " bytes (truncated while loading?)");
+          done += static_cast<size_t>(r);
+          if (progress) progress(done, size_);
+        }
+        ::mprotect(p, size_, PROT_READ);  // as the mapping: weights are never written
+      } else {
+        p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+        if (p == MAP_FAILED) fail(path, ": cannot mmap ", size_, " bytes: ", std::strerror(errno));
+        base_ = static_cast<const uint8_t*>(p);
+        mapped_ = true;
+      }
     }
     parse();
   } catch (...) {

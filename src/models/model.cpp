@@ -144,7 +144,8 @@ void Model::set_predictor(std::unique_ptr<Predictor> p) { predictor_ = std::move
 
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opt) {
   auto m = std::unique_ptr<Model>(new Model());
-  m->file_ = std::make_unique<GgufFile>(path);
+  const bool read = opt.read_weights && opt.experts.policy == ExpertPolicy::resident;
+  m->file_ = std::make_unique<GgufFile>(path, read ? GgufFile::Load::read : GgufFile::Load::map, opt.progress);
   const GgufFile& f = *m->file_;
   m->hp_ = read_hparams(f);
   Hparams& hp = m->hp_;

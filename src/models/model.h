@@ -114,6 +114,11 @@ using TensorHook = std::function<void(std::string_view name, int layer, const fl
 // How Model::load places the weights. The defaults keep everything resident in the mapping.
 struct ModelOptions {
   ExpertStoreOptions experts;  // expert policy, cache budget, pins, prefetch (runtime/expert_store.h)
+  // With the resident policy the file is read into memory (GgufFile::Load::read: huge pages,
+  // no page faults while decoding); false maps it instead (CLI --mmap). The mmap and stream
+  // policies always map it: they exist for models larger than memory.
+  bool read_weights = true;
+  GgufFile::Progress progress;  // while reading weights: bytes done, total
 };
 
 class Model {

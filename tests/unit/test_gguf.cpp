@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "fuzz/gguf_mutate.h"
+#include "test_util.h"
 
 namespace sluice {
 namespace {
@@ -901,6 +902,41 @@ TEST(GgufFuzz, MutatedStories260K) {
   auto seed = read_bytes(p);
   GgufFile f(p);
   fuzz_run(seed, f.data_offset(), 300, 4242, 0);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Load::read (the resident policy's default) gives exactly the bytes, tensors and metadata of
+// Load::map, reports progress up to the file size, and the weights are read-only.
+TEST(GgufLoad, ReadEqualsMap) {
+  SLUICE_REQUIRE_SHARED();
+  const std::string path = test::shared_dir() + "/models/stories260K.gguf";
+  GgufFile mapped(path);
+  size_t last = 0, calls = 0;
+  GgufFile read(path, GgufFile::Load::read, [&](size_t done, size_t total) {
+    EXPECT_EQ(total, mapped.file_size());
+    EXPECT_GT(done, last);
+    last = done;
+    ++calls;
+  });
+  EXPECT_EQ(last, mapped.file_size());
+  EXPECT_GE(calls, 1u);
+  ASSERT_EQ(read.file_size(), mapped.file_size());
+  EXPECT_NE(read.base(), mapped.base());
+  EXPECT_EQ(std::memcmp(read.base(), mapped.base(), read.file_size()), 0);
+  ASSERT_EQ(read.tensors().size(), mapped.tensors().size());
+  for (size_t i = 0; i < read.tensors().size(); ++i) {
+    EXPECT_EQ(read.tensors()[i].name, mapped.tensors()[i].name);
+    EXPECT_EQ(static_cast<const uint8_t*>(read.tensors()[i].data) - read.base(),
+              static_cast<const uint8_t*>(mapped.tensors()[i].data) - mapped.base());
+  }
+  EXPECT_EQ(read.metadata().size(), mapped.metadata().size());
+  // Read-only like the mapping: a write must fault (checked in a child so the test survives).
+  EXPECT_DEATH(const_cast<uint8_t*>(read.base())[0] = 0, "");
 }
 
 }  // namespace
