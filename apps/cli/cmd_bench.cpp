@@ -48,6 +48,12 @@ struct CachePair {
 struct Stats {
   double mean = 0, sd = 0;
 };
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
 Stats stats(const std::vector<double>& v) {
   Stats s;
   if (v.empty()) return s;
@@ -171,25 +177,30 @@ int run_bench(const BenchArgs& a) {
         std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(hp.n_vocab - 1));
         for (int64_t depth : a.depths) {
           const std::string at = depth > 0 ? " @ d" + std::to_string(depth) : "";
+          // sol: achieved / measured bandwidth, the median of the per-repetition ratios (each tg
+          // repetition is preceded by its own bandwidth measurement, so a noisy neighbour slows
+          // both alike); bw_run: the bandwidth shown beside it (median of those measurements).
           auto row = [&](const std::string& test, const std::vector<double>& tps, double gbps,
-                         const std::vector<double>& cpu_tps = {}) {
+                         const std::vector<double>& cpu_tps = {}, double sol = 0, double bw_run = 0) {
+            if (bw_run <= 0) bw_run = bw;
+            if (sol <= 0 && gbps > 0) sol = gbps / bw_run;
             const Stats st = stats(tps);
             if (a.json) {
               nlohmann::json j = {{"model", base_name(path)}, {"size_bytes", model->weight_bytes()}, {"params", params},
                                   {"backend", be_name}, {"threads", t}, {"cache_type_k", kv_type_name(tk)},
                                   {"cache_type_v", kv_type_name(tv)}, {"kv_bytes_per_token", s.kv_cache().bytes_per_token()},
                                   {"depth", depth}, {"depth_synthetic", depth > 0}, {"test", test}, {"tps_mean", st.mean},
-                                  {"tps_sd", st.sd}, {"samples_tps", tps}, {"membw_gbps", bw / 1e9}};
+                                  {"tps_sd", st.sd}, {"samples_tps", tps}, {"membw_gbps", bw_run / 1e9}};
               if (gbps > 0) {
                 j["gbps"] = gbps / 1e9;
-                j["sol_fraction"] = gbps / bw;
+                j["sol_fraction"] = sol;
               }
               if (!cpu_tps.empty()) j["samples_tps_per_cpu_thread"] = cpu_tps;  // tokens / (CPU s / threads)
               out.push_back(j);
             } else if (gbps > 0) {
               std::printf("| %s | %s | %s | %s | %d | %s | %s | %.2f ± %.2f | %.2f / %.2f | %.1f |\n", base_name(path).c_str(),
                           size.c_str(), n_params.c_str(), be_name.c_str(), t, cache.c_str(), test.c_str(), st.mean, st.sd,
-                          gbps / 1e9, bw / 1e9, 100.0 * gbps / bw);
+                          gbps / 1e9, bw_run / 1e9, 100.0 * sol);
             } else {
               std::printf("| %s | %s | %s | %s | %d | %s | %s | %.2f ± %.2f | | |\n", base_name(path).c_str(), size.c_str(),
                           n_params.c_str(), be_name.c_str(), t, cache.c_str(), test.c_str(), st.mean, st.sd);
@@ -219,12 +230,13 @@ int run_bench(const BenchArgs& a) {
             row("pp" + std::to_string(a.n_prompt) + at, tps, 0);
           }
           if (a.n_gen > 0) {
-            std::vector<double> tps, gbps, cpu_tps;
+            std::vector<double> tps, gbps, cpu_tps, bw_rep, sol_rep;
             be.reset();
             double total_s = 0;
             for (int r = 0; r < a.reps; ++r) {
               std::fprintf(stderr, "bench: %d threads, %s: tg%d%s rep %d/%d\n", t, cache.c_str(), a.n_gen, at.c_str(), r + 1,
                            a.reps);
+              bw_rep.push_back(membw_read(t, a.membw_mib << 20, 1));
               s.set_n_past(depth);
               std::vector<int32_t> one{tok(rng)};
               const uint64_t b0 = be.counters().total_bytes();
@@ -239,8 +251,9 @@ int run_bench(const BenchArgs& a) {
               total_s += sec;
               tps.push_back(a.n_gen / sec);
               gbps.push_back(static_cast<double>(be.counters().total_bytes() - b0) / sec);
+              sol_rep.push_back(gbps.back() / bw_rep.back());
             }
-            row("tg" + std::to_string(a.n_gen) + at, tps, stats(gbps).mean, cpu_tps);
+            row("tg" + std::to_string(a.n_gen) + at, tps, stats(gbps).mean, cpu_tps, median(sol_rep), median(bw_rep));
             if (a.profile) {
               const BenchCounters& c = be.counters();
               const double n_tok = static_cast<double>(a.n_gen) * a.reps;
@@ -248,7 +261,7 @@ int run_bench(const BenchArgs& a) {
               for (double x : c.seconds) staged += x;
               char buf[320];
               std::snprintf(buf, sizeof buf, "\nprofile: %s, %d threads, cache %s, tg%d%s (per token; SOL at %.1f GB/s)\n\n",
-                            base_name(path).c_str(), t, cache.c_str(), a.n_gen, at.c_str(), bw / 1e9);
+                            base_name(path).c_str(), t, cache.c_str(), a.n_gen, at.c_str(), median(bw_rep) / 1e9);
               profile_text += buf;
               profile_text += "| stage | ms | % time | MB read | GB/s | SOL % |\n| --- | ---: | ---: | ---: | ---: | ---: |\n";
               for (size_t i = 0; i < c.seconds.size(); ++i) {
@@ -256,7 +269,7 @@ int run_bench(const BenchArgs& a) {
                 const double g = c.seconds[i] > 0 ? c.bytes[i] / c.seconds[i] : 0;
                 std::snprintf(buf, sizeof buf, "| %s | %.3f | %.1f | %.2f | %.1f | %.1f |\n",
                               std::string(bench_stage_name(static_cast<BenchStage>(i))).c_str(), ms,
-                              100 * c.seconds[i] / total_s, mb, g / 1e9, 100 * g / bw);
+                              100 * c.seconds[i] / total_s, mb, g / 1e9, 100 * g / median(bw_rep));
                 profile_text += buf;
               }
               std::snprintf(buf, sizeof buf, "| (outside ops: routing, gather, sampling) | %.3f | %.1f | | | |\n",
@@ -264,7 +277,7 @@ int run_bench(const BenchArgs& a) {
               profile_text += buf;
               std::snprintf(buf, sizeof buf, "| total | %.3f | 100 | %.2f | %.1f | %.1f |\n", 1e3 * total_s / n_tok,
                             c.total_bytes() / n_tok / 1e6, c.total_bytes() / total_s / 1e9,
-                            100 * c.total_bytes() / total_s / bw);
+                            100 * c.total_bytes() / total_s / median(bw_rep));
               profile_text += buf;
             }
           }
