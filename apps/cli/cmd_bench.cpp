@@ -158,6 +158,7 @@ int run_bench(const BenchArgs& a) {
                                   (q8 ? std::string(" q8:") + q8 : std::string(" exact"));
       std::fprintf(stderr, "bench: %d threads: measuring read bandwidth (%zu MiB)\n", t, a.membw_mib);
       const double bw = membw_read(t, a.membw_mib << 20, a.reps);
+      const double peak = a.n_prompt > 0 ? int8_peak(t) : 0;
       for (const CachePair& cp : pairs) {
         KvCacheOptions kv;
         kv.n_ctx = max_depth + std::max({a.n_prompt, a.n_gen, 2}) + 1;  // 2: the warm-up batch
@@ -181,7 +182,8 @@ int run_bench(const BenchArgs& a) {
           // repetition is preceded by its own bandwidth measurement, so a noisy neighbour slows
           // both alike); bw_run: the bandwidth shown beside it (median of those measurements).
           auto row = [&](const std::string& test, const std::vector<double>& tps, double gbps,
-                         const std::vector<double>& cpu_tps = {}, double sol = 0, double bw_run = 0) {
+                         const std::vector<double>& cpu_tps = {}, double sol = 0, double bw_run = 0,
+                         double macs_per_s = 0) {
             if (bw_run <= 0) bw_run = bw;
             if (sol <= 0 && gbps > 0) sol = gbps / bw_run;
             const Stats st = stats(tps);
@@ -196,11 +198,21 @@ int run_bench(const BenchArgs& a) {
                 j["sol_fraction"] = sol;
               }
               if (!cpu_tps.empty()) j["samples_tps_per_cpu_thread"] = cpu_tps;  // tokens / (CPU s / threads)
+              if (macs_per_s > 0) {
+                j["matmul_gmacs"] = macs_per_s / 1e9;
+                j["int8_peak_gmacs"] = peak / 1e9;
+                if (peak > 0) j["int8_peak_fraction"] = macs_per_s / peak;
+              }
               out.push_back(j);
             } else if (gbps > 0) {
               std::printf("| %s | %s | %s | %s | %d | %s | %s | %.2f ± %.2f | %.2f / %.2f | %.1f |\n", base_name(path).c_str(),
                           size.c_str(), n_params.c_str(), be_name.c_str(), t, cache.c_str(), test.c_str(), st.mean, st.sd,
                           gbps / 1e9, bw_run / 1e9, 100.0 * sol);
+            } else if (macs_per_s > 0 && peak > 0) {
+              // Prefill rows: matmul GMAC/s against the int8 peak (see the note under the table).
+              std::printf("| %s | %s | %s | %s | %d | %s | %s | %.2f ± %.2f | %.1f / %.1f GMAC/s | %.1f |\n",
+                          base_name(path).c_str(), size.c_str(), n_params.c_str(), be_name.c_str(), t, cache.c_str(),
+                          test.c_str(), st.mean, st.sd, macs_per_s / 1e9, peak / 1e9, 100.0 * macs_per_s / peak);
             } else {
               std::printf("| %s | %s | %s | %s | %d | %s | %s | %.2f ± %.2f | | |\n", base_name(path).c_str(), size.c_str(),
                           n_params.c_str(), be_name.c_str(), t, cache.c_str(), test.c_str(), st.mean, st.sd);
@@ -216,18 +228,21 @@ int run_bench(const BenchArgs& a) {
             s.set_n_past(depth);
           }
           if (a.n_prompt > 0) {
-            std::vector<double> tps;
+            std::vector<double> tps, macs_s;
             for (int r = 0; r < a.reps; ++r) {
               std::fprintf(stderr, "bench: %d threads, %s: pp%d%s rep %d/%d\n", t, cache.c_str(), a.n_prompt, at.c_str(), r + 1,
                            a.reps);
               std::vector<int32_t> p(static_cast<size_t>(a.n_prompt));
               for (auto& x : p) x = tok(rng);
               s.set_n_past(depth);
+              const uint64_t m0 = be.counters().macs;
               const auto t0 = std::chrono::steady_clock::now();
               s.eval(p);
-              tps.push_back(a.n_prompt / seconds_since(t0));
+              const double sec = seconds_since(t0);
+              tps.push_back(a.n_prompt / sec);
+              macs_s.push_back(static_cast<double>(be.counters().macs - m0) / sec);
             }
-            row("pp" + std::to_string(a.n_prompt) + at, tps, 0);
+            row("pp" + std::to_string(a.n_prompt) + at, tps, 0, {}, 0, 0, stats(macs_s).mean);
           }
           if (a.n_gen > 0) {
             std::vector<double> tps, gbps, cpu_tps, bw_rep, sol_rep;
@@ -288,6 +303,9 @@ int run_bench(const BenchArgs& a) {
   if (!a.json && max_depth > 0)
     std::printf("\n@ dN: the run starts with N positions in the KV cache, synthetic K/V rows (Gaussian, K RMS 1, "
                 "V RMS 0.5) written through the cache's codecs, not a prefill.\n");
+  if (!a.json && a.n_prompt > 0)
+    std::printf("\npp rows: matmul multiply-accumulates per second (weights x activations, attention not counted) / "
+                "the int8 peak measured by the same binary (vpdpbusd chains, or vpmaddubsw+vpmaddwd without VNNI).\n");
   if (a.json)
     std::cout << out.dump(2) << "\n";
   else

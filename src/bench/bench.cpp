@@ -10,6 +10,10 @@
 #include <thread>
 
 #include <sys/mman.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -114,6 +118,79 @@ double membw_read(int n_threads, size_t bytes, int reps) {
   return best;
 }
 
+namespace {
+#if defined(__x86_64__)
+// kChains independent accumulators hide the instruction latency; the asm keeps the compiler
+// from folding the loop (the operands never change).
+constexpr int kChains = 24;
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) double int8_macs_vnni(int64_t iters) {
+  __m512i acc[kChains];
+  for (int k = 0; k < kChains; ++k) acc[k] = _mm512_set1_epi32(k);
+  __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(5);
+  for (int64_t i = 0; i < iters; ++i) {
+    __asm__ volatile("" : "+v"(a), "+v"(b));
+    for (int k = 0; k < kChains; ++k) acc[k] = _mm512_dpbusd_epi32(acc[k], a, b);
+  }
+  // Stored and summed by hand: GCC 12's _mm512_reduce_add_epi32 trips -Wuninitialized.
+  int s = 0;
+  alignas(64) int lanes[16];
+  for (int k = 0; k < kChains; ++k) {
+    _mm512_store_si512(lanes, acc[k]);
+    s += lanes[0];
+  }
+  if (s == 1) std::fprintf(stderr, " ");
+  return static_cast<double>(iters) * kChains * 64;
+}
+__attribute__((target("avx2"))) double int8_macs_avx2(int64_t iters) {
+  __m256i acc[kChains / 2];
+  for (int k = 0; k < kChains / 2; ++k) acc[k] = _mm256_set1_epi32(k);
+  __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(5), one = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < iters; ++i) {
+    __asm__ volatile("" : "+v"(a), "+v"(b));
+    for (int k = 0; k < kChains / 2; ++k)
+      acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), one));
+  }
+  int s = 0;
+  for (int k = 0; k < kChains / 2; ++k) s += _mm256_extract_epi32(acc[k], 0);
+  if (s == 1) std::fprintf(stderr, " ");
+  return static_cast<double>(iters) * (kChains / 2) * 32;
+}
+#endif
+}  // namespace
+
+double int8_peak(int n_threads) {
+#if defined(__x86_64__)
+  const CpuFeatures& f = cpu_features();
+  const bool vnni = cpu_isa_available(CpuIsa::avx512) && f.avx512vnni;
+  if (!vnni && !f.avx2) return 0;
+  n_threads = std::max(1, n_threads);
+  constexpr int64_t kIters = 2'000'000;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::atomic<bool> go{false};
+    std::vector<std::thread> th;
+    std::vector<double> macs(static_cast<size_t>(n_threads));
+    for (int t = 0; t < n_threads; ++t)
+      th.emplace_back([&, t] {
+        while (!go.load(std::memory_order_acquire)) {
+        }
+        macs[static_cast<size_t>(t)] = vnni ? int8_macs_vnni(kIters) : int8_macs_avx2(kIters);
+      });
+    const auto t0 = std::chrono::steady_clock::now();
+    go.store(true, std::memory_order_release);
+    for (auto& t : th) t.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double total = 0;
+    for (double m : macs) total += m;
+    best = std::max(best, total / s);
+  }
+  return best;
+#else
+  (void)n_threads;
+  return 0;
+#endif
+}
+
 void kv_fill_synthetic(KvCache& kv, Backend& be, int64_t n_layer, int64_t n_pos, uint64_t seed) {
   if (n_pos > kv.n_ctx()) fail("bench: depth ", n_pos, " does not fit the cache of ", kv.n_ctx(), " positions");
   const AttentionArgs g = kv.attention_args(0);
@@ -181,6 +258,7 @@ void CountingBackend::timed(BenchStage s, uint64_t bytes, F&& f) {
 
 void CountingBackend::matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) {
   last_ = bench_stage_of(w.name);
+  c_.macs += static_cast<uint64_t>(w.ne[0]) * static_cast<uint64_t>(w.n_rows()) * static_cast<uint64_t>(n_tok);
   timed(last_, static_cast<uint64_t>(w.n_rows()) * w.row_bytes(), [&] { in_.matmul(w, x, y, n_tok); });
 }
 void CountingBackend::get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) {
@@ -216,7 +294,10 @@ void CountingBackend::attention(const AttentionArgs& a) {
 void CountingBackend::moe_ffn_token(std::span<const FfnExpert> experts, const float* x, float* out, int64_t n_embd) {
   uint64_t bytes = 0;
   for (const FfnExpert& e : experts)
-    for (const TensorView* w : {e.gate, e.up, e.down}) bytes += static_cast<uint64_t>(w->n_rows()) * w->row_bytes();
+    for (const TensorView* w : {e.gate, e.up, e.down}) {
+      bytes += static_cast<uint64_t>(w->n_rows()) * w->row_bytes();
+      c_.macs += static_cast<uint64_t>(w->ne[0]) * static_cast<uint64_t>(w->n_rows());
+    }
   last_ = BenchStage::experts;
   timed(BenchStage::experts, bytes, [&] { in_.moe_ffn_token(experts, x, out, n_embd); });
 }

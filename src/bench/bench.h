@@ -18,6 +18,12 @@ namespace sluice {
 // `bytes` buffer (page-faulted in and written once beforehand), started together.
 double membw_read(int n_threads, size_t bytes, int reps);
 
+// The int8 multiply-accumulate peak in MAC/s of n_threads threads: independent chains of
+// vpdpbusd (AVX-512 VNNI, 64 MACs per instruction), or of vpmaddubsw+vpmaddwd (AVX2, the pair
+// the AVX2 kernels use per 32 MACs) where VNNI is missing; 0 without AVX2. What a prefill's
+// matmul MACs are compared against.
+double int8_peak(int n_threads);
+
 // Writes positions [0, n_pos) of layers [0, n_layer) of kv with synthetic K/V rows through
 // KvCache::store (each codec's own encoder, as a prefill would store them): Gaussian
 // elements, K with RMS 1 (qwen3-style k_norm output) and V with RMS 0.5, rows drawn from a
@@ -34,6 +40,7 @@ BenchStage bench_stage_of(std::string_view tensor_name);
 struct BenchCounters {
   std::array<double, static_cast<size_t>(BenchStage::count)> seconds{};
   std::array<uint64_t, static_cast<size_t>(BenchStage::count)> bytes{};
+  uint64_t macs = 0;  // multiply-accumulates of matmul and moe_ffn_token (weights × activations)
   uint64_t total_bytes() const {
     uint64_t s = 0;
     for (uint64_t b : bytes) s += b;
