@@ -3,10 +3,13 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/tensor.h"
+#include "quant/quant.h"
 
 namespace sluice::test {
 
@@ -30,6 +33,27 @@ inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
   for (auto& x : v) x = d(rng);
   return v;
 }
+
+// A weight matrix of type t with ne = [n_in, n_out] (view.name "w"), from seeded Gaussian
+// floats of the given scale: copied for F32, otherwise through quant/'s encoder.
+struct RandomMatrix {
+  std::vector<uint8_t> bytes;
+  TensorView view;
+  RandomMatrix(DType t, int64_t n_in, int64_t n_out, uint32_t seed, float scale = 1.0f) {
+    const std::vector<float> f = randn(static_cast<size_t>(n_in * n_out), seed, scale);
+    const size_t rb = dtype_row_bytes(t, n_in);
+    bytes.resize(rb * static_cast<size_t>(n_out));
+    for (int64_t r = 0; r < n_out; ++r) {
+      if (t == DType::F32)
+        std::memcpy(bytes.data() + r * rb, f.data() + r * n_in, rb);
+      else
+        quantize_row(t, f.data() + r * n_in, bytes.data() + r * rb, n_in);
+    }
+    // Aggregate init: assigning a literal to view.name trips GCC 12's -Wrestrict false
+    // positive (GCC bug 105329) at -O3.
+    view = TensorView{"w", t, 2, {n_in, n_out, 1, 1}, bytes.data(), bytes.size()};
+  }
+};
 
 // The kernel levels this machine can run (generic always; AVX2 / AVX-512 when present).
 inline std::vector<CpuIsa> available_isas() {

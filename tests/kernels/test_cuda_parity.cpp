@@ -93,22 +93,7 @@ struct Both {
   explicit Both(CudaBackendOptions opt = {}) : cuda(std::make_unique<CudaBackend>(opt)) {}
 };
 
-struct Weights {
-  std::vector<uint8_t> bytes;
-  TensorView view;
-  Weights(DType t, int64_t n_in, int64_t n_out, uint32_t seed) {
-    const std::vector<float> f = randn(static_cast<size_t>(n_in * n_out), seed);
-    const size_t rb = dtype_row_bytes(t, n_in);
-    bytes.resize(rb * static_cast<size_t>(n_out));
-    for (int64_t r = 0; r < n_out; ++r) {
-      if (t == DType::F32)
-        std::memcpy(bytes.data() + r * rb, f.data() + r * n_in, rb);
-      else
-        quantize_row(t, f.data() + r * n_in, bytes.data() + r * rb, n_in);
-    }
-    view = TensorView{"w", t, 2, {n_in, n_out, 1, 1}, bytes.data(), bytes.size()};
-  }
-};
+using Weights = test::RandomMatrix;
 
 std::vector<float> run_matmul(Backend& b, const TensorView& w, const std::vector<float>& x, int64_t T) {
   std::vector<float> y(static_cast<size_t>(T * w.ne[1]), NAN);

@@ -33,21 +33,9 @@ constexpr double kTolExact = 1e-10;
 // dropping one of 8 experts gives ~3e-2 (NegativeControls below).
 constexpr double kTolQ8 = 1e-3;
 
-struct Matrix {
-  std::vector<uint8_t> bytes;
-  TensorView view;
-  Matrix(DType t, int64_t n_in, int64_t n_out, uint32_t seed) {
-    const std::vector<float> f = randn(static_cast<size_t>(n_in * n_out), seed, 0.05f);
-    const size_t rb = dtype_row_bytes(t, n_in);
-    bytes.resize(rb * static_cast<size_t>(n_out));
-    for (int64_t r = 0; r < n_out; ++r) {
-      if (t == DType::F32)
-        std::memcpy(bytes.data() + r * rb, f.data() + r * n_in, rb);
-      else
-        quantize_row(t, f.data() + r * n_in, bytes.data() + r * rb, n_in);
-    }
-    view = TensorView{"w", t, 2, {n_in, n_out, 1, 1}, bytes.data(), bytes.size()};
-  }
+// Experts' matrices at scale 0.05 (weights of a trained FFN's magnitude, so SwiGLU is not saturated).
+struct Matrix : test::RandomMatrix {
+  Matrix(DType t, int64_t n_in, int64_t n_out, uint32_t seed) : RandomMatrix(t, n_in, n_out, seed, 0.05f) {}
 };
 
 struct Experts {
