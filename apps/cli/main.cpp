@@ -11,6 +11,7 @@
 #include "commands.h"
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_backend.h"
 #ifdef SLUICE_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #endif
@@ -303,6 +304,13 @@ int cmd_parity(const std::string& model_path, const std::string& a, const std::s
   KvCacheOptions kv;
   kv.n_ctx = static_cast<int64_t>(ids.size()) + n_decode + 1;
   kv.type_k = kv.type_v = *parse_cache_type(cache_type);
+  for (const Backend* be : {ba.get(), bb.get()})
+    if (const char* q8 = cpu_backend_q8_level(*be))
+      std::fprintf(stderr,
+                   "note: backend '%s' multiplies quantized weights by int8 activations (%s): expect NMSE ~1e-5..1e-3 on "
+                   "quantized models and occasional expert-choice flips, above these float32 limits; cpu-exact is the "
+                   "backend that holds them, the int8 path is held to the llama.cpp goldens instead\n",
+                   be == ba.get() ? a.c_str() : b.c_str(), q8);
   auto rep = run_parity(*model, *ba, *model, *bb, ids, n_decode, kv);
   std::printf("%-20s %6s %10s %12s %12s  %s\n", "name", "layer", "n", "nmse", "max_abs", "");
   for (const auto& e : rep.entries)

@@ -33,17 +33,6 @@ std::vector<Record> record_run(const Model& model, Backend& be, const std::vecto
   return recs;
 }
 
-// The weight type that dominates the error budget: any quantized matrix makes it quantized.
-DType coarsest_weight_type(const Model& m) {
-  DType worst = DType::F32;
-  for (const auto& t : m.file().tensors()) {
-    if (t.n_dims < 2) continue;
-    if (dtype_traits(t.type).quantized) return t.type;
-    if (t.type != DType::F32) worst = t.type;
-  }
-  return worst;
-}
-
 }  // namespace
 
 // Both backends decode weights to the same float values (quant/ is shared), so the only
@@ -56,9 +45,12 @@ DType coarsest_weight_type(const Model& m) {
 // f16 ulp (2^-11 ≈ 4.9e-4 relative), so attention outputs differ by NMSE up to ~1e-7 even
 // between correct backends (measured 1.2e-7 on stories260K, whose heads have only 8 dims, so
 // one flip is 1/8 of a head). The limit is 1e-6 there, still 100x below the bugs above.
-// Quantized weights keep these limits while the cpu backend decodes them to float; a kernel
-// that quantizes activations (Q8 dot products, as llama.cpp does) changes values by ~0.4%
-// per element, NMSE ~1e-5, and will need its own limit here.
+// Quantized weights keep these limits while the backend decodes them to float (cpu-exact), so
+// they do not depend on the weight type. The int8 path ("cpu": activations quantized per
+// block, as llama.cpp does) is outside them by design: measured on the goldens, NMSE 2e-5..5e-5
+// at the first matmul and up to 5.4e-4 later, and a near-tie in expert scores can flip a
+// top-k choice (qwen3moe-Q8_0, layer 1: topk NMSE 5e-2); it is held to the model goldens
+// instead, and `sluice parity` says so when asked to compare it.
 //
 // Block and codebook KV types (q8_0, q4_0, tq*) quantize each stored row; a 1e-7 difference in
 // the K or V a backend computes can move a value across a rounding or decision boundary, which
@@ -71,8 +63,7 @@ DType coarsest_weight_type(const Model& m) {
 // codec path (K read in the original space instead of the rotated one, a wrong GQA head, a
 // dropped norm γ) moves attention outputs by NMSE ~1e-1 (the codecs' own error vs f32 is
 // 1e-4..0.4, tests/kernels/test_attention_kv.cpp).
-double parity_nmse_tolerance(DType weights, DType kv) {
-  (void)weights;
+double parity_nmse_tolerance(DType kv) {
   if (kv == DType::F32) return 1e-7;
   if (kv == DType::F16 || kv == DType::BF16) return 1e-6;
   return kv_type_precision_bits(kv) >= 8 ? 1e-5 : 1e-3;
@@ -91,7 +82,7 @@ ParityReport run_parity(const Model& reference_model, Backend& reference, const 
   if (ra.size() != rb.size()) fail("parity: the runs reported ", ra.size(), " and ", rb.size(), " intermediates");
   // The lossier of the two (fewer nominal bits).
   const DType kv_type = kv_type_precision_bits(kv.type_k) <= kv_type_precision_bits(kv.type_v) ? kv.type_k : kv.type_v;
-  const double tol = parity_nmse_tolerance(coarsest_weight_type(test_model), kv_type);
+  const double tol = parity_nmse_tolerance(kv_type);
   ParityReport rep;
   for (size_t i = 0; i < ra.size(); ++i) {
     const Record &a = ra[i], &b = rb[i];

@@ -26,9 +26,10 @@ struct ParityReport {
   const ParityEntry* first_divergence() const;
 };
 
-// NMSE limit for comparing two backends that both keep activations in float32, on weights of
-// type `weights` with a KV cache of type `kv`. See parity.cpp for how the values were chosen.
-double parity_nmse_tolerance(DType weights, DType kv);
+// NMSE limit for comparing two backends that both keep activations in float32 (any weight
+// type, decoded to float) with a KV cache of type `kv`. See parity.cpp for how the values
+// were chosen.
+double parity_nmse_tolerance(DType kv);
 
 // Evaluates `tokens` as one prompt batch, then `n_decode` greedy steps one token at a time
 // (so the decode path is compared too), on `test` and on `reference` (a second Model may
