@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention_test_util.h"
 #include "kernels/kernel_test_util.h"
 #include "backends/backend.h"
 #include "backends/cpu/cpu_backend.h"
@@ -398,63 +399,10 @@ TEST(BackendParity, GetRowsAndStoreRow) {
 
 // ---- attention -------------------------------------------------------------------------
 
-struct AttnCase {
-  int64_t T, H, Hkv, D, N, pos0;
-};
-
-// Builds a cache of N rows of [Hkv][D] in type t, with `pad` spare bytes per row (a row
-// stride larger than the row, as a paged cache may have).
-std::vector<uint8_t> make_cache(DType t, int64_t N, int64_t Hkv, int64_t D, size_t pad, uint32_t seed,
-                                size_t* row_bytes) {
-  const int64_t n = Hkv * D;
-  *row_bytes = dtype_row_bytes(t, n) + pad;
-  std::vector<uint8_t> c(*row_bytes * static_cast<size_t>(N), 0);
-  const auto f = randn(static_cast<size_t>(N * n), seed);
-  for (int64_t p = 0; p < N; ++p) {
-    if (t == DType::F32)
-      std::memcpy(c.data() + p * *row_bytes, f.data() + p * n, static_cast<size_t>(n) * 4);
-    else
-      quantize_row(t, f.data() + p * n, c.data() + p * *row_bytes, n);
-  }
-  return c;
-}
-
-struct AttnData {
-  std::vector<float> q;
-  std::vector<uint8_t> k, v;
-  AttentionArgs args;
-};
-
-AttnData make_attention(const AttnCase& c, DType kt, DType vt, uint32_t seed) {
-  AttnData d;
-  d.q = randn(static_cast<size_t>(c.T * c.H * c.D), seed, 2.0f);  // ×2: sharper softmax
-  size_t krb = 0, vrb = 0;
-  d.k = make_cache(kt, c.N, c.Hkv, c.D, kt == DType::F16 ? 16 : 0, seed + 1, &krb);
-  d.v = make_cache(vt, c.N, c.Hkv, c.D, vt == DType::F16 ? 32 : 0, seed + 2, &vrb);
-  AttentionArgs& a = d.args;
-  a.q = d.q.data();
-  a.k = d.k.data();
-  a.k_type = kt;
-  a.k_row_bytes = krb;
-  a.v = d.v.data();
-  a.v_type = vt;
-  a.v_row_bytes = vrb;
-  a.n_tok = c.T;
-  a.n_head = c.H;
-  a.n_head_kv = c.Hkv;
-  a.head_dim_k = a.head_dim_v = c.D;
-  a.n_kv = c.N;
-  a.pos0 = c.pos0;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
-  return d;
-}
-
-std::vector<float> run_attention(Backend& b, AttentionArgs a) {
-  std::vector<float> out(static_cast<size_t>(a.n_tok * a.n_head * a.head_dim_v), NAN);
-  a.out = out.data();
-  b.attention(a);
-  return out;
-}
+using test::AttnCase;
+using test::AttnData;
+using test::make_attention;
+using test::run_attention;
 
 const AttnCase kAttnCases[] = {
     {1, 1, 1, 8, 1, 0},      {1, 4, 4, 64, 7, 6},      {7, 4, 2, 64, 7, 0},     {7, 8, 2, 128, 300, 293},
