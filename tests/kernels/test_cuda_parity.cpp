@@ -32,6 +32,7 @@
 #include "kernels/cuda_test_util.h"
 #include "kernels/attention_test_util.h"
 #include "kernels/kernel_test_util.h"
+#include "kernels/parity_tolerances.h"
 #include "kvcodec/kvcodec.h"
 #include "quant/quant.h"
 #include "runtime/expert_cache.h"
@@ -65,11 +66,6 @@ TEST(CudaBackendFactory, NoDeviceGivesAClearError) {
 
 #ifdef SLUICE_HAVE_CUDA
 
-constexpr double kTolMatmul = 1e-10;
-constexpr double kTolRmsNorm = 1e-12;
-constexpr double kTolRope = 1e-12;
-constexpr double kTolElementwise = 1e-11;
-constexpr double kTolAttention = 1e-10;
 
 std::map<std::string, double>& worst_nmse() {
   static std::map<std::string, double> m;
