@@ -39,7 +39,7 @@ std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOption
   // "cpu-exact" decodes weights to float, the path the layer-by-layer parity against `ref`
   // holds to float32 rounding. SLUICE_CPU_Q8=0 turns the int8 path off for "cpu" too.
   if (name == "cpu" || name == "cpu-exact") {
-    CpuBackendOptions opt;
+    CpuBackendOptions opt = cpu_backend_default_options();  // SLUICE_CPU_Q8_TILES
     opt.q8_activations = name == "cpu";
     if (const char* e = std::getenv("SLUICE_CPU_Q8"); e && name == "cpu") opt.q8_activations = std::string(e) != "0";
     return make_cpu_backend(n_threads, cpu_isa_select(), opt);

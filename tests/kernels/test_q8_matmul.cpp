@@ -11,10 +11,12 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "kernels/kernel_test_util.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/kernels.h"
 #include "backends/ref/ref_backend.h"
 #include "core/cpu_features.h"
 #include "quant/blocks.h"
@@ -122,6 +124,37 @@ TEST(Q8Matmul, ScalarTwinMatchesSimd) {
   }
 }
 
+// The prefill tiles (kernels.h, Q8TileOps): the scalar twin of the packed tile equals the
+// vector code bitwise (same exact integer sums, same fused multiply-adds); tiles and the row
+// path agree to float rounding; partial tiles (rows not a multiple of 16) and token counts
+// that are not a multiple of the 8-token pass are covered.
+TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
+  auto gen = make_cpu_backend(1, CpuIsa::generic, CpuBackendOptions{.q8_activations = true, .q8_tiles = true});
+  int tiled_types = 0;
+  for (DType t : kQ8Types) {
+    const cpu::Q8Ops* op = cpu::q8_kernels_generic().get(t);
+    if (!op || !op->tile.gemm) continue;
+    ++tiled_types;
+    for (auto [n_in, n_out, T] : {std::tuple<int64_t, int64_t, int64_t>{256, 16, 8}, {512, 37, 13}, {1024, 70, 21}}) {
+      Weights w(t, n_in, n_out, 31 + static_cast<uint32_t>(n_out));
+      const auto x = randn(static_cast<size_t>(T * n_in), 32 + static_cast<uint32_t>(T));
+      const auto yg = matmul(*gen, w.view, x, T);
+      for (CpuIsa isa : available_isas()) {
+        auto tiles = make_cpu_backend(2, isa, CpuBackendOptions{.q8_activations = true, .q8_tiles = true});
+        auto rows = make_cpu_backend(2, isa, CpuBackendOptions{.q8_activations = true, .q8_tiles = false});
+        const auto yt = matmul(*tiles, w.view, x, T);
+        EXPECT_LE(nmse(matmul(*rows, w.view, x, T), yt), kTolQ8Twin) << dtype_name(t) << " " << cpu_isa_name(isa);
+        const cpu::Q8Ops* lop = cpu::q8_kernels_for(isa).get(t);
+        if (lop && lop->tile.gemm) {  // this level has tiles: bitwise the scalar twin
+          EXPECT_EQ(0, std::memcmp(yg.data(), yt.data(), yt.size() * 4))
+              << dtype_name(t) << " " << cpu_isa_name(isa) << " rows=" << n_out << " T=" << T;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(tiled_types, 2) << "Q4_K and Q6_K have tiles";
+}
+
 // Negative controls: the tight check must see the activation rounding (so it would catch a
 // path that quantized differently), and the loose check must see one wrong sub-block scale.
 TEST(Q8Matmul, NegativeControls) {
@@ -133,19 +166,44 @@ TEST(Q8Matmul, NegativeControls) {
     auto cpu = q8_backend(2, isa);
     EXPECT_GT(nmse(y_float, matmul(*cpu, w.view, x, 2)), 10 * kTolQ8Tight) << cpu_isa_name(isa);
   }
-  // Row 5, super-block 1: bump the 6-bit scale of sub-block 0 (scales[0] low 6 bits).
+  // Row 5, super-block 1: bump the 6-bit scale of sub-block 0 (scales[0] low 6 bits). Two
+  // tokens take the row path, sixteen the tiles.
+  const auto x16 = randn(16 * 1024, 12);
+  const auto y16_float = matmul(*ref, w.view, x16, 16);
+  for (CpuIsa isa : available_isas()) {
+    auto cpu = q8_backend(2, isa);
+    EXPECT_LE(nmse(y16_float, matmul(*cpu, w.view, x16, 16)), kTolQ8Loose) << cpu_isa_name(isa);
+  }
   auto* b = reinterpret_cast<block_q4_K*>(w.bytes.data() + 5 * dtype_row_bytes(DType::Q4_K, 1024)) + 1;
   b->scales[0] = static_cast<uint8_t>((b->scales[0] & 0xC0) | (((b->scales[0] & 63) + 20) & 63));
   for (CpuIsa isa : available_isas()) {
     auto cpu = q8_backend(2, isa);
     EXPECT_GT(nmse(y_float, matmul(*cpu, w.view, x, 2)), kTolQ8Loose) << cpu_isa_name(isa);
+    EXPECT_GT(nmse(y16_float, matmul(*cpu, w.view, x16, 16)), kTolQ8Loose) << cpu_isa_name(isa) << " tiles";
   }
 }
 
-// Bitwise: 1, 2 and 3 threads agree, and a token's output does not depend on its batch.
+// Bitwise: 1, 2 and 3 threads agree, and on the row path (tiles off) a token's output does
+// not depend on its batch. With tiles (batches of ≥ kQ8TileMinTokens) the threads still agree
+// bitwise and a batch's token agrees with the same token alone to float rounding (kernels.h).
 TEST(Q8Matmul, DeterministicAcrossThreadsAndBatch) {
   for (CpuIsa isa : available_isas()) {
-    auto c1 = q8_backend(1, isa), c2 = q8_backend(2, isa), c3 = q8_backend(3, isa);
+    auto tiled = q8_backend(2, isa);
+    auto q8_rows = [&](int threads) {
+      return make_cpu_backend(threads, isa, CpuBackendOptions{.q8_activations = true, .q8_tiles = false});
+    };
+    auto c1 = q8_rows(1), c2 = q8_rows(2), c3 = q8_rows(3);
+    for (DType t : kQ8Types) {
+      Weights w(t, 512, 301, 21);
+      const int64_t T = 67;
+      const auto x = randn(static_cast<size_t>(T * 512), 22);
+      const auto yt = matmul(*tiled, w.view, x, T);
+      EXPECT_EQ(0, std::memcmp(yt.data(), matmul(*q8_backend(1, isa), w.view, x, T).data(), yt.size() * 4)) << dtype_name(t);
+      EXPECT_EQ(0, std::memcmp(yt.data(), matmul(*q8_backend(3, isa), w.view, x, T).data(), yt.size() * 4)) << dtype_name(t);
+      std::vector<float> x0(x.begin(), x.begin() + 512);
+      EXPECT_LE(nmse(matmul(*tiled, w.view, x0, 1), std::vector<float>(yt.begin(), yt.begin() + 301)), kTolQ8Twin)
+          << dtype_name(t);
+    }
     for (DType t : kQ8Types) {
       Weights w(t, 512, 301, 21);
       const int64_t T = 67;

@@ -39,7 +39,10 @@ constexpr int64_t kMoeDownRows = 128;
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int n_threads, CpuIsa isa, const CpuBackendOptions& opt)
-      : pool_(n_threads), k_(cpu::kernels_for(isa)), q8_(opt.q8_activations ? &cpu::q8_kernels_for(isa) : nullptr) {
+      : pool_(n_threads),
+        k_(cpu::kernels_for(isa)),
+        q8_(opt.q8_activations ? &cpu::q8_kernels_for(isa) : nullptr),
+        q8_tiles_(opt.q8_tiles) {
     if (!cpu_isa_available(isa)) fail("cpu backend: ISA level ", cpu_isa_name(isa), " is not available on this CPU");
     scratch_.resize(static_cast<size_t>(pool_.size()));
   }
@@ -210,6 +213,22 @@ class CpuBackend final : public Backend {
     run(n_tok, n_tok * n_in * 4, [&](int64_t t0, int64_t t1, int) {
       for (int64_t t = t0; t < t1; ++t) quantize_row(op.act, x + t * n_in, act + static_cast<size_t>(t) * a_bytes, n_in);
     });
+    if (q8_tiles_ && op.tile.gemm && n_tok >= cpu::kQ8TileMinTokens) {
+      // Prefill: each unit packs 16 rows into the thread's tile buffer once, then runs every
+      // token against it. Units start at multiples of 16 rows whatever the thread count.
+      const size_t tile_bytes = op.tile.bytes(n_in);
+      const int64_t n_units = (n_out + cpu::kQ8TileRows - 1) / cpu::kQ8TileRows;
+      run(n_units, n_out * n_in * n_tok, [&](int64_t u0, int64_t u1, int thread) {
+        uint8_t* tile = scratch_aligned(thread, tile_bytes);
+        for (int64_t u = u0; u < u1; ++u) {
+          const int64_t r0 = u * cpu::kQ8TileRows, nr = std::min(cpu::kQ8TileRows, n_out - r0);
+          op.tile.pack(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes, ldw_bytes, nr, n_in,
+                       tile);
+          op.tile.gemm(tile, n_in, act, a_bytes, n_tok, y + r0, static_cast<size_t>(n_out), nr);
+        }
+      });
+      return;
+    }
     const int64_t block = n_tok == 1 ? kQ8RowsDecode : kQ8RowsBatch;
     const int64_t n_units = (n_out + block - 1) / block;
     run(n_units, n_out * n_in * n_tok, [&](int64_t u0, int64_t u1, int) {
@@ -347,9 +366,16 @@ class CpuBackend final : public Backend {
     return s.data();
   }
 
+  // n bytes of the thread's scratch, 64-byte aligned (tiles are read as 64-byte vectors).
+  uint8_t* scratch_aligned(int thread, size_t n) {
+    auto* p = reinterpret_cast<uint8_t*>(scratch(thread, (n + 64) / sizeof(float) + 1));
+    return p + (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;
+  }
+
   ThreadPool pool_;
   const cpu::Kernels& k_;
   const cpu::Q8Kernels* q8_;  // null: quantized weights are decoded to float (the exact path)
+  bool q8_tiles_;             // CpuBackendOptions::q8_tiles
   std::vector<uint8_t> act_;  // quantized activations of the current int8 matmul
   std::vector<uint8_t> moe_act_;  // moe_ffn_token: x and the k hidden rows, quantized
   std::vector<float> moe_gu_;     // moe_ffn_token: gate then up outputs, [2][k][F]
@@ -361,6 +387,7 @@ class CpuBackend final : public Backend {
 CpuBackendOptions cpu_backend_default_options() {
   CpuBackendOptions o;
   if (const char* e = std::getenv("SLUICE_CPU_Q8")) o.q8_activations = std::string_view(e) == "1";
+  if (const char* e = std::getenv("SLUICE_CPU_Q8_TILES")) o.q8_tiles = std::string_view(e) == "1";
   return o;
 }
 

@@ -25,8 +25,13 @@ struct CpuBackendOptions {
   // these defaults (kernel tests compare against float math); make_backend("cpu") turns it on
   // and make_backend("cpu-exact") keeps it off (backends/backend.cpp).
   bool q8_activations = false;
+  // With q8_activations: batches of at least cpu::kQ8TileMinTokens tokens use the packed
+  // row-interleaved tiles where the level has them (kernels.h, Q8TileOps); off = the row path
+  // for every batch (for A/B measurements and the batch-invariance tests).
+  bool q8_tiles = true;
 };
-// The defaults, with SLUICE_CPU_Q8=1|0 in the environment overriding q8_activations.
+// The defaults, with SLUICE_CPU_Q8=1|0 and SLUICE_CPU_Q8_TILES=1|0 in the environment
+// overriding q8_activations and q8_tiles.
 CpuBackendOptions cpu_backend_default_options();
 
 // n_threads <= 0: hardware concurrency. isa: the kernel level (must be available; see

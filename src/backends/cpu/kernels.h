@@ -94,12 +94,38 @@ struct Kernels {
 // ggml_vec_dot_<w>_<act>. They read each weight byte once and never form floats of the
 // weights; the result differs from the float path by the activation rounding (~0.4% per
 // element). Determinism: each dot's value depends only on its two operands.
+// Prefill tiles (kernels_q8_impl.h, "row-interleaved tiles"): kQ8TileRows weight rows
+// repacked so that one 64-byte vector holds 4 consecutive inputs of each of 16 rows. A vpdpbusd
+// of that vector with 4 broadcast activation bytes then gives 16 rows' partial sums in 16
+// lanes: no horizontal sums, sub-block scales applied per lane, and each unpacked weight vector
+// is reused by several tokens. The repack costs about as much as reading the rows once, so the
+// cpu backend uses tiles only for batches of at least kQ8TileMinTokens tokens.
+//
+// Numerics: a tile computes for row r and token t, super-block by super-block,
+//   acc = fma(float(sumi), d_r·d_t, acc);  acc = fma(-float(mins), dmin_r·d_t, acc)
+// with sumi and mins the exact int32 sums of the super-block. The row path (Q8Ops::gemm)
+// accumulates the same exact sums in another float order, so the two agree to float
+// rounding (~1e-7 relative), not bitwise: a token's result depends on whether its batch used
+// tiles. Thread counts still never change a result (tiles start at multiples of 16 rows).
+constexpr int64_t kQ8TileRows = 16;
+constexpr int64_t kQ8TileMinTokens = 8;
+struct Q8TileOps {
+  // Bytes of one packed tile of n inputs (a whole number of super-blocks).
+  size_t (*bytes)(int64_t n) = nullptr;
+  // Packs rows [0, nr) (nr ≤ kQ8TileRows; missing rows are zero) of w, row_bytes apart.
+  void (*pack)(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) = nullptr;
+  // y[t*ldy + r] = dot(W_r, A_t) for r < nr, t < n_tok (A_t = a + t*a_row_bytes, as gemm).
+  void (*gemm)(const uint8_t* tile, int64_t n, const void* a, size_t a_row_bytes, int64_t n_tok, float* y, size_t ldy,
+               int64_t nr) = nullptr;
+};
+
 struct Q8Ops {
   DType act = DType::F32;  // activation block type; F32 = no int8 path for this weight type
   // y[t*ldy + r] = dot(W_r, A_t) for r < n_rows, t < n_tok, W_r = w + r*row_bytes,
   // A_t = a + t*a_row_bytes (n elements quantized to act).
   void (*gemm)(const void* w, size_t row_bytes, int64_t n_rows, const void* a, size_t a_row_bytes, int64_t n_tok,
                int64_t n, float* y, size_t ldy) = nullptr;
+  Q8TileOps tile;  // tile.gemm null: no tiled path for this type at this level
 };
 
 struct Q8Kernels {

@@ -412,6 +412,280 @@ inline void q8_dot_q6_K_512(const void* w, const uint8_t* act, size_t astride, i
 #define SLUICE_Q8_Q6_K_DOT q8_dot_q6_K
 #endif
 
+// ---- Q4_K prefill tiles (kernels.h, Q8TileOps) -----------------------------------------
+// One packed super-block of 16 rows. qs[w][r] is the 4-byte word w (bytes 4w..4w+3) of row
+// r's qs: word w = 8c + g of chunk c holds elements 64c + 4g + b (low nibbles, sub-block 2c)
+// and 64c + 32 + 4g + b (high nibbles, sub-block 2c + 1), b < 4 — so one 64-byte row of qs
+// is a vpdpbusd operand for 16 rows. m2 holds each 6-bit min twice (two int16 halves) so a
+// vpdpwssd with the pair bsums[2j], bsums[2j+1] adds m_j·(bsums[2j] + bsums[2j+1]).
+struct Q4KTile {
+  uint32_t qs[32][kQ8TileRows];
+  uint8_t sc[8][kQ8TileRows];
+  uint32_t m2[8][kQ8TileRows];
+  float d[kQ8TileRows], dmin[kQ8TileRows];
+};
+static_assert(sizeof(Q4KTile) % 64 == 0, "tiles are read as 64-byte vectors");
+
+inline size_t q4_K_tile_bytes(int64_t n) { return static_cast<size_t>(n / QK_K) * sizeof(Q4KTile); }
+
+inline void q4_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  const int64_t nb = n / QK_K;
+  auto* T = reinterpret_cast<Q4KTile*>(tile);
+  if (nr < kQ8TileRows) __builtin_memset(tile, 0, q4_K_tile_bytes(n));
+  for (int64_t r = 0; r < nr; ++r) {
+    const auto* x = reinterpret_cast<const block_q4_K*>(static_cast<const uint8_t*>(w) + r * row_bytes);
+    for (int64_t i = 0; i < nb; ++i) {
+      Q4KTile& b = T[i];
+      uint8_t sc[8], m[8];
+      q8_scales_mins_k4(x[i].scales, sc, m);
+      for (int j = 0; j < 8; ++j) {
+        b.sc[j][r] = sc[j];
+        b.m2[j][r] = m[j] * 0x10001u;
+      }
+      b.d[r] = q8_half(x[i].d);
+      b.dmin[r] = q8_half(x[i].dmin);
+      for (int k = 0; k < 32; ++k) __builtin_memcpy(&b.qs[k][r], x[i].qs + 4 * k, 4);
+    }
+  }
+}
+
+#if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
+inline __m512i q8_bcst32(const void* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// NT tokens against one tile. Per sub-block: the 8 weight vectors are unpacked once, then
+// each token runs 8 vpdpbusd (16 rows × 4 inputs each) and one vpmulld by the scales.
+template <int NT>
+inline void q4_K_tile_tokens(const Q4KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
+                             __mmask16 rows) {
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const Q4KTile& b = T[i];
+    const block_q8_K* a[NT];
+    __m512i sumi[NT];
+    for (int t = 0; t < NT; ++t) {
+      a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
+      sumi[t] = _mm512_setzero_si512();
+    }
+    for (int j = 0; j < 8; ++j) {  // sub-block j: chunk j/2, low (even j) or high nibbles
+      const int c = j / 2, hi = j % 2;
+      __m512i wv[8];
+      for (int g = 0; g < 8; ++g) {
+        const __m512i raw = _mm512_loadu_si512(b.qs[8 * c + g]);
+        wv[g] = _mm512_and_si512(hi ? _mm512_srli_epi16(raw, 4) : raw, m4);
+      }
+      const __m512i scv = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[j])));
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* aq = a[t]->qs + 32 * j;
+        __m512i s = _mm512_setzero_si512();
+        for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(aq + 4 * g));
+        sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(s, scv));
+      }
+    }
+    const __m512 dv = _mm512_loadu_ps(b.d), dmv = _mm512_loadu_ps(b.dmin);
+    for (int t = 0; t < NT; ++t) {
+      __m512i mins = _mm512_setzero_si512();
+      for (int j = 0; j < 8; ++j) mins = _mm512_dpwssd_epi32(mins, _mm512_loadu_si512(b.m2[j]), q8_bcst32(a[t]->bsums + 2 * j));
+      const __m512 ad = _mm512_set1_ps(a[t]->d);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dv, ad), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmv, ad), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
+}
+
+inline void q4_K_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t astride, int64_t n_tok, float* y,
+                           size_t ldy, int64_t nr) {
+  const auto* T = reinterpret_cast<const Q4KTile*>(tile);
+  const auto* ab = static_cast<const uint8_t*>(a);
+  const int64_t nb = n / QK_K;
+  const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1);
+  constexpr int kNT = 8;
+  int64_t t = 0;
+  for (; t + kNT <= n_tok; t += kNT) q4_K_tile_tokens<kNT>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
+  for (; t + 4 <= n_tok; t += 4) q4_K_tile_tokens<4>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
+  for (; t < n_tok; ++t) q4_K_tile_tokens<1>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
+}
+#define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack, q4_K_tile_gemm}
+#elif !SLUICE_Q8_SIMD
+// The scalar twin: the same exact integer sums per super-block and the same two fused
+// multiply-adds per super-block as the vector code, so the results are bitwise equal.
+inline void q4_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok, float* y,
+                           size_t ldy, int64_t nr) {
+  const auto* T = reinterpret_cast<const Q4KTile*>(tile);
+  const int64_t nb = n / QK_K;
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const block_q8_K*>(static_cast<const uint8_t*>(act) + t * astride);
+    for (int64_t r = 0; r < nr; ++r) {
+      float acc = 0;
+      for (int64_t i = 0; i < nb; ++i) {
+        const Q4KTile& b = T[i];
+        int32_t sumi = 0, mins = 0;
+        for (int j = 0; j < 8; ++j) {
+          int32_t s = 0;
+          for (int k = 0; k < 32; ++k) {
+            const int g = k / 4, byte = k % 4;
+            const uint8_t q = reinterpret_cast<const uint8_t*>(&b.qs[8 * (j / 2) + g][r])[byte];
+            s += ((j % 2) ? q >> 4 : q & 0xF) * a[i].qs[32 * j + k];
+          }
+          sumi += b.sc[j][r] * s;
+          mins += static_cast<int32_t>(b.m2[j][r] & 0xFFFF) * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
+        }
+        acc = std::fma(static_cast<float>(sumi), b.d[r] * a[i].d, acc);
+        acc = std::fma(-static_cast<float>(mins), b.dmin[r] * a[i].d, acc);
+      }
+      y[t * ldy + r] = acc;
+    }
+  }
+}
+#define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack, q4_K_tile_gemm}
+#else
+#define SLUICE_Q8_Q4_K_TILE {}
+#endif
+
+// ---- Q6_K prefill tiles ------------------------------------------------------------------
+// ql[w][r] / qh[v][r]: the 4-byte words of row r's ql and qh, as Q4KTile. Elements
+// 128h + 32p + 4g + b (b < 4) of a 32-element group (h, p) take their low nibble from ql word
+// 16h + 8(p & 1) + g (low nibble for p < 2, high for p ≥ 2) and their two high bits from
+// bits 2p, 2p+1 of qh word 8h + g. Sub-block s = 8h + 2p + g/4 has scale sc[s]; sc2 holds
+// (32·sc[2k], 32·sc[2k+1]) as two int16 for the -32 offset by vpdpwssd with bsums[2k], [2k+1].
+struct Q6KTile {
+  uint32_t ql[32][kQ8TileRows];
+  uint32_t qh[16][kQ8TileRows];
+  int8_t sc[16][kQ8TileRows];
+  uint32_t sc2[8][kQ8TileRows];
+  float d[kQ8TileRows];
+};
+static_assert(sizeof(Q6KTile) % 64 == 0, "tiles are read as 64-byte vectors");
+
+inline size_t q6_K_tile_bytes(int64_t n) { return static_cast<size_t>(n / QK_K) * sizeof(Q6KTile); }
+
+inline void q6_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  const int64_t nb = n / QK_K;
+  auto* T = reinterpret_cast<Q6KTile*>(tile);
+  if (nr < kQ8TileRows) __builtin_memset(tile, 0, q6_K_tile_bytes(n));
+  for (int64_t r = 0; r < nr; ++r) {
+    const auto* x = reinterpret_cast<const block_q6_K*>(static_cast<const uint8_t*>(w) + r * row_bytes);
+    for (int64_t i = 0; i < nb; ++i) {
+      Q6KTile& b = T[i];
+      for (int k = 0; k < 32; ++k) __builtin_memcpy(&b.ql[k][r], x[i].ql + 4 * k, 4);
+      for (int k = 0; k < 16; ++k) __builtin_memcpy(&b.qh[k][r], x[i].qh + 4 * k, 4);
+      for (int k = 0; k < 16; ++k) b.sc[k][r] = x[i].scales[k];
+      for (int k = 0; k < 8; ++k)
+        b.sc2[k][r] = static_cast<uint16_t>(32 * x[i].scales[2 * k]) |
+                      static_cast<uint32_t>(static_cast<uint16_t>(32 * x[i].scales[2 * k + 1])) << 16;
+      b.d[r] = q8_half(x[i].d);
+    }
+  }
+}
+
+#if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
+template <int NT>
+inline void q6_K_tile_tokens(const Q6KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
+                             __mmask16 rows) {
+  const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const Q6KTile& b = T[i];
+    const block_q8_K* a[NT];
+    __m512i sumi[NT];
+    for (int t = 0; t < NT; ++t) {
+      a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
+      sumi[t] = _mm512_setzero_si512();
+    }
+    for (int h = 0; h < 2; ++h)
+      for (int p = 0; p < 4; ++p) {  // the 32-element group (h, p): sub-blocks 8h + 2p and + 1
+        __m512i wv[8];
+        for (int g = 0; g < 8; ++g) {
+          const __m512i l = _mm512_loadu_si512(b.ql[16 * h + 8 * (p & 1) + g]);
+          const __m512i lo = _mm512_and_si512(p < 2 ? l : _mm512_srli_epi16(l, 4), m4);
+          const __m512i qh = _mm512_loadu_si512(b.qh[8 * h + g]);
+          // bits 2p, 2p+1 of each byte to bits 4, 5 (16-bit shifts; the mask drops what crossed bytes)
+          const __m512i hb = p == 0   ? _mm512_slli_epi16(qh, 4)
+                             : p == 1 ? _mm512_slli_epi16(qh, 2)
+                             : p == 2 ? qh
+                                      : _mm512_srli_epi16(qh, 2);
+          wv[g] = _mm512_or_si512(lo, _mm512_and_si512(hb, m30));
+        }
+        const int s0 = 8 * h + 2 * p;
+        const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[s0])));
+        const __m512i sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[s0 + 1])));
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* aq = a[t]->qs + 128 * h + 32 * p;
+          __m512i s = _mm512_setzero_si512(), u = _mm512_setzero_si512();
+          for (int g = 0; g < 4; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(aq + 4 * g));
+          for (int g = 4; g < 8; ++g) u = _mm512_dpbusd_epi32(u, wv[g], q8_bcst32(aq + 4 * g));
+          sumi[t] = _mm512_add_epi32(sumi[t], _mm512_add_epi32(_mm512_mullo_epi32(s, sc0), _mm512_mullo_epi32(u, sc1)));
+        }
+      }
+    const __m512 dv = _mm512_loadu_ps(b.d);
+    for (int t = 0; t < NT; ++t) {
+      __m512i offs = _mm512_setzero_si512();
+      for (int k = 0; k < 8; ++k) offs = _mm512_dpwssd_epi32(offs, _mm512_loadu_si512(b.sc2[k]), q8_bcst32(a[t]->bsums + 2 * k));
+      const __m512 s = _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[t], offs));
+      acc[t] = _mm512_fmadd_ps(s, _mm512_mul_ps(dv, _mm512_set1_ps(a[t]->d)), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
+}
+
+inline void q6_K_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t astride, int64_t n_tok, float* y,
+                           size_t ldy, int64_t nr) {
+  const auto* T = reinterpret_cast<const Q6KTile*>(tile);
+  const auto* ab = static_cast<const uint8_t*>(a);
+  const int64_t nb = n / QK_K;
+  const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1);
+  constexpr int kNT = 8;
+  int64_t t = 0;
+  for (; t + kNT <= n_tok; t += kNT) q6_K_tile_tokens<kNT>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
+  for (; t + 4 <= n_tok; t += 4) q6_K_tile_tokens<4>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
+  for (; t < n_tok; ++t) q6_K_tile_tokens<1>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
+}
+#define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack, q6_K_tile_gemm}
+#elif !SLUICE_Q8_SIMD
+// The scalar twin, bitwise equal to the vector code (exact integer sums, one fma per super-block).
+inline void q6_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok, float* y,
+                           size_t ldy, int64_t nr) {
+  const auto* T = reinterpret_cast<const Q6KTile*>(tile);
+  const int64_t nb = n / QK_K;
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const block_q8_K*>(static_cast<const uint8_t*>(act) + t * astride);
+    for (int64_t r = 0; r < nr; ++r) {
+      float acc = 0;
+      for (int64_t i = 0; i < nb; ++i) {
+        const Q6KTile& b = T[i];
+        int32_t sumi = 0, offs = 0;
+        for (int h = 0; h < 2; ++h)
+          for (int p = 0; p < 4; ++p)
+            for (int half = 0; half < 2; ++half) {
+              int32_t s = 0;
+              for (int g = 4 * half; g < 4 * half + 4; ++g)
+                for (int byte = 0; byte < 4; ++byte) {
+                  const uint8_t l = reinterpret_cast<const uint8_t*>(&b.ql[16 * h + 8 * (p & 1) + g][r])[byte];
+                  const uint8_t qh = reinterpret_cast<const uint8_t*>(&b.qh[8 * h + g][r])[byte];
+                  const int q = (p < 2 ? l & 0xF : l >> 4) | (((qh >> (2 * p)) & 3) << 4);
+                  s += q * a[i].qs[128 * h + 32 * p + 4 * g + byte];
+                }
+              sumi += b.sc[8 * h + 2 * p + half][r] * s;
+            }
+        for (int k = 0; k < 16; ++k) offs += 32 * b.sc[k][r] * a[i].bsums[k];
+        acc = std::fma(static_cast<float>(sumi - offs), b.d[r] * a[i].d, acc);
+      }
+      y[t * ldy + r] = acc;
+    }
+  }
+}
+#define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack, q6_K_tile_gemm}
+#else
+#define SLUICE_Q8_Q6_K_TILE {}
+#endif
+
 // Rows outside, tokens inside, 4 tokens per weight pass: a weight row (≤ a few KiB) stays
 // in L1 while the activation rows stream past it, and each 4-token pass unpacks the weight
 // blocks once. Each output is the same computation whatever the grouping (see above).
@@ -454,10 +728,12 @@ struct Dot_q6_K {
 constexpr Q8Kernels q8_table(const char* name) {
   return Q8Kernels{
       .name = name,
-      .q4_0 = {DType::Q8_0, q8_gemm<Dot_q4_0, QK4_0>},
-      .q8_0 = {DType::Q8_0, q8_gemm<Dot_q8_0, QK8_0>},
-      .q4_K = {DType::Q8_K, q8_gemm<Dot_q4_K, QK_K>},
-      .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>},
-      .q6_K = {DType::Q8_K, q8_gemm<Dot_q6_K, QK_K>},
+      .q4_0 = {DType::Q8_0, q8_gemm<Dot_q4_0, QK4_0>, {}},
+      .q8_0 = {DType::Q8_0, q8_gemm<Dot_q8_0, QK8_0>, {}},
+      .q4_K = {DType::Q8_K, q8_gemm<Dot_q4_K, QK_K>, SLUICE_Q8_Q4_K_TILE},
+      .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, {}},
+      .q6_K = {DType::Q8_K, q8_gemm<Dot_q6_K, QK_K>, SLUICE_Q8_Q6_K_TILE},
   };
 }
+#undef SLUICE_Q8_Q4_K_TILE
+#undef SLUICE_Q8_Q6_K_TILE
