@@ -511,7 +511,7 @@ inline void q4_K_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t
   for (; t + 4 <= n_tok; t += 4) q4_K_tile_tokens<4>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
   for (; t < n_tok; ++t) q4_K_tile_tokens<1>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
 }
-#define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack, q4_K_tile_gemm}
+#define SLUICE_Q8_Q4_K_TILE {8, q4_K_tile_bytes, q4_K_tile_pack, q4_K_tile_gemm}
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: the same exact integer sums per super-block and the same two fused
 // multiply-adds per super-block as the vector code, so the results are bitwise equal.
@@ -543,7 +543,7 @@ inline void q4_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size
     }
   }
 }
-#define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack, q4_K_tile_gemm}
+#define SLUICE_Q8_Q4_K_TILE {8, q4_K_tile_bytes, q4_K_tile_pack, q4_K_tile_gemm}
 #else
 #define SLUICE_Q8_Q4_K_TILE {}
 #endif
@@ -647,7 +647,7 @@ inline void q6_K_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t
   for (; t + 4 <= n_tok; t += 4) q6_K_tile_tokens<4>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
   for (; t < n_tok; ++t) q6_K_tile_tokens<1>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
 }
-#define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack, q6_K_tile_gemm}
+#define SLUICE_Q8_Q6_K_TILE {12, q6_K_tile_bytes, q6_K_tile_pack, q6_K_tile_gemm}
 #elif !SLUICE_Q8_SIMD
 // The scalar twin, bitwise equal to the vector code (exact integer sums, one fma per super-block).
 inline void q6_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok, float* y,
@@ -681,7 +681,7 @@ inline void q6_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size
     }
   }
 }
-#define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack, q6_K_tile_gemm}
+#define SLUICE_Q8_Q6_K_TILE {12, q6_K_tile_bytes, q6_K_tile_pack, q6_K_tile_gemm}
 #else
 #define SLUICE_Q8_Q6_K_TILE {}
 #endif
