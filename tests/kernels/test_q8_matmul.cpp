@@ -135,7 +135,7 @@ TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
     const cpu::Q8Ops* op = cpu::q8_kernels_generic().get(t);
     if (!op || !op->tile.gemm) continue;
     ++tiled_types;
-    for (auto [n_in, n_out, T] : {std::tuple<int64_t, int64_t, int64_t>{256, 16, 12}, {512, 37, 13}, {1024, 70, 21}}) {
+    for (auto [n_in, n_out, T] : {std::tuple<int64_t, int64_t, int64_t>{256, 16, 2}, {512, 37, 13}, {1024, 70, 21}}) {
       Weights w(t, n_in, n_out, 31 + static_cast<uint32_t>(n_out));
       const auto x = randn(static_cast<size_t>(T * n_in), 32 + static_cast<uint32_t>(T));
       const auto yg = matmul(*gen, w.view, x, T);
@@ -145,9 +145,17 @@ TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
         const auto yt = matmul(*tiles, w.view, x, T);
         EXPECT_LE(nmse(matmul(*rows, w.view, x, T), yt), kTolQ8Twin) << dtype_name(t) << " " << cpu_isa_name(isa);
         const cpu::Q8Ops* lop = cpu::q8_kernels_for(isa).get(t);
-        if (lop && lop->tile.gemm) {  // this level has tiles: bitwise the scalar twin
+        if (lop && lop->tile.gemm) {  // this level has tiles: bitwise the scalar twin, pack included
           EXPECT_EQ(0, std::memcmp(yg.data(), yt.data(), yt.size() * 4))
               << dtype_name(t) << " " << cpu_isa_name(isa) << " rows=" << n_out << " T=" << T;
+          const size_t tb = op->tile.bytes(n_in), rb = dtype_row_bytes(t, n_in);
+          for (int64_t r0 = 0; r0 < n_out; r0 += cpu::kQ8TileRows) {
+            const int64_t nr = std::min(cpu::kQ8TileRows, n_out - r0);
+            std::vector<uint8_t> want(tb, 0xAA), got(tb, 0x55);
+            op->tile.pack(w.bytes.data() + r0 * rb, rb, nr, n_in, want.data());
+            lop->tile.pack(w.bytes.data() + r0 * rb, rb, nr, n_in, got.data());
+            EXPECT_EQ(want, got) << dtype_name(t) << " " << cpu_isa_name(isa) << " pack of rows " << r0 << "+" << nr;
+          }
         }
       }
     }
@@ -184,7 +192,7 @@ TEST(Q8Matmul, NegativeControls) {
 }
 
 // Bitwise: 1, 2 and 3 threads agree, and on the row path (tiles off) a token's output does
-// not depend on its batch. With tiles (batches of ≥ Q8TileOps::min_tokens) the threads still agree
+// not depend on its batch. With tiles (batches of ≥ kQ8TileMinTokens) the threads still agree
 // bitwise and a batch's token agrees with the same token alone to float rounding (kernels.h).
 TEST(Q8Matmul, DeterministicAcrossThreadsAndBatch) {
   for (CpuIsa isa : available_isas()) {

@@ -98,10 +98,10 @@ struct Kernels {
 // repacked so that one 64-byte vector holds 4 consecutive inputs of each of 16 rows. A vpdpbusd
 // of that vector with 4 broadcast activation bytes then gives 16 rows' partial sums in 16
 // lanes: no horizontal sums, sub-block scales applied per lane, and each unpacked weight vector
-// is reused by several tokens. The repack (scalar word copies) costs about as much as a few
-// tokens' worth of the kernel, so the cpu backend uses tiles only for batches of at least
-// Q8TileOps::min_tokens tokens (measured break-even, 1 thread, Zen 4: Q4_K between 4 and 8
-// tokens, Q6_K between 8 and 12).
+// is reused by several tokens. The repack is paid once per 16 rows and call, so one token
+// (decode, bandwidth-bound) keeps the row path; from two tokens on, tiles win (1 thread, Zen 4,
+// 2048×768 Q4_K / 768×2048 Q6_K: 47 vs 35 and 31 vs 27 GMAC/s at 2 tokens, 110 vs 51 and 100
+// vs 55 at 16).
 //
 // Numerics: a tile computes for row r and token t, super-block by super-block,
 //   acc = fma(float(sumi), d_r·d_t, acc);  acc = fma(-float(mins), dmin_r·d_t, acc)
@@ -110,8 +110,8 @@ struct Kernels {
 // rounding (~1e-7 relative), not bitwise: a token's result depends on whether its batch used
 // tiles. Thread counts still never change a result (tiles start at multiples of 16 rows).
 constexpr int64_t kQ8TileRows = 16;
+constexpr int64_t kQ8TileMinTokens = 2;
 struct Q8TileOps {
-  int64_t min_tokens = 0;  // batches of fewer tokens take the row path
   // Bytes of one packed tile of n inputs (a whole number of super-blocks).
   size_t (*bytes)(int64_t n) = nullptr;
   // Packs rows [0, nr) (nr ≤ kQ8TileRows; missing rows are zero) of w, row_bytes apart.

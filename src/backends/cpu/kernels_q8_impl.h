@@ -456,6 +456,85 @@ inline __m512i q8_bcst32(const void* p) {
   return _mm512_set1_epi32(v);
 }
 
+// The packs below produce exactly the bytes of q4_K_tile_pack / q6_K_tile_pack (the scalar
+// packs stay the twins): 4-byte words of 16 rows transposed by 16×16 blocks, the per-row
+// scale fields gathered as 32-bit words of 16 rows and split lane-parallel. They are ~5x
+// faster, which matters for expert matmuls of a few dozen tokens, where the scalar pack took
+// a third of the time.
+
+// out[w] = word w of rows 0..15 (in[r] = words 0..15 of row r), by 32-bit, 64-bit and
+// 128-bit-lane unpacks.
+inline void q8_transpose16_epi32(const __m512i in[16], __m512i out[16]) {
+  __m512i t[16], v[16];
+  for (int m = 0; m < 8; ++m) {
+    t[2 * m] = _mm512_unpacklo_epi32(in[2 * m], in[2 * m + 1]);
+    t[2 * m + 1] = _mm512_unpackhi_epi32(in[2 * m], in[2 * m + 1]);
+  }
+  // v[4q + e]: 128-bit lane L holds word 4L + e of rows 4q..4q+3.
+  for (int q = 0; q < 4; ++q)
+    for (int h = 0; h < 2; ++h) {
+      v[4 * q + 2 * h] = _mm512_unpacklo_epi64(t[4 * q + h], t[4 * q + 2 + h]);
+      v[4 * q + 2 * h + 1] = _mm512_unpackhi_epi64(t[4 * q + h], t[4 * q + 2 + h]);
+    }
+  for (int e = 0; e < 4; ++e) {
+    const __m512i x0 = _mm512_shuffle_i32x4(v[e], v[4 + e], 0x44), x1 = _mm512_shuffle_i32x4(v[e], v[4 + e], 0xEE);
+    const __m512i x2 = _mm512_shuffle_i32x4(v[8 + e], v[12 + e], 0x44), x3 = _mm512_shuffle_i32x4(v[8 + e], v[12 + e], 0xEE);
+    out[e] = _mm512_shuffle_i32x4(x0, x2, 0x88);
+    out[4 + e] = _mm512_shuffle_i32x4(x0, x2, 0xDD);
+    out[8 + e] = _mm512_shuffle_i32x4(x1, x3, 0x88);
+    out[12 + e] = _mm512_shuffle_i32x4(x1, x3, 0xDD);
+  }
+}
+
+// Words [16k, 16k + 16) of the 64-byte field at byte `off` of nr ≤ 16 rows, transposed into
+// dst[16][16] (rows ≥ nr are zero).
+inline void q8_pack_words16(const uint8_t* w, size_t row_bytes, int64_t nr, size_t off, uint32_t (*dst)[kQ8TileRows]) {
+  __m512i in[16], out[16];
+  for (int r = 0; r < 16; ++r) in[r] = r < nr ? _mm512_loadu_si512(w + r * row_bytes + off) : _mm512_setzero_si512();
+  q8_transpose16_epi32(in, out);
+  for (int k = 0; k < 16; ++k) _mm512_storeu_si512(dst[k], out[k]);
+}
+
+// The 32-bit word at byte `off` of each of nr rows (0 beyond nr).
+inline __m512i q8_gather_rows(const uint8_t* w, size_t row_bytes, int64_t nr, size_t off) {
+  const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                         _mm512_set1_epi32(static_cast<int32_t>(row_bytes)));
+  return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), static_cast<__mmask16>((1u << nr) - 1), idx, w + off, 1);
+}
+// Byte k of each lane, as 16 bytes.
+inline __m128i q8_lane_byte(__m512i v, int k) { return _mm512_cvtepi32_epi8(_mm512_srli_epi32(v, 8 * k)); }
+
+inline void q4_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  const int64_t nb = n / QK_K;
+  auto* T = reinterpret_cast<Q4KTile*>(tile);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f), k03 = _mm512_set1_epi32(0x03030303);
+  const __m512i kff = _mm512_set1_epi32(0xFF);
+  for (int64_t i = 0; i < nb; ++i) {
+    Q4KTile& b = T[i];
+    const size_t o = static_cast<size_t>(i) * sizeof(block_q4_K);
+    q8_pack_words16(wb, row_bytes, nr, o + offsetof(block_q4_K, qs), b.qs);
+    q8_pack_words16(wb, row_bytes, nr, o + offsetof(block_q4_K, qs) + 64, b.qs + 16);
+    const __m512i dd = q8_gather_rows(wb, row_bytes, nr, o);  // d | dmin << 16
+    const __m512i u0 = q8_gather_rows(wb, row_bytes, nr, o + 4), u1 = q8_gather_rows(wb, row_bytes, nr, o + 8);
+    const __m512i u2 = q8_gather_rows(wb, row_bytes, nr, o + 12);
+    // q8_scales_mins_k4, 16 rows at once
+    const __m512i s_lo = _mm512_and_si512(u0, k3f), m_lo = _mm512_and_si512(u1, k3f);
+    const __m512i s_hi = _mm512_or_si512(_mm512_and_si512(u2, k0f),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k03), 4));
+    const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k0f),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k03), 4));
+    for (int j = 0; j < 8; ++j) {
+      const __m512i sv = j < 4 ? s_lo : s_hi, mv = j < 4 ? m_lo : m_hi;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(b.sc[j]), q8_lane_byte(sv, j % 4));
+      const __m512i m = _mm512_and_si512(_mm512_srli_epi32(mv, 8 * (j % 4)), kff);
+      _mm512_storeu_si512(b.m2[j], _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
+    }
+    _mm512_storeu_ps(b.d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+    _mm512_storeu_ps(b.dmin, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+  }
+}
+
 // NT tokens against one tile. Per sub-block: the 8 weight vectors are unpacked once, then
 // each token runs 8 vpdpbusd (16 rows × 4 inputs each) and one vpmulld by the scales.
 template <int NT>
@@ -511,7 +590,7 @@ inline void q4_K_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t
   for (; t + 4 <= n_tok; t += 4) q4_K_tile_tokens<4>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
   for (; t < n_tok; ++t) q4_K_tile_tokens<1>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
 }
-#define SLUICE_Q8_Q4_K_TILE {8, q4_K_tile_bytes, q4_K_tile_pack, q4_K_tile_gemm}
+#define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack_512, q4_K_tile_gemm}
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: the same exact integer sums per super-block and the same two fused
 // multiply-adds per super-block as the vector code, so the results are bitwise equal.
@@ -543,7 +622,7 @@ inline void q4_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size
     }
   }
 }
-#define SLUICE_Q8_Q4_K_TILE {8, q4_K_tile_bytes, q4_K_tile_pack, q4_K_tile_gemm}
+#define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack, q4_K_tile_gemm}
 #else
 #define SLUICE_Q8_Q4_K_TILE {}
 #endif
@@ -647,7 +726,32 @@ inline void q6_K_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t
   for (; t + 4 <= n_tok; t += 4) q6_K_tile_tokens<4>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
   for (; t < n_tok; ++t) q6_K_tile_tokens<1>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
 }
-#define SLUICE_Q8_Q6_K_TILE {12, q6_K_tile_bytes, q6_K_tile_pack, q6_K_tile_gemm}
+inline void q6_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  const int64_t nb = n / QK_K;
+  auto* T = reinterpret_cast<Q6KTile*>(tile);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const __m512i k16 = _mm512_set1_epi32(0xFFFF);
+  for (int64_t i = 0; i < nb; ++i) {
+    Q6KTile& b = T[i];
+    const size_t o = static_cast<size_t>(i) * sizeof(block_q6_K);
+    q8_pack_words16(wb, row_bytes, nr, o + offsetof(block_q6_K, ql), b.ql);
+    q8_pack_words16(wb, row_bytes, nr, o + offsetof(block_q6_K, ql) + 64, b.ql + 16);
+    q8_pack_words16(wb, row_bytes, nr, o + offsetof(block_q6_K, qh), b.qh);
+    __m512i g[4];
+    for (int k = 0; k < 4; ++k) g[k] = q8_gather_rows(wb, row_bytes, nr, o + offsetof(block_q6_K, scales) + 4 * k);
+    for (int k = 0; k < 16; ++k) _mm_storeu_si128(reinterpret_cast<__m128i*>(b.sc[k]), q8_lane_byte(g[k / 4], k % 4));
+    // 32·scale as int16: byte k % 4 of the word, sign-extended by a shift pair, times 32.
+    auto x32 = [&](int k) {
+      return _mm512_slli_epi32(_mm512_srai_epi32(_mm512_slli_epi32(g[k / 4], 24 - 8 * (k % 4)), 24), 5);
+    };
+    for (int k = 0; k < 8; ++k)
+      _mm512_storeu_si512(b.sc2[k], _mm512_or_si512(_mm512_and_si512(x32(2 * k), k16), _mm512_slli_epi32(x32(2 * k + 1), 16)));
+    // d: the high half of the word that ends with it (scales[14], scales[15], d)
+    const __m512i gd = q8_gather_rows(wb, row_bytes, nr, o + offsetof(block_q6_K, d) - 2);
+    _mm512_storeu_ps(b.d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(gd, 16))));
+  }
+}
+#define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack_512, q6_K_tile_gemm}
 #elif !SLUICE_Q8_SIMD
 // The scalar twin, bitwise equal to the vector code (exact integer sums, one fma per super-block).
 inline void q6_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok, float* y,
@@ -681,7 +785,7 @@ inline void q6_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size
     }
   }
 }
-#define SLUICE_Q8_Q6_K_TILE {12, q6_K_tile_bytes, q6_K_tile_pack, q6_K_tile_gemm}
+#define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack, q6_K_tile_gemm}
 #else
 #define SLUICE_Q8_Q6_K_TILE {}
 #endif
