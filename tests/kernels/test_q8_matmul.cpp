@@ -163,6 +163,39 @@ TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
   EXPECT_EQ(tiled_types, 2) << "Q4_K and Q6_K have tiles";
 }
 
+// The vector Q8_K quantizers write quantize_row's bytes: Gaussian rows, rows whose largest
+// |x| appears with both signs (the first one sets the sign of d), exact ties at .5 steps,
+// all-zero blocks and single-spike blocks.
+TEST(Q8Matmul, VectorQuantizerMatchesQuantizeRow) {
+  constexpr int64_t n = 4 * 256;
+  std::vector<std::vector<float>> rows;
+  rows.push_back(randn(n, 41));
+  auto both = randn(n, 42);
+  both[5] = 9.0f, both[3] = -9.0f, both[256 + 7] = 4.0f, both[256 + 200] = -4.0f;
+  rows.push_back(both);
+  std::vector<float> ties(n);
+  for (int64_t i = 0; i < n; ++i) ties[static_cast<size_t>(i)] = static_cast<float>(i % 255 - 127) * 0.5f;
+  rows.push_back(ties);
+  std::vector<float> sparse(n, 0.0f);
+  sparse[256 + 17] = -3.0f;  // block 0 all zero, block 1 one spike
+  rows.push_back(sparse);
+  int levels = 0;
+  for (CpuIsa isa : available_isas()) {
+    const auto q = cpu::q8_kernels_for(isa).quantize_q8_K;
+    if (!q) continue;
+    ++levels;
+    for (const auto& x : rows) {
+      std::vector<uint8_t> want(dtype_row_bytes(DType::Q8_K, n), 0xAA), got(want.size(), 0x55);
+      quantize_row(DType::Q8_K, x.data(), want.data(), n);
+      q(x.data(), got.data(), n);
+      EXPECT_EQ(want, got) << cpu_isa_name(isa);
+    }
+  }
+  if (cpu_isa_available(CpuIsa::avx512)) {
+    EXPECT_GT(levels, 0);
+  }
+}
+
 // Negative controls: the tight check must see the activation rounding (so it would catch a
 // path that quantized differently), and the loose check must see one wrong sub-block scale.
 TEST(Q8Matmul, NegativeControls) {

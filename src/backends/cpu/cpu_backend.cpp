@@ -118,6 +118,15 @@ class CpuBackend final : public Backend {
     k_.gemm_f32(buf, n_in, nr, x, n_in, n_tok, n_in, y, ldy);
   }
 
+  // x quantized to an int8 activation type: quantize_row, or the level's vector Q8_K quantizer
+  // (the same bytes).
+  void quantize_act(DType act, const float* x, uint8_t* y, int64_t n) const {
+    if (act == DType::Q8_K && q8_ && q8_->quantize_q8_K)
+      q8_->quantize_q8_K(x, y, n);
+    else
+      quantize_row(act, x, y, n);
+  }
+
   // The int8 op for weight type t, or null (exact backend, or a type without an int8 path).
   const cpu::Q8Ops* q8_op(DType t) const { return q8_ ? q8_->get(t) : nullptr; }
 
@@ -159,12 +168,12 @@ class CpuBackend final : public Backend {
     const size_t hb = qd ? dtype_row_bytes(qd->act, F) : 0;
     moe_act_.resize(gb + ub + hb * static_cast<size_t>(n));
     uint8_t *xg = moe_act_.data(), *xu = xg + gb, *hq = xu + ub;
-    if (qg) quantize_row(qg->act, x, xg, E);
+    if (qg) quantize_act(qg->act, x, xg, E);
     if (qu) {
       if (qg && qg->act == qu->act)
         xu = xg;
       else
-        quantize_row(qu->act, x, xu, E);
+        quantize_act(qu->act, x, xu, E);
     }
     moe_gu_.resize(static_cast<size_t>(2 * n * F));
     float *g = moe_gu_.data(), *u = g + n * F;
@@ -181,7 +190,7 @@ class CpuBackend final : public Backend {
     });
     for (int64_t j = 0; j < n; ++j) {
       swiglu(g + j * F, u + j * F, g + j * F, F);
-      if (qd) quantize_row(qd->act, g + j * F, hq + static_cast<size_t>(j) * hb, F);
+      if (qd) quantize_act(qd->act, g + j * F, hq + static_cast<size_t>(j) * hb, F);
     }
     // Phase 3 units are long row ranges (up to kMoeDownRows, at least 4 units per thread): each
     // expert's down rows of a unit are one contiguous stream (128 rows of Q6_K at F = 768 is
@@ -211,7 +220,7 @@ class CpuBackend final : public Backend {
     if (act_.size() < a_bytes * static_cast<size_t>(n_tok)) act_.resize(a_bytes * static_cast<size_t>(n_tok));
     uint8_t* act = act_.data();
     run(n_tok, n_tok * n_in * 4, [&](int64_t t0, int64_t t1, int) {
-      for (int64_t t = t0; t < t1; ++t) quantize_row(op.act, x + t * n_in, act + static_cast<size_t>(t) * a_bytes, n_in);
+      for (int64_t t = t0; t < t1; ++t) quantize_act(op.act, x + t * n_in, act + static_cast<size_t>(t) * a_bytes, n_in);
     });
     if (q8_tiles_ && op.tile.gemm && n_tok >= cpu::kQ8TileMinTokens) {
       // Prefill: each unit packs 16 rows into the thread's tile buffer once, then runs every

@@ -133,6 +133,9 @@ struct Q8Ops {
 struct Q8Kernels {
   const char* name;  // "generic", "avx2", "avx512", "avx512-vnni"
   Q8Ops q4_0, q8_0, q4_K, q5_K, q6_K;
+  // quantize_row(Q8_K, x, y, n) with vectors: the same bytes for finite x (tested); null = use
+  // quantize_row. Prefill quantizes each token once per matmul, 3 times per routed expert.
+  void (*quantize_q8_K)(const float* x, void* y, int64_t n) = nullptr;
   const Q8Ops* get(DType t) const {
     const Q8Ops* q = nullptr;
     switch (t) {

@@ -829,6 +829,47 @@ struct Dot_q6_K {
 };
 #undef SLUICE_Q8_Q6_K_DOT
 
+#if SLUICE_Q8_AVX512
+// quant/'s quantize_q8_K with 16 lanes: the same operations per element (iscale·x rounded to
+// nearest even, as nearest_int), the same first-largest-|x| choice of the block's max, so the
+// same bytes for finite input.
+inline void q8_quantize_q8_K_512(const float* x, void* yv, int64_t n) {
+  auto* y = static_cast<block_q8_K*>(yv);
+  for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
+    __m512 v[16];
+    __m512 amaxv = _mm512_setzero_ps();
+    for (int k = 0; k < 16; ++k) {
+      v[k] = _mm512_loadu_ps(x + 16 * k);
+      amaxv = _mm512_max_ps(amaxv, _mm512_abs_ps(v[k]));
+    }
+    const float amax = _mm512_reduce_max_ps(amaxv);
+    if (amax == 0.0f) {
+      __builtin_memset(&y[i], 0, sizeof y[i]);
+      continue;
+    }
+    float max = 0;
+    for (int k = 0; k < 16; ++k) {
+      const __mmask16 m = _mm512_cmp_ps_mask(_mm512_abs_ps(v[k]), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+      if (m) {
+        max = x[16 * k + __builtin_ctz(m)];
+        break;
+      }
+    }
+    const float iscale = -127.f / max;
+    const __m512 is = _mm512_set1_ps(iscale);
+    for (int k = 0; k < 16; ++k) {
+      const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(is, v[k]));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y[i].qs + 16 * k), _mm512_cvtsepi32_epi8(q));
+      y[i].bsums[k] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+    }
+    y[i].d = 1 / iscale;
+  }
+}
+#define SLUICE_Q8_QUANTIZE_Q8_K q8_quantize_q8_K_512
+#else
+#define SLUICE_Q8_QUANTIZE_Q8_K nullptr
+#endif
+
 constexpr Q8Kernels q8_table(const char* name) {
   return Q8Kernels{
       .name = name,
@@ -837,7 +878,9 @@ constexpr Q8Kernels q8_table(const char* name) {
       .q4_K = {DType::Q8_K, q8_gemm<Dot_q4_K, QK_K>, SLUICE_Q8_Q4_K_TILE},
       .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, {}},
       .q6_K = {DType::Q8_K, q8_gemm<Dot_q6_K, QK_K>, SLUICE_Q8_Q6_K_TILE},
+      .quantize_q8_K = SLUICE_Q8_QUANTIZE_Q8_K,
   };
 }
 #undef SLUICE_Q8_Q4_K_TILE
 #undef SLUICE_Q8_Q6_K_TILE
+#undef SLUICE_Q8_QUANTIZE_Q8_K
