@@ -590,7 +590,7 @@ inline void q4_K_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t
   for (; t + 4 <= n_tok; t += 4) q4_K_tile_tokens<4>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
   for (; t < n_tok; ++t) q4_K_tile_tokens<1>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
 }
-#define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack_512, q4_K_tile_gemm}
+#define SLUICE_Q8_Q4_K_TILE {2, q4_K_tile_bytes, q4_K_tile_pack_512, q4_K_tile_gemm}
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: the same exact integer sums per super-block and the same two fused
 // multiply-adds per super-block as the vector code, so the results are bitwise equal.
@@ -622,7 +622,7 @@ inline void q4_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size
     }
   }
 }
-#define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack, q4_K_tile_gemm}
+#define SLUICE_Q8_Q4_K_TILE {2, q4_K_tile_bytes, q4_K_tile_pack, q4_K_tile_gemm}
 #else
 #define SLUICE_Q8_Q4_K_TILE {}
 #endif
@@ -751,7 +751,7 @@ inline void q6_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
     _mm512_storeu_ps(b.d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(gd, 16))));
   }
 }
-#define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack_512, q6_K_tile_gemm}
+#define SLUICE_Q8_Q6_K_TILE {2, q6_K_tile_bytes, q6_K_tile_pack_512, q6_K_tile_gemm}
 #elif !SLUICE_Q8_SIMD
 // The scalar twin, bitwise equal to the vector code (exact integer sums, one fma per super-block).
 inline void q6_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok, float* y,
@@ -785,9 +785,125 @@ inline void q6_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size
     }
   }
 }
-#define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack, q6_K_tile_gemm}
+#define SLUICE_Q8_Q6_K_TILE {2, q6_K_tile_bytes, q6_K_tile_pack, q6_K_tile_gemm}
 #else
 #define SLUICE_Q8_Q6_K_TILE {}
+#endif
+
+// ---- Q8_0 prefill tiles ------------------------------------------------------------------
+// One 32-element block of 16 rows: qs[g][r] is word g of row r's quants with 128 added to
+// each byte (q ^ 0x80), so vpdpbusd can take them as its unsigned operand; the dot then
+// carries 128·Σa, which is subtracted per block: Σ (q + 128)·a − 128·Σ a = Σ q·a exactly.
+struct Q80Tile {
+  uint32_t qs[8][kQ8TileRows];
+  float d[kQ8TileRows];
+};
+static_assert(sizeof(Q80Tile) % 64 == 0, "tiles are read as 64-byte vectors");
+
+inline size_t q8_0_tile_bytes(int64_t n) { return static_cast<size_t>(n / QK8_0) * sizeof(Q80Tile); }
+
+inline void q8_0_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  const int64_t nb = n / QK8_0;
+  auto* T = reinterpret_cast<Q80Tile*>(tile);
+  if (nr < kQ8TileRows) __builtin_memset(tile, 0, q8_0_tile_bytes(n));
+  for (int64_t r = 0; r < nr; ++r) {
+    const auto* x = reinterpret_cast<const block_q8_0*>(static_cast<const uint8_t*>(w) + r * row_bytes);
+    for (int64_t i = 0; i < nb; ++i) {
+      for (int g = 0; g < 8; ++g) {
+        uint32_t v;
+        __builtin_memcpy(&v, x[i].qs + 4 * g, 4);
+        T[i].qs[g][r] = v ^ 0x80808080u;
+      }
+      T[i].d[r] = q8_half(x[i].d);
+    }
+  }
+}
+
+#if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
+inline void q8_0_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  const int64_t nb = n / QK8_0;
+  auto* T = reinterpret_cast<Q80Tile*>(tile);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const __m512i k80 = _mm512_set1_epi32(static_cast<int32_t>(0x80808080u));
+  for (int64_t i = 0; i < nb; ++i) {
+    const size_t o = static_cast<size_t>(i) * sizeof(block_q8_0);
+    for (int g = 0; g < 8; ++g)
+      _mm512_storeu_si512(T[i].qs[g], _mm512_xor_si512(q8_gather_rows(wb, row_bytes, nr, o + offsetof(block_q8_0, qs) + 4 * g), k80));
+    // d is the low half of the block's first word.
+    _mm512_storeu_ps(T[i].d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(q8_gather_rows(wb, row_bytes, nr, o))));
+  }
+  if (nr < kQ8TileRows) {  // rows past nr gathered 0, which the xor made 0x80: zero, as the scalar pack
+    const __mmask16 gone = static_cast<__mmask16>(~((1u << nr) - 1));
+    for (int64_t i = 0; i < nb; ++i)
+      for (int g = 0; g < 8; ++g) _mm512_mask_storeu_epi32(T[i].qs[g], gone, _mm512_setzero_si512());
+  }
+}
+
+template <int NT>
+inline void q8_0_tile_tokens(const Q80Tile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
+                             __mmask16 rows) {
+  const __m256i k80 = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const Q80Tile& b = T[i];
+    __m512i wv[8];
+    for (int g = 0; g < 8; ++g) wv[g] = _mm512_loadu_si512(b.qs[g]);
+    const __m512 dv = _mm512_loadu_ps(b.d);
+    for (int t = 0; t < NT; ++t) {
+      const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
+      __m512i s = _mm512_setzero_si512();
+      for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(a.qs + 4 * g));
+      // Σ a by sums of absolute differences of (a + 128) from 0, minus 32·128.
+      const __m256i u = _mm256_sad_epu8(_mm256_xor_si256(q8_load(a.qs), k80), _mm256_setzero_si256());
+      __m128i x = _mm_add_epi64(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+      x = _mm_add_epi64(x, _mm_unpackhi_epi64(x, x));
+      const int32_t asum = _mm_cvtsi128_si32(x) - 32 * 128;
+      const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_set1_epi32(128 * asum)));
+      acc[t] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dv, _mm512_set1_ps(q8_half(a.d))), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
+}
+
+inline void q8_0_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t astride, int64_t n_tok, float* y,
+                           size_t ldy, int64_t nr) {
+  const auto* T = reinterpret_cast<const Q80Tile*>(tile);
+  const auto* ab = static_cast<const uint8_t*>(a);
+  const int64_t nb = n / QK8_0;
+  const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1);
+  constexpr int kNT = 8;
+  int64_t t = 0;
+  for (; t + kNT <= n_tok; t += kNT) q8_0_tile_tokens<kNT>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
+  for (; t + 4 <= n_tok; t += 4) q8_0_tile_tokens<4>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
+  for (; t < n_tok; ++t) q8_0_tile_tokens<1>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
+}
+#define SLUICE_Q8_Q8_0_TILE {6, q8_0_tile_bytes, q8_0_tile_pack_512, q8_0_tile_gemm}
+#elif !SLUICE_Q8_SIMD
+// The scalar twin: Σ q·a is exact either way; one fma per block as the vector code.
+inline void q8_0_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok, float* y,
+                           size_t ldy, int64_t nr) {
+  const auto* T = reinterpret_cast<const Q80Tile*>(tile);
+  const int64_t nb = n / QK8_0;
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const block_q8_0*>(static_cast<const uint8_t*>(act) + t * astride);
+    for (int64_t r = 0; r < nr; ++r) {
+      float acc = 0;
+      for (int64_t i = 0; i < nb; ++i) {
+        int32_t sumi = 0;
+        for (int k = 0; k < QK8_0; ++k) {
+          const uint8_t u = reinterpret_cast<const uint8_t*>(&T[i].qs[k / 4][r])[k % 4];
+          sumi += (static_cast<int32_t>(u) - 128) * a[i].qs[k];
+        }
+        acc = std::fma(static_cast<float>(sumi), T[i].d[r] * q8_half(a[i].d), acc);
+      }
+      y[t * ldy + r] = acc;
+    }
+  }
+}
+#define SLUICE_Q8_Q8_0_TILE {6, q8_0_tile_bytes, q8_0_tile_pack, q8_0_tile_gemm}
+#else
+#define SLUICE_Q8_Q8_0_TILE {}
 #endif
 
 // Rows outside, tokens inside, 4 tokens per weight pass: a weight row (≤ a few KiB) stays
@@ -874,7 +990,7 @@ constexpr Q8Kernels q8_table(const char* name) {
   return Q8Kernels{
       .name = name,
       .q4_0 = {DType::Q8_0, q8_gemm<Dot_q4_0, QK4_0>, {}},
-      .q8_0 = {DType::Q8_0, q8_gemm<Dot_q8_0, QK8_0>, {}},
+      .q8_0 = {DType::Q8_0, q8_gemm<Dot_q8_0, QK8_0>, SLUICE_Q8_Q8_0_TILE},
       .q4_K = {DType::Q8_K, q8_gemm<Dot_q4_K, QK_K>, SLUICE_Q8_Q4_K_TILE},
       .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, {}},
       .q6_K = {DType::Q8_K, q8_gemm<Dot_q6_K, QK_K>, SLUICE_Q8_Q6_K_TILE},
@@ -883,4 +999,5 @@ constexpr Q8Kernels q8_table(const char* name) {
 }
 #undef SLUICE_Q8_Q4_K_TILE
 #undef SLUICE_Q8_Q6_K_TILE
+#undef SLUICE_Q8_Q8_0_TILE
 #undef SLUICE_Q8_QUANTIZE_Q8_K
