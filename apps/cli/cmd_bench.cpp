@@ -3,10 +3,11 @@
 // markdown table or JSON. Decode rows also give the bytes actually read per token (counted
 // op by op by CountingBackend: dense weights, the experts chosen, KV rows), the achieved GB/s
 // and its fraction of the read bandwidth measured by this binary in this run with the same
-// thread count (--membw alone prints just that). --profile adds a per-stage time and byte
-// table. Depth (-d, llama-bench's "@ dN"): the runs start with N positions already in the
-// cache, filled with synthetic K/V rows through the cache's codecs (kv_fill_synthetic), not
-// by a prefill, which for 16K tokens would take many minutes on a few cores.
+// thread count (--membw alone prints just that). --profile adds per-stage tables: time and
+// bytes per decoded token, time and matmul multiply-adds per prompt batch. Depth (-d,
+// llama-bench's "@ dN"): the runs start with N positions already in the cache, filled with
+// synthetic K/V rows through the cache's codecs (kv_fill_synthetic), not by a prefill, which
+// for 16K tokens would take many minutes on a few cores.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -92,6 +93,37 @@ std::string human(double v, double big, const char* big_unit, double small, cons
 std::string base_name(const std::string& p) {
   const size_t s = p.find_last_of('/');
   return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+// The --profile table of a pp row: time per prompt batch by stage, and each stage's matmul
+// multiply-adds per second against the int8 peak measured in the same run (the attention stage
+// also holds the float attention op, which does no int8 multiply-adds).
+std::string pp_profile(const BenchCounters& c, const std::string& model, int threads, const std::string& cache, int n_prompt,
+                       const std::string& at, int reps, double total_s, double peak) {
+  std::string out;
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "\nprofile: %s, %d threads, cache %s, pp%d%s (per batch; int8 peak %.1f GMAC/s)\n\n",
+                model.c_str(), threads, cache.c_str(), n_prompt, at.c_str(), peak / 1e9);
+  out += buf;
+  out += "| stage | ms | % time | GMAC | GMAC/s | % of int8 peak |\n| --- | ---: | ---: | ---: | ---: | ---: |\n";
+  double staged = 0;
+  for (size_t i = 0; i < c.seconds.size(); ++i) {
+    staged += c.seconds[i];
+    const double gmac = static_cast<double>(c.stage_macs[i]) / reps / 1e9;
+    const double rate = c.seconds[i] > 0 ? static_cast<double>(c.stage_macs[i]) / c.seconds[i] : 0;
+    std::snprintf(buf, sizeof buf, "| %s | %.1f | %.1f | %.2f | %.1f | %.1f |\n",
+                  std::string(bench_stage_name(static_cast<BenchStage>(i))).c_str(), 1e3 * c.seconds[i] / reps,
+                  100 * c.seconds[i] / total_s, gmac, rate / 1e9, peak > 0 ? 100 * rate / peak : 0.0);
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, "| (outside ops: routing, gather) | %.1f | %.1f | | | |\n", 1e3 * (total_s - staged) / reps,
+                100 * (total_s - staged) / total_s);
+  out += buf;
+  const double rate = static_cast<double>(c.macs) / total_s;
+  std::snprintf(buf, sizeof buf, "| total | %.1f | 100 | %.2f | %.1f | %.1f |\n", 1e3 * total_s / reps,
+                static_cast<double>(c.macs) / reps / 1e9, rate / 1e9, peak > 0 ? 100 * rate / peak : 0.0);
+  out += buf;
+  return out;
 }
 
 DType cache_type_or_fail(const std::string& s) {
@@ -229,6 +261,8 @@ int run_bench(const BenchArgs& a) {
           }
           if (a.n_prompt > 0) {
             std::vector<double> tps, macs_s;
+            be.reset();
+            double total_s = 0;
             for (int r = 0; r < a.reps; ++r) {
               std::fprintf(stderr, "bench: %d threads, %s: pp%d%s rep %d/%d\n", t, cache.c_str(), a.n_prompt, at.c_str(), r + 1,
                            a.reps);
@@ -239,10 +273,12 @@ int run_bench(const BenchArgs& a) {
               const auto t0 = std::chrono::steady_clock::now();
               s.eval(p);
               const double sec = seconds_since(t0);
+              total_s += sec;
               tps.push_back(a.n_prompt / sec);
               macs_s.push_back(static_cast<double>(be.counters().macs - m0) / sec);
             }
             row("pp" + std::to_string(a.n_prompt) + at, tps, 0, {}, 0, 0, stats(macs_s).mean);
+            if (a.profile) profile_text += pp_profile(be.counters(), base_name(path), t, cache, a.n_prompt, at, a.reps, total_s, peak);
           }
           if (a.n_gen > 0) {
             std::vector<double> tps, gbps, cpu_tps, bw_rep, sol_rep;
@@ -341,7 +377,7 @@ CommandRunner add_bench_command(CLI::App& app) {
       ->capture_default_str();
   b->add_option("--membw-mib", args->membw_mib, "buffer for the bandwidth kernel, MiB")->capture_default_str();
   b->add_flag("--membw", args->membw_only, "only measure memory read bandwidth per thread count");
-  b->add_flag("--profile", args->profile, "per-stage time and bytes of the tg runs");
+  b->add_flag("--profile", args->profile, "per-stage time of the pp runs (matmul GMAC/s) and the tg runs (bytes, GB/s)");
   b->add_flag("--exact", args->exact, "float-decode matmuls (no int8 activations): the parity path");
   b->add_flag("--json", args->json, "JSON instead of a markdown table");
   return [args, b]() -> int {

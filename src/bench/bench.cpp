@@ -258,7 +258,9 @@ void CountingBackend::timed(BenchStage s, uint64_t bytes, F&& f) {
 
 void CountingBackend::matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) {
   last_ = bench_stage_of(w.name);
-  c_.macs += static_cast<uint64_t>(w.ne[0]) * static_cast<uint64_t>(w.n_rows()) * static_cast<uint64_t>(n_tok);
+  const uint64_t macs = static_cast<uint64_t>(w.ne[0]) * static_cast<uint64_t>(w.n_rows()) * static_cast<uint64_t>(n_tok);
+  c_.macs += macs;
+  c_.stage_macs[static_cast<size_t>(last_)] += macs;
   timed(last_, static_cast<uint64_t>(w.n_rows()) * w.row_bytes(), [&] { in_.matmul(w, x, y, n_tok); });
 }
 void CountingBackend::get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) {
@@ -296,7 +298,9 @@ void CountingBackend::moe_ffn_token(std::span<const FfnExpert> experts, const fl
   for (const FfnExpert& e : experts)
     for (const TensorView* w : {e.gate, e.up, e.down}) {
       bytes += static_cast<uint64_t>(w->n_rows()) * w->row_bytes();
-      c_.macs += static_cast<uint64_t>(w->ne[0]) * static_cast<uint64_t>(w->n_rows());
+      const uint64_t macs = static_cast<uint64_t>(w->ne[0]) * static_cast<uint64_t>(w->n_rows());
+      c_.macs += macs;
+      c_.stage_macs[static_cast<size_t>(BenchStage::experts)] += macs;
     }
   last_ = BenchStage::experts;
   timed(BenchStage::experts, bytes, [&] { in_.moe_ffn_token(experts, x, out, n_embd); });

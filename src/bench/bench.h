@@ -41,6 +41,7 @@ struct BenchCounters {
   std::array<double, static_cast<size_t>(BenchStage::count)> seconds{};
   std::array<uint64_t, static_cast<size_t>(BenchStage::count)> bytes{};
   uint64_t macs = 0;  // multiply-accumulates of matmul and moe_ffn_token (weights × activations)
+  std::array<uint64_t, static_cast<size_t>(BenchStage::count)> stage_macs{};  // the same, by stage
   uint64_t total_bytes() const {
     uint64_t s = 0;
     for (uint64_t b : bytes) s += b;
