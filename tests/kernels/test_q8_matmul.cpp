@@ -135,7 +135,7 @@ TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
     const cpu::Q8Ops* op = cpu::q8_kernels_generic().get(t);
     if (!op || !op->tile.gemm) continue;
     ++tiled_types;
-    for (auto [n_in, n_out, T] : {std::tuple<int64_t, int64_t, int64_t>{256, 16, 6}, {512, 37, 13}, {1024, 70, 21}}) {
+    for (auto [n_in, n_out, T] : {std::tuple<int64_t, int64_t, int64_t>{256, 16, 2}, {512, 37, 13}, {1024, 70, 21}}) {
       Weights w(t, n_in, n_out, 31 + static_cast<uint32_t>(n_out));
       const auto x = randn(static_cast<size_t>(T * n_in), 32 + static_cast<uint32_t>(T));
       const auto yg = matmul(*gen, w.view, x, T);
@@ -225,7 +225,7 @@ TEST(Q8Matmul, NegativeControls) {
 }
 
 // Bitwise: 1, 2 and 3 threads agree, and on the row path (tiles off) a token's output does
-// not depend on its batch. With tiles (batches of ≥ Q8TileOps::min_tokens) the threads still agree
+// not depend on its batch. With tiles (batches of ≥ kQ8TileMinTokens) the threads still agree
 // bitwise and a batch's token agrees with the same token alone to float rounding (kernels.h).
 TEST(Q8Matmul, DeterministicAcrossThreadsAndBatch) {
   for (CpuIsa isa : available_isas()) {

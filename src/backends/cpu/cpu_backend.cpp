@@ -222,7 +222,7 @@ class CpuBackend final : public Backend {
     run(n_tok, n_tok * n_in * 4, [&](int64_t t0, int64_t t1, int) {
       for (int64_t t = t0; t < t1; ++t) quantize_act(op.act, x + t * n_in, act + static_cast<size_t>(t) * a_bytes, n_in);
     });
-    if (q8_tiles_ && op.tile.gemm && n_tok >= op.tile.min_tokens) {
+    if (q8_tiles_ && op.tile.gemm && n_tok >= cpu::kQ8TileMinTokens) {
       // Prefill: each unit packs 16 rows into the thread's tile buffer once, then runs every
       // token against it. Units start at multiples of 16 rows whatever the thread count.
       const size_t tile_bytes = op.tile.bytes(n_in);

@@ -25,7 +25,7 @@ struct CpuBackendOptions {
   // these defaults (kernel tests compare against float math); make_backend("cpu") turns it on
   // and make_backend("cpu-exact") keeps it off (backends/backend.cpp).
   bool q8_activations = false;
-  // With q8_activations: batches of at least Q8TileOps::min_tokens tokens use the packed
+  // With q8_activations: batches of at least cpu::kQ8TileMinTokens tokens use the packed
   // row-interleaved tiles where the level has them (kernels.h, Q8TileOps); off = the row path
   // for every batch (for A/B measurements and the batch-invariance tests).
   bool q8_tiles = true;

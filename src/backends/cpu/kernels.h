@@ -99,22 +99,21 @@ struct Kernels {
 // of that vector with 4 broadcast activation bytes then gives 16 rows' partial sums in 16
 // lanes: no horizontal sums, sub-block scales applied per lane, and each unpacked weight vector
 // is reused by several tokens. The repack is paid once per 16 rows and call, so one token
-// (decode, bandwidth-bound) keeps the row path, and each type has the batch size from which
-// its tiles win (1 thread, Zen 4: 2048×768 Q4_K / 768×2048 Q6_K 47 vs 35 and 31 vs 27 GMAC/s at
-// 2 tokens, 110 vs 51 and 100 vs 55 at 16; Q8_0, whose pack gathers twice the bytes per
-// weight, 27 vs 35 at 4 tokens, 34 vs 28 at 6, 66 vs 35 at 32).
+// (decode, bandwidth-bound) keeps the row path; from two tokens on, tiles win (1 thread, Zen 4,
+// 2048×768 Q4_K, 768×2048 Q6_K, 2048×768 Q8_0 in GMAC/s, tiles vs rows: 47 vs 35, 31 vs 27,
+// 32 vs 24 at 2 tokens; 110 vs 51, 100 vs 55 at 16; Q8_0 76 vs 35 at 32).
 //
-// Numerics: a tile computes for row r and token t, super-block by super-block,
-//   acc = fma(float(sumi), d_r·d_t, acc);  acc = fma(-float(mins), dmin_r·d_t, acc)
-// with sumi and mins the exact int32 sums of the super-block. The row path (Q8Ops::gemm)
+// Numerics: a tile computes for row r and token t, (super-)block by (super-)block,
+//   acc = fma(float(sumi), d_r·d_t, acc)   (Q4_K then also acc = fma(-float(mins), dmin_r·d_t, acc))
+// with sumi (Q6_K: the -32 offset included) and mins exact int32 sums. The row path (Q8Ops::gemm)
 // accumulates the same exact sums in another float order, so the two agree to float
 // rounding (~1e-7 relative), not bitwise: a token's result depends on whether its batch used
 // tiles. Thread counts still never change a result (tiles start at multiples of 16 rows).
 // Levels: AVX-512 VNNI, and the generic scalar twin. Without vpdpbusd a tile needs maddubs +
 // add per 32 multiply-adds, what the row path already pays, so AVX2 keeps the row path.
 constexpr int64_t kQ8TileRows = 16;
+constexpr int64_t kQ8TileMinTokens = 2;
 struct Q8TileOps {
-  int64_t min_tokens = 0;  // batches of fewer tokens take the row path
   // Bytes of one packed tile of n inputs (a whole number of super-blocks).
   size_t (*bytes)(int64_t n) = nullptr;
   // Packs rows [0, nr) (nr ≤ kQ8TileRows; missing rows are zero) of w, row_bytes apart.

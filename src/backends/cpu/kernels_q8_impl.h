@@ -590,7 +590,7 @@ inline void q4_K_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t
   for (; t + 4 <= n_tok; t += 4) q4_K_tile_tokens<4>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
   for (; t < n_tok; ++t) q4_K_tile_tokens<1>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
 }
-#define SLUICE_Q8_Q4_K_TILE {2, q4_K_tile_bytes, q4_K_tile_pack_512, q4_K_tile_gemm}
+#define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack_512, q4_K_tile_gemm}
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: the same exact integer sums per super-block and the same two fused
 // multiply-adds per super-block as the vector code, so the results are bitwise equal.
@@ -622,7 +622,7 @@ inline void q4_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size
     }
   }
 }
-#define SLUICE_Q8_Q4_K_TILE {2, q4_K_tile_bytes, q4_K_tile_pack, q4_K_tile_gemm}
+#define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack, q4_K_tile_gemm}
 #else
 #define SLUICE_Q8_Q4_K_TILE {}
 #endif
@@ -751,7 +751,7 @@ inline void q6_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
     _mm512_storeu_ps(b.d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(gd, 16))));
   }
 }
-#define SLUICE_Q8_Q6_K_TILE {2, q6_K_tile_bytes, q6_K_tile_pack_512, q6_K_tile_gemm}
+#define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack_512, q6_K_tile_gemm}
 #elif !SLUICE_Q8_SIMD
 // The scalar twin, bitwise equal to the vector code (exact integer sums, one fma per super-block).
 inline void q6_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok, float* y,
@@ -785,7 +785,7 @@ inline void q6_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size
     }
   }
 }
-#define SLUICE_Q8_Q6_K_TILE {2, q6_K_tile_bytes, q6_K_tile_pack, q6_K_tile_gemm}
+#define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack, q6_K_tile_gemm}
 #else
 #define SLUICE_Q8_Q6_K_TILE {}
 #endif
@@ -820,19 +820,38 @@ inline void q8_0_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t 
 }
 
 #if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
+// Two 8x8 word transposes side by side: z[r] holds row r's 8 quant words in its low half and
+// row r + 8's in its high half; unpacks give, per 128-bit lane, one word of 4 rows, and a
+// qword permute puts the four row quads of a word in order.
 inline void q8_0_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
   const int64_t nb = n / QK8_0;
   auto* T = reinterpret_cast<Q80Tile*>(tile);
   const auto* wb = static_cast<const uint8_t*>(w);
   const __m512i k80 = _mm512_set1_epi32(static_cast<int32_t>(0x80808080u));
+  const __m512i lo_idx = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), hi_idx = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
   for (int64_t i = 0; i < nb; ++i) {
-    const size_t o = static_cast<size_t>(i) * sizeof(block_q8_0);
-    for (int g = 0; g < 8; ++g)
-      _mm512_storeu_si512(T[i].qs[g], _mm512_xor_si512(q8_gather_rows(wb, row_bytes, nr, o + offsetof(block_q8_0, qs) + 4 * g), k80));
+    const size_t o = static_cast<size_t>(i) * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
+    auto row = [&](int64_t r) { return r < nr ? q8_load(wb + r * row_bytes + o) : _mm256_setzero_si256(); };
+    __m512i z[8], t[8], v[8];
+    for (int r = 0; r < 8; ++r) z[r] = _mm512_inserti64x4(_mm512_castsi256_si512(row(r)), row(r + 8), 1);
+    for (int m = 0; m < 4; ++m) {
+      t[2 * m] = _mm512_unpacklo_epi32(z[2 * m], z[2 * m + 1]);
+      t[2 * m + 1] = _mm512_unpackhi_epi32(z[2 * m], z[2 * m + 1]);
+    }
+    for (int q = 0; q < 2; ++q)  // v[4q + e], lane L: word 4(L % 2) + e of rows 4q..4q+3 (+ 8 in lanes 2, 3)
+      for (int h = 0; h < 2; ++h) {
+        v[4 * q + 2 * h] = _mm512_unpacklo_epi64(t[4 * q + h], t[4 * q + 2 + h]);
+        v[4 * q + 2 * h + 1] = _mm512_unpackhi_epi64(t[4 * q + h], t[4 * q + 2 + h]);
+      }
+    for (int e = 0; e < 4; ++e) {
+      const __m512i w0 = _mm512_permutex2var_epi64(v[e], lo_idx, v[4 + e]), w1 = _mm512_permutex2var_epi64(v[e], hi_idx, v[4 + e]);
+      _mm512_storeu_si512(T[i].qs[e], _mm512_xor_si512(w0, k80));
+      _mm512_storeu_si512(T[i].qs[4 + e], _mm512_xor_si512(w1, k80));
+    }
     // d is the low half of the block's first word.
-    _mm512_storeu_ps(T[i].d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(q8_gather_rows(wb, row_bytes, nr, o))));
+    _mm512_storeu_ps(T[i].d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(q8_gather_rows(wb, row_bytes, nr, o - offsetof(block_q8_0, qs)))));
   }
-  if (nr < kQ8TileRows) {  // rows past nr gathered 0, which the xor made 0x80: zero, as the scalar pack
+  if (nr < kQ8TileRows) {  // rows past nr loaded 0, which the xor made 0x80: zero, as the scalar pack
     const __mmask16 gone = static_cast<__mmask16>(~((1u << nr) - 1));
     for (int64_t i = 0; i < nb; ++i)
       for (int g = 0; g < 8; ++g) _mm512_mask_storeu_epi32(T[i].qs[g], gone, _mm512_setzero_si512());
@@ -878,7 +897,7 @@ inline void q8_0_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t
   for (; t + 4 <= n_tok; t += 4) q8_0_tile_tokens<4>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
   for (; t < n_tok; ++t) q8_0_tile_tokens<1>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
 }
-#define SLUICE_Q8_Q8_0_TILE {6, q8_0_tile_bytes, q8_0_tile_pack_512, q8_0_tile_gemm}
+#define SLUICE_Q8_Q8_0_TILE {q8_0_tile_bytes, q8_0_tile_pack_512, q8_0_tile_gemm}
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: Σ q·a is exact either way; one fma per block as the vector code.
 inline void q8_0_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok, float* y,
@@ -901,7 +920,7 @@ inline void q8_0_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size
     }
   }
 }
-#define SLUICE_Q8_Q8_0_TILE {6, q8_0_tile_bytes, q8_0_tile_pack, q8_0_tile_gemm}
+#define SLUICE_Q8_Q8_0_TILE {q8_0_tile_bytes, q8_0_tile_pack, q8_0_tile_gemm}
 #else
 #define SLUICE_Q8_Q8_0_TILE {}
 #endif
