@@ -1,7 +1,7 @@
 // tests/models/test_bench_cli: `sluice bench` end to end on stories260K — K/V cache type
 // lists paired element by element, depth runs on a synthetic cache (table label "@ dN" and the
-// note saying the depth is synthetic; JSON fields), and clear errors for bad options. Speed
-// is never asserted.
+// note saying the depth is synthetic; JSON fields), the --profile tables, and clear errors for
+// bad options. Speed is never asserted.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -48,6 +48,21 @@ TEST(BenchCli, MarkdownSaysTheDepthIsSynthetic) {
   const std::string out = bench("-d 16 --cache-type q8_0", &rc);
   ASSERT_EQ(rc, 0) << out;
   for (const char* key : {"| cache K/V |", "| q8_0 | tg2 @ d16 |", "synthetic K/V rows"})
+    EXPECT_NE(out.find(key), std::string::npos) << key << "\n" << out;
+}
+
+// --profile prints a table per pp row (time and matmul GMAC/s per stage against the int8
+// peak) and one per tg row (time and bytes per token).
+TEST(BenchCli, ProfileTablesForPromptAndDecode) {
+  SLUICE_REQUIRE_SHARED();
+  int rc = 0;
+  const std::string out = test::run_command(kCli + " bench -m " + test::shared_dir() +
+                                                "/models/stories260K.gguf -p 16 -n 2 -r 1 -t 1 --membw-mib 8 --profile 2>/dev/null",
+                                            &rc);
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* key : {"pp16 (per batch; int8 peak", "| stage | ms | % time | GMAC | GMAC/s | % of int8 peak |",
+                          "tg2 (per token; SOL at", "| stage | ms | % time | MB read | GB/s | SOL % |", "| attention |",
+                          "| dense_ffn |", "| total |"})
     EXPECT_NE(out.find(key), std::string::npos) << key << "\n" << out;
 }
 
