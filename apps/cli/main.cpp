@@ -102,6 +102,7 @@ struct CommonOpts {
   int pin_experts = 0;
   std::string routing_counts, routing_counts_out;
   bool prefetch = true;
+  bool no_prefetch_gate = false;
   int prefetch_extra = -1;
   std::string expert_io = "auto";
   bool no_direct_io = false;
@@ -125,6 +126,9 @@ struct CommonOpts {
     app->add_option("--routing-counts-out", routing_counts_out,
                     "after the run, add this run's per-layer expert routing counts to FILE (a calibration run)");
     app->add_flag("--prefetch,!--no-prefetch", prefetch, "mmap/stream: predict the next layer's experts and read them early");
+    app->add_flag("--no-prefetch-gate", no_prefetch_gate,
+                  "stream: read every predicted expert, evicting any probationary one (for comparisons; the gate "
+                  "reads a guess only when it is expected to save more than it wastes)");
     app->add_option("--prefetch-extra", prefetch_extra, "the predictor stages the top k+M experts (-1: M = max(1, k/4))");
     app->add_option("--expert-io", expert_io, "stream: auto | uring | pread")->capture_default_str();
     app->add_flag("--no-direct-io", no_direct_io, "stream: read experts through the page cache instead of O_DIRECT");
@@ -156,6 +160,7 @@ struct CommonOpts {
     o.experts.routing_counts_path = routing_counts;
     o.experts.prefetch = prefetch;
     o.experts.prefetch_extra = prefetch_extra;
+    o.experts.prefetch_gate = !no_prefetch_gate;
     o.experts.io = expert_io;
     o.experts.direct_io = !no_direct_io;
     o.experts.progress = true;
@@ -202,8 +207,20 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, int n_predict, Samp
   auto logits = s.eval(ids);
   const double t_prompt = seconds_since(t0);
   auto t1 = Clock::now();
+  // Steady state = the second half of the decode: the first tokens fill the expert cache (or
+  // the page cache), so the whole-run rate mixes warm-up with what a long run settles at.
+  // (Not "after the cache filled": mmap has no cache of its own to watch, and a half is the
+  // same rule for every policy.)
+  const bool steady = model->experts().policy() != ExpertPolicy::resident && n_predict >= 4;
+  const int half = n_predict / 2;
+  ExpertStats at_half;
+  auto t_half = t1;
   int n_gen = 0;
   for (; n_gen < n_predict; ++n_gen) {
+    if (steady && n_gen == half) {
+      at_half = model->experts().stats();
+      t_half = Clock::now();
+    }
     int32_t id = sampler.sample(logits.data(), static_cast<int32_t>(model->hparams().n_vocab));
     sampler.accept(id);
     if (!ignore_eos && tok.is_eog(id)) break;
@@ -223,6 +240,9 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, int n_predict, Samp
   std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s); generation: %d tokens in %.3f s (%.1f tok/s)\n",
                ids.size(), t_prompt, ids.size() / std::max(t_prompt, 1e-9), n_gen, t_gen, n_gen / std::max(t_gen, 1e-9));
   co.report_experts(*model);
+  if (steady && n_gen > half)
+    std::fprintf(stderr, "steady state (second half of the decode, tokens %d-%d): %s\n", half + 1, n_gen,
+                 format_expert_steady_state(at_half, model->experts().stats(), seconds_since(t_half), n_gen - half).c_str());
   CommonOpts::report_backend(*be);
   return 0;
 }

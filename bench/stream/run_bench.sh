@@ -11,7 +11,13 @@
 # independently per token, so hit rate ~ budget / expert bytes and the predictor's recall says
 # little about a trained model. The numbers measure the I/O path, not the predictor.
 #
+# `sluice run` prints the whole decode's rate and the steady state's (the second half of the
+# decode: the first tokens fill the cache). RUNS picks the runs (default: stream nopf mmap;
+# also nogate: prefetch reading every guess, as before the prefetch gate; llamacpp: llama.cpp
+# through llama-cpp-python in the same cgroup, needs LLAMACPP_PY).
+#
 #   LAYERS=48 LIMIT=8G CACHE=5G NTOK=8 bench/stream/run_bench.sh
+#   RUNS="mmap llamacpp" LLAMACPP_PY=/tmp/llvenv/bin/python bench/stream/run_bench.sh
 set -euo pipefail
 
 SLUICE=${SLUICE:-build-stream/sluice}
@@ -26,6 +32,8 @@ THREADS=${THREADS:-2}
 # from memory; sampled tokens keep the routing moving, as real text does.
 TEMP=${TEMP:-1}
 PROMPT=${PROMPT:-"Once upon a time"}
+RUNS=${RUNS:-"stream nopf mmap"}
+LLAMACPP_PY=${LLAMACPP_PY:-/tmp/llvenv/bin/python}
 CG=/sys/fs/cgroup/memory/sluice
 
 mkdir -p "$(dirname "$MODEL")"
@@ -49,15 +57,17 @@ cg_report() {
   # failcnt: times the cgroup hit its limit and had to reclaim (page cache, under mmap).
   echo "cgroup: max usage $(( $(cat $CG/memory.max_usage_in_bytes) / 1048576 )) MiB of $LIMIT, failcnt $(cat $CG/memory.failcnt)"
 }
-run() {
-  echo "== $*"
+in_cgroup() {
   drop
   echo 0 > "$CG/memory.max_usage_in_bytes"
   echo 0 > "$CG/memory.failcnt"
-  /usr/bin/time -f "wall %e s, max RSS %M kB" \
-    sh -c 'echo $$ > '"$CG"'/cgroup.procs; exec "$@"' sh \
-    "$SLUICE" run -m "$MODEL" -p "$PROMPT" -n "$NTOK" --temp "$TEMP" -s 1 --ignore-eos -t "$THREADS" "$@" > /dev/null
+  /usr/bin/time -f "wall %e s, user %U s, sys %S s, max RSS %M kB" \
+    sh -c 'echo $$ > '"$CG"'/cgroup.procs; exec "$@"' sh "$@" > /dev/null
   cg_report
+}
+run() {
+  echo "== $*"
+  in_cgroup "$SLUICE" run -m "$MODEL" -p "$PROMPT" -n "$NTOK" --temp "$TEMP" -s 1 --ignore-eos -t "$THREADS" "$@"
 }
 
 echo "load: $(cut -d" " -f1-3 /proc/loadavg) on $(nproc) cores (other work shares them: tok/s is noisy)"
@@ -65,9 +75,18 @@ echo "== sequential O_DIRECT read of the same file (dd bs=4M, 4 GiB)"
 drop
 dd if="$MODEL" of=/dev/null bs=4M iflag=direct count=1024 2>&1 | tail -1
 
-echo "read_ahead_kb: $ra0 (stream runs), 128 (mmap run)"
-run --experts stream --expert-cache "$CACHE"
-run --experts stream --expert-cache "$CACHE" --no-prefetch
-echo 128 > "$RA"
-run --experts mmap
-restore
+echo "read_ahead_kb: $ra0 (stream runs), 128 (mmap and llama.cpp runs)"
+for r in $RUNS; do
+  case $r in
+    stream) run --experts stream --expert-cache "$CACHE" ;;
+    nopf) run --experts stream --expert-cache "$CACHE" --no-prefetch ;;
+    nogate) run --experts stream --expert-cache "$CACHE" --no-prefetch-gate ;;
+    mmap) echo 128 > "$RA"; run --experts mmap; restore ;;
+    llamacpp)
+      echo "== llama.cpp (llama-cpp-python, use_mmap), random token ids"
+      echo 128 > "$RA"
+      in_cgroup "$LLAMACPP_PY" "$(dirname "$0")/llamacpp_decode.py" -m "$MODEL" -t "$THREADS" -n "$NTOK"
+      restore ;;
+    *) echo "unknown run '$r' (stream nopf nogate mmap llamacpp)"; exit 1 ;;
+  esac
+done

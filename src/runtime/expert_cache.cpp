@@ -112,25 +112,38 @@ void ExpertCache::remove(Entry* e, bool unmap) {
   delete e;
 }
 
-ExpertCache::Entry* ExpertCache::insert(int32_t layer, int32_t expert, size_t bytes, bool probationary_only) {
-  if (find(layer, expert)) fail("expert cache: layer ", layer, " expert ", expert, " inserted twice");
+bool ExpertCache::plan_eviction(size_t bytes, const VictimRule& rule, std::vector<Entry*>* victims) const {
+  victims->clear();
   const size_t need = alloc_->slot_bytes(bytes);
-  if (need > budget_) return nullptr;
-  // Choose the victims first, so that a request that cannot be met evicts nothing.
-  std::vector<Entry*> victims;
+  if (need > budget_) return false;
   size_t freed = 0;
-  auto collect = [&](std::list<Entry*>& seg) {
+  auto collect = [&](const std::list<Entry*>& seg) {
+    size_t seen = 0;
     for (Entry* e : seg) {
-      if (used_ - freed + need <= budget_) return;
-      if (evictable(e)) {
-        victims.push_back(e);
+      if (used_ - freed + need <= budget_ || seen++ == rule.max_scan) return;
+      if (evictable(e) && (!rule.may_evict || rule.may_evict(*e))) {
+        victims->push_back(e);
         freed += e->bytes;
       }
     }
   };
   collect(probation_);
-  if (!probationary_only) collect(protected_);
-  if (used_ - freed + need > budget_) return nullptr;
+  if (!rule.probationary_only) collect(protected_);
+  return used_ - freed + need <= budget_;
+}
+
+ExpertCache::Entry* ExpertCache::insert(int32_t layer, int32_t expert, size_t bytes, bool probationary_only) {
+  VictimRule rule;
+  rule.probationary_only = probationary_only;
+  return insert(layer, expert, bytes, rule);
+}
+
+ExpertCache::Entry* ExpertCache::insert(int32_t layer, int32_t expert, size_t bytes, const VictimRule& rule) {
+  if (find(layer, expert)) fail("expert cache: layer ", layer, " expert ", expert, " inserted twice");
+  const size_t need = alloc_->slot_bytes(bytes);
+  // Choose the victims first, so that a request that cannot be met evicts nothing.
+  std::vector<Entry*> victims;
+  if (!plan_eviction(bytes, rule, &victims)) return nullptr;
 
   // A victim of exactly the needed size lends its buffer: no munmap/mmap, no fresh page faults.
   uint8_t* buf = nullptr;

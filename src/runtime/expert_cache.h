@@ -24,9 +24,11 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <unordered_map>
+#include <vector>
 
 namespace sluice {
 
@@ -67,6 +69,7 @@ class ExpertCache {
     bool pinned = false;      // the hot set: never evicted
     bool prefetched = false;  // brought in by a prefetch and not used since
     uint32_t uses = 0;        // times served
+    uint64_t last_step = 0;   // the owner's decode step of the last use (0: cold; see prefetch_policy.h)
     bool in_protected = false;
     std::list<Entry*>::iterator pos;  // in its segment's list (front = least recently used)
   };
@@ -83,10 +86,24 @@ class ExpertCache {
   size_t slot_size(size_t bytes) const { return alloc_->slot_bytes(bytes); }
 
   Entry* find(int32_t layer, int32_t expert);
+  bool contains(int32_t layer, int32_t expert) const { return map_.count(key(layer, expert)) != 0; }
   // A new entry in state loading with a buffer of slot_bytes(bytes), evicting evictable
   // entries as needed (probationary LRU first, then protected unless `probationary_only`).
   // Evicts nothing and returns nullptr when that cannot make enough room now.
   Entry* insert(int32_t layer, int32_t expert, size_t bytes, bool probationary_only);
+  // Victims restricted further, in the same order (probationary LRU first, then protected):
+  // only evictable entries that `may_evict` accepts (any when empty), only probationary ones if
+  // `probationary_only`, and only among the first `max_scan` entries of each segment's LRU end
+  // (a bound on the cost of a request that cannot be met: the lists are walked node by node).
+  struct VictimRule {
+    std::function<bool(const Entry&)> may_evict;
+    bool probationary_only = false;
+    size_t max_scan = SIZE_MAX;
+  };
+  Entry* insert(int32_t layer, int32_t expert, size_t bytes, const VictimRule& rule);
+  // What insert(..., rule) would evict now to make room for `bytes`, in order, without evicting
+  // anything; false when it could not make room.
+  bool plan_eviction(size_t bytes, const VictimRule& rule, std::vector<Entry*>* victims) const;
   // A use of `e`: most recently used, promoted to protected on its second use.
   void mark_used(Entry* e);
   // Drops `e` (a failed read); it must be unheld and have no read in flight.

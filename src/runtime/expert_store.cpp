@@ -202,6 +202,14 @@ std::string format_expert_stats(const ExpertStats& s) {
       std::snprintf(buf, sizeof buf, "; prefetch recall %.1f%%, precision %.1f%%", 100 * s.prefetch_recall(),
                     100 * s.prefetch_precision());
       os << buf;
+      if (s.policy == "stream") {
+        // Recall and precision score the predictor; these say what the prefetch gate made of it.
+        std::snprintf(buf, sizeof buf, " (%llu read ahead, %llu declined; %llu used, %llu of them late; %s of victims read again)",
+                      static_cast<unsigned long long>(s.prefetch_reads), static_cast<unsigned long long>(s.prefetch_skipped),
+                      static_cast<unsigned long long>(s.prefetch_hits), static_cast<unsigned long long>(s.prefetch_late),
+                      human_bytes(double(s.prefetch_regret_bytes)).c_str());
+        os << buf;
+      }
     }
     std::snprintf(buf, sizeof buf, "; %s %s", s.policy == "stream" ? "read" : "process read", human_bytes(double(s.bytes_read)).c_str());
     os << buf;
@@ -218,7 +226,46 @@ std::string format_expert_stats(const ExpertStats& s) {
   } else {
     os << " (" << human_bytes(double(s.expert_bytes)) << " of experts in the mapping)";
   }
+  if (s.policy == "stream") {
+    if (s.cache_full_pass)
+      os << "; cache full from forward pass " << s.cache_full_pass << " (1 = the prompt)";
+    else
+      os << "; cache never full";
+  }
   os << "; peak RSS " << human_bytes(double(peak_rss_bytes()));
+  return os.str();
+}
+
+std::string format_expert_steady_state(const ExpertStats& a, const ExpertStats& b, double seconds, int64_t n_tokens) {
+  auto d = [](uint64_t x, uint64_t y) { return y > x ? double(y - x) : 0.0; };
+  const double n = double(std::max<int64_t>(n_tokens, 1)), t = std::max(seconds, 1e-9);
+  const double requests = d(a.requests, b.requests), bytes = d(a.bytes_read, b.bytes_read);
+  char buf[256];
+  std::ostringstream os;
+  std::snprintf(buf, sizeof buf, "%.2f tok/s", double(n_tokens) / t);
+  os << buf;
+  if (b.policy == "resident") return os.str();
+  std::snprintf(buf, sizeof buf, "; hit rate %.1f%%", requests ? 100 * d(a.hits, b.hits) / requests : 0.0);
+  os << buf;
+  if (const double used = d(a.used_with_prediction, b.used_with_prediction), pred = d(a.predicted, b.predicted); pred > 0) {
+    const double right = d(a.predicted_used, b.predicted_used);
+    std::snprintf(buf, sizeof buf, ", prefetch recall %.1f%%, precision %.1f%%", used ? 100 * right / used : 0.0, 100 * right / pred);
+    os << buf;
+  }
+  std::snprintf(buf, sizeof buf, "; read %s/token, %.0f MB/s over the decode", human_bytes(bytes / n).c_str(), bytes / t / 1e6);
+  os << buf;
+  if (b.policy == "stream") {
+    const double io = b.io_seconds - a.io_seconds;
+    if (io > 0) {
+      std::snprintf(buf, sizeof buf, " (%.0f MB/s while reading)", bytes / io / 1e6);
+      os << buf;
+    }
+    std::snprintf(buf, sizeof buf, "; I/O stall %.2f ms/token", 1e3 * (b.stall_seconds - a.stall_seconds) / n);
+    os << buf;
+  } else {
+    std::snprintf(buf, sizeof buf, "; %.0f major page faults/token", d(a.major_faults, b.major_faults) / n);
+    os << buf;
+  }
   return os.str();
 }
 

@@ -70,6 +70,8 @@ struct ExpertStoreOptions {
   std::string routing_counts_path;       // routing counts (a previous run's --routing-counts-out) choosing the pins
   bool prefetch = true;                  // mmap/stream: predict layer l+1's experts while l runs and stage them
   int prefetch_extra = -1;               // m: the predictor stages top-(k+m); -1 = max(1, k/4)
+  bool prefetch_gate = true;             // stream: PrefetchPolicy decides each read (false: read every guess, evicting
+                                         // any probationary expert — the behaviour before the gate, for A/B benchmarks)
   std::string io = "auto";               // stream: auto | uring | pread
   bool direct_io = true;                 // stream: O_DIRECT (falls back to the page cache with a message)
   bool progress = false;                 // stream: progress lines on stderr while pins load and the cache warms
@@ -90,6 +92,11 @@ struct ExpertStats {
   uint64_t reads = 0;                 // read requests completed
   uint64_t bytes_read = 0;            // stream: bytes read into the cache; mmap: the process's read_bytes since load
   uint64_t prefetch_failures = 0;     // prefetch reads that failed (dropped; a demand read retries)
+  uint64_t prefetch_reads = 0;        // stream: bundles read ahead on a prediction
+  uint64_t prefetch_skipped = 0;      // stream: predicted, not cached, and declined (prefetch_policy.h)
+  uint64_t prefetch_late = 0;         // stream: prefetch hits whose read was still in flight when asked for
+  uint64_t prefetch_regret_bytes = 0; // stream: bytes a prefetch evicted that a demand miss then read again
+  uint64_t cache_full_pass = 0;       // stream: the forward pass (1 = the prompt) in which the cache first filled
   double io_seconds = 0;              // stream: wall time with at least one read in flight
   double stall_seconds = 0;           // stream: time the forward waited for reads
   uint64_t major_faults = 0;          // mmap: major page faults since load (its stalls, which it cannot time)
@@ -112,6 +119,10 @@ struct ExpertStats {
 
 // One line for stderr ("experts: stream, cache 4.0 GiB ...") including the peak RSS.
 std::string format_expert_stats(const ExpertStats& s);
+// The decode's steady state for stderr: the store's figures between two snapshots `a` and `b`
+// (taken by the caller, e.g. at the middle and the end of a decode) over `seconds` and
+// `n_tokens` generated tokens: tok/s, bytes read per token, hit rate, disk MB/s, stall.
+std::string format_expert_steady_state(const ExpertStats& a, const ExpertStats& b, double seconds, int64_t n_tokens);
 // Peak resident set size of this process (VmHWM from /proc/self/status), 0 if unknown.
 size_t peak_rss_bytes();
 

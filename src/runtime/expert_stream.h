@@ -14,6 +14,7 @@
 #include "runtime/expert_cache.h"
 #include "runtime/expert_store.h"
 #include "runtime/io_engine.h"
+#include "runtime/prefetch_policy.h"
 
 namespace sluice {
 
@@ -33,6 +34,8 @@ class StreamingExperts final : public ExpertSource {
   bool wants_prefetch() const override { return prefetch_enabled_; }
 
   bool direct_io() const { return direct_; }
+  // Tests: whether (layer, expert) is in the cache now (ready or loading).
+  bool cached(int layer, int32_t expert) const;
   std::string_view io_name() const { return io_->name(); }
 
  private:
@@ -64,7 +67,9 @@ class StreamingExperts final : public ExpertSource {
   const Plan& plan(int layer, int32_t expert) const { return plans_[layer][expert]; }
   ExpertWeights weights(const Entry* e) const;
   // Inserts and submits a bundle's reads; nullptr when the cache (or the queue) has no room now.
-  Entry* start_load(int layer, int32_t expert, bool demand);
+  // A prefetch passes the victims it may evict (PrefetchPolicy::may_evict); a demand load may
+  // evict any evictable entry.
+  Entry* start_load(int layer, int32_t expert, bool demand, const ExpertCache::VictimRule* rule = nullptr);
   void submit_segment(Entry* e, int seg, int attempt);
   // Handles completions: `wait` blocks for at least one (counted as stall time).
   void reap(bool wait);
@@ -80,6 +85,7 @@ class StreamingExperts final : public ExpertSource {
   std::vector<std::vector<Plan>> plans_;
   uint64_t file_size_ = 0;
   bool prefetch_enabled_ = true;
+  bool prefetch_gate_ = true;
   bool progress_ = false;
   // Declaration order is destruction order reversed: the engine (which drains reads in
   // flight) goes first, then the files it reads, then the cache that owns the buffers.
@@ -103,11 +109,18 @@ class StreamingExperts final : public ExpertSource {
   std::unordered_map<uint64_t, InFlight> tags_;  // by read tag
   uint64_t next_tag_ = 1;
   StreamBatch* active_ = nullptr;              // the batch being served (one at a time)
+  // Decode steps (forward passes), counted when a layer is acquired at or below the last one.
+  // Starts at 2 so that Entry::last_step 0 is cold under PrefetchPolicy::may_evict.
+  uint64_t step_ = 2;
+  int last_acquired_ = -1;
+  std::unique_ptr<PrefetchPolicy> gate_;       // decides every prefetch read (prefetch_policy.h)
   int prefetch_layer_ = -1;
-  std::vector<int32_t> prefetch_todo_;         // predicted experts not yet issued
+  std::vector<std::pair<int32_t, int>> prefetch_decided_;  // (expert, rank) the gate read or declined
+  std::vector<std::pair<int32_t, int>> prefetch_todo_;  // (expert, rank) predicted, not yet issued or declined
   std::vector<int32_t> prefetch_issued_;       // ... and those whose reads were started
   // Stats (under mu_).
   uint64_t reads_ = 0, bytes_read_ = 0, hits_ = 0, prefetch_hits_ = 0, prefetch_failures_ = 0;
+  uint64_t prefetch_reads_ = 0, prefetch_skipped_ = 0, prefetch_late_ = 0, cache_full_pass_ = 0;
   double io_seconds_ = 0, stall_seconds_ = 0, busy_since_ = 0;
   size_t max_bundle_ = 0;
   int pinned_ = 0;

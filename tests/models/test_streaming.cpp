@@ -127,6 +127,11 @@ TEST_P(Streaming, EveryPolicyGivesBitIdenticalLogits) {
   s.direct_io = false;
   variants.push_back({"stream, buffered", s});
   s.direct_io = true;
+  s.cache_bytes = bundle * 6;  // room for the prefetch gate to read ahead (it takes no recent expert)
+  variants.push_back({"stream, prefetch, six-expert budget", s});
+  s.prefetch_gate = false;
+  variants.push_back({"stream, ungated prefetch, six-expert budget", s});
+  s.prefetch_gate = true;
   s.cache_bytes = bundle;  // exactly one expert: strictly one at a time
   variants.push_back({"stream, one-expert budget", s});
 
