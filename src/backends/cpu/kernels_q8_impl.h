@@ -535,6 +535,22 @@ inline void q4_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
   }
 }
 
+// Q8TileOps::gemm for a tile type: the tokens in passes of 8, then 4, then 1 (Run<NT>::run
+// computes NT tokens against the whole tile; function templates cannot be template template
+// arguments, hence the struct per type below).
+template <class Tile, int QK, template <int> class Run>
+inline void q8_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t astride, int64_t n_tok, float* y,
+                         size_t ldy, int64_t nr) {
+  const auto* T = reinterpret_cast<const Tile*>(tile);
+  const auto* ab = static_cast<const uint8_t*>(a);
+  const int64_t nb = n / QK;
+  const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1);
+  int64_t t = 0;
+  for (; t + 8 <= n_tok; t += 8) Run<8>::run(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
+  for (; t + 4 <= n_tok; t += 4) Run<4>::run(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
+  for (; t < n_tok; ++t) Run<1>::run(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
+}
+
 // NT tokens against one tile. Per sub-block: the 8 weight vectors are unpacked once, then
 // each token runs 8 vpdpbusd (16 rows × 4 inputs each) and one vpmulld by the scales.
 template <int NT>
@@ -578,19 +594,13 @@ inline void q4_K_tile_tokens(const Q4KTile* T, int64_t nb, const uint8_t* act, s
   for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
 }
 
-inline void q4_K_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t astride, int64_t n_tok, float* y,
-                           size_t ldy, int64_t nr) {
-  const auto* T = reinterpret_cast<const Q4KTile*>(tile);
-  const auto* ab = static_cast<const uint8_t*>(a);
-  const int64_t nb = n / QK_K;
-  const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1);
-  constexpr int kNT = 8;
-  int64_t t = 0;
-  for (; t + kNT <= n_tok; t += kNT) q4_K_tile_tokens<kNT>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
-  for (; t + 4 <= n_tok; t += 4) q4_K_tile_tokens<4>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
-  for (; t < n_tok; ++t) q4_K_tile_tokens<1>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
-}
-#define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack_512, q4_K_tile_gemm}
+template <int NT>
+struct Q4KTileTokens {
+  static void run(const Q4KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy, __mmask16 rows) {
+    q4_K_tile_tokens<NT>(T, nb, act, astride, y, ldy, rows);
+  }
+};
+#define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack_512, q8_tile_gemm<Q4KTile, QK_K, Q4KTileTokens>}
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: the same exact integer sums per super-block and the same two fused
 // multiply-adds per super-block as the vector code, so the results are bitwise equal.
@@ -714,18 +724,12 @@ inline void q6_K_tile_tokens(const Q6KTile* T, int64_t nb, const uint8_t* act, s
   for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
 }
 
-inline void q6_K_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t astride, int64_t n_tok, float* y,
-                           size_t ldy, int64_t nr) {
-  const auto* T = reinterpret_cast<const Q6KTile*>(tile);
-  const auto* ab = static_cast<const uint8_t*>(a);
-  const int64_t nb = n / QK_K;
-  const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1);
-  constexpr int kNT = 8;
-  int64_t t = 0;
-  for (; t + kNT <= n_tok; t += kNT) q6_K_tile_tokens<kNT>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
-  for (; t + 4 <= n_tok; t += 4) q6_K_tile_tokens<4>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
-  for (; t < n_tok; ++t) q6_K_tile_tokens<1>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
-}
+template <int NT>
+struct Q6KTileTokens {
+  static void run(const Q6KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy, __mmask16 rows) {
+    q6_K_tile_tokens<NT>(T, nb, act, astride, y, ldy, rows);
+  }
+};
 inline void q6_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
   const int64_t nb = n / QK_K;
   auto* T = reinterpret_cast<Q6KTile*>(tile);
@@ -751,7 +755,7 @@ inline void q6_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
     _mm512_storeu_ps(b.d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(gd, 16))));
   }
 }
-#define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack_512, q6_K_tile_gemm}
+#define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack_512, q8_tile_gemm<Q6KTile, QK_K, Q6KTileTokens>}
 #elif !SLUICE_Q8_SIMD
 // The scalar twin, bitwise equal to the vector code (exact integer sums, one fma per super-block).
 inline void q6_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok, float* y,
@@ -885,19 +889,13 @@ inline void q8_0_tile_tokens(const Q80Tile* T, int64_t nb, const uint8_t* act, s
   for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
 }
 
-inline void q8_0_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t astride, int64_t n_tok, float* y,
-                           size_t ldy, int64_t nr) {
-  const auto* T = reinterpret_cast<const Q80Tile*>(tile);
-  const auto* ab = static_cast<const uint8_t*>(a);
-  const int64_t nb = n / QK8_0;
-  const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1);
-  constexpr int kNT = 8;
-  int64_t t = 0;
-  for (; t + kNT <= n_tok; t += kNT) q8_0_tile_tokens<kNT>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
-  for (; t + 4 <= n_tok; t += 4) q8_0_tile_tokens<4>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
-  for (; t < n_tok; ++t) q8_0_tile_tokens<1>(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
-}
-#define SLUICE_Q8_Q8_0_TILE {q8_0_tile_bytes, q8_0_tile_pack_512, q8_0_tile_gemm}
+template <int NT>
+struct Q80TileTokens {
+  static void run(const Q80Tile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy, __mmask16 rows) {
+    q8_0_tile_tokens<NT>(T, nb, act, astride, y, ldy, rows);
+  }
+};
+#define SLUICE_Q8_Q8_0_TILE {q8_0_tile_bytes, q8_0_tile_pack_512, q8_tile_gemm<Q80Tile, QK8_0, Q80TileTokens>}
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: Σ q·a is exact either way; one fma per block as the vector code.
 inline void q8_0_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok, float* y,
