@@ -131,9 +131,10 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) double int8_macs_vnni(int
     __asm__ volatile("" : "+v"(a), "+v"(b));
     for (int k = 0; k < kChains; ++k) acc[k] = _mm512_dpbusd_epi32(acc[k], a, b);
   }
-  // Stored and summed by hand: GCC 12's _mm512_reduce_add_epi32 trips -Wuninitialized.
-  int s = 0;
-  alignas(64) int lanes[16];
+  // Stored and summed by hand: GCC 12's _mm512_reduce_add_epi32 trips -Wuninitialized. The
+  // lanes have wrapped around many times: summed as unsigned (wrapping is defined there).
+  uint32_t s = 0;
+  alignas(64) uint32_t lanes[16];
   for (int k = 0; k < kChains; ++k) {
     _mm512_store_si512(lanes, acc[k]);
     s += lanes[0];
@@ -150,8 +151,8 @@ __attribute__((target("avx2"))) double int8_macs_avx2(int64_t iters) {
     for (int k = 0; k < kChains / 2; ++k)
       acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), one));
   }
-  int s = 0;
-  for (int k = 0; k < kChains / 2; ++k) s += _mm256_extract_epi32(acc[k], 0);
+  uint32_t s = 0;
+  for (int k = 0; k < kChains / 2; ++k) s += static_cast<uint32_t>(_mm256_extract_epi32(acc[k], 0));
   if (s == 1) std::fprintf(stderr, " ");
   return static_cast<double>(iters) * (kChains / 2) * 32;
 }
