@@ -25,6 +25,8 @@
 #include "commands.h"
 #include "core/error.h"
 #include "kvcodec/kvcodec.h"
+#include "models/model.h"
+#include "runtime/expert_store.h"
 #include "runtime/session.h"
 
 namespace sluice::cli {
@@ -40,6 +42,9 @@ struct BenchArgs {
   // are paired element by element (a single value applies to every pair).
   std::vector<std::string> cache_type{"f16"}, cache_type_k, cache_type_v;
   size_t membw_mib = 1024;
+  // Where the experts live (runtime/expert_store.h), as for `sluice run`.
+  std::string experts = "resident", expert_cache = "4G";
+  bool prefetch = true;
 };
 
 struct CachePair {
@@ -171,10 +176,16 @@ int run_bench(const BenchArgs& a) {
   if (!a.json)
     std::printf("| model | size | params | backend | threads | cache K/V | test | t/s | GB/s read / membw | SOL %% |\n"
                 "| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |\n");
-  std::string profile_text;
+  std::string profile_text, experts_text;
   for (const std::string& path : a.models) {
     std::fprintf(stderr, "bench: loading %s\n", path.c_str());
-    auto model = Model::load(path);
+    ModelOptions mo;
+    mo.experts.policy = expert_policy_from_name(a.experts);
+    mo.experts.cache_bytes = parse_byte_size("--expert-cache", a.expert_cache);
+    mo.experts.prefetch = a.prefetch;
+    mo.experts.progress = true;
+    auto model = Model::load(path, mo);
+    const bool streamed = model->experts().policy() != ExpertPolicy::resident;
     const Hparams& hp = model->hparams();
     int64_t params = 0;
     for (const auto& t : model->file().tensors()) params += t.n_elements();
@@ -284,6 +295,7 @@ int run_bench(const BenchArgs& a) {
             std::vector<double> tps, gbps, cpu_tps, bw_rep, sol_rep;
             be.reset();
             double total_s = 0;
+            const ExpertStats e0 = model->experts().stats();
             for (int r = 0; r < a.reps; ++r) {
               std::fprintf(stderr, "bench: %d threads, %s: tg%d%s rep %d/%d\n", t, cache.c_str(), a.n_gen, at.c_str(), r + 1,
                            a.reps);
@@ -305,6 +317,29 @@ int run_bench(const BenchArgs& a) {
               sol_rep.push_back(gbps.back() / bw_rep.back());
             }
             row("tg" + std::to_string(a.n_gen) + at, tps, stats(gbps).mean, cpu_tps, median(sol_rep), median(bw_rep));
+            if (streamed) {
+              // The expert store over the tg repetitions (the pp runs before them warmed it).
+              const ExpertStats e1 = model->experts().stats();
+              const int64_t n_tok = static_cast<int64_t>(a.n_gen) * a.reps;
+              if (a.json) {
+                const auto d = [&](uint64_t ExpertStats::*f) { return static_cast<double>(e1.*f - e0.*f); };
+                nlohmann::json& j = out.back();
+                j["experts"] = e1.policy;
+                j["expert_cache_bytes"] = e1.cache_budget;
+                j["expert_hit_rate"] = d(&ExpertStats::requests) > 0 ? d(&ExpertStats::hits) / d(&ExpertStats::requests) : 0.0;
+                j["prefetch_recall"] = d(&ExpertStats::used_with_prediction) > 0
+                                           ? d(&ExpertStats::predicted_used) / d(&ExpertStats::used_with_prediction)
+                                           : 0.0;
+                j["prefetch_precision"] =
+                    d(&ExpertStats::predicted) > 0 ? d(&ExpertStats::predicted_used) / d(&ExpertStats::predicted) : 0.0;
+                j["expert_bytes_read_per_token"] = d(&ExpertStats::bytes_read) / static_cast<double>(n_tok);
+                j["stall_ms_per_token"] = 1e3 * (e1.stall_seconds - e0.stall_seconds) / static_cast<double>(n_tok);
+                j["peak_rss_bytes"] = peak_rss_bytes();
+              } else {
+                experts_text += "| " + base_name(path) + " | " + std::to_string(t) + " | tg" + std::to_string(a.n_gen) + at +
+                                " | " + format_expert_steady_state(e0, e1, total_s, n_tok) + " |\n";
+              }
+            }
             if (a.profile) {
               const BenchCounters& c = be.counters();
               const double n_tok = static_cast<double>(a.n_gen) * a.reps;
@@ -339,6 +374,11 @@ int run_bench(const BenchArgs& a) {
   if (!a.json && max_depth > 0)
     std::printf("\n@ dN: the run starts with N positions in the KV cache, synthetic K/V rows (Gaussian, K RMS 1, "
                 "V RMS 0.5) written through the cache's codecs, not a prefill.\n");
+  if (!experts_text.empty())
+    std::printf("\nexpert store during the tg runs (%s, --expert-cache %s%s; peak RSS %.2f GB):\n\n"
+                "| model | threads | test | figures |\n| --- | ---: | --- | --- |\n%s",
+                a.experts.c_str(), a.expert_cache.c_str(), a.prefetch ? "" : ", no prefetch", peak_rss_bytes() / 1e9,
+                experts_text.c_str());
   if (!a.json && a.n_prompt > 0)
     std::printf("\npp rows: matmul multiply-accumulates per second (weights x activations, attention not counted) / "
                 "the int8 peak measured by the same binary (vpdpbusd chains, or vpmaddubsw+vpmaddwd without VNNI).\n");
@@ -380,6 +420,10 @@ CommandRunner add_bench_command(CLI::App& app) {
   b->add_flag("--profile", args->profile, "per-stage time of the pp runs (matmul GMAC/s) and the tg runs (bytes, GB/s)");
   b->add_flag("--exact", args->exact, "float-decode matmuls (no int8 activations): the parity path");
   b->add_flag("--json", args->json, "JSON instead of a markdown table");
+  b->add_option("--experts", args->experts, "where experts live: resident | mmap | stream (stream/mmap: store figures per tg row)")
+      ->capture_default_str();
+  b->add_option("--expert-cache", args->expert_cache, "stream: expert cache budget (e.g. 4G, 512M)")->capture_default_str();
+  b->add_flag("--prefetch,!--no-prefetch", args->prefetch, "mmap/stream: predict the next layer's experts and read them early");
   return [args, b]() -> int {
     if (!b->parsed()) return 0;
     return run_bench(*args);

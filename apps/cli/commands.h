@@ -1,7 +1,9 @@
 // apps/cli/commands: each subcommand that lives in its own file registers itself here.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cstddef>
 #include <functional>
+#include <string>
 
 namespace sluice::cli {
 
@@ -11,5 +13,9 @@ CommandRunner add_synth_command(CLI::App& app);  // apps/cli/cmd_synth.cpp
 CommandRunner add_perplexity_command(CLI::App& app);  // apps/cli/cmd_perplexity.cpp
 CommandRunner add_pack_command(CLI::App& app);   // apps/cli/cmd_pack.cpp
 CommandRunner add_bench_command(CLI::App& app);  // apps/cli/cmd_bench.cpp
+
+// "4G", "512M", "1.5GiB", "65536": bytes (K/M/G/T are powers of 1024); fails naming `opt`
+// otherwise (apps/cli/options.cpp).
+size_t parse_byte_size(const std::string& opt, const std::string& s);
 
 }  // namespace sluice::cli

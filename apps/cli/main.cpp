@@ -60,28 +60,6 @@ std::string to_hex(const std::string& s) {
   return out;
 }
 
-// "4G", "512M", "1.5GiB", "65536": bytes (K/M/G/T are powers of 1024).
-size_t parse_byte_size(const std::string& opt, const std::string& s) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  std::string unit = s.substr(used);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();
-  if (unit.size() > 1 && unit.back() == 'I') unit.pop_back();
-  const std::string units = "KMGT";
-  double mul = 1;
-  if (unit.size() == 1 && units.find(unit[0]) != std::string::npos)
-    for (size_t i = 0; i <= units.find(unit[0]); ++i) mul *= 1024;
-  else if (!unit.empty() && unit != "B")
-    used = 0;
-  if (used == 0 || !(v > 0) || v * mul > 1e18) fail(opt, ": '", s, "' is not a size (e.g. 4G, 512M, 65536)");
-  return static_cast<size_t>(v * mul);
-}
 
 std::optional<DType> parse_cache_type(const std::string& s) {
   auto t = kv_type_from_name(s);
@@ -141,7 +119,7 @@ struct CommonOpts {
     BackendOptions o{.n_threads = threads};
     if (!gpu_expert_cache.empty()) {
       if (backend != "cuda") fail("--gpu-expert-cache needs --backend cuda");
-      o.gpu_expert_cache = parse_byte_size("--gpu-expert-cache", gpu_expert_cache);
+      o.gpu_expert_cache = cli::parse_byte_size("--gpu-expert-cache", gpu_expert_cache);
     }
     return make_backend(backend, o);
   }
@@ -155,7 +133,7 @@ struct CommonOpts {
   ModelOptions model_options() const {
     ModelOptions o;
     o.experts.policy = expert_policy_from_name(experts);
-    o.experts.cache_bytes = parse_byte_size("--expert-cache", expert_cache);
+    o.experts.cache_bytes = cli::parse_byte_size("--expert-cache", expert_cache);
     o.experts.pin_per_layer = pin_experts;
     o.experts.routing_counts_path = routing_counts;
     o.experts.prefetch = prefetch;

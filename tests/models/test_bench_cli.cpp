@@ -1,9 +1,12 @@
 // tests/models/test_bench_cli: `sluice bench` end to end on stories260K — K/V cache type
 // lists paired element by element, depth runs on a synthetic cache (table label "@ dN" and the
-// note saying the depth is synthetic; JSON fields), the --profile tables, and clear errors for
-// bad options. Speed is never asserted.
+// note saying the depth is synthetic; JSON fields), the --profile tables, the expert store's
+// figures with --experts stream, and clear errors for bad options. Speed is never asserted.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -64,6 +67,34 @@ TEST(BenchCli, ProfileTablesForPromptAndDecode) {
                           "tg2 (per token; SOL at", "| stage | ms | % time | MB read | GB/s | SOL % |", "| attention |",
                           "| dense_ffn |", "| total |"})
     EXPECT_NE(out.find(key), std::string::npos) << key << "\n" << out;
+}
+
+// --experts stream: each tg row carries the expert store's figures over its repetitions (JSON
+// fields; a table under the markdown), here with a cache of 1 MB so that experts are read.
+TEST(BenchCli, StreamedExpertsReportTheStore) {
+  SLUICE_REQUIRE_SHARED();
+  const std::string model = (std::filesystem::temp_directory_path() / ("sluice_bench_moe_" + std::to_string(::getpid()) + ".gguf")).string();
+  int rc = 0;
+  std::string out = test::run_command(kCli + " synth --arch qwen3moe --preset tiny --seed 5 -q -o " + model + " 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const std::string common = kCli + " bench -m " + model + " -p 4 -n 4 -r 1 -t 1 --membw-mib 8 ";
+  out = test::run_command(common + "--experts stream --expert-cache 1M --json 2>/dev/null", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  ASSERT_EQ(j.size(), 2u) << out;  // pp4, tg4
+  EXPECT_FALSE(j[0].contains("experts")) << j[0];
+  const auto& tg = j[1];
+  EXPECT_EQ(tg["experts"], "stream") << tg;
+  EXPECT_EQ(tg["expert_cache_bytes"], 1 << 20) << tg;
+  const double hit = tg["expert_hit_rate"].get<double>();
+  EXPECT_TRUE(hit >= 0.0 && hit < 1.0) << tg;  // a 1 MB cache cannot hold this model's experts
+  EXPECT_GT(tg["expert_bytes_read_per_token"].get<double>(), 0.0) << tg;
+  EXPECT_GT(tg["peak_rss_bytes"].get<double>(), 0.0) << tg;
+  out = test::run_command(common + "--experts stream --expert-cache 1M 2>/dev/null", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("expert store during the tg runs (stream, --expert-cache 1M"), std::string::npos) << out;
+  EXPECT_NE(out.find("hit rate"), std::string::npos) << out;
+  std::filesystem::remove(model);
 }
 
 TEST(BenchCli, BadOptionsFail) {
