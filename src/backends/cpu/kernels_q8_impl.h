@@ -412,6 +412,25 @@ inline void q8_dot_q6_K_512(const void* w, const uint8_t* act, size_t astride, i
 #define SLUICE_Q8_Q6_K_DOT q8_dot_q6_K
 #endif
 
+#if !SLUICE_Q8_SIMD
+// The scalar twins of the tile kernels: Step(tile block i, activation block i, row r, acc)
+// returns acc after that (super-)block with the vector code's integer sums and fused
+// multiply-adds, so twin and vector results are bitwise equal.
+template <class Tile, class Act, int QK, float (*Step)(const Tile&, const Act&, int64_t, float)>
+inline void q8_tile_gemm_scalar(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok, float* y,
+                                size_t ldy, int64_t nr) {
+  const auto* T = reinterpret_cast<const Tile*>(tile);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const Act*>(static_cast<const uint8_t*>(act) + t * astride);
+    for (int64_t r = 0; r < nr; ++r) {
+      float acc = 0;
+      for (int64_t i = 0; i < n / QK; ++i) acc = Step(T[i], a[i], r, acc);
+      y[t * ldy + r] = acc;
+    }
+  }
+}
+#endif
+
 // ---- Q4_K prefill tiles (kernels.h, Q8TileOps) -----------------------------------------
 // One packed super-block of 16 rows. qs[w][r] is the 4-byte word w (bytes 4w..4w+3) of row
 // r's qs: word w = 8c + g of chunk c holds elements 64c + 4g + b (low nibbles, sub-block 2c)
@@ -535,9 +554,9 @@ inline void q4_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
   }
 }
 
-// Q8TileOps::gemm for a tile type: the tokens in passes of 8, then 4, then 1 (Run<NT>::run
-// computes NT tokens against the whole tile; function templates cannot be template template
-// arguments, hence the struct per type below).
+// Q8TileOps::gemm for a tile type: the tokens in passes of 8, then 4, then 1. Run<NT>::run
+// computes NT tokens against the whole tile (each type's kernel is a class template with a
+// static run, because function templates cannot be template template arguments).
 template <class Tile, int QK, template <int> class Run>
 inline void q8_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t astride, int64_t n_tok, float* y,
                          size_t ldy, int64_t nr) {
@@ -554,85 +573,67 @@ inline void q8_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t a
 // NT tokens against one tile. Per sub-block: the 8 weight vectors are unpacked once, then
 // each token runs 8 vpdpbusd (16 rows × 4 inputs each) and one vpmulld by the scales.
 template <int NT>
-inline void q4_K_tile_tokens(const Q4KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
-                             __mmask16 rows) {
-  const __m512i m4 = _mm512_set1_epi8(0xF);
-  __m512 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const Q4KTile& b = T[i];
-    const block_q8_K* a[NT];
-    __m512i sumi[NT];
-    for (int t = 0; t < NT; ++t) {
-      a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
-      sumi[t] = _mm512_setzero_si512();
-    }
-    for (int j = 0; j < 8; ++j) {  // sub-block j: chunk j/2, low (even j) or high nibbles
-      const int c = j / 2, hi = j % 2;
-      __m512i wv[8];
-      for (int g = 0; g < 8; ++g) {
-        const __m512i raw = _mm512_loadu_si512(b.qs[8 * c + g]);
-        wv[g] = _mm512_and_si512(hi ? _mm512_srli_epi16(raw, 4) : raw, m4);
-      }
-      const __m512i scv = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[j])));
-      for (int t = 0; t < NT; ++t) {
-        const int8_t* aq = a[t]->qs + 32 * j;
-        __m512i s = _mm512_setzero_si512();
-        for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(aq + 4 * g));
-        sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(s, scv));
-      }
-    }
-    const __m512 dv = _mm512_loadu_ps(b.d), dmv = _mm512_loadu_ps(b.dmin);
-    for (int t = 0; t < NT; ++t) {
-      __m512i mins = _mm512_setzero_si512();
-      for (int j = 0; j < 8; ++j) mins = _mm512_dpwssd_epi32(mins, _mm512_loadu_si512(b.m2[j]), q8_bcst32(a[t]->bsums + 2 * j));
-      const __m512 ad = _mm512_set1_ps(a[t]->d);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dv, ad), acc[t]);
-      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmv, ad), acc[t]);
-    }
-  }
-  for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
-}
-
-template <int NT>
 struct Q4KTileTokens {
   static void run(const Q4KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy, __mmask16 rows) {
-    q4_K_tile_tokens<NT>(T, nb, act, astride, y, ldy, rows);
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    __m512 acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      const Q4KTile& b = T[i];
+      const block_q8_K* a[NT];
+      __m512i sumi[NT];
+      for (int t = 0; t < NT; ++t) {
+        a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
+        sumi[t] = _mm512_setzero_si512();
+      }
+      for (int j = 0; j < 8; ++j) {  // sub-block j: chunk j/2, low (even j) or high nibbles
+        const int c = j / 2, hi = j % 2;
+        __m512i wv[8];
+        for (int g = 0; g < 8; ++g) {
+          const __m512i raw = _mm512_loadu_si512(b.qs[8 * c + g]);
+          wv[g] = _mm512_and_si512(hi ? _mm512_srli_epi16(raw, 4) : raw, m4);
+        }
+        const __m512i scv = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[j])));
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* aq = a[t]->qs + 32 * j;
+          __m512i s = _mm512_setzero_si512();
+          for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(aq + 4 * g));
+          sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(s, scv));
+        }
+      }
+      const __m512 dv = _mm512_loadu_ps(b.d), dmv = _mm512_loadu_ps(b.dmin);
+      for (int t = 0; t < NT; ++t) {
+        __m512i mins = _mm512_setzero_si512();
+        for (int j = 0; j < 8; ++j) mins = _mm512_dpwssd_epi32(mins, _mm512_loadu_si512(b.m2[j]), q8_bcst32(a[t]->bsums + 2 * j));
+        const __m512 ad = _mm512_set1_ps(a[t]->d);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dv, ad), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmv, ad), acc[t]);
+      }
+    }
+    for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
   }
 };
+
 #define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack_512, q8_tile_gemm<Q4KTile, QK_K, Q4KTileTokens>}
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: the same exact integer sums per super-block and the same two fused
 // multiply-adds per super-block as the vector code, so the results are bitwise equal.
-inline void q4_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok, float* y,
-                           size_t ldy, int64_t nr) {
-  const auto* T = reinterpret_cast<const Q4KTile*>(tile);
-  const int64_t nb = n / QK_K;
-  for (int64_t t = 0; t < n_tok; ++t) {
-    const auto* a = reinterpret_cast<const block_q8_K*>(static_cast<const uint8_t*>(act) + t * astride);
-    for (int64_t r = 0; r < nr; ++r) {
-      float acc = 0;
-      for (int64_t i = 0; i < nb; ++i) {
-        const Q4KTile& b = T[i];
-        int32_t sumi = 0, mins = 0;
-        for (int j = 0; j < 8; ++j) {
-          int32_t s = 0;
-          for (int k = 0; k < 32; ++k) {
-            const int g = k / 4, byte = k % 4;
-            const uint8_t q = reinterpret_cast<const uint8_t*>(&b.qs[8 * (j / 2) + g][r])[byte];
-            s += ((j % 2) ? q >> 4 : q & 0xF) * a[i].qs[32 * j + k];
-          }
-          sumi += b.sc[j][r] * s;
-          mins += static_cast<int32_t>(b.m2[j][r] & 0xFFFF) * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
-        }
-        acc = std::fma(static_cast<float>(sumi), b.d[r] * a[i].d, acc);
-        acc = std::fma(-static_cast<float>(mins), b.dmin[r] * a[i].d, acc);
-      }
-      y[t * ldy + r] = acc;
+inline float q4_K_tile_step(const Q4KTile& b, const block_q8_K& a, int64_t r, float acc) {
+  int32_t sumi = 0, mins = 0;
+  for (int j = 0; j < 8; ++j) {
+    int32_t s = 0;
+    for (int k = 0; k < 32; ++k) {
+      const int g = k / 4, byte = k % 4;
+      const uint8_t q = reinterpret_cast<const uint8_t*>(&b.qs[8 * (j / 2) + g][r])[byte];
+      s += ((j % 2) ? q >> 4 : q & 0xF) * a.qs[32 * j + k];
     }
+    sumi += b.sc[j][r] * s;
+    mins += static_cast<int32_t>(b.m2[j][r] & 0xFFFF) * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
   }
+  acc = std::fma(static_cast<float>(sumi), b.d[r] * a.d, acc);
+  return std::fma(-static_cast<float>(mins), b.dmin[r] * a.d, acc);
 }
-#define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack, q4_K_tile_gemm}
+#define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack, q8_tile_gemm_scalar<Q4KTile, block_q8_K, QK_K, q4_K_tile_step>}
 #else
 #define SLUICE_Q8_Q4_K_TILE {}
 #endif
@@ -675,61 +676,56 @@ inline void q6_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t 
 
 #if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
 template <int NT>
-inline void q6_K_tile_tokens(const Q6KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
-                             __mmask16 rows) {
-  const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
-  __m512 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const Q6KTile& b = T[i];
-    const block_q8_K* a[NT];
-    __m512i sumi[NT];
-    for (int t = 0; t < NT; ++t) {
-      a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
-      sumi[t] = _mm512_setzero_si512();
-    }
-    for (int h = 0; h < 2; ++h)
-      for (int p = 0; p < 4; ++p) {  // the 32-element group (h, p): sub-blocks 8h + 2p and + 1
-        __m512i wv[8];
-        for (int g = 0; g < 8; ++g) {
-          const __m512i l = _mm512_loadu_si512(b.ql[16 * h + 8 * (p & 1) + g]);
-          const __m512i lo = _mm512_and_si512(p < 2 ? l : _mm512_srli_epi16(l, 4), m4);
-          const __m512i qh = _mm512_loadu_si512(b.qh[8 * h + g]);
-          // bits 2p, 2p+1 of each byte to bits 4, 5 (16-bit shifts; the mask drops what crossed bytes)
-          const __m512i hb = p == 0   ? _mm512_slli_epi16(qh, 4)
-                             : p == 1 ? _mm512_slli_epi16(qh, 2)
-                             : p == 2 ? qh
-                                      : _mm512_srli_epi16(qh, 2);
-          wv[g] = _mm512_or_si512(lo, _mm512_and_si512(hb, m30));
-        }
-        const int s0 = 8 * h + 2 * p;
-        const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[s0])));
-        const __m512i sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[s0 + 1])));
-        for (int t = 0; t < NT; ++t) {
-          const int8_t* aq = a[t]->qs + 128 * h + 32 * p;
-          __m512i s = _mm512_setzero_si512(), u = _mm512_setzero_si512();
-          for (int g = 0; g < 4; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(aq + 4 * g));
-          for (int g = 4; g < 8; ++g) u = _mm512_dpbusd_epi32(u, wv[g], q8_bcst32(aq + 4 * g));
-          sumi[t] = _mm512_add_epi32(sumi[t], _mm512_add_epi32(_mm512_mullo_epi32(s, sc0), _mm512_mullo_epi32(u, sc1)));
-        }
-      }
-    const __m512 dv = _mm512_loadu_ps(b.d);
-    for (int t = 0; t < NT; ++t) {
-      __m512i offs = _mm512_setzero_si512();
-      for (int k = 0; k < 8; ++k) offs = _mm512_dpwssd_epi32(offs, _mm512_loadu_si512(b.sc2[k]), q8_bcst32(a[t]->bsums + 2 * k));
-      const __m512 s = _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[t], offs));
-      acc[t] = _mm512_fmadd_ps(s, _mm512_mul_ps(dv, _mm512_set1_ps(a[t]->d)), acc[t]);
-    }
-  }
-  for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
-}
-
-template <int NT>
 struct Q6KTileTokens {
   static void run(const Q6KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy, __mmask16 rows) {
-    q6_K_tile_tokens<NT>(T, nb, act, astride, y, ldy, rows);
+    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+    __m512 acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      const Q6KTile& b = T[i];
+      const block_q8_K* a[NT];
+      __m512i sumi[NT];
+      for (int t = 0; t < NT; ++t) {
+        a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
+        sumi[t] = _mm512_setzero_si512();
+      }
+      for (int h = 0; h < 2; ++h)
+        for (int p = 0; p < 4; ++p) {  // the 32-element group (h, p): sub-blocks 8h + 2p and + 1
+          __m512i wv[8];
+          for (int g = 0; g < 8; ++g) {
+            const __m512i l = _mm512_loadu_si512(b.ql[16 * h + 8 * (p & 1) + g]);
+            const __m512i lo = _mm512_and_si512(p < 2 ? l : _mm512_srli_epi16(l, 4), m4);
+            const __m512i qh = _mm512_loadu_si512(b.qh[8 * h + g]);
+            // bits 2p, 2p+1 of each byte to bits 4, 5 (16-bit shifts; the mask drops what crossed bytes)
+            const __m512i hb = p == 0   ? _mm512_slli_epi16(qh, 4)
+                               : p == 1 ? _mm512_slli_epi16(qh, 2)
+                               : p == 2 ? qh
+                                        : _mm512_srli_epi16(qh, 2);
+            wv[g] = _mm512_or_si512(lo, _mm512_and_si512(hb, m30));
+          }
+          const int s0 = 8 * h + 2 * p;
+          const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[s0])));
+          const __m512i sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[s0 + 1])));
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* aq = a[t]->qs + 128 * h + 32 * p;
+            __m512i s = _mm512_setzero_si512(), u = _mm512_setzero_si512();
+            for (int g = 0; g < 4; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(aq + 4 * g));
+            for (int g = 4; g < 8; ++g) u = _mm512_dpbusd_epi32(u, wv[g], q8_bcst32(aq + 4 * g));
+            sumi[t] = _mm512_add_epi32(sumi[t], _mm512_add_epi32(_mm512_mullo_epi32(s, sc0), _mm512_mullo_epi32(u, sc1)));
+          }
+        }
+      const __m512 dv = _mm512_loadu_ps(b.d);
+      for (int t = 0; t < NT; ++t) {
+        __m512i offs = _mm512_setzero_si512();
+        for (int k = 0; k < 8; ++k) offs = _mm512_dpwssd_epi32(offs, _mm512_loadu_si512(b.sc2[k]), q8_bcst32(a[t]->bsums + 2 * k));
+        const __m512 s = _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[t], offs));
+        acc[t] = _mm512_fmadd_ps(s, _mm512_mul_ps(dv, _mm512_set1_ps(a[t]->d)), acc[t]);
+      }
+    }
+    for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
   }
 };
+
 inline void q6_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
   const int64_t nb = n / QK_K;
   auto* T = reinterpret_cast<Q6KTile*>(tile);
@@ -758,38 +754,25 @@ inline void q6_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
 #define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack_512, q8_tile_gemm<Q6KTile, QK_K, Q6KTileTokens>}
 #elif !SLUICE_Q8_SIMD
 // The scalar twin, bitwise equal to the vector code (exact integer sums, one fma per super-block).
-inline void q6_K_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok, float* y,
-                           size_t ldy, int64_t nr) {
-  const auto* T = reinterpret_cast<const Q6KTile*>(tile);
-  const int64_t nb = n / QK_K;
-  for (int64_t t = 0; t < n_tok; ++t) {
-    const auto* a = reinterpret_cast<const block_q8_K*>(static_cast<const uint8_t*>(act) + t * astride);
-    for (int64_t r = 0; r < nr; ++r) {
-      float acc = 0;
-      for (int64_t i = 0; i < nb; ++i) {
-        const Q6KTile& b = T[i];
-        int32_t sumi = 0, offs = 0;
-        for (int h = 0; h < 2; ++h)
-          for (int p = 0; p < 4; ++p)
-            for (int half = 0; half < 2; ++half) {
-              int32_t s = 0;
-              for (int g = 4 * half; g < 4 * half + 4; ++g)
-                for (int byte = 0; byte < 4; ++byte) {
-                  const uint8_t l = reinterpret_cast<const uint8_t*>(&b.ql[16 * h + 8 * (p & 1) + g][r])[byte];
-                  const uint8_t qh = reinterpret_cast<const uint8_t*>(&b.qh[8 * h + g][r])[byte];
-                  const int q = (p < 2 ? l & 0xF : l >> 4) | (((qh >> (2 * p)) & 3) << 4);
-                  s += q * a[i].qs[128 * h + 32 * p + 4 * g + byte];
-                }
-              sumi += b.sc[8 * h + 2 * p + half][r] * s;
-            }
-        for (int k = 0; k < 16; ++k) offs += 32 * b.sc[k][r] * a[i].bsums[k];
-        acc = std::fma(static_cast<float>(sumi - offs), b.d[r] * a[i].d, acc);
+inline float q6_K_tile_step(const Q6KTile& b, const block_q8_K& a, int64_t r, float acc) {
+  int32_t sumi = 0, offs = 0;
+  for (int h = 0; h < 2; ++h)
+    for (int p = 0; p < 4; ++p)
+      for (int half = 0; half < 2; ++half) {
+        int32_t s = 0;
+        for (int g = 4 * half; g < 4 * half + 4; ++g)
+          for (int byte = 0; byte < 4; ++byte) {
+            const uint8_t l = reinterpret_cast<const uint8_t*>(&b.ql[16 * h + 8 * (p & 1) + g][r])[byte];
+            const uint8_t qh = reinterpret_cast<const uint8_t*>(&b.qh[8 * h + g][r])[byte];
+            const int q = (p < 2 ? l & 0xF : l >> 4) | (((qh >> (2 * p)) & 3) << 4);
+            s += q * a.qs[128 * h + 32 * p + 4 * g + byte];
+          }
+        sumi += b.sc[8 * h + 2 * p + half][r] * s;
       }
-      y[t * ldy + r] = acc;
-    }
-  }
+  for (int k = 0; k < 16; ++k) offs += 32 * b.sc[k][r] * a.bsums[k];
+  return std::fma(static_cast<float>(sumi - offs), b.d[r] * a.d, acc);
 }
-#define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack, q6_K_tile_gemm}
+#define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack, q8_tile_gemm_scalar<Q6KTile, block_q8_K, QK_K, q6_K_tile_step>}
 #else
 #define SLUICE_Q8_Q6_K_TILE {}
 #endif
@@ -863,62 +846,45 @@ inline void q8_0_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
 }
 
 template <int NT>
-inline void q8_0_tile_tokens(const Q80Tile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
-                             __mmask16 rows) {
-  const __m256i k80 = _mm256_set1_epi8(static_cast<char>(0x80));
-  __m512 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const Q80Tile& b = T[i];
-    __m512i wv[8];
-    for (int g = 0; g < 8; ++g) wv[g] = _mm512_loadu_si512(b.qs[g]);
-    const __m512 dv = _mm512_loadu_ps(b.d);
-    for (int t = 0; t < NT; ++t) {
-      const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
-      __m512i s = _mm512_setzero_si512();
-      for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(a.qs + 4 * g));
-      // Σ a by sums of absolute differences of (a + 128) from 0, minus 32·128.
-      const __m256i u = _mm256_sad_epu8(_mm256_xor_si256(q8_load(a.qs), k80), _mm256_setzero_si256());
-      __m128i x = _mm_add_epi64(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
-      x = _mm_add_epi64(x, _mm_unpackhi_epi64(x, x));
-      const int32_t asum = _mm_cvtsi128_si32(x) - 32 * 128;
-      const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_set1_epi32(128 * asum)));
-      acc[t] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dv, _mm512_set1_ps(q8_half(a.d))), acc[t]);
-    }
-  }
-  for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
-}
-
-template <int NT>
 struct Q80TileTokens {
   static void run(const Q80Tile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy, __mmask16 rows) {
-    q8_0_tile_tokens<NT>(T, nb, act, astride, y, ldy, rows);
+    const __m256i k80 = _mm256_set1_epi8(static_cast<char>(0x80));
+    __m512 acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      const Q80Tile& b = T[i];
+      __m512i wv[8];
+      for (int g = 0; g < 8; ++g) wv[g] = _mm512_loadu_si512(b.qs[g]);
+      const __m512 dv = _mm512_loadu_ps(b.d);
+      for (int t = 0; t < NT; ++t) {
+        const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
+        __m512i s = _mm512_setzero_si512();
+        for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(a.qs + 4 * g));
+        // Σ a by sums of absolute differences of (a + 128) from 0, minus 32·128.
+        const __m256i u = _mm256_sad_epu8(_mm256_xor_si256(q8_load(a.qs), k80), _mm256_setzero_si256());
+        __m128i x = _mm_add_epi64(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+        x = _mm_add_epi64(x, _mm_unpackhi_epi64(x, x));
+        const int32_t asum = _mm_cvtsi128_si32(x) - 32 * 128;
+        const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_set1_epi32(128 * asum)));
+        acc[t] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dv, _mm512_set1_ps(q8_half(a.d))), acc[t]);
+      }
+    }
+    for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
   }
 };
+
 #define SLUICE_Q8_Q8_0_TILE {q8_0_tile_bytes, q8_0_tile_pack_512, q8_tile_gemm<Q80Tile, QK8_0, Q80TileTokens>}
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: Σ q·a is exact either way; one fma per block as the vector code.
-inline void q8_0_tile_gemm(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok, float* y,
-                           size_t ldy, int64_t nr) {
-  const auto* T = reinterpret_cast<const Q80Tile*>(tile);
-  const int64_t nb = n / QK8_0;
-  for (int64_t t = 0; t < n_tok; ++t) {
-    const auto* a = reinterpret_cast<const block_q8_0*>(static_cast<const uint8_t*>(act) + t * astride);
-    for (int64_t r = 0; r < nr; ++r) {
-      float acc = 0;
-      for (int64_t i = 0; i < nb; ++i) {
-        int32_t sumi = 0;
-        for (int k = 0; k < QK8_0; ++k) {
-          const uint8_t u = reinterpret_cast<const uint8_t*>(&T[i].qs[k / 4][r])[k % 4];
-          sumi += (static_cast<int32_t>(u) - 128) * a[i].qs[k];
-        }
-        acc = std::fma(static_cast<float>(sumi), T[i].d[r] * q8_half(a[i].d), acc);
-      }
-      y[t * ldy + r] = acc;
-    }
+inline float q8_0_tile_step(const Q80Tile& b, const block_q8_0& a, int64_t r, float acc) {
+  int32_t sumi = 0;
+  for (int k = 0; k < QK8_0; ++k) {
+    const uint8_t u = reinterpret_cast<const uint8_t*>(&b.qs[k / 4][r])[k % 4];
+    sumi += (static_cast<int32_t>(u) - 128) * a.qs[k];
   }
+  return std::fma(static_cast<float>(sumi), b.d[r] * q8_half(a.d), acc);
 }
-#define SLUICE_Q8_Q8_0_TILE {q8_0_tile_bytes, q8_0_tile_pack, q8_0_tile_gemm}
+#define SLUICE_Q8_Q8_0_TILE {q8_0_tile_bytes, q8_0_tile_pack, q8_tile_gemm_scalar<Q80Tile, block_q8_0, QK8_0, q8_0_tile_step>}
 #else
 #define SLUICE_Q8_Q8_0_TILE {}
 #endif
