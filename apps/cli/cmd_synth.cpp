@@ -143,7 +143,8 @@ CommandRunner add_synth_command(CLI::App& app) {
   SynthOptions& o = args->opt;
   auto* cmd = app.add_subcommand("synth", "write a random-weight model of any supported architecture (GGUF, llama.cpp layout)");
   cmd->footer(
-      "Weights are N(0, (gain/sqrt(fan_in))^2), deterministic in (seed, tensor name, index): gain 0.5, 1 for the q/k path,\n"
+      "Weights are N(0, (gain/sqrt(fan_in))^2), deterministic in (seed, tensor name, index): gain 0.5 (0.5/sqrt(layers)\n"
+      "for attn_output and ffn_down*, so deep models keep their routing spread over the experts), 1 for the q/k path,\n"
       "4 for the LM head and softmax routers, 1.5 for sigmoid routers; embeddings N(0, 0.25), norms 1 + N(0, 0.0025).\n"
       "With --vocab above the tokenizer's size the padding tokens get zero LM-head rows (logit 0), so text stays real.\n"
       "Types: f32, f16; q8_0, q4_0, q4_k, q6_k (every matrix, like llama-quantize --pure); q4_k_m (llama.cpp's Q4_K_M\n"
@@ -153,8 +154,8 @@ CommandRunner add_synth_command(CLI::App& app) {
       "token embedding and the FFN outputs (scaled by 1-X there) to the attention outputs (scaled by 1+3X); each router\n"
       "reads those channels with weight 1+X and the others with 1-X; and the query side (attn_q, attn_q_b or the q norm)\n"
       "is scaled by 1-0.75X so attention averages the context more evenly. At X=1 routing follows the attention context,\n"
-      "which moves slowly along the sequence, so consecutive tokens reuse experts (tiny presets: 66-88% of a token's\n"
-      "experts were the previous token's, vs 23-34% at X=0 and 24-42% at X=0.5). X=0 (default) is the plain model.");
+      "which moves slowly along the sequence, so consecutive tokens reuse experts (tiny presets, seed 1: 70-82% of a token's\n"
+      "experts were the previous token's, vs 24-25% at X=0 and 27-29% at X=0.5). X=0 (default) is the plain model.");
   cmd->add_option("--arch", o.arch, "llama | mixtral | qwen3 | qwen3moe | olmoe | deepseek2 (optional with a full-size preset)");
   cmd->add_option("--preset", o.preset, "tiny, or a full-size shape (see --list-presets)")->capture_default_str();
   cmd->add_option("--layers", o.layers, "override the preset's layer count");

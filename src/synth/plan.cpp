@@ -3,6 +3,7 @@
 // distribution of each tensor's values.
 #include "synth/plan.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -13,12 +14,21 @@ namespace {
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
 // Weight scales (see synth.h): σ = gain / sqrt(fan_in), fan_in = ne[0] (y = W·x contracts ne[0]).
-float gain_of(const std::string& name, uint32_t gating_func) {
+float gain_of(const std::string& name, uint32_t gating_func, int64_t n_layer) {
   if (name == "output.weight") return 4.0f;
   if (contains(name, "ffn_gate_inp")) return gating_func == 2 ? 1.5f : 4.0f;
   // The query/key path: gain 1 gives q·k/sqrt(d) a spread of ~1, so attention is not uniform.
   for (const char* qk : {".attn_q.", ".attn_k.", ".attn_q_a.", ".attn_q_b.", ".attn_kv_a_mqa.", ".attn_k_b."})
     if (contains(name, qk)) return 1.0f;
+  // The residual writers (GPT-2's depth-scaled init): each layer adds 1/sqrt(n_layer) of a
+  // one-layer model's output, so the sum over all layers stays about as large as one layer's and
+  // the token embedding keeps its share of the residual at every depth. Without it the layers'
+  // outputs pile up into a component every token shares (attention writes running means of the
+  // context), and deep routers all pick the same few experts: 48 unscaled qwen3-30b-a3b layers
+  // sent 64-70% of their routing to 8 of 128 experts at layers 40-47 (16-20% at layer 0), which
+  // no trained, load-balanced model does and which makes any expert cache look perfect.
+  if (contains(name, ".attn_output.") || contains(name, ".ffn_down"))
+    return 0.5f / std::sqrt(static_cast<float>(std::max<int64_t>(1, n_layer)));
   return 0.5f;
 }
 
@@ -49,10 +59,10 @@ float gain_of(const std::string& name, uint32_t gating_func) {
 // content, so two neighbours average the same tokens with unrelated weights and their context
 // vectors correlate only ~e^-1 (measured reuse at X = 1 without it: 0.39-0.63). Flatter scores
 // make the average nearly a running mean, which moves by O(1/t) per token.
-// Measured on the tiny MoE presets, seeds 1-6, over a 47-token story (the fraction of a
-// token's experts that the previous token also used; tests/models/test_synth.cpp,
-// RoutingLocalityRaisesReuse, checks seed 1):
-//   X = 0: 0.23-0.34 (chance k/n_expert = 0.25), X = 0.5: 0.24-0.42, X = 1: 0.66-0.88.
+// Measured on the tiny MoE presets (qwen3moe, mixtral, deepseek2), seed 1, over a 47-token
+// story (the fraction of a token's experts that the previous token also used;
+// tests/models/test_synth.cpp, RoutingLocalityRaisesReuse):
+//   X = 0: 0.235-0.247 (chance k/n_expert = 0.25), X = 0.5: 0.271-0.288, X = 1: 0.699-0.820.
 // Because the context is a running mean, reuse at X near 1 grows with the position in the
 // sequence; X = 0.5 keeps the router mostly token-driven with a context bias.
 std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& type, float routing_locality,
@@ -77,7 +87,7 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& typ
     } else if (name == "token_embd.weight") {
       t.init.std = 0.5f;
     } else {
-      t.init.std = gain_of(name, s.gating_func) / std::sqrt(static_cast<float>(t.ne[0]));
+      t.init.std = gain_of(name, s.gating_func, s.n_layer) / std::sqrt(static_cast<float>(t.ne[0]));
     }
     // Padding tokens (ids the tokenizer does not have) get all-zero LM-head rows, so their logit
     // is exactly 0 while real tokens' logits spread with std ~4: sampling and greedy decoding

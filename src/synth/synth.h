@@ -122,7 +122,8 @@ DType synth_tensor_type(std::string_view type, std::string_view name, const std:
 
 // Writes the model to `path`. Weights are N(0, σ²) from a counter-based generator keyed by
 // (seed, tensor name, element index), σ = gain/sqrt(fan_in) with fan_in = ne[0]:
-//   gain 0.5 for most matrices; 1 for the query/key path (attn_q, attn_k, attn_q_a, attn_q_b,
+//   gain 0.5 for most matrices, 0.5/sqrt(n_layer) for the residual writers (attn_output,
+//   ffn_down*: depth-scaled, so deep models keep token-driven, spread routing); 1 for the query/key path (attn_q, attn_k, attn_q_a, attn_q_b,
 //   attn_kv_a_mqa, attn_k_b) so attention is not uniform; 4 for output.weight and softmax
 //   routers (logit std ≈ 4, as in the goldens); 1.5 for sigmoid routers (deepseek2 gating 2);
 //   token_embd N(0, 0.5²); norm weights 1 + N(0, 0.05²); exp_probs_b N(0, 0.1²) (about a third
