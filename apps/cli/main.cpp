@@ -78,7 +78,7 @@ struct CommonOpts {
   std::string experts = "resident";
   std::string expert_cache = "4G";
   int pin_experts = 0;
-  std::string routing_counts, routing_counts_out;
+  std::string routing_counts, routing_counts_out, routing_trace_out;
   bool prefetch = true;
   bool no_prefetch_gate = false;
   int prefetch_extra = -1;
@@ -103,6 +103,9 @@ struct CommonOpts {
     app->add_option("--routing-counts", routing_counts, "routing-counts JSON choosing --pin-experts (from --routing-counts-out)");
     app->add_option("--routing-counts-out", routing_counts_out,
                     "after the run, add this run's per-layer expert routing counts to FILE (a calibration run)");
+    app->add_option("--routing-trace-out", routing_trace_out,
+                    "after the run, write every expert request to FILE, one layer's per line: \"layer e1 e2 ...\" "
+                    "(for cache simulations, bench/stream/cache_sim.py, and training predictors)");
     app->add_flag("--prefetch,!--no-prefetch", prefetch, "mmap/stream: predict the next layer's experts and read them early");
     app->add_flag("--no-prefetch-gate", no_prefetch_gate,
                   "stream: read every predicted expert, evicting any probationary one (for comparisons; the gate "
@@ -151,10 +154,17 @@ struct CommonOpts {
     };
     return o;
   }
+  // The model, with the routing trace recording when --routing-trace-out asks for it.
+  std::unique_ptr<Model> load_model() const {
+    auto m = Model::load(model, model_options());
+    if (!routing_trace_out.empty()) m->experts().record_routing_trace();
+    return m;
+  }
   // The store's figures on stderr, and the calibration file when asked for.
   void report_experts(const Model& m) const {
     std::fprintf(stderr, "%s\n", format_expert_stats(m.experts().stats()).c_str());
     if (!routing_counts_out.empty()) m.experts().save_routing_counts(routing_counts_out);
+    if (!routing_trace_out.empty()) m.experts().save_routing_trace(routing_trace_out);
   }
   KvCacheOptions kv(const Model& m, int64_t need) const {
     KvCacheOptions o;
@@ -168,7 +178,7 @@ struct CommonOpts {
 
 int cmd_run(const CommonOpts& co, const std::string& prompt, int n_predict, SamplerParams sp, bool ignore_eos) {
   auto t_load = Clock::now();
-  auto model = Model::load(co.model, co.model_options());
+  auto model = co.load_model();
   auto be = co.make();
   std::fprintf(stderr, "loaded %s (%s, %lld layers, %.1f MB) in %.2f s; backend %s, %d threads\n", co.model.c_str(),
                model->hparams().arch.c_str(), static_cast<long long>(model->hparams().n_layer),
@@ -226,7 +236,7 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, int n_predict, Samp
 }
 
 int cmd_eval(const CommonOpts& co, const std::string& tokens_arg, int greedy, const std::string& logits_path) {
-  auto model = Model::load(co.model, co.model_options());
+  auto model = co.load_model();
   auto be = co.make();
   std::vector<int32_t> ids = parse_token_list(tokens_arg);
   Session s(*model, *be, co.kv(*model, static_cast<int64_t>(ids.size()) + greedy));

@@ -291,6 +291,11 @@ void ExpertSource::book_acquire(int layer, std::span<const ExpertUse> uses) {
   std::lock_guard<std::mutex> lk(book_mu_);
   if (layer < 0 || static_cast<size_t>(layer) >= counts_.size()) return;
   book_.requests += uses.size();
+  if (tracing_) {
+    trace_.push_back(layer);
+    trace_.push_back(static_cast<int32_t>(uses.size()));
+    for (const ExpertUse& u : uses) trace_.push_back(u.expert);
+  }
   for (const ExpertUse& u : uses)
     if (u.expert >= 0 && static_cast<size_t>(u.expert) < counts_[layer].size()) counts_[layer][u.expert] += u.n_tokens;
   auto& pred = predicted_[layer];
@@ -367,6 +372,24 @@ void ExpertSource::save_routing_counts(const std::string& path) const {
   std::ofstream out(path);
   out << j.dump() << "\n";
   if (!out) fail(path, ": cannot write routing counts");
+}
+
+void ExpertSource::record_routing_trace() {
+  std::lock_guard<std::mutex> lk(book_mu_);
+  tracing_ = true;
+}
+
+void ExpertSource::save_routing_trace(const std::string& path) const {
+  std::lock_guard<std::mutex> lk(book_mu_);
+  std::ofstream out(path);
+  for (size_t i = 0; i + 1 < trace_.size();) {
+    const int32_t n = trace_[i + 1];
+    out << trace_[i];
+    for (int32_t j = 0; j < n; ++j) out << ' ' << trace_[i + 2 + j];
+    out << '\n';
+    i += 2 + static_cast<size_t>(n);
+  }
+  if (!out) fail(path, ": cannot write the routing trace");
 }
 
 // ---------------------------------------------------------------------------------------------

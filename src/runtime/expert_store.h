@@ -165,6 +165,12 @@ class ExpertSource {
   // Writes routing_counts() as JSON, added to the counts already in `path` when its shape
   // matches (so calibration runs accumulate). See read_routing_counts.
   void save_routing_counts(const std::string& path) const;
+  // Routing trace: from this call on, every acquire is recorded (layer and the experts asked
+  // for, in order); save_routing_trace writes them, one acquire per line, "layer e1 e2 ...".
+  // The input of cache-policy simulations (bench/stream/cache_sim.py) and of learned
+  // predictors: it is the exact sequence of bundle requests a store sees.
+  void record_routing_trace();
+  void save_routing_trace(const std::string& path) const;
 
  protected:
   // Bookkeeping shared by the policies: routing counts and prediction scoring.
@@ -176,6 +182,8 @@ class ExpertSource {
   ExpertStats book_;
   std::vector<std::vector<uint64_t>> counts_;
   std::vector<std::vector<int32_t>> predicted_;  // [layer]: the latest prediction not yet scored
+  bool tracing_ = false;
+  std::vector<int32_t> trace_;  // per acquire: layer, count, experts
   double t0_ = 0;                                // monotonic seconds at construction
 };
 

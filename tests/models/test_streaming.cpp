@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -271,6 +274,63 @@ TEST(StreamingPins, CalibrationCountsChooseThePinnedSet) {
   fs::remove(counts);
 }
 
+// --routing-trace-out: one line per acquire, "layer e1 e2 ...", in the order the store saw them.
+// Checked against the routing counts the same run books: the prefill line of each layer holds
+// exactly the experts with a count, and each decode line's experts are the counts it added.
+TEST(StreamingTrace, TraceIsTheStoresRequestSequence) {
+  SLUICE_REQUIRE_SHARED();
+  const std::string path = test::shared_dir() + "/golden/qwen3moe/model.gguf";
+  const std::string trace = fs::temp_directory_path() / ("sluice_trace_" + std::to_string(::getpid()) + ".txt");
+  ModelOptions mo;
+  mo.experts.policy = ExpertPolicy::stream;
+  mo.experts.cache_bytes = max_bundle_bytes(path) * 3;
+  auto m = Model::load(path, mo);
+  m->experts().record_routing_trace();
+  auto be = make_backend("cpu", 2);
+  Session s(*m, *be, KvCacheOptions{});
+  const auto prompt = prompt_for(path);
+  s.eval(prompt);
+  const auto after_prefill = m->experts().routing_counts();
+  const int32_t decode[3] = {prompt[1], prompt[2], prompt[1]};
+  for (int32_t t : decode) s.eval(std::span<const int32_t>(&t, 1));
+  const auto after_decode = m->experts().routing_counts();
+  m->experts().save_routing_trace(trace);
+
+  const int64_t L = m->hparams().n_layer, k = m->hparams().moe.n_expert_used;
+  std::ifstream in(trace);
+  std::vector<std::vector<int32_t>> lines;
+  std::vector<int32_t> layer_of;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream ls(line);
+    int32_t layer = -1, e = 0;
+    ls >> layer;
+    layer_of.push_back(layer);
+    lines.emplace_back();
+    while (ls >> e) lines.back().push_back(e);
+  }
+  ASSERT_EQ(lines.size(), static_cast<size_t>(4 * L));  // a prefill and three decode steps
+  std::vector<std::vector<uint64_t>> added(L, std::vector<uint64_t>(after_decode[0].size(), 0));
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const int32_t l = layer_of[i];
+    ASSERT_EQ(l, static_cast<int32_t>(i % L)) << "line " << i;
+    if (i < static_cast<size_t>(L)) {
+      std::vector<int32_t> want;
+      for (size_t e = 0; e < after_prefill[l].size(); ++e)
+        if (after_prefill[l][e] > 0) want.push_back(static_cast<int32_t>(e));
+      std::vector<int32_t> got = lines[i];
+      std::sort(got.begin(), got.end());
+      EXPECT_EQ(got, want) << "prefill, layer " << l;
+    } else {
+      EXPECT_EQ(lines[i].size(), static_cast<size_t>(k)) << "line " << i;
+      for (int32_t e : lines[i]) added[l].at(e) += 1;
+    }
+  }
+  for (int64_t l = 0; l < L; ++l)
+    for (size_t e = 0; e < added[l].size(); ++e)
+      EXPECT_EQ(added[l][e], after_decode[l][e] - after_prefill[l][e]) << "layer " << l << " expert " << e;
+  fs::remove(trace);
+}
+
 TEST(StreamingCli, RunStreamsAndPrintsTheNumbers) {
   SLUICE_REQUIRE_SHARED();
   const std::string model = test::shared_dir() + "/models/stories260K-moe8top4-dup.gguf";
@@ -290,6 +350,15 @@ TEST(StreamingCli, RunStreamsAndPrintsTheNumbers) {
     EXPECT_NE(e.find("peak RSS"), std::string::npos) << e;
     EXPECT_NE(e.find(opt.find("mmap") != std::string::npos ? "major page faults" : "ms/token"), std::string::npos) << e;
   }
+  // --routing-trace-out: a line per MoE layer and forward pass (the prompt is one pass; run
+  // evaluates each of the 24 sampled tokens).
+  const std::string trace = err + ".trace";
+  test::run_command(base + " --experts stream --expert-cache 200K --routing-trace-out " + trace + " 2>/dev/null", &rc);
+  ASSERT_EQ(rc, 0);
+  const std::string t = test::read_text_file(trace);
+  const int64_t n_layer = Model::load(model)->hparams().n_layer;  // every layer is MoE here
+  EXPECT_EQ(std::count(t.begin(), t.end(), '\n'), 25 * n_layer) << "the prompt's pass and one per sampled token";
+  fs::remove(trace);
   // A budget below one expert is refused with what to do about it.
   const std::string out = test::run_command(base + " --experts stream --expert-cache 4K 2>&1", &rc);
   EXPECT_EQ(rc, 1);
