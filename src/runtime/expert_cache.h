@@ -102,7 +102,9 @@ class ExpertCache {
   };
   Entry* insert(int32_t layer, int32_t expert, size_t bytes, const VictimRule& rule);
   // What insert(..., rule) would evict now to make room for `bytes`, in order, without evicting
-  // anything; false when it could not make room.
+  // anything; false when it could not make room. One exception to the LRU order: an allowed
+  // entry of exactly the needed slot size among the oldest min(kSameSizeWindow, size()/16) of
+  // the segment's LRU end is taken alone when it makes room (its buffer is reused; see the .cpp).
   bool plan_eviction(size_t bytes, const VictimRule& rule, std::vector<Entry*>* victims) const;
   // A use of `e`: most recently used, promoted to protected on its second use.
   void mark_used(Entry* e);
@@ -122,6 +124,9 @@ class ExpertCache {
   static uint64_t key(int32_t layer, int32_t expert) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(layer)) << 32) | static_cast<uint32_t>(expert);
   }
+  // How far from the LRU end plan_eviction looks for a victim of exactly the needed size (at
+  // most; also at most 1/16 of the entries).
+  static constexpr size_t kSameSizeWindow = 64;
   static bool evictable(const Entry* e) { return e->state == State::ready && e->holds == 0 && !e->pinned; }
   void unlink(Entry* e);
   void remove(Entry* e, bool unmap);
