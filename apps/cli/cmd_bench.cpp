@@ -181,7 +181,7 @@ int run_bench(const BenchArgs& a) {
     std::fprintf(stderr, "bench: loading %s\n", path.c_str());
     ModelOptions mo;
     mo.experts.policy = expert_policy_from_name(a.experts);
-    mo.experts.cache_bytes = parse_byte_size("--expert-cache", a.expert_cache);
+    set_expert_cache(mo.experts, a.expert_cache);
     mo.experts.prefetch = a.prefetch;
     mo.experts.progress = true;
     auto model = Model::load(path, mo);
@@ -422,7 +422,7 @@ CommandRunner add_bench_command(CLI::App& app) {
   b->add_flag("--json", args->json, "JSON instead of a markdown table");
   b->add_option("--experts", args->experts, "where experts live: resident | mmap | stream (stream/mmap: store figures per tg row)")
       ->capture_default_str();
-  b->add_option("--expert-cache", args->expert_cache, "stream: expert cache budget (e.g. 4G, 512M)")->capture_default_str();
+  b->add_option("--expert-cache", args->expert_cache, "stream: expert cache budget (e.g. 4G, 512M; auto: what the memory limit leaves)")->capture_default_str();
   b->add_flag("--prefetch,!--no-prefetch", args->prefetch, "mmap/stream: predict the next layer's experts and read them early");
   return [args, b]() -> int {
     if (!b->parsed()) return 0;

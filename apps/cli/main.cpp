@@ -97,7 +97,7 @@ struct CommonOpts {
     app->add_flag("--no-auto-asymmetric", no_auto_asymmetric, "keep a K type below 8 bits even with GQA >= 6");
     app->add_option("--experts", experts, "where experts live: resident | mmap (page cache) | stream (bounded cache)")
         ->capture_default_str();
-    app->add_option("--expert-cache", expert_cache, "stream: expert cache budget, never exceeded (e.g. 4G, 512M)")
+    app->add_option("--expert-cache", expert_cache, "stream: expert cache budget, never exceeded (e.g. 4G, 512M; auto: 90% of the memory limit (cgroup or available) less the weights in memory and 512 MiB)")
         ->capture_default_str();
     app->add_option("--pin-experts", pin_experts, "stream: keep the N most-routed experts of each layer cached (needs --routing-counts)");
     app->add_option("--routing-counts", routing_counts, "routing-counts JSON choosing --pin-experts (from --routing-counts-out)");
@@ -136,7 +136,7 @@ struct CommonOpts {
   ModelOptions model_options() const {
     ModelOptions o;
     o.experts.policy = expert_policy_from_name(experts);
-    o.experts.cache_bytes = cli::parse_byte_size("--expert-cache", expert_cache);
+    cli::set_expert_cache(o.experts, expert_cache);
     o.experts.pin_per_layer = pin_experts;
     o.experts.routing_counts_path = routing_counts;
     o.experts.prefetch = prefetch;

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "runtime/expert_store.h"
 
 namespace sluice::cli {
 
@@ -29,6 +30,11 @@ size_t parse_byte_size(const std::string& opt, const std::string& s) {
     used = 0;
   if (used == 0 || !(v > 0) || v * mul > 1e18) fail(opt, ": '", s, "' is not a size (e.g. 4G, 512M, 65536)");
   return static_cast<size_t>(v * mul);
+}
+
+void set_expert_cache(ExpertStoreOptions& o, const std::string& s) {
+  o.cache_auto = s == "auto";
+  if (!o.cache_auto) o.cache_bytes = parse_byte_size("--expert-cache", s);
 }
 
 }  // namespace sluice::cli

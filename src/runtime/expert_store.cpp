@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "runtime/expert_stream.h"
+#include "runtime/memory_limit.h"
 
 namespace sluice {
 namespace {
@@ -488,7 +489,20 @@ std::unique_ptr<ExpertSource> make_expert_store(const GgufFile& f, ExpertLayout 
   switch (opt.policy) {
     case ExpertPolicy::resident: return std::make_unique<ResidentExperts>(std::move(layout));
     case ExpertPolicy::mmap: return std::make_unique<MmapExperts>(f, std::move(layout));
-    case ExpertPolicy::stream: return std::make_unique<StreamingExperts>(f, std::move(layout), opt);
+    case ExpertPolicy::stream: {
+      if (!opt.cache_auto) return std::make_unique<StreamingExperts>(f, std::move(layout), opt);
+      // --expert-cache auto: what the memory limit leaves beside the weights that stay mapped.
+      size_t all = 0, bundle = 0;
+      for (const TensorView& t : f.tensors()) all += t.nbytes;
+      for (const auto& l : layout.layers)
+        for (const ExpertLocation& e : l) bundle = std::max(bundle, e.bytes[0] + e.bytes[1] + e.bytes[2] + 6 * page_size());
+      const size_t experts = layout.total_bytes();
+      std::string why;
+      ExpertStoreOptions o = opt;
+      o.cache_bytes = auto_expert_cache_bytes(memory_limit(), all - std::min(all, experts), experts, 2 * bundle, &why);
+      if (opt.progress) std::fprintf(stderr, "expert cache: auto, %s = %s\n", human_bytes(double(o.cache_bytes)).c_str(), why.c_str());
+      return std::make_unique<StreamingExperts>(f, std::move(layout), o);
+    }
   }
   fail("unknown expert policy");
 }

@@ -340,7 +340,7 @@ TEST(StreamingCli, RunStreamsAndPrintsTheNumbers) {
   const std::string want = test::run_command(base + " 2>/dev/null", &rc);
   ASSERT_EQ(rc, 0);
   for (const std::string opt : {"--experts stream --expert-cache 200K", "--experts stream --expert-cache 0.2M --no-prefetch",
-                                "--experts mmap"}) {
+                                "--experts stream --expert-cache auto", "--experts mmap"}) {
     const std::string out = test::run_command(base + " " + opt + " 2>" + err, &rc);
     ASSERT_EQ(rc, 0) << opt << "\n" << test::read_text_file(err);
     EXPECT_EQ(out, want) << opt;
