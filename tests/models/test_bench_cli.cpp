@@ -90,10 +90,18 @@ TEST(BenchCli, StreamedExpertsReportTheStore) {
   EXPECT_TRUE(hit >= 0.0 && hit < 1.0) << tg;  // a 1 MB cache cannot hold this model's experts
   EXPECT_GT(tg["expert_bytes_read_per_token"].get<double>(), 0.0) << tg;
   EXPECT_GT(tg["peak_rss_bytes"].get<double>(), 0.0) << tg;
+  // The disk's O_DIRECT speed measured in the same run, and the decode's reads as a share of it
+  // (0 where the file system refuses O_DIRECT, e.g. tmpfs; then there is no figure to compare).
+  const double disk = tg["disk_bytes_per_s"].get<double>();
+  EXPECT_GE(disk, 0.0) << tg;
+  if (disk > 0) {
+    EXPECT_GT(tg["disk_sol"].get<double>(), 0.0) << tg;
+  }
   out = test::run_command(common + "--experts stream --expert-cache 1M 2>/dev/null", &rc);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("expert store during the tg runs (stream, --expert-cache 1M"), std::string::npos) << out;
   EXPECT_NE(out.find("hit rate"), std::string::npos) << out;
+  EXPECT_NE(out.find("O_DIRECT speed measured here"), std::string::npos) << out;
   std::filesystem::remove(model);
 }
 
