@@ -34,131 +34,124 @@ def read_trace(path: str):
     return reqs
 
 
-def sim_lru(reqs, cap, count_from):
-    cache, hits, total = collections.OrderedDict(), 0, 0
-    for i, line in enumerate(reqs):
-        for k in line:
-            hit = k in cache
-            if hit:
-                cache.move_to_end(k)
-            else:
-                if len(cache) >= cap:
-                    cache.popitem(last=False)
-                cache[k] = True
-            if i >= count_from:
-                hits += hit
-                total += 1
-    return hits, total
+# Each policy sees every request in order, access(key, i, line) -> whether it was cached (the
+# line is the i-th request, key one of its bundles), and keeps at most `cap` bundles.
 
 
-def sim_slru(reqs, cap, count_from):
-    prob, prot = collections.OrderedDict(), collections.OrderedDict()
-    prot_cap = cap * 3 // 4
-    hits = total = 0
-    for i, line in enumerate(reqs):
-        for k in line:
-            hit = k in prob or k in prot
-            if k in prot:
-                prot.move_to_end(k)
-            elif k in prob:
-                del prob[k]
-                prot[k] = True
-                while len(prot) > prot_cap:
-                    d, _ = prot.popitem(last=False)
-                    prob[d] = True
-            else:
-                if len(prob) + len(prot) >= cap:
-                    if prob:
-                        prob.popitem(last=False)
-                    else:
-                        prot.popitem(last=False)
-                prob[k] = True
-            if i >= count_from:
-                hits += hit
-                total += 1
-    return hits, total
+class Lru:
+    def __init__(self, reqs, cap):
+        self.cap, self.cache = cap, collections.OrderedDict()
+
+    def access(self, k, i, line):
+        if k in self.cache:
+            self.cache.move_to_end(k)
+            return True
+        if len(self.cache) >= self.cap:
+            self.cache.popitem(last=False)
+        self.cache[k] = True
+        return False
 
 
-def sim_lfu(reqs, cap, count_from):
-    uses = collections.Counter()  # over the whole run, evicted or not (a perfect-memory LFU)
-    cache = {}  # key -> last request index
-    hits = total = 0
-    t = 0
-    for i, line in enumerate(reqs):
-        for k in line:
-            t += 1
-            uses[k] += 1
-            hit = k in cache
-            if not hit and len(cache) >= cap:
-                victim = min(cache, key=lambda c: (uses[c], cache[c]))
-                del cache[victim]
-            cache[k] = t
-            if i >= count_from:
-                hits += hit
-                total += 1
-    return hits, total
+class Slru:
+    def __init__(self, reqs, cap):
+        self.cap, self.prot_cap = cap, cap * 3 // 4
+        self.prob, self.prot = collections.OrderedDict(), collections.OrderedDict()
+
+    def access(self, k, i, line):
+        if k in self.prot:
+            self.prot.move_to_end(k)
+            return True
+        if k in self.prob:
+            del self.prob[k]
+            self.prot[k] = True
+            while len(self.prot) > self.prot_cap:
+                d, _ = self.prot.popitem(last=False)
+                self.prob[d] = True
+            return True
+        if len(self.prob) + len(self.prot) >= self.cap:
+            (self.prob if self.prob else self.prot).popitem(last=False)
+        self.prob[k] = True
+        return False
 
 
-def sim_cyclic(reqs, cap, count_from):
+class Lfu:
+    # Counts over the whole run, evicted or not (a perfect-memory LFU); ties go by recency.
+    def __init__(self, reqs, cap):
+        self.cap, self.uses, self.cache, self.t = cap, collections.Counter(), {}, 0
+
+    def access(self, k, i, line):
+        self.t += 1
+        self.uses[k] += 1
+        hit = k in self.cache
+        if not hit and len(self.cache) >= self.cap:
+            del self.cache[min(self.cache, key=lambda c: (self.uses[c], self.cache[c]))]
+        self.cache[k] = self.t
+        return hit
+
+
+class Cyclic:
     # Decode sweeps the layers in order, so a bundle of layer l next gets a chance when layer l
     # comes round again: d lines away (1..L), used then with probability p (its share of its
     # layer's requests so far), else a sweep later, and so on. Evict the largest expected
     # distance to the next use, d + L(1 - p)/p: Belady's rule with the future replaced by the
     # routing frequencies.
-    L = max(l for line in reqs for l, _ in line) + 1
-    n_exp = max(e for line in reqs for _, e in line) + 1
-    uses, lines_of = collections.Counter(), collections.Counter()
-    cache = set()
+    def __init__(self, reqs, cap):
+        self.cap, self.cache = cap, set()
+        self.L = max(l for line in reqs for l, _ in line) + 1
+        self.n_exp = max(e for line in reqs for _, e in line) + 1
+        self.uses, self.lines_of, self.seen = collections.Counter(), collections.Counter(), -1
+
+    def access(self, k, i, line):
+        c = line[0][0]
+        if i != self.seen:  # the first bundle of a new line: count the line and its uses
+            self.seen = i
+            self.lines_of[c] += 1
+            self.uses.update(line)
+        hit = k in self.cache
+        if not hit and len(self.cache) >= self.cap:
+            def expected(b):
+                if b[0] == c and b in line:
+                    return -1.0  # needed now
+                d = (b[0] - c - 1) % self.L + 1
+                p = (self.uses[b] + len(line) / self.n_exp) / (self.lines_of[b[0]] + 1)
+                return d + self.L * (1 - p) / p
+            self.cache.discard(max(self.cache, key=expected))
+        self.cache.add(k)
+        return hit
+
+
+class Min:
+    # Belady: evict the bundle whose next request is furthest away (needs the future).
+    def __init__(self, reqs, cap):
+        flat = [k for line in reqs for k in line]
+        self.next, last = [0] * len(flat), {}
+        for j in range(len(flat) - 1, -1, -1):
+            self.next[j] = last.get(flat[j], float("inf"))
+            last[flat[j]] = j
+        self.cap, self.cache, self.heap, self.j = cap, {}, [], 0
+
+    def access(self, k, i, line):
+        hit = k in self.cache
+        if not hit and len(self.cache) >= self.cap:
+            while True:  # the heap is invalidated lazily
+                nu, v = heapq.heappop(self.heap)
+                if self.cache.get(v) == -nu:
+                    del self.cache[v]
+                    break
+        self.cache[k] = self.next[self.j]
+        heapq.heappush(self.heap, (-self.next[self.j], k))
+        self.j += 1
+        return hit
+
+
+def replay(policy, reqs, count_from):
     hits = total = 0
     for i, line in enumerate(reqs):
-        c = line[0][0] if line else 0
-        lines_of[c] += 1
-        k_used = len(line)
         for k in line:
-            uses[k] += 1
-        for k in line:
-            hit = k in cache
-            if not hit and len(cache) >= cap:
-                def expected(b):
-                    l = b[0]
-                    if l == c and b in line:
-                        return -1.0  # needed now
-                    d = (l - c - 1) % L + 1
-                    p = (uses[b] + k_used / n_exp) / (lines_of[l] + 1)
-                    return d + L * (1 - p) / p
-                victim = max(cache, key=expected)
-                cache.discard(victim)
-            cache.add(k)
+            hit = policy.access(k, i, line)
             if i >= count_from:
                 hits += hit
                 total += 1
-    return hits, total
-
-
-def sim_min(reqs, cap, count_from):
-    flat = [(i, k) for i, line in enumerate(reqs) for k in line]
-    nxt = [0] * len(flat)
-    last = {}
-    for j in range(len(flat) - 1, -1, -1):
-        k = flat[j][1]
-        nxt[j] = last.get(k, float("inf"))
-        last[k] = j
-    cache = {}  # key -> next use index
-    heap = []  # (-next use, key), lazily invalidated
-    hits = total = 0
-    for j, (i, k) in enumerate(flat):
-        hit = k in cache
-        if not hit and len(cache) >= cap:
-            while True:
-                nu, v = heapq.heappop(heap)
-                if v in cache and cache[v] == -nu:
-                    del cache[v]
-                    break
-        cache[k] = nxt[j]
-        heapq.heappush(heap, (-nxt[j], k))
-        if i >= count_from:
-            hits += hit
-            total += 1
     return hits, total
 
 
@@ -169,7 +162,7 @@ def main() -> None:
     ap.add_argument("--budget-bytes", help="e.g. 5G (with --bundle-bytes)")
     ap.add_argument("--bundle-bytes", type=int, help="bytes per (layer, expert) bundle as the cache counts them")
     ap.add_argument("--skip-lines", type=int, default=0, help="count hits only after this many lines (warm-up)")
-    ap.add_argument("--policies", default="lru,slru,lfu,min")
+    ap.add_argument("--policies", default="lru,slru,lfu,min", help="comma-separated: lru, slru, lfu, cyclic (slow), min")
     a = ap.parse_args()
     if a.budget_bundles is None:
         if not (a.budget_bytes and a.bundle_bytes):
@@ -179,10 +172,10 @@ def main() -> None:
     distinct = len({k for line in reqs for k in line})
     print(f"{a.trace}: {len(reqs)} requests (lines), {sum(map(len, reqs))} bundle uses, {distinct} distinct bundles; "
           f"budget {a.budget_bundles} bundles; hits counted after line {a.skip_lines}")
-    sims = {"lru": sim_lru, "slru": sim_slru, "lfu": sim_lfu, "cyclic": sim_cyclic, "min": sim_min}
+    policies = {"lru": Lru, "slru": Slru, "lfu": Lfu, "cyclic": Cyclic, "min": Min}
     print(f"| policy | hit rate |\n|---|---|")
     for p in a.policies.split(","):
-        h, t = sims[p](reqs, a.budget_bundles, a.skip_lines)
+        h, t = replay(policies[p](reqs, a.budget_bundles), reqs, a.skip_lines)
         print(f"| {p} | {100.0 * h / max(1, t):.1f}% |")
 
 
