@@ -3,15 +3,16 @@
 hit rate each would get at a given budget, next to the best possible (Belady's MIN).
 
 The trace comes from `sluice run ... --routing-trace-out FILE` (one expert request per line:
-"layer e1 e2 ..."). Every bundle has the same size in the models this is for (all experts of a
-layer share their shapes and types), so the budget is a bundle count: --budget-bundles N, or
---budget-bytes B with --bundle-bytes S. Requests are served in trace order; a miss inserts the
+"layer e1 e2 ..."). The budget is a bundle count: --budget-bundles N, or --budget-bytes B with
+--bundle-bytes S (one size for all: a model whose layers' bundles differ, like a Q4_K_M mix with
+ffn_down in Q4_K or Q6_K, is approximated by its larger size). Requests are served in trace order; a miss inserts the
 bundle, evicting by the policy. Hit rate counts every requested (layer, expert) once per line.
 
   python3 bench/stream/cache_sim.py trace.txt --budget-bytes 5G --bundle-bytes 3211264 --skip-lines 48
 
 Policies: lru; slru (Sluice's ExpertCache: probation -> protected on the second use, protected
-capped at 3/4 of the budget); lfu (evict the fewest uses so far, ties by recency); min (Belady:
+capped at 3/4 of the budget); lfu (evict the fewest uses so far, ties by recency); cyclic (the
+expected distance to the next use from routing frequencies and the layer sweep); min (Belady:
 evict the bundle whose next request is furthest away; needs the future, an upper bound only).
 """
 import argparse
