@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -183,23 +182,19 @@ int run_bench(const BenchArgs& a) {
     ModelOptions mo;
     mo.experts.policy = expert_policy_from_name(a.experts);
     set_expert_cache(mo.experts, a.expert_cache);
+    mo.experts.auto_extra_bytes = a.membw_mib << 20;  // the bandwidth test's buffer, allocated before each tg rep
     mo.experts.prefetch = a.prefetch;
     mo.experts.progress = true;
     auto model = Model::load(path, mo);
     const bool streamed = model->experts().policy() != ExpertPolicy::resident;
-    // The disk's speed of light for the tg rows' expert reads: O_DIRECT reads of 1 MiB (the
-    // size of an expert's slices), 8 in flight, 1 GiB from the middle of the file.
-    // (A file smaller than 2 MiB is read from its start; one where O_DIRECT is refused, e.g. on
-    // tmpfs, gets no figure, not a failed bench.)
+    // The disk's speed of light for the tg rows' expert reads: 1 GiB in O_DIRECT reads of 1 MiB
+    // (the size of an expert's slices) at random offsets, 32 in flight, best of two. No figure,
+    // not a failed bench, where O_DIRECT is refused (tmpfs) or the file is under 1 MiB.
     double disk_bw = 0;
     if (streamed) {
       std::fprintf(stderr, "bench: measuring the disk's O_DIRECT read speed on %s\n", path.c_str());
-      const auto file_bytes = static_cast<uint64_t>(std::filesystem::file_size(path));
-      const uint64_t from = file_bytes >= (uint64_t{2} << 20) ? file_bytes / 2 : 0;
-      const size_t block = static_cast<size_t>(std::min<uint64_t>(uint64_t{1} << 20, (file_bytes - from) / 4096 * 4096));
       try {
-        if (block > 0)
-          disk_bw = disk_read_bandwidth(path, from, std::min<uint64_t>(uint64_t{1} << 30, file_bytes - from), block, 8, 1);
+        disk_bw = disk_read_bandwidth(path, size_t{1} << 30, size_t{1} << 20, 32, 2);
       } catch (const Error& e) {
         std::fprintf(stderr, "bench: no disk figure: %s\n", e.what());
       }

@@ -312,18 +312,17 @@ void CountingBackend::moe_ffn_token(std::span<const FfnExpert> experts, const fl
   timed(BenchStage::experts, bytes, [&] { in_.moe_ffn_token(experts, x, out, n_embd); });
 }
 
-double disk_read_bandwidth(const std::string& path, uint64_t offset, size_t bytes, size_t block, unsigned depth, int reps) {
+double disk_read_bandwidth(const std::string& path, size_t bytes, size_t block, unsigned depth, int reps) {
   constexpr uint64_t kAlign = 4096;
   block = std::max<size_t>(kAlign, block / kAlign * kAlign);
-  offset = offset / kAlign * kAlign;
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   if (fd < 0) fail(path, ": cannot open for O_DIRECT reads: ", std::strerror(errno));
   const off_t size = ::lseek(fd, 0, SEEK_END);
-  if (size <= 0 || offset + block > static_cast<uint64_t>(size)) {
+  const uint64_t n_blocks = size > 0 ? static_cast<uint64_t>(size) / block : 0;
+  if (n_blocks == 0) {
     ::close(fd);
-    fail(path, ": too short for a disk read test at offset ", offset);
+    fail(path, ": shorter than one ", block, "-byte read");
   }
-  bytes = std::min<size_t>(bytes, static_cast<size_t>(size) - offset) / block * block;
   void* mem = ::mmap(nullptr, block * depth, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
     ::close(fd);
@@ -335,20 +334,21 @@ double disk_read_bandwidth(const std::string& path, uint64_t offset, size_t byte
     auto io = make_io_engine("auto");
     depth = std::min<unsigned>(depth, static_cast<unsigned>(io->max_in_flight()));
     std::vector<IoCompletion> done(depth);
+    std::mt19937_64 rng(12345);
     for (int r = 0; r < reps; ++r) {
-      const size_t n = bytes / block;
+      const size_t n = std::max<size_t>(1, bytes / block);
       size_t issued = 0, completed = 0;
       const auto t0 = std::chrono::steady_clock::now();
       while (completed < n) {
         while (issued < n && io->in_flight() < depth) {
-          const IoRead rd{fd, offset + issued * block, block, buf + (issued % depth) * block, issued};
+          const IoRead rd{fd, rng() % n_blocks * block, block, buf + (issued % depth) * block, issued};
           io->submit(std::span<const IoRead>(&rd, 1));
           ++issued;
         }
         const size_t k = io->reap(done, 1);
         for (size_t i = 0; i < k; ++i)
           if (done[i].result < static_cast<int64_t>(block))
-            fail(path, ": disk read test: read at offset ", offset + done[i].tag * block, " returned ", done[i].result);
+            fail(path, ": disk read test: a ", block, "-byte read returned ", done[i].result);
         completed += k;
       }
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -499,7 +499,8 @@ std::unique_ptr<ExpertSource> make_expert_store(const GgufFile& f, ExpertLayout 
       const size_t experts = layout.total_bytes();
       std::string why;
       ExpertStoreOptions o = opt;
-      o.cache_bytes = auto_expert_cache_bytes(memory_limit(), all - std::min(all, experts), experts, 2 * bundle, &why);
+      o.cache_bytes = auto_expert_cache_bytes(memory_limit(), all - std::min(all, experts), experts, 2 * bundle, &why,
+                                              opt.auto_extra_bytes);
       if (opt.progress) std::fprintf(stderr, "expert cache: auto, %s = %s\n", human_bytes(double(o.cache_bytes)).c_str(), why.c_str());
       return std::make_unique<StreamingExperts>(f, std::move(layout), o);
     }

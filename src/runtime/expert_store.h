@@ -67,6 +67,7 @@ struct ExpertStoreOptions {
   ExpertPolicy policy = ExpertPolicy::resident;
   size_t cache_bytes = size_t{4} << 30;  // stream: the cache budget, never exceeded (buffers counted as mapped)
   bool cache_auto = false;               // stream: size the budget to the memory limit instead (memory_limit.h)
+  size_t auto_extra_bytes = 0;           // with cache_auto: memory the caller holds beside the model and KV cache
   int pin_per_layer = 0;                 // stream: the N most-routed experts of each layer stay cached for good
   std::string routing_counts_path;       // routing counts (a previous run's --routing-counts-out) choosing the pins
   bool prefetch = true;                  // mmap/stream: predict layer l+1's experts while l runs and stage them

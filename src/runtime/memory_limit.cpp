@@ -85,13 +85,15 @@ MemoryLimit memory_limit(const std::string& root) {
 }
 
 size_t auto_expert_cache_bytes(const MemoryLimit& limit, size_t dense_bytes, size_t expert_bytes, size_t min_bytes,
-                               std::string* why) {
+                               std::string* why, size_t extra_bytes) {
   const double gb = 1e9;
   const double usable = 0.9 * double(limit.bytes);
-  const double left = usable - double(dense_bytes) - double(kAutoReserve);
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "90%% of %.2f GB (%s) - %.2f GB of weights in memory - %.2f GB for the KV cache and buffers",
-                double(limit.bytes) / gb, limit.source.c_str(), double(dense_bytes) / gb, double(kAutoReserve) / gb);
+  const double left = usable - double(dense_bytes) - double(kAutoReserve) - double(extra_bytes);
+  char buf[320];
+  int n = std::snprintf(buf, sizeof buf, "90%% of %.2f GB (%s) - %.2f GB of weights in memory - %.2f GB for the KV cache and buffers",
+                        double(limit.bytes) / gb, limit.source.c_str(), double(dense_bytes) / gb, double(kAutoReserve) / gb);
+  if (extra_bytes > 0 && n > 0 && static_cast<size_t>(n) < sizeof buf)
+    std::snprintf(buf + n, sizeof buf - n, " - %.2f GB the caller holds", double(extra_bytes) / gb);
   if (left < double(min_bytes))
     fail("--expert-cache auto: ", buf, " leaves ", left > 0 ? left / gb : 0.0, " GB, less than two experts (",
          double(min_bytes) / gb, " GB); free some memory or give --expert-cache a size");

@@ -20,9 +20,10 @@ MemoryLimit memory_limit(const std::string& root = "");
 // The expert cache budget for --expert-cache auto: 90% of the limit, less the weights that stay
 // in memory (dense_bytes) and a reserve for the KV cache, activations and the runtime
 // (kAutoReserve), and no more than every expert (expert_bytes). `why` gets the arithmetic, for
-// the user. Throws Error when that leaves less than `min_bytes` (two bundles).
+// the user. `extra_bytes`: memory the caller will hold beside all that (sluice bench: its
+// bandwidth-test buffer). Throws Error when that leaves less than `min_bytes` (two bundles).
 constexpr size_t kAutoReserve = size_t{512} << 20;
 size_t auto_expert_cache_bytes(const MemoryLimit& limit, size_t dense_bytes, size_t expert_bytes, size_t min_bytes,
-                               std::string* why);
+                               std::string* why, size_t extra_bytes = 0);
 
 }  // namespace sluice

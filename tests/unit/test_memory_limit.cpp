@@ -81,6 +81,11 @@ TEST(MemoryLimit, AutoBudgetArithmetic) {
   const size_t b = auto_expert_cache_bytes(lim, kGiB, 100 * kGiB, 2 * (3 << 20), &why);
   EXPECT_NEAR(double(b), double(want), 1.0);
   EXPECT_NE(why.find("cgroup v1 /sluice"), std::string::npos) << why;
+  // Memory the caller holds beside (sluice bench's bandwidth buffer) comes off too, and says so.
+  std::string why2;
+  const size_t b2 = auto_expert_cache_bytes(lim, kGiB, 100 * kGiB, 2 * (3 << 20), &why2, kGiB);
+  EXPECT_NEAR(double(b2), double(want - kGiB), 1.0);
+  EXPECT_NE(why2.find("the caller holds"), std::string::npos) << why2;
   // Never more than every expert.
   EXPECT_EQ(auto_expert_cache_bytes(lim, kGiB, 2 * kGiB, 1, nullptr), 2 * kGiB);
   // Too little left: an error that says what to do.
