@@ -11,8 +11,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <iterator>
-#include <map>
 
 #include "core/error.h"
 #include "format/gguf.h"
@@ -184,31 +182,12 @@ StreamingExperts::StreamingExperts(const GgufFile& f, ExpertLayout layout, const
         const Segment& s = p.segments[seg_of[k]];
         p.view_offset[k] = s.buf_offset + (loc.offset[k] - s.file_offset);
       }
+      p.slot_bytes = ExpertCache::slot_bytes(p.buf_bytes);
       plans_[l].push_back(std::move(p));
     }
   }
-  // Size classes. Bundles of one shape differ by a page or two of alignment padding, and the
-  // cache hands a victim's buffer to the newcomer only when the sizes match exactly; otherwise
-  // it unmaps one buffer and maps another, whose fresh pages the kernel zeroes when the
-  // O_DIRECT read pins them (measured: clear_page was 10% of all CPU time on a 48-layer model,
-  // 4781 mmaps for 5574 evictions). So every bundle asks for the largest page-rounded size
-  // within 1/16 above the smallest of its class: one class per expert shape, at most 1/16
-  // (here < 1%) of a buffer unused.
-  std::map<size_t, size_t> class_of;  // page-rounded size -> its class's buffer size
   for (const auto& layer : plans_)
-    for (const Plan& p : layer) class_of[ExpertCache::slot_bytes(p.buf_bytes)] = 0;
-  for (auto it = class_of.begin(); it != class_of.end();) {
-    const size_t start = it->first;
-    auto end = it;
-    while (end != class_of.end() && end->first <= start + start / 16) ++end;
-    const size_t top = std::prev(end)->first;
-    for (; it != end; ++it) it->second = top;
-  }
-  for (auto& layer : plans_)
-    for (Plan& p : layer) {
-      p.slot_bytes = class_of.at(ExpertCache::slot_bytes(p.buf_bytes));
-      max_bundle_ = std::max(max_bundle_, p.slot_bytes);
-    }
+    for (const Plan& p : layer) max_bundle_ = std::max(max_bundle_, p.slot_bytes);
   gate_ = std::make_unique<PrefetchPolicy>(plans_.size(), max_bundle_);
   if (max_bundle_ > cache_.budget())
     fail(path_, ": --expert-cache ", mb(double(cache_.budget())), " cannot hold one expert (", mb(double(max_bundle_)),

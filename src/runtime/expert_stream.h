@@ -54,7 +54,7 @@ class StreamingExperts final : public ExpertSource {
   struct Plan {
     std::vector<Segment> segments;
     size_t buf_bytes = 0;        // the reads' aligned bytes
-    size_t slot_bytes = 0;       // the buffer asked of the cache: buf_bytes' size class (see the constructor)
+    size_t slot_bytes = 0;       // the buffer asked of the cache: buf_bytes rounded up to whole pages
     size_t view_offset[3] = {};  // where gate/up/down start in the buffer
   };
   // Per entry with reads in flight.
