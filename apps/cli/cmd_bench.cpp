@@ -26,7 +26,7 @@
 #include "core/error.h"
 #include "kvcodec/kvcodec.h"
 #include "models/model.h"
-#include "runtime/expert_store.h"
+#include "memory/expert_store.h"
 #include "runtime/session.h"
 
 namespace sluice::cli {
@@ -42,7 +42,7 @@ struct BenchArgs {
   // are paired element by element (a single value applies to every pair).
   std::vector<std::string> cache_type{"f16"}, cache_type_k, cache_type_v;
   size_t membw_mib = 1024;
-  // Where the experts live (runtime/expert_store.h), as for `sluice run`.
+  // Where the experts live (memory/expert_store.h), as for `sluice run`.
   std::string experts = "resident", expert_cache = "4G";
   bool prefetch = true;
 };

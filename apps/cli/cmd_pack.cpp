@@ -1,12 +1,12 @@
 // apps/cli/cmd_pack: `sluice pack IN -o OUT` (and --unpack): the expert-bundled layout of
-// runtime/pack.h, whose header explains why a packed file is Sluice-only.
+// memory/pack.h, whose header explains why a packed file is Sluice-only.
 #include <unistd.h>
 
 #include <cstdio>
 #include <memory>
 
 #include "commands.h"
-#include "runtime/pack.h"
+#include "memory/pack.h"
 
 namespace sluice::cli {
 

@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "runtime/expert_store.h"
+#include "memory/expert_store.h"
 
 namespace sluice::cli {
 
@@ -19,7 +19,7 @@ CommandRunner add_bench_command(CLI::App& app);  // apps/cli/cmd_bench.cpp
 // "4G", "512M", "1.5GiB", "65536": bytes (K/M/G/T are powers of 1024); fails naming `opt`
 // otherwise (apps/cli/options.cpp).
 size_t parse_byte_size(const std::string& opt, const std::string& s);
-// --expert-cache: "auto" (sized to the memory limit, runtime/memory_limit.h) or a size.
+// --expert-cache: "auto" (sized to the memory limit, memory/memory_limit.h) or a size.
 void set_expert_cache(ExpertStoreOptions& o, const std::string& s);
 
 }  // namespace sluice::cli

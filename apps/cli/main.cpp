@@ -74,7 +74,7 @@ struct CommonOpts {
   int64_t ctx = 0;
   std::string cache_type = "f16", cache_type_k, cache_type_v;  // -k/-v override the shorthand
   bool no_auto_asymmetric = false;
-  // Where the experts live (runtime/expert_store.h).
+  // Where the experts live (memory/expert_store.h).
   std::string experts = "resident";
   std::string expert_cache = "4G";
   int pin_experts = 0;

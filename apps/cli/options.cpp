@@ -5,7 +5,7 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "runtime/expert_store.h"
+#include "memory/expert_store.h"
 
 namespace sluice::cli {
 

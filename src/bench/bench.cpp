@@ -22,7 +22,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
-#include "runtime/io_engine.h"
+#include "memory/io_engine.h"
 
 namespace sluice {
 namespace {

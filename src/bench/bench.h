@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "backends/backend.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 namespace sluice {
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "backends/backend.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 namespace sluice {
 

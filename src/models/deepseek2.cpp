@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "models/blocks.h"
 #include "models/model.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 namespace sluice {
 

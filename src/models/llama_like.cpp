@@ -8,7 +8,7 @@
 
 #include "models/blocks.h"
 #include "models/model.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 namespace sluice {
 

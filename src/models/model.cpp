@@ -5,8 +5,8 @@
 
 #include "core/error.h"
 #include "models/moe_ffn.h"
-#include "runtime/kv_cache.h"
-#include "runtime/predictor.h"
+#include "memory/kv_cache.h"
+#include "models/predictor.h"
 
 namespace sluice {
 namespace {

@@ -11,7 +11,7 @@
 #include "backends/backend.h"
 #include "core/tensor.h"
 #include "format/gguf.h"
-#include "runtime/expert_store.h"
+#include "memory/expert_store.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sluice {
@@ -113,7 +113,7 @@ using TensorHook = std::function<void(std::string_view name, int layer, const fl
 
 // How Model::load places the weights. The defaults keep everything resident in the mapping.
 struct ModelOptions {
-  ExpertStoreOptions experts;  // expert policy, cache budget, pins, prefetch (runtime/expert_store.h)
+  ExpertStoreOptions experts;  // expert policy, cache budget, pins, prefetch (memory/expert_store.h)
   // With the resident policy the file is read into memory (GgufFile::Load::read: huge pages,
   // no page faults while decoding); false maps it instead (CLI --mmap). The mmap and stream
   // policies always map it: they exist for models larger than memory.

@@ -10,7 +10,7 @@
 #include "backends/backend.h"
 #include "core/tensor.h"
 #include "models/model.h"
-#include "runtime/expert_store.h"
+#include "memory/expert_store.h"
 
 namespace sluice {
 

@@ -18,7 +18,7 @@
 #include "backends/ref/ref_backend.h"
 #include "core/cpu_features.h"
 #include "kvcodec/kvcodec.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 namespace sluice {
 namespace {

@@ -30,7 +30,7 @@
 #include "kernels/cuda_test_util.h"
 #include "kernels/kernel_test_util.h"
 #include "quant/quant.h"
-#include "runtime/expert_cache.h"
+#include "core/expert_cache.h"
 #include "test_util.h"
 
 #ifdef SLUICE_HAVE_CUDA

@@ -35,7 +35,7 @@
 #include "kernels/parity_tolerances.h"
 #include "kvcodec/kvcodec.h"
 #include "quant/quant.h"
-#include "runtime/expert_cache.h"
+#include "core/expert_cache.h"
 #include "runtime/session.h"
 
 namespace sluice {
@@ -149,7 +149,7 @@ TEST(CudaParity, MatmulNegativeControlPerturbedRow) {
 }
 
 // Same call, same bits (no atomics, fixed reduction trees), and a weight changed in place in a
-// streamed expert buffer is seen (the refill generation of runtime/expert_cache.h).
+// streamed expert buffer is seen (the refill generation of core/expert_cache.h).
 TEST(CudaParity, MatmulDeterministicAndSeesRefilledExpertBuffers) {
   SLUICE_REQUIRE_CUDA();
   Both be;

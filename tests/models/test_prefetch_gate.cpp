@@ -1,5 +1,5 @@
 // tests/models/test_prefetch_gate: the stream policy's prefetch cannot make things worse
-// (runtime/prefetch_policy.h). The store is driven directly with synthetic routing (a skewed,
+// (memory/prefetch_policy.h). The store is driven directly with synthetic routing (a skewed,
 // sticky choice of 4 of 16 experts per layer, the same sequence in every run) on a synth
 // qwen3moe model of 8 layers, so the predictor's quality is set by the test:
 //  * a predictor that is always wrong is throttled within a step or two: hits stay those of no
@@ -15,7 +15,7 @@
 
 #include "format/gguf.h"
 #include "models/model.h"
-#include "runtime/expert_stream.h"
+#include "memory/expert_stream.h"
 #include "synth/synth.h"
 #include "test_util.h"
 

@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "models/model.h"
-#include "runtime/pack.h"
+#include "memory/pack.h"
 #include "runtime/session.h"
 #include "test_util.h"
 

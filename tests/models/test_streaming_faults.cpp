@@ -13,8 +13,8 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "models/model.h"
-#include "runtime/io_fault.h"
-#include "runtime/pack.h"
+#include "memory/io_fault.h"
+#include "memory/pack.h"
 #include "runtime/session.h"
 #include "test_util.h"
 

@@ -5,7 +5,7 @@
 
 #include <random>
 
-#include "runtime/expert_cache.h"
+#include "core/expert_cache.h"
 
 namespace sluice {
 namespace {

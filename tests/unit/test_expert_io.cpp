@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "runtime/io_engine.h"
-#include "runtime/io_fault.h"
+#include "memory/io_engine.h"
+#include "memory/io_fault.h"
 
 namespace sluice {
 namespace {

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "kvcodec/kvcodec.h"
 #include "quant/quant.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 namespace sluice {
 namespace {

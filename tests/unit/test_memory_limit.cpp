@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "runtime/memory_limit.h"
+#include "memory/memory_limit.h"
 
 namespace sluice {
 namespace {

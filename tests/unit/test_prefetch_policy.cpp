@@ -1,12 +1,12 @@
 // tests/unit/test_prefetch_policy: the prefetch gate of the stream policy on its own — which
 // cached experts a prefetch may evict, how the rolling precision per (layer, rank) and the
 // regret of prefetch evictions are learned, and the resulting read-or-skip decision
-// p·t·B > (1 − p)·(B + r·V) (runtime/prefetch_policy.h).
+// p·t·B > (1 − p)·(B + r·V) (memory/prefetch_policy.h).
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "runtime/prefetch_policy.h"
+#include "memory/prefetch_policy.h"
 
 namespace sluice {
 namespace {

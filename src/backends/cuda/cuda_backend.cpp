@@ -15,7 +15,7 @@
 // Weight cache invariants:
 //  * an entry is keyed by (host address, byte size) and remembers the type, a fingerprint of
 //    up to 192 bytes of the host data (start, middle, end) and the host buffer's refill
-//    generation (runtime/expert_cache.h). A lookup whose fingerprint or generation differs
+//    generation (core/expert_cache.h). A lookup whose fingerprint or generation differs
 //    re-uploads: a streamed expert buffer refilled with another expert (generation), or a
 //    model mapping unmapped and another mapped at the same address (fingerprint) never
 //    serves stale weights.
@@ -44,7 +44,7 @@
 #include "core/error.h"
 #include "kvcodec/kvcodec.h"
 #include "quant/quant.h"
-#include "runtime/expert_cache.h"
+#include "core/expert_cache.h"
 
 namespace sluice {
 namespace {

@@ -6,7 +6,7 @@
 // so every op copies its inputs to the device and its outputs back (pinned staging, one
 // stream, one synchronisation per op). Weights are uploaded once, on first use, and stay in
 // VRAM (keyed by host address + size + a content fingerprint, and by the refill generation of
-// runtime/expert_cache.h for streamed expert buffers). The KV cache is mirrored in VRAM and
+// core/expert_cache.h for streamed expert buffers). The KV cache is mirrored in VRAM and
 // appended incrementally. MoE decode is the exception to one sync per op: moe_ffn_token runs
 // all of a token's experts with one upload, ~4 launches and one download (kernels.h:
 // matvec_batch, moe_down), and with an expert budget takes routed experts from the VRAM

@@ -1,6 +1,6 @@
 // backends/cuda/expert_tier: the VRAM expert cache — a byte budget of device memory in front of
-// the host tier (RAM, or the disk streaming of runtime/expert_stream), with the same SLRU
-// policy, pinned hot set and (layer, expert) keys as the host cache (runtime/expert_cache.h
+// the host tier (RAM, or the disk streaming of memory/expert_stream), with the same SLRU
+// policy, pinned hot set and (layer, expert) keys as the host cache (core/expert_cache.h
 // over a device slot allocator). Copies run on their own stream from (ideally pinned) host
 // memory and signal an event; compute waits on that event on the device, so copies of the
 // next layer's predicted experts overlap with the current layer's compute.
@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <unordered_map>
 
-#include "runtime/expert_cache.h"
+#include "core/expert_cache.h"
 
 namespace sluice {
 

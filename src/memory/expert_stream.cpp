@@ -1,6 +1,6 @@
-// runtime/expert_stream: the streaming expert store — read plans, the batch protocol (hits
+// memory/expert_stream: the streaming expert store — read plans, the batch protocol (hits
 // first, misses read meanwhile, bounded by the budget), prefetch, pins and error reporting.
-#include "runtime/expert_stream.h"
+#include "memory/expert_stream.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-// runtime/kv_cache: per-layer K and V storage, one row per position, each side in its own
+// memory/kv_cache: per-layer K and V storage, one row per position, each side in its own
 // codec (kvcodec/kvcodec.h: f16 by default as llama.cpp, f32 for exactness checks, bf16, the
 // ggml block types q8_0/q4_0, and the rotated-codebook tq2/tq3/tq4/tq8), and the policy that
 // picks the codecs a model's geometry can really use.

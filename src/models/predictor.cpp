@@ -1,5 +1,5 @@
-// runtime/predictor: the router-lookahead predictor (see predictor.h).
-#include "runtime/predictor.h"
+// models/predictor: the router-lookahead predictor (see predictor.h).
+#include "models/predictor.h"
 
 #include <algorithm>
 #include <numeric>

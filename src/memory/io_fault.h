@@ -1,4 +1,4 @@
-// runtime/io_fault: an IoEngine wrapper that breaks reads on purpose, so tests can check that
+// memory/io_fault: an IoEngine wrapper that breaks reads on purpose, so tests can check that
 // every way a read goes wrong (EIO, a short read, a file truncated after it was opened) ends
 // in a clear sluice::Error and never in a crash or in logits computed from garbage.
 #pragma once
@@ -6,7 +6,7 @@
 #include <limits>
 #include <memory>
 
-#include "runtime/io_engine.h"
+#include "memory/io_engine.h"
 
 namespace sluice {
 

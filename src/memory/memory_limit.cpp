@@ -1,5 +1,5 @@
-// runtime/memory_limit: the memory this process may use (see memory_limit.h).
-#include "runtime/memory_limit.h"
+// memory/memory_limit: the memory this process may use (see memory_limit.h).
+#include "memory/memory_limit.h"
 
 #include <algorithm>
 #include <cstdio>

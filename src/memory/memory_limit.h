@@ -1,4 +1,4 @@
-// runtime/memory_limit: how much memory this process may use — the tightest memory cgroup
+// memory/memory_limit: how much memory this process may use — the tightest memory cgroup
 // limit on its path (v1 memory.limit_in_bytes or v2 memory.max, walking up to the root), or
 // what the machine has available — so a streaming expert cache can be sized to the machine
 // (--expert-cache auto) instead of by hand.

@@ -1,4 +1,4 @@
-// runtime/expert_store: where expert weights live — the one interface model code uses to reach
+// memory/expert_store: where expert weights live — the one interface model code uses to reach
 // them. The forward asks for a layer's experts with acquire(layer, uses) and receives each
 // one's three weight views from the returned batch as they become ready; the policy behind it
 // is invisible to the model code:

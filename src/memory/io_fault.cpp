@@ -1,5 +1,5 @@
-// runtime/io_fault: the fault-injecting IoEngine wrapper (see io_fault.h).
-#include "runtime/io_fault.h"
+// memory/io_fault: the fault-injecting IoEngine wrapper (see io_fault.h).
+#include "memory/io_fault.h"
 
 #include <cerrno>
 #include <unordered_map>

@@ -1,6 +1,6 @@
-// runtime/kv_cache: the codec policy, allocation of the per-layer K/V buffers, and the store
+// memory/kv_cache: the codec policy, allocation of the per-layer K/V buffers, and the store
 // path (block and plain types through the backend's store_row, tq through its codec).
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 #include <cstdio>
 

@@ -1,4 +1,4 @@
-// runtime/prefetch_policy: whether a predicted expert is worth reading ahead, and which cached
+// memory/prefetch_policy: whether a predicted expert is worth reading ahead, and which cached
 // experts such a read may push out — the one place the stream policy (expert_stream.cpp)
 // decides about prefetch. Pure bookkeeping: no I/O, no locks (the caller holds its own).
 //
@@ -49,7 +49,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/expert_cache.h"
+#include "core/expert_cache.h"
 
 namespace sluice {
 

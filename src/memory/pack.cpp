@@ -1,5 +1,5 @@
-// runtime/pack: the packed (expert-bundled) GGUF layout and back (see pack.h).
-#include "runtime/pack.h"
+// memory/pack: the packed (expert-bundled) GGUF layout and back (see pack.h).
+#include "memory/pack.h"
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
-#include "runtime/expert_store.h"
+#include "memory/expert_store.h"
 
 namespace sluice {
 namespace {

@@ -1,5 +1,5 @@
-// runtime/io_engine: the io_uring engine (liburing) and the pread thread-pool fallback.
-#include "runtime/io_engine.h"
+// memory/io_engine: the io_uring engine (liburing) and the pread thread-pool fallback.
+#include "memory/io_engine.h"
 
 #include <liburing.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
-// runtime/prefetch_policy: the prefetch gate of the stream policy (see prefetch_policy.h).
-#include "runtime/prefetch_policy.h"
+// memory/prefetch_policy: the prefetch gate of the stream policy (see prefetch_policy.h).
+#include "memory/prefetch_policy.h"
 
 #include <algorithm>
 

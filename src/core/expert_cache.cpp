@@ -1,5 +1,5 @@
-// runtime/expert_cache: budgeted residency with SLRU eviction (see expert_cache.h).
-#include "runtime/expert_cache.h"
+// core/expert_cache: budgeted residency with SLRU eviction (see expert_cache.h).
+#include "core/expert_cache.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

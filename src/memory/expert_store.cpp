@@ -1,6 +1,6 @@
-// runtime/expert_store: expert layouts from GGUF (stacked or packed), the bookkeeping every
+// memory/expert_store: expert layouts from GGUF (stacked or packed), the bookkeeping every
 // policy shares (routing counts, prediction scoring, stats), and the resident and mmap policies.
-#include "runtime/expert_store.h"
+#include "memory/expert_store.h"
 
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -17,8 +17,8 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
-#include "runtime/expert_stream.h"
-#include "runtime/memory_limit.h"
+#include "memory/expert_stream.h"
+#include "memory/memory_limit.h"
 
 namespace sluice {
 namespace {

@@ -1,4 +1,4 @@
-// runtime/predictor: guesses which experts the next MoE layer will use while the current one
+// models/predictor: guesses which experts the next MoE layer will use while the current one
 // runs, so the expert store can start reading them early. An interface, so that learned
 // per-layer heads can replace the first predictor without touching the forward.
 #pragma once

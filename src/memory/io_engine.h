@@ -1,4 +1,4 @@
-// runtime/io_engine: asynchronous file reads for expert streaming. An IoEngine takes batches
+// memory/io_engine: asynchronous file reads for expert streaming. An IoEngine takes batches
 // of reads (fd, offset, length, destination) and hands back their results; the kernel does the
 // work in between, so the caller computes while reads are in flight. Implementations:
 // io_uring (liburing; the default), a pool of pread threads (fallback where io_uring is not

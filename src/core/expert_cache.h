@@ -1,4 +1,4 @@
-// runtime/expert_cache: residency bookkeeping for streamed experts — which (layer, expert)
+// core/expert_cache: residency bookkeeping for streamed experts — which (layer, expert)
 // bundles are in memory, their buffers, the byte budget and who may be evicted. No I/O here:
 // expert_stream fills the buffers.
 //

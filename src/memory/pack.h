@@ -1,4 +1,4 @@
-// runtime/pack: `sluice pack` — rewrites a GGUF so each (layer, expert) bundle (gate, up, down)
+// memory/pack: `sluice pack` — rewrites a GGUF so each (layer, expert) bundle (gate, up, down)
 // is one contiguous, 4 KiB-aligned region, which a streaming miss reads with a single O_DIRECT
 // read instead of three; and `--unpack`, the exact reverse.
 //

@@ -1,4 +1,4 @@
-// runtime/expert_stream: the `stream` expert policy — experts read from the model file into a
+// memory/expert_stream: the `stream` expert policy — experts read from the model file into a
 // bounded cache (expert_cache.h) with asynchronous reads (io_engine.h), O_DIRECT into
 // page-aligned buffers, an expert's gate/up/down slices submitted together (one read when the
 // file is packed), the current layer's misses read while its hits compute, and the predicted
@@ -11,10 +11,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/expert_cache.h"
-#include "runtime/expert_store.h"
-#include "runtime/io_engine.h"
-#include "runtime/prefetch_policy.h"
+#include "core/expert_cache.h"
+#include "memory/expert_store.h"
+#include "memory/io_engine.h"
+#include "memory/prefetch_policy.h"
 
 namespace sluice {
 
