@@ -2,6 +2,7 @@
 // path (block and plain types through the backend's store_row, tq through its codec).
 #include "memory/kv_cache.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/error.h"
@@ -77,16 +78,49 @@ void KvCache::init(const KvGeometry& g, const KvCacheOptions& opt) {
   v_row_bytes_ = kv_type_row_bytes(type_v_, g.n_head_kv, g.head_dim_v);
   k_.resize(g.n_layer);
   v_.resize(g.n_layer);
-  for (int64_t l = 0; l < g.n_layer; ++l) {
-    k_[l].assign(k_row_bytes_ * n_ctx_, 0);
-    v_[l].assign(v_row_bytes_ * n_ctx_, 0);
+}
+
+int64_t KvCache::rows_for(int64_t n_pos) const {
+  if (n_pos <= capacity_) return capacity_;
+  return std::min(n_ctx_, (n_pos + kRowStep - 1) / kRowStep * kRowStep);
+}
+
+size_t KvCache::bytes_for(int64_t n_pos) const {
+  return (k_row_bytes_ + v_row_bytes_) * static_cast<size_t>(rows_for(n_pos)) * k_.size();
+}
+
+void KvCache::reserve(int64_t n_pos) {
+  if (n_pos > n_ctx_) fail("kv cache: ", n_pos, " positions do not fit in a context of ", n_ctx_, " (use --ctx)");
+  const int64_t rows = rows_for(n_pos);
+  if (rows == capacity_) return;
+  // reserve() then resize(): the vectors hold exactly `rows` rows, so bytes() is what they cost.
+  for (auto* side : {&k_, &v_}) {
+    const size_t row = side == &k_ ? k_row_bytes_ : v_row_bytes_;
+    for (auto& buf : *side) {
+      buf.reserve(row * static_cast<size_t>(rows));
+      buf.resize(row * static_cast<size_t>(rows), 0);
+    }
+  }
+  capacity_ = rows;
+}
+
+void KvCache::copy_prefix(const KvCache& src, int64_t n_pos) {
+  if (src.k_.size() != k_.size() || src.k_row_bytes_ != k_row_bytes_ || src.v_row_bytes_ != v_row_bytes_ ||
+      src.type_k_ != type_k_ || src.type_v_ != type_v_)
+    fail("kv cache: copy between caches of different geometry or types");
+  if (n_pos > src.capacity_) fail("kv cache: copy of ", n_pos, " rows from a cache holding ", src.capacity_);
+  reserve(n_pos);
+  for (size_t l = 0; l < k_.size(); ++l) {
+    std::copy_n(src.k_[l].data(), k_row_bytes_ * static_cast<size_t>(n_pos), k_[l].data());
+    std::copy_n(src.v_[l].data(), v_row_bytes_ * static_cast<size_t>(n_pos), v_[l].data());
   }
 }
 
-size_t KvCache::bytes() const { return (k_row_bytes_ + v_row_bytes_) * n_ctx_ * k_.size(); }
+size_t KvCache::bytes() const { return (k_row_bytes_ + v_row_bytes_) * static_cast<size_t>(capacity_) * k_.size(); }
 
 void KvCache::store(Backend& be, int64_t layer, int64_t pos, const float* k, const float* v) {
   if (pos < 0 || pos >= n_ctx_) fail("kv cache: position ", pos, " outside the context of ", n_ctx_);
+  if (pos >= capacity_) reserve(pos + 1);
   if (k_tq_)
     k_tq_->encode_row(k, k_row(layer, pos));
   else

@@ -54,7 +54,19 @@ class KvCache {
   // without a head structure.
   KvCache(int64_t n_layer, int64_t k_width, int64_t v_width, const KvCacheOptions& opt);
 
+  // The most positions the cache may hold. Rows are allocated as positions are reached
+  // (reserve, or store past the allocated rows), in steps of kRowStep, never beyond n_ctx.
   int64_t n_ctx() const { return n_ctx_; }
+  static constexpr int64_t kRowStep = 256;
+  int64_t capacity() const { return capacity_; }
+  // Allocates rows for positions 0..n_pos-1 (rounded up to kRowStep, at most n_ctx); the
+  // rows already written keep their bytes.
+  void reserve(int64_t n_pos);
+  // Bytes the cache would take once reserve(n_pos) ran (for budgets checked before growing).
+  size_t bytes_for(int64_t n_pos) const;
+  // Copies rows 0..n_pos-1 of every layer from `src`, which must have this cache's geometry
+  // and types (Memory::seq_fork).
+  void copy_prefix(const KvCache& src, int64_t n_pos);
   DType type_k() const { return type_k_; }
   DType type_v() const { return type_v_; }
   size_t k_row_bytes() const { return k_row_bytes_; }
@@ -66,7 +78,7 @@ class KvCache {
   // The tq codecs (null for the other types).
   const TqCodec* k_codec() const { return k_tq_.get(); }
   const TqCodec* v_codec() const { return v_tq_.get(); }
-  size_t bytes() const;
+  size_t bytes() const;  // allocated now
   // Bytes per position over all layers (K + V): the number to compare codecs by.
   size_t bytes_per_token() const { return (k_row_bytes_ + v_row_bytes_) * k_.size(); }
 
@@ -79,7 +91,10 @@ class KvCache {
  private:
   void init(const KvGeometry& g, const KvCacheOptions& opt);
 
+  int64_t rows_for(int64_t n_pos) const;
+
   int64_t n_ctx_ = 0;
+  int64_t capacity_ = 0;  // rows allocated per layer
   KvGeometry geo_;
   DType type_k_ = DType::F16, type_v_ = DType::F16;
   size_t k_row_bytes_ = 0, v_row_bytes_ = 0;

@@ -11,16 +11,16 @@
 #include "core/error.h"
 #include "models/blocks.h"
 #include "models/model.h"
-#include "memory/kv_cache.h"
+#include "memory/memory.h"
 
 namespace sluice {
 
-void Model::forward_deepseek2(Backend& be, KvCache& kv, const int32_t* tokens, int64_t n_tok, int64_t pos0,
-                              bool all_logits, float* logits, const TensorHook* hook) const {
+void Model::forward_deepseek2(Backend& be, Memory& mem, const Batch& b, const std::vector<BatchRun>& runs,
+                              float* logits, const TensorHook* hook) const {
   const Hparams& hp = hp_;
   const MlaHparams& mla = hp.mla;
   // Legend: T tokens, E n_embd, H heads, N qk_nope, R rope dims, L kv_lora, V v_head.
-  const int64_t T = n_tok, E = hp.n_embd, H = hp.n_head, N = mla.qk_nope, R = hp.n_rot, L = mla.kv_lora_rank,
+  const int64_t T = b.size(), E = hp.n_embd, H = hp.n_head, N = mla.qk_nope, R = hp.n_rot, L = mla.kv_lora_rank,
                 V = mla.v_head;
   auto report = [&](std::string_view name, int layer, const float* data, int64_t rows, int64_t cols) {
     if (hook && *hook) (*hook)(name, layer, data, rows, cols);
@@ -29,11 +29,11 @@ void Model::forward_deepseek2(Backend& be, KvCache& kv, const int32_t* tokens, i
   std::vector<float> qa(T * std::max<int64_t>(mla.q_lora_rank, 1)), q(T * H * (N + R)), kv_a(T * (L + R));
   std::vector<float> q_pe(T * H * R), k_pe(T * R), k_lat(T * (L + R)), c_kv(T * L), q_lat(T * H * (L + R));
   std::vector<float> head_in(T * std::max(N, L)), head_out(T * std::max(L, V)), attn_lat(T * H * L), attn(T * H * V);
-  std::vector<int32_t> pos(T);
-  for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(pos0 + t);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(N + R));
+  const int32_t* pos = b.pos.data();
+  // The latent cache has one "head" per position: K row = [c_kv | k_rope], V row = c_kv.
+  const AttendShape shape{H, 1, L + R, L, 1.0f / std::sqrt(static_cast<float>(N + R))};
 
-  embed(be, tokens, T, x.data(), hook);
+  embed(be, b.tokens.data(), T, x.data(), hook);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const LayerWeights& w = layers_[l];
     const int il = static_cast<int>(l);
@@ -55,7 +55,7 @@ void Model::forward_deepseek2(Backend& be, KvCache& kv, const int32_t* tokens, i
     for (int64_t t = 0; t < T; ++t) std::copy_n(kv_a.data() + t * (L + R), L, c_kv.data() + t * L);
     be.rms_norm(c_kv.data(), static_cast<const float*>(w.kv_a_norm->data), c_kv.data(), T, L, hp.rms_eps);
     for (int64_t t = 0; t < T; ++t) std::copy_n(kv_a.data() + t * (L + R) + L, R, k_pe.data() + t * R);
-    be.rope(k_pe.data(), pos.data(), T, 1, R, R, hp.rope_base, hp.rope_mode);
+    be.rope(k_pe.data(), pos, T, 1, R, R, hp.rope_base, hp.rope_mode);
     for (int64_t t = 0; t < T; ++t) {
       std::copy_n(c_kv.data() + t * L, L, k_lat.data() + t * (L + R));
       std::copy_n(k_pe.data() + t * R, R, k_lat.data() + t * (L + R) + L);
@@ -66,7 +66,7 @@ void Model::forward_deepseek2(Backend& be, KvCache& kv, const int32_t* tokens, i
     // Per head: q_rope rotated; q_nope absorbed into the latent space through W_k_b.
     for (int64_t t = 0; t < T; ++t)
       for (int64_t hh = 0; hh < H; ++hh) std::copy_n(q.data() + (t * H + hh) * (N + R) + N, R, q_pe.data() + (t * H + hh) * R);
-    be.rope(q_pe.data(), pos.data(), T, H, R, R, hp.rope_base, hp.rope_mode);
+    be.rope(q_pe.data(), pos, T, H, R, R, hp.rope_base, hp.rope_mode);
     report("q_pe", il, q_pe.data(), T * H, R);
     for (int64_t hh = 0; hh < H; ++hh) {
       for (int64_t t = 0; t < T; ++t) std::copy_n(q.data() + (t * H + hh) * (N + R), N, head_in.data() + t * N);
@@ -80,7 +80,7 @@ void Model::forward_deepseek2(Backend& be, KvCache& kv, const int32_t* tokens, i
     report("q_absorbed", il, q_lat.data(), T * H, L + R);
 
     // Attention over the latent cache: K row = [c_kv | k_rope], V row = c_kv.
-    attend_cached(be, kv, l, q_lat.data(), k_lat.data(), c_kv.data(), attn_lat.data(), T, pos0, H, 1, L + R, L, scale);
+    attend_batch(be, mem, runs, l, shape, q_lat.data(), k_lat.data(), c_kv.data(), attn_lat.data());
     report("kqv_latent", il, attn_lat.data(), T * H, L);
     for (int64_t hh = 0; hh < H; ++hh) {
       for (int64_t t = 0; t < T; ++t) std::copy_n(attn_lat.data() + (t * H + hh) * L, L, head_in.data() + t * L);
@@ -90,7 +90,7 @@ void Model::forward_deepseek2(Backend& be, KvCache& kv, const int32_t* tokens, i
     report("kqv_out", il, attn.data(), T, H * V);
     attn_output_and_ffn(be, l, attn.data(), x.data(), h.data(), o.data(), T, hook);
   }
-  output_head(be, x.data(), T, all_logits, logits, hook);
+  output_head(be, x.data(), b, logits, hook);
 }
 
 }  // namespace sluice

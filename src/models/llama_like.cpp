@@ -8,39 +8,22 @@
 
 #include "models/blocks.h"
 #include "models/model.h"
-#include "memory/kv_cache.h"
+#include "memory/memory.h"
 
 namespace sluice {
 
-void attend_cached(Backend& be, KvCache& kv, int64_t layer, const float* q, const float* k, const float* v, float* out,
-                   int64_t T, int64_t pos0, int64_t H, int64_t Hkv, int64_t Dk, int64_t Dv, float scale) {
-  for (int64_t t = 0; t < T; ++t) kv.store(be, layer, pos0 + t, k + t * Hkv * Dk, v + t * Hkv * Dv);
-  AttentionArgs aa = kv.attention_args(layer);  // cache pointers, types, strides, codecs
-  aa.q = q;
-  aa.out = out;
-  aa.n_tok = T;
-  aa.n_head = H;
-  aa.n_head_kv = Hkv;
-  aa.head_dim_k = Dk;
-  aa.head_dim_v = Dv;
-  aa.n_kv = pos0 + T;
-  aa.pos0 = pos0;
-  aa.scale = scale;
-  be.attention(aa);
-}
-
-void Model::forward_llama_like(Backend& be, KvCache& kv, const int32_t* tokens, int64_t n_tok, int64_t pos0,
-                               bool all_logits, float* logits, const TensorHook* hook) const {
+void Model::forward_llama_like(Backend& be, Memory& mem, const Batch& b, const std::vector<BatchRun>& runs,
+                               float* logits, const TensorHook* hook) const {
   const Hparams& hp = hp_;
-  const int64_t T = n_tok, E = hp.n_embd, H = hp.n_head, Hkv = hp.n_head_kv, Dk = hp.head_dim_k, Dv = hp.head_dim_v;
+  const int64_t T = b.size(), E = hp.n_embd, H = hp.n_head, Hkv = hp.n_head_kv, Dk = hp.head_dim_k, Dv = hp.head_dim_v;
   auto report = [&](std::string_view name, int layer, const float* data, int64_t rows, int64_t cols) {
     if (hook && *hook) (*hook)(name, layer, data, rows, cols);
   };
   std::vector<float> x(T * E), h(T * E), q(T * H * Dk), k(T * Hkv * Dk), v(T * Hkv * Dv), attn(T * H * Dv), o(T * E);
-  std::vector<int32_t> pos(T);
-  for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(pos0 + t);
+  const int32_t* pos = b.pos.data();
+  const AttendShape shape{H, Hkv, Dk, Dv, 1.0f / std::sqrt(static_cast<float>(Dk))};
 
-  embed(be, tokens, T, x.data(), hook);
+  embed(be, b.tokens.data(), T, x.data(), hook);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const LayerWeights& w = layers_[l];
     const int il = static_cast<int>(l);
@@ -66,16 +49,15 @@ void Model::forward_llama_like(Backend& be, KvCache& kv, const int32_t* tokens, 
       report("Qcur_normed", il, q.data(), T * H, Dk);
       report("Kcur_normed", il, k.data(), T * Hkv, Dk);
     }
-    be.rope(q.data(), pos.data(), T, H, Dk, hp.n_rot, hp.rope_base, hp.rope_mode);
-    be.rope(k.data(), pos.data(), T, Hkv, Dk, hp.n_rot, hp.rope_base, hp.rope_mode);
+    be.rope(q.data(), pos, T, H, Dk, hp.n_rot, hp.rope_base, hp.rope_mode);
+    be.rope(k.data(), pos, T, Hkv, Dk, hp.n_rot, hp.rope_base, hp.rope_mode);
     report("Qcur_rope", il, q.data(), T * H, Dk);
     report("Kcur_rope", il, k.data(), T * Hkv, Dk);
-    attend_cached(be, kv, l, q.data(), k.data(), v.data(), attn.data(), T, pos0, H, Hkv, Dk, Dv,
-                  1.0f / std::sqrt(static_cast<float>(Dk)));
+    attend_batch(be, mem, runs, l, shape, q.data(), k.data(), v.data(), attn.data());
     report("kqv_out", il, attn.data(), T, H * Dv);
     attn_output_and_ffn(be, l, attn.data(), x.data(), h.data(), o.data(), T, hook);
   }
-  output_head(be, x.data(), T, all_logits, logits, hook);
+  output_head(be, x.data(), b, logits, hook);
 }
 
 }  // namespace sluice

@@ -3,9 +3,12 @@
 // size — and the dispatch to each family's forward.
 #include "models/model.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "models/moe_ffn.h"
-#include "memory/kv_cache.h"
+#include "memory/batch.h"
+#include "memory/memory.h"
 #include "models/predictor.h"
 
 namespace sluice {
@@ -241,19 +244,26 @@ size_t Model::weight_bytes() const {
   return n;
 }
 
-void Model::forward(Backend& be, KvCache& kv, const int32_t* tokens, int64_t n_tok, int64_t pos0, bool all_logits,
-                    float* logits, const TensorHook* hook) const {
-  if (n_tok <= 0) fail("forward: empty batch");
-  if (pos0 < 0 || pos0 + n_tok > kv.n_ctx())
-    fail("context full: positions ", pos0, "..", pos0 + n_tok - 1, " do not fit in a cache of ", kv.n_ctx(), " (use --ctx)");
-  for (int64_t t = 0; t < n_tok; ++t)
-    if (tokens[t] < 0 || tokens[t] >= hp_.n_vocab)
-      fail("token id ", tokens[t], " at batch index ", t, " is outside the vocabulary (", hp_.n_vocab, ")");
-  experts_->note_tokens(n_tok);
+MemoryLayout Model::memory_layout() const {
+  return MemoryLayout::all_attention(KvGeometry{hp_.n_layer, hp_.n_head, hp_.n_head_kv, hp_.head_dim_k, hp_.head_dim_v});
+}
+
+void Model::forward(Backend& be, Memory& mem, const Batch& b, float* logits, const TensorHook* hook) const {
+  mem.check(b);
+  for (int64_t t = 0; t < b.size(); ++t)
+    if (b.tokens[t] < 0 || b.tokens[t] >= hp_.n_vocab)
+      fail("token id ", b.tokens[t], " at batch index ", t, " is outside the vocabulary (", hp_.n_vocab, ")");
+  if (static_cast<int64_t>(mem.layout().layers.size()) != hp_.n_layer)
+    fail("forward: the memory has ", mem.layout().layers.size(), " layers, the model ", hp_.n_layer);
+  if (!logits && b.n_outputs() > 0) fail("forward: ", b.n_outputs(), " tokens want logits but no logits buffer was given");
+  mem.prepare(b);
+  experts_->note_tokens(b.size());
+  const std::vector<BatchRun> runs = batch_runs(b);
   if (hp_.arch == "deepseek2")
-    forward_deepseek2(be, kv, tokens, n_tok, pos0, all_logits, logits, hook);
+    forward_deepseek2(be, mem, b, runs, logits, hook);
   else
-    forward_llama_like(be, kv, tokens, n_tok, pos0, all_logits, logits, hook);
+    forward_llama_like(be, mem, b, runs, logits, hook);
+  mem.commit(b);
 }
 
 void Model::embed(Backend& be, const int32_t* tokens, int64_t n_tok, float* x, const TensorHook* hook) const {
@@ -261,12 +271,22 @@ void Model::embed(Backend& be, const int32_t* tokens, int64_t n_tok, float* x, c
   if (hook && *hook) (*hook)("inp_embd", -1, x, n_tok, hp_.n_embd);
 }
 
-void Model::output_head(Backend& be, const float* x, int64_t n_tok, bool all_logits, float* logits,
-                        const TensorHook* hook) const {
-  if (!logits) return;
-  const int64_t E = hp_.n_embd, first = all_logits ? 0 : n_tok - 1, n_out = n_tok - first;
+void Model::output_head(Backend& be, const float* x, const Batch& b, float* logits, const TensorHook* hook) const {
+  const int64_t E = hp_.n_embd, n_out = b.n_outputs();
+  if (n_out == 0) return;
+  // The flagged rows, gathered unless they are already one contiguous stretch (all tokens, or
+  // the last one: every single-sequence caller).
+  int64_t first = 0;
+  while (!b.logits[first]) ++first;
+  const bool contiguous = std::all_of(b.logits.begin() + first, b.logits.begin() + first + n_out, [](uint8_t f) { return f; });
   std::vector<float> h(n_out * E);
-  be.rms_norm(x + first * E, static_cast<const float*>(output_norm_->data), h.data(), n_out, E, hp_.rms_eps);
+  if (contiguous) {
+    be.rms_norm(x + first * E, static_cast<const float*>(output_norm_->data), h.data(), n_out, E, hp_.rms_eps);
+  } else {
+    for (int64_t t = 0, o = 0; t < b.size(); ++t)
+      if (b.logits[t]) std::copy_n(x + t * E, E, h.data() + (o++) * E);
+    be.rms_norm(h.data(), static_cast<const float*>(output_norm_->data), h.data(), n_out, E, hp_.rms_eps);
+  }
   if (hook && *hook) (*hook)("result_norm", -1, h.data(), n_out, E);
   be.matmul(*output_, h.data(), logits, n_out);
   if (hook && *hook) (*hook)("result_output", -1, logits, n_out, hp_.n_vocab);

@@ -16,7 +16,10 @@
 
 namespace sluice {
 
-class KvCache;
+class Memory;
+struct Batch;
+struct BatchRun;
+struct MemoryLayout;
 class Predictor;
 
 enum class MoeGating {
@@ -143,18 +146,23 @@ class Model {
   // Bytes of all weights (for bandwidth figures and `inspect`).
   size_t weight_bytes() const;
 
-  // Runs the architecture's forward over tokens at positions pos0..pos0+n_tok-1, writing
-  // K/V into `kv`. logits: [n_tok][n_vocab] if all_logits, else only the last row [n_vocab];
-  // null: no output head at all (a prompt chunk whose logits nobody reads).
-  void forward(Backend& be, KvCache& kv, const int32_t* tokens, int64_t n_tok, int64_t pos0, bool all_logits,
-               float* logits, const TensorHook* hook) const;
+  // What each layer keeps between steps (memory/memory.h): KV rows in every layer here.
+  MemoryLayout memory_layout() const;
+
+  // One forward step over a batch of tokens of one or more sequences (memory/batch.h),
+  // reading and writing their rows in `mem`. logits: [batch.n_outputs()][n_vocab], the rows
+  // of the tokens flagged in batch.logits, in batch order (may be null when none is flagged).
+  // The batch is checked against the memory and the vocabulary before any work; on an error
+  // the memory is as it was.
+  void forward(Backend& be, Memory& mem, const Batch& batch, float* logits, const TensorHook* hook) const;
 
  private:
-  // One forward per architecture family (models/<family>.cpp).
-  void forward_llama_like(Backend& be, KvCache& kv, const int32_t* tokens, int64_t n_tok, int64_t pos0, bool all_logits,
-                          float* logits, const TensorHook* hook) const;
-  void forward_deepseek2(Backend& be, KvCache& kv, const int32_t* tokens, int64_t n_tok, int64_t pos0, bool all_logits,
-                         float* logits, const TensorHook* hook) const;
+  // One forward per architecture family (models/<family>.cpp). runs: the batch's runs
+  // (memory/batch.h), the unit attention works on.
+  void forward_llama_like(Backend& be, Memory& mem, const Batch& b, const std::vector<BatchRun>& runs, float* logits,
+                          const TensorHook* hook) const;
+  void forward_deepseek2(Backend& be, Memory& mem, const Batch& b, const std::vector<BatchRun>& runs, float* logits,
+                         const TensorHook* hook) const;
   // The second half of every block: output projection of the attention heads `attn`
   // [T][n_head*head_dim_v], residual add, FFN norm, FFN, residual add (x updated in place).
   // h and o are the caller's [T][n_embd] scratch, so nothing is allocated per layer.
@@ -164,7 +172,8 @@ class Model {
   void ffn_block(Backend& be, int64_t l, const float* h, float* out, int64_t n_tok, const TensorHook* hook) const;
   // Embedding lookup and output head, shared by the families.
   void embed(Backend& be, const int32_t* tokens, int64_t n_tok, float* x, const TensorHook* hook) const;
-  void output_head(Backend& be, const float* x, int64_t n_tok, bool all_logits, float* logits, const TensorHook* hook) const;
+  // The output head on the rows of x flagged in b.logits.
+  void output_head(Backend& be, const float* x, const Batch& b, float* logits, const TensorHook* hook) const;
 
  private:
   std::unique_ptr<GgufFile> file_;

@@ -1,5 +1,6 @@
-// runtime/session: one conversation's state — the KV cache and position — over a loaded
-// model and a backend. Evaluates batches of tokens and hands back logits.
+// runtime/session: one sequence over a loaded model and a backend — a Memory holding a single
+// sequence, evaluated in batches of at most kMaxBatch tokens. Several sequences in one batch:
+// use Memory and Model::forward directly (runtime/ has the multi-sequence loops).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -7,7 +8,8 @@
 #include <vector>
 
 #include "models/model.h"
-#include "memory/kv_cache.h"
+#include "memory/batch.h"
+#include "memory/memory.h"
 
 namespace sluice {
 
@@ -22,24 +24,27 @@ class Session {
   // rounding (attention's split-KV choice depends on the batch shape).
   static constexpr int64_t kMaxBatch = 512;
   std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
-  int64_t n_past() const { return n_past_; }
-  int64_t n_ctx() const { return kv_.n_ctx(); }
-  void reset() { n_past_ = 0; }
+  int64_t n_past() const { return mem_.seq_len(seq_); }
+  int64_t n_ctx() const { return mem_.n_ctx(); }
+  void reset() { mem_.seq_rewind(seq_, 0); }
   // Continue at position n (0 <= n < n_ctx): positions < n must already hold K/V rows, e.g.
   // written through kv_cache_mut().store by a benchmark (bench/bench.h kv_fill_synthetic).
   void set_n_past(int64_t n);
-  KvCache& kv_cache_mut() { return kv_; }
+  KvCache& kv_cache_mut() { return mem_.kv(seq_); }
   void set_hook(TensorHook hook) { hook_ = std::move(hook); }
   const Model& model() const { return model_; }
   Backend& backend() { return backend_; }
-  const KvCache& kv_cache() const { return kv_; }
+  const KvCache& kv_cache() const { return mem_.kv(seq_); }
+  Memory& memory() { return mem_; }
+  int32_t seq() const { return seq_; }
 
  private:
   const Model& model_;
   Backend& backend_;
-  KvCache kv_;
-  int64_t n_past_ = 0;
+  Memory mem_;
+  int32_t seq_ = 0;
   TensorHook hook_;
+  Batch batch_;
   std::vector<float> logits_;
 };
 
