@@ -37,6 +37,7 @@ struct BenchArgs {
   int n_prompt = 512, n_gen = 128, reps = 5;
   std::vector<int> threads{2};
   std::vector<int64_t> depths{0};
+  std::vector<int> sequences{1};  // tg: sequences decoding together (one batch of N tokens per step)
   bool json = false, profile = false, membw_only = false, exact = false, no_auto_asym = false;
   // KV cache types: --cache-type sets both sides; --cache-type-k/-v override one side. Lists
   // are paired element by element (a single value applies to every pair).
@@ -176,7 +177,7 @@ int run_bench(const BenchArgs& a) {
   if (!a.json)
     std::printf("| model | size | params | backend | threads | cache K/V | test | t/s | GB/s read / membw | SOL %% |\n"
                 "| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |\n");
-  std::string profile_text, experts_text;
+  std::string profile_text, experts_text, sequences_text;
   for (const std::string& path : a.models) {
     std::fprintf(stderr, "bench: loading %s\n", path.c_str());
     ModelOptions mo;
@@ -304,7 +305,55 @@ int run_bench(const BenchArgs& a) {
             row("pp" + std::to_string(a.n_prompt) + at, tps, 0, {}, 0, 0, stats(macs_s).mean);
             if (a.profile) profile_text += pp_profile(be.counters(), base_name(path), t, cache, a.n_prompt, at, a.reps, total_s, peak);
           }
-          if (a.n_gen > 0) {
+          // tg with N sequences decoding together: every step is one batch of N tokens, so the
+          // dense weights are read once per step and each chosen expert once for all tokens
+          // routed to it. t/s is the aggregate over the N sequences.
+          for (int n_seq : a.sequences) {
+            if (n_seq <= 1 || a.n_gen <= 0) continue;
+            std::vector<double> tps, gbps, bw_rep, sol_rep, bytes_step;
+            be.reset();
+            for (int r = 0; r < a.reps; ++r) {
+              std::fprintf(stderr, "bench: %d threads, %s: tg%d x%d sequences%s rep %d/%d\n", t, cache.c_str(), a.n_gen,
+                           n_seq, at.c_str(), r + 1, a.reps);
+              MemoryOptions mopt;
+              mopt.kv = kv;
+              Memory mem(model->memory_layout(), mopt);
+              std::vector<int32_t> seqs, first;
+              for (int i = 0; i < n_seq; ++i) {
+                seqs.push_back(mem.seq_new());
+                first.push_back(tok(rng));
+                if (depth > 0) {
+                  kv_fill_synthetic(mem.kv(seqs.back()), *inner, hp.n_layer, depth, 1234 + static_cast<uint64_t>(i));
+                  mem.seq_set_len(seqs.back(), depth);
+                }
+              }
+              bw_rep.push_back(membw_read(t, a.membw_mib << 20, 1));
+              const uint64_t b0 = be.counters().total_bytes();
+              const double sec = decode_together(*model, be, mem, seqs, first, a.n_gen);
+              const double bytes = static_cast<double>(be.counters().total_bytes() - b0);
+              tps.push_back(static_cast<double>(a.n_gen) * n_seq / sec);
+              gbps.push_back(bytes / sec);
+              bytes_step.push_back(bytes / a.n_gen);
+              sol_rep.push_back(gbps.back() / bw_rep.back());
+            }
+            row("tg" + std::to_string(a.n_gen) + " x" + std::to_string(n_seq) + at, tps, stats(gbps).mean, {},
+                median(sol_rep), median(bw_rep));
+            const double step_bytes = stats(bytes_step).mean;
+            if (a.json) {
+              out.back()["sequences"] = n_seq;
+              out.back()["tps_per_sequence"] = stats(tps).mean / n_seq;
+              out.back()["bytes_per_step"] = step_bytes;
+              out.back()["bytes_per_token"] = step_bytes / n_seq;
+            } else {
+              char buf[256];
+              std::snprintf(buf, sizeof buf, "| %s | %d | tg%d x%d%s | %.2f | %.2f | %.1f | %.1f |\n", base_name(path).c_str(), t,
+                            a.n_gen, n_seq, at.c_str(), stats(tps).mean, stats(tps).mean / n_seq, step_bytes / 1e6,
+                            step_bytes / n_seq / 1e6);
+              sequences_text += buf;
+            }
+          }
+          const bool plain_tg = std::find(a.sequences.begin(), a.sequences.end(), 1) != a.sequences.end();
+          if (a.n_gen > 0 && plain_tg) {
             std::vector<double> tps, gbps, cpu_tps, bw_rep, sol_rep;
             be.reset();
             double total_s = 0;
@@ -398,6 +447,11 @@ int run_bench(const BenchArgs& a) {
                 "| --- | ---: | --- | --- | ---: |\n%s",
                 a.experts.c_str(), a.expert_cache.c_str(), a.prefetch ? "" : ", no prefetch", peak_rss_bytes() / 1e9,
                 experts_text.c_str());
+  if (!sequences_text.empty())
+    std::printf("\nsequences decoding together (tgN xS: S sequences, one batch of S tokens per step):\n\n"
+                "| model | threads | test | aggregate t/s | t/s per sequence | MB read per step | MB read per token |\n"
+                "| --- | ---: | --- | ---: | ---: | ---: | ---: |\n%s",
+                sequences_text.c_str());
   if (!a.json && a.n_prompt > 0)
     std::printf("\npp rows: matmul multiply-accumulates per second (weights x activations, attention not counted) / "
                 "the int8 peak measured by the same binary (vpdpbusd chains, or vpmaddubsw+vpmaddwd without VNNI).\n");
@@ -432,6 +486,11 @@ CommandRunner add_bench_command(CLI::App& app) {
   b->add_option("-d,--depth", args->depths,
                 "positions already in the KV cache when each test starts, comma separated (llama-bench's @ dN); they "
                 "hold SYNTHETIC K/V rows (Gaussian, written through the cache codecs), not a prefill")
+      ->delimiter(',')
+      ->capture_default_str();
+  b->add_option("--sequences", args->sequences,
+                "tg: numbers of sequences decoding together, comma separated (1: the plain tg row; N > 1 adds a "
+                "\"tgM xN\" row: aggregate t/s, per sequence, bytes read per step)")
       ->delimiter(',')
       ->capture_default_str();
   b->add_option("--membw-mib", args->membw_mib, "buffer for the bandwidth kernel, MiB")->capture_default_str();

@@ -23,6 +23,7 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "memory/io_engine.h"
+#include "models/model.h"
 
 namespace sluice {
 namespace {
@@ -214,6 +215,25 @@ void kv_fill_synthetic(KvCache& kv, Backend& be, int64_t n_layer, int64_t n_pos,
       const int64_t rk = static_cast<int64_t>(h % kPool), rv = static_cast<int64_t>((h >> 20) % kPool);
       kv.store(be, l, p, kp.data() + rk * wk, vp.data() + rv * wv);
     }
+}
+
+double decode_together(const Model& m, Backend& be, Memory& mem, const std::vector<int32_t>& seqs,
+                       std::vector<int32_t> next, int n_steps) {
+  const int64_t V = m.hparams().n_vocab, n = static_cast<int64_t>(seqs.size());
+  if (static_cast<int64_t>(next.size()) != n) fail("bench: ", n, " sequences but ", next.size(), " first tokens");
+  std::vector<float> logits(static_cast<size_t>(n * V));
+  Batch b;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int step = 0; step < n_steps; ++step) {
+    b.clear();
+    for (int64_t i = 0; i < n; ++i) b.add(next[i], seqs[i], static_cast<int32_t>(mem.seq_len(seqs[i])), true);
+    m.forward(be, mem, b, logits.data(), nullptr);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = logits.data() + i * V;
+      next[i] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+    }
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 std::string_view bench_stage_name(BenchStage s) {

@@ -9,11 +9,15 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backends/backend.h"
 #include "memory/kv_cache.h"
+#include "memory/memory.h"
 
 namespace sluice {
+
+class Model;
 
 // Best-of-`reps` read bandwidth in bytes/s: n_threads threads each sum their slice of a
 // `bytes` buffer (page-faulted in and written once beforehand), started together.
@@ -40,6 +44,12 @@ double int8_peak(int n_threads);
 // at depth reads and how fast does not depend on the values beyond their scale, and a real
 // prefill of 16K tokens takes many minutes on a few cores.
 void kv_fill_synthetic(KvCache& kv, Backend& be, int64_t n_layer, int64_t n_pos, uint64_t seed);
+
+// Decode of several sequences together (bench --sequences): n_steps forward steps, each one
+// batch of one token per sequence in `seqs` (which must exist in mem), every token the argmax
+// of its sequence's previous logits, starting from next[i]. Returns the seconds the steps took.
+double decode_together(const Model& m, Backend& be, Memory& mem, const std::vector<int32_t>& seqs,
+                       std::vector<int32_t> next, int n_steps);
 
 enum class BenchStage { embed, attention, router, experts, dense_ffn, output, other, count };
 std::string_view bench_stage_name(BenchStage s);
