@@ -1,54 +1,48 @@
-// models/model: loading — hyperparameters from metadata (one function per family), weights
-// bound by name with their shapes checked so the forward never meets a tensor of the wrong
-// size — and the dispatch to each family's forward.
+// models/model: loading — the shared hyperparameters from metadata, then the architecture
+// module's own (models/arch.h); weights bound by name with their shapes checked so the
+// forward never meets a tensor of the wrong size — and the blocks every family shares.
 #include "models/model.h"
 
 #include <algorithm>
 
 #include "core/error.h"
+#include "models/arch.h"
 #include "models/moe_ffn.h"
 #include "memory/batch.h"
 #include "memory/memory.h"
 #include "models/predictor.h"
 
 namespace sluice {
-namespace {
 
-enum class Family { llama_like, deepseek2 };
-
-Family family_of(const std::string& path, const std::string& arch) {
-  if (arch == "llama" || arch == "qwen3" || arch == "qwen3moe" || arch == "olmoe") return Family::llama_like;
-  if (arch == "deepseek2") return Family::deepseek2;
-  fail(path, ": architecture '", arch, "' is not supported (supported: llama, qwen3, qwen3moe, olmoe, deepseek2)");
-}
-
-int64_t positive(const GgufFile& f, const std::string& key, int64_t v, int64_t max = int64_t{1} << 24) {
+int64_t positive_key(const GgufFile& f, const std::string& key, int64_t v, int64_t max) {
   if (v <= 0 || v > max) fail(f.path(), ": ", key, " = ", v, " is out of range (1..", max, ")");
   return v;
 }
 
-// The shared core: dims, heads, rope, experts. Per-family keys are read below.
-Hparams read_hparams(const GgufFile& f) {
+namespace {
+
+// The shared core: dims, heads, rope, experts. The module reads its own keys after it.
+Hparams read_core_hparams(const GgufFile& f) {
   Hparams hp;
   hp.arch = f.get_string("general.architecture");
-  const Family fam = family_of(f.path(), hp.arch);
+  hp.module = &find_arch(f.path(), hp.arch);
   const std::string a = hp.arch + ".";
   hp.n_ctx_train = f.get_u32(a + "context_length");
-  hp.n_embd = positive(f, a + "embedding_length", f.get_u32(a + "embedding_length"));
-  hp.n_layer = positive(f, a + "block_count", f.get_u32(a + "block_count"), 4096);
+  hp.n_embd = positive_key(f, a + "embedding_length", f.get_u32(a + "embedding_length"));
+  hp.n_layer = positive_key(f, a + "block_count", f.get_u32(a + "block_count"), 4096);
   // Head counts may be per-layer arrays in real files; Sluice needs them uniform for now.
   auto heads = f.get_u32_per_layer(a + "attention.head_count", hp.n_layer);
   for (size_t l = 1; l < heads.size(); ++l)
     if (heads[l] != heads[0]) fail(f.path(), ": per-layer ", a, "attention.head_count values differ (not supported)");
-  hp.n_head = positive(f, a + "attention.head_count", heads[0], 4096);
+  hp.n_head = positive_key(f, a + "attention.head_count", heads[0], 4096);
   hp.n_head_kv = f.has(a + "attention.head_count_kv") ? f.get_u32_per_layer(a + "attention.head_count_kv", hp.n_layer)[0]
                                                        : hp.n_head;
   if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0)
     fail(f.path(), ": head_count ", hp.n_head, " must be a positive multiple of head_count_kv ", hp.n_head_kv);
   if (!f.has(a + "attention.key_length") && hp.n_embd % hp.n_head != 0)
     fail(f.path(), ": embedding_length ", hp.n_embd, " is not a multiple of head_count and key_length is absent");
-  hp.head_dim_k = positive(f, a + "attention.key_length", f.get_u32_or(a + "attention.key_length", hp.n_embd / hp.n_head));
-  hp.head_dim_v = positive(f, a + "attention.value_length", f.get_u32_or(a + "attention.value_length", hp.head_dim_k));
+  hp.head_dim_k = positive_key(f, a + "attention.key_length", f.get_u32_or(a + "attention.key_length", hp.n_embd / hp.n_head));
+  hp.head_dim_v = positive_key(f, a + "attention.value_length", f.get_u32_or(a + "attention.value_length", hp.head_dim_k));
   for (uint32_t v : f.get_u32_per_layer(a + "feed_forward_length", hp.n_layer)) hp.n_ff.push_back(v);
   hp.rms_eps = f.get_f32(a + "attention.layer_norm_rms_epsilon");
   hp.rope_base = f.get_f32_or(a + "rope.freq_base", 10000.0f);
@@ -60,83 +54,51 @@ Hparams read_hparams(const GgufFile& f) {
   const std::string scaling = f.get_string_or(a + "rope.scaling.type", "none");
   if (scaling != "none" && !(scaling == "linear" && f.get_f32_or(a + "rope.scaling.factor", 1.0f) == 1.0f))
     fail(f.path(), ": ", a, "rope.scaling.type = '", scaling, "' is not supported yet (only unscaled RoPE)");
-  if (hp.arch == "qwen3" || hp.arch == "qwen3moe") {
-    hp.rope_mode = RopeMode::neox;
-    hp.qk_norm_per_head = true;
-  }
-  if (hp.arch == "olmoe") {
-    hp.rope_mode = RopeMode::neox;
-    hp.qk_norm_full = true;
-  }
 
-  // Experts. llama with expert_count is the Mixtral layout; its feed_forward_length is the
-  // per-expert width. qwen3moe has expert_feed_forward_length (llama.cpp falls back to
-  // n_ff / n_expert_used without it).
+  // Experts: how many and how they are gated; the module reads the widths and its own rules.
   MoeOptions& moe = hp.moe;
   moe.n_expert = f.get_u32_or(a + "expert_count", 0);
   if (moe.n_expert > 0) {
-    positive(f, a + "expert_count", moe.n_expert, 65536);
+    positive_key(f, a + "expert_count", moe.n_expert, 65536);
     moe.n_expert_used = f.get_u32(a + "expert_used_count");
     if (moe.n_expert_used <= 0 || moe.n_expert_used > moe.n_expert)
       fail(f.path(), ": ", a, "expert_used_count = ", moe.n_expert_used, " must be in 1..expert_count (", moe.n_expert, ")");
-    hp.n_ff_exp = f.get_u32_or(a + "expert_feed_forward_length",
-                               static_cast<uint32_t>(hp.arch == "qwen3moe" ? hp.n_ff[0] / moe.n_expert_used : hp.n_ff[0]));
-    positive(f, a + "expert_feed_forward_length", hp.n_ff_exp);
-    moe.norm_weights = hp.arch != "olmoe";  // olmoe uses the softmax probabilities as they are
     const uint32_t gating = f.get_u32_or(a + "expert_gating_func", 1);
     if (gating != 1 && gating != 2) fail(f.path(), ": ", a, "expert_gating_func = ", gating, " is not 1 (softmax) or 2 (sigmoid)");
     moe.gating = gating == 2 ? MoeGating::sigmoid : MoeGating::softmax;
-  } else if (hp.arch == "qwen3moe" || hp.arch == "olmoe" || hp.arch == "deepseek2") {
-    fail(f.path(), ": missing key '", a, "expert_count' (", hp.arch, " is a mixture-of-experts architecture)");
-  }
-
-  if (fam == Family::deepseek2) {
-    // Without expert_gating_func llama.cpp assumes softmax; the goldens' README requires it.
-    if (!f.has(a + "expert_gating_func")) fail(f.path(), ": missing key '", a, "expert_gating_func'");
-    hp.rope_mode = RopeMode::normal;
-    hp.n_layer_dense_lead = f.get_u32_or(a + "leading_dense_block_count", 0);
-    hp.n_expert_shared = f.get_u32_or(a + "expert_shared_count", 0);
-    moe.norm_weights = f.get_bool_or(a + "expert_weights_norm", false);
-    moe.weights_scale = f.get_f32_or(a + "expert_weights_scale", 1.0f);
-    moe.n_group = f.get_u32_or(a + "expert_group_count", 1);
-    moe.n_group_used = f.get_u32_or(a + "expert_group_used_count", static_cast<uint32_t>(moe.n_group));
-    if (moe.n_group <= 0 || moe.n_expert % moe.n_group != 0 || moe.n_group_used <= 0 || moe.n_group_used > moe.n_group)
-      fail(f.path(), ": expert groups ", moe.n_group, " (used ", moe.n_group_used, ") do not divide ", moe.n_expert, " experts");
-    MlaHparams& mla = hp.mla;
-    mla.q_lora_rank = f.get_u32_or(a + "attention.q_lora_rank", 0);
-    mla.kv_lora_rank = positive(f, a + "attention.kv_lora_rank", f.get_u32(a + "attention.kv_lora_rank"));
-    if (!f.has(a + "attention.key_length_mla"))
-      fail(f.path(), ": missing key '", a, "attention.key_length_mla' (files with the legacy unsplit attn_kv_b are not supported)");
-    const int64_t k_mla = f.get_u32(a + "attention.key_length_mla");
-    mla.qk_nope = k_mla - hp.n_rot;
-    mla.v_head = positive(f, a + "attention.value_length_mla", f.get_u32(a + "attention.value_length_mla"));
-    if (mla.qk_nope <= 0) fail(f.path(), ": key_length_mla ", k_mla, " must exceed rope.dimension_count ", hp.n_rot);
-    if (hp.n_head_kv != 1 || hp.head_dim_k != mla.kv_lora_rank + hp.n_rot || hp.head_dim_v != mla.kv_lora_rank)
-      fail(f.path(), ": MLA expects head_count_kv 1, key_length = kv_lora_rank + rope dims (", mla.kv_lora_rank + hp.n_rot,
-           ") and value_length = kv_lora_rank (", mla.kv_lora_rank, "); got ", hp.n_head_kv, ", ", hp.head_dim_k, ", ",
-           hp.head_dim_v);
   }
   return hp;
 }
 
-// Binds a tensor by name and checks its shape; throws naming the tensor, expected and actual shape.
-const TensorView* bind(const GgufFile& f, const std::string& name, std::initializer_list<int64_t> shape,
-                       bool required = true) {
-  const TensorView* t = f.find_tensor(name);
-  if (!t) {
-    if (required) fail(f.path(), ": missing tensor '", name, "'");
-    return nullptr;
+// The layer's norms and FFN (dense, or router + experts + shared experts): the same tensor
+// names in every family. Records the layer's expert slices in `layout`.
+void bind_norms_and_ffn(const GgufFile& f, const Hparams& hp, int64_t l, LayerWeights& w, ExpertLayout& layout) {
+  const std::string p = "blk." + std::to_string(l) + ".";
+  const int64_t E = hp.n_embd;
+  w.attn_norm = bind_tensor(f, p + "attn_norm.weight", {E});
+  w.ffn_norm = bind_tensor(f, p + "ffn_norm.weight", {E});
+  if (hp.moe.n_expert > 0 && l >= hp.n_layer_dense_lead) {
+    const int64_t ne = hp.moe.n_expert, fe = hp.n_ff_exp;
+    w.ffn_gate_inp = bind_tensor(f, p + "ffn_gate_inp.weight", {E, ne});
+    if (!layout.bundled) {
+      w.ffn_gate_exps = bind_tensor(f, p + "ffn_gate_exps.weight", {E, fe, ne});
+      w.ffn_up_exps = bind_tensor(f, p + "ffn_up_exps.weight", {E, fe, ne});
+      w.ffn_down_exps = bind_tensor(f, p + "ffn_down_exps.weight", {fe, E, ne});
+    }
+    w.exp_probs_b = bind_tensor(f, p + "exp_probs_b.bias", {ne}, /*required=*/false);
+    if (hp.n_expert_shared > 0) {
+      const int64_t fs = fe * hp.n_expert_shared;
+      w.ffn_gate_shexp = bind_tensor(f, p + "ffn_gate_shexp.weight", {E, fs});
+      w.ffn_up_shexp = bind_tensor(f, p + "ffn_up_shexp.weight", {E, fs});
+      w.ffn_down_shexp = bind_tensor(f, p + "ffn_down_shexp.weight", {fs, E});
+    }
+    layout.layers.push_back(expert_layer_from_gguf(f, l, E, fe, ne));
+  } else {
+    w.ffn_gate = bind_tensor(f, p + "ffn_gate.weight", {E, hp.n_ff[l]});
+    w.ffn_up = bind_tensor(f, p + "ffn_up.weight", {E, hp.n_ff[l]});
+    w.ffn_down = bind_tensor(f, p + "ffn_down.weight", {hp.n_ff[l], E});
+    layout.layers.emplace_back();
   }
-  bool ok = t->n_dims == static_cast<int>(shape.size());
-  int i = 0;
-  for (int64_t d : shape) ok = ok && t->ne[i++] == d;
-  if (!ok) {
-    std::string want, got;
-    for (int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
-    for (int j = 0; j < t->n_dims; ++j) got += (j ? ", " : "") + std::to_string(t->ne[j]);
-    fail(f.path(), ": tensor '", name, "' has shape [", got, "], expected [", want, "]");
-  }
-  return t;
 }
 
 }  // namespace
@@ -150,9 +112,11 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   const bool read = opt.read_weights && opt.experts.policy == ExpertPolicy::resident;
   m->file_ = std::make_unique<GgufFile>(path, read ? GgufFile::Load::read : GgufFile::Load::map, opt.progress);
   const GgufFile& f = *m->file_;
-  m->hp_ = read_hparams(f);
+  m->hp_ = read_core_hparams(f);
   Hparams& hp = m->hp_;
-  const Family fam = family_of(path, hp.arch);
+  const Arch& arch = *hp.module;
+  arch.read_hparams(f, hp);
+  if (hp.moe.n_expert > 0) positive_key(f, hp.arch + ".expert_feed_forward_length", hp.n_ff_exp);
   m->tokenizer_ = std::make_unique<Tokenizer>(vocab_from_gguf(f));
 
   const TensorView* emb = f.find_tensor("token_embd.weight");
@@ -160,71 +124,17 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   hp.n_vocab = emb->ne[1];
   if (hp.n_vocab != m->tokenizer_->n_vocab())
     fail(path, ": token_embd.weight has ", hp.n_vocab, " rows but the tokenizer has ", m->tokenizer_->n_vocab(), " tokens");
-  m->tok_embd_ = bind(f, "token_embd.weight", {hp.n_embd, hp.n_vocab});
-  m->output_norm_ = bind(f, "output_norm.weight", {hp.n_embd});
-  m->output_ = bind(f, "output.weight", {hp.n_embd, hp.n_vocab}, /*required=*/false);
+  m->tok_embd_ = bind_tensor(f, "token_embd.weight", {hp.n_embd, hp.n_vocab});
+  m->output_norm_ = bind_tensor(f, "output_norm.weight", {hp.n_embd});
+  m->output_ = bind_tensor(f, "output.weight", {hp.n_embd, hp.n_vocab}, /*required=*/false);
   if (!m->output_) m->output_ = m->tok_embd_;  // tied embeddings
 
-  const int64_t E = hp.n_embd, H = hp.n_head;
   ExpertLayout expert_layout;
   expert_layout.bundled = gguf_has_bundled_experts(f);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights w;
-    w.attn_norm = bind(f, p + "attn_norm.weight", {E});
-    if (fam == Family::deepseek2) {
-      const MlaHparams& mla = hp.mla;
-      const int64_t q_w = H * (mla.qk_nope + hp.n_rot);
-      if (mla.q_lora_rank > 0) {
-        w.wq_a = bind(f, p + "attn_q_a.weight", {E, mla.q_lora_rank});
-        w.q_a_norm = bind(f, p + "attn_q_a_norm.weight", {mla.q_lora_rank});
-        w.wq_b = bind(f, p + "attn_q_b.weight", {mla.q_lora_rank, q_w});
-      } else {
-        w.wq = bind(f, p + "attn_q.weight", {E, q_w});
-      }
-      w.wkv_a = bind(f, p + "attn_kv_a_mqa.weight", {E, mla.kv_lora_rank + hp.n_rot});
-      w.kv_a_norm = bind(f, p + "attn_kv_a_norm.weight", {mla.kv_lora_rank});
-      w.wk_b = bind(f, p + "attn_k_b.weight", {mla.qk_nope, mla.kv_lora_rank, H});
-      w.wv_b = bind(f, p + "attn_v_b.weight", {mla.kv_lora_rank, mla.v_head, H});
-      w.wo = bind(f, p + "attn_output.weight", {H * mla.v_head, E});
-    } else {
-      const int64_t q_w = H * hp.head_dim_k, k_w = hp.n_head_kv * hp.head_dim_k, v_w = hp.n_head_kv * hp.head_dim_v;
-      w.wq = bind(f, p + "attn_q.weight", {E, q_w});
-      w.wk = bind(f, p + "attn_k.weight", {E, k_w});
-      w.wv = bind(f, p + "attn_v.weight", {E, v_w});
-      w.wo = bind(f, p + "attn_output.weight", {H * hp.head_dim_v, E});
-      if (hp.qk_norm_per_head) {
-        w.q_norm = bind(f, p + "attn_q_norm.weight", {hp.head_dim_k});
-        w.k_norm = bind(f, p + "attn_k_norm.weight", {hp.head_dim_k});
-      }
-      if (hp.qk_norm_full) {
-        w.q_norm = bind(f, p + "attn_q_norm.weight", {q_w});
-        w.k_norm = bind(f, p + "attn_k_norm.weight", {k_w});
-      }
-    }
-    w.ffn_norm = bind(f, p + "ffn_norm.weight", {E});
-    if (hp.moe.n_expert > 0 && l >= hp.n_layer_dense_lead) {
-      const int64_t ne = hp.moe.n_expert, fe = hp.n_ff_exp;
-      w.ffn_gate_inp = bind(f, p + "ffn_gate_inp.weight", {E, ne});
-      if (!expert_layout.bundled) {
-        w.ffn_gate_exps = bind(f, p + "ffn_gate_exps.weight", {E, fe, ne});
-        w.ffn_up_exps = bind(f, p + "ffn_up_exps.weight", {E, fe, ne});
-        w.ffn_down_exps = bind(f, p + "ffn_down_exps.weight", {fe, E, ne});
-      }
-      if (fam == Family::deepseek2) w.exp_probs_b = bind(f, p + "exp_probs_b.bias", {ne}, /*required=*/false);
-      if (hp.n_expert_shared > 0) {
-        const int64_t fs = fe * hp.n_expert_shared;
-        w.ffn_gate_shexp = bind(f, p + "ffn_gate_shexp.weight", {E, fs});
-        w.ffn_up_shexp = bind(f, p + "ffn_up_shexp.weight", {E, fs});
-        w.ffn_down_shexp = bind(f, p + "ffn_down_shexp.weight", {fs, E});
-      }
-      expert_layout.layers.push_back(expert_layer_from_gguf(f, l, E, fe, ne));
-    } else {
-      w.ffn_gate = bind(f, p + "ffn_gate.weight", {E, hp.n_ff[l]});
-      w.ffn_up = bind(f, p + "ffn_up.weight", {E, hp.n_ff[l]});
-      w.ffn_down = bind(f, p + "ffn_down.weight", {hp.n_ff[l], E});
-      expert_layout.layers.emplace_back();
-    }
+    arch.bind_attention(f, hp, l, w);
+    bind_norms_and_ffn(f, hp, l, w, expert_layout);
     m->layers_.push_back(w);
   }
   // Norms, biases and routers are read as float arrays by the ops: insist on F32.
@@ -244,9 +154,7 @@ size_t Model::weight_bytes() const {
   return n;
 }
 
-MemoryLayout Model::memory_layout() const {
-  return MemoryLayout::all_attention(KvGeometry{hp_.n_layer, hp_.n_head, hp_.n_head_kv, hp_.head_dim_k, hp_.head_dim_v});
-}
+MemoryLayout Model::memory_layout() const { return hp_.module->memory_layout(hp_); }
 
 void Model::forward(Backend& be, Memory& mem, const Batch& b, float* logits, const TensorHook* hook) const {
   mem.check(b);
@@ -259,10 +167,7 @@ void Model::forward(Backend& be, Memory& mem, const Batch& b, float* logits, con
   mem.prepare(b);
   experts_->note_tokens(b.size());
   const std::vector<BatchRun> runs = batch_runs(b);
-  if (hp_.arch == "deepseek2")
-    forward_deepseek2(be, mem, b, runs, logits, hook);
-  else
-    forward_llama_like(be, mem, b, runs, logits, hook);
+  hp_.module->forward(*this, be, mem, b, runs, logits, hook);
   mem.commit(b);
 }
 

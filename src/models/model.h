@@ -38,15 +38,16 @@ struct MoeOptions {
   int64_t n_group_used = 1;      // {arch}.expert_group_used_count: groups kept per token
 };
 
-// DeepSeek-V2 multi-head latent attention (MLA). The KV cache holds one latent "head" per
-// token: [compressed kv (kv_lora) | shared k_rope (n_rot)], so head_count_kv = 1,
-// key_length = kv_lora + n_rot and value_length = kv_lora in the metadata.
-struct MlaHparams {
-  int64_t q_lora_rank = 0;   // {arch}.attention.q_lora_rank (0: q comes from one attn_q matrix)
-  int64_t kv_lora_rank = 0;  // {arch}.attention.kv_lora_rank: width of the compressed kv latent
-  int64_t qk_nope = 0;       // key_length_mla - n_rot: per-head q/k dims without position
-  int64_t v_head = 0;        // {arch}.attention.value_length_mla: per-head value dims
+// What an architecture module (models/arch.h) adds to the shared hyperparameters and to each
+// layer's weights: its own struct derived from these, owned by the module's file.
+struct ArchHparams {
+  virtual ~ArchHparams() = default;
 };
+struct ArchLayerWeights {
+  virtual ~ArchLayerWeights() = default;
+};
+
+struct Arch;
 
 // Shared core of every architecture's hyperparameters (llama.cpp metadata names in comments,
 // `{arch}` = general.architecture). Per-architecture extensions live in their own structs.
@@ -71,7 +72,13 @@ struct Hparams {
   int64_t n_ff_exp = 0;                   // {arch}.expert_feed_forward_length: hidden width of one expert
   int64_t n_expert_shared = 0;            // {arch}.expert_shared_count: always-on experts (*_shexp), width n_ff_exp each
   int64_t n_layer_dense_lead = 0;         // {arch}.leading_dense_block_count: first layers with a dense FFN
-  MlaHparams mla;                         // deepseek2 only
+  const Arch* module = nullptr;           // the architecture module that runs this model
+  std::shared_ptr<const ArchHparams> ext; // the module's own hyperparameters (null: none)
+  // The module's hyperparameters as its own type T (the module knows which it stored).
+  template <class T>
+  const T& ext_as() const {
+    return static_cast<const T&>(*ext);
+  }
 };
 
 // Weights of one transformer block. Shapes in ggml order [ne0, ne1] = [in, out].
@@ -99,14 +106,12 @@ struct LayerWeights {
   const TensorView* ffn_up_shexp = nullptr;    // [n_embd, n_ff_exp*n_expert_shared]
   const TensorView* ffn_down_shexp = nullptr;  // [n_ff_exp*n_expert_shared, n_embd]
   bool is_moe() const { return ffn_gate_inp != nullptr; }
-  // MLA (deepseek2):
-  const TensorView* wq_a = nullptr;       // [n_embd, q_lora]
-  const TensorView* q_a_norm = nullptr;   // [q_lora]
-  const TensorView* wq_b = nullptr;       // [q_lora, n_head*(qk_nope+n_rot)], each head [nope | rope]
-  const TensorView* wkv_a = nullptr;      // [n_embd, kv_lora+n_rot]: [compressed kv | k_rope]
-  const TensorView* kv_a_norm = nullptr;  // [kv_lora]
-  const TensorView* wk_b = nullptr;       // [qk_nope, kv_lora, n_head]: per head a [kv_lora][nope] matrix
-  const TensorView* wv_b = nullptr;       // [kv_lora, v_head, n_head]: per head a [v_head][kv_lora] matrix
+  // The module's own tensors of this layer (e.g. deepseek2's MLA projections); null: none.
+  std::shared_ptr<const ArchLayerWeights> ext;
+  template <class T>
+  const T& ext_as() const {
+    return static_cast<const T&>(*ext);
+  }
 };
 
 // Called after each named block of the forward with the block's output: `rows` rows of
@@ -156,13 +161,8 @@ class Model {
   // the memory is as it was.
   void forward(Backend& be, Memory& mem, const Batch& batch, float* logits, const TensorHook* hook) const;
 
- private:
-  // One forward per architecture family (models/<family>.cpp). runs: the batch's runs
-  // (memory/batch.h), the unit attention works on.
-  void forward_llama_like(Backend& be, Memory& mem, const Batch& b, const std::vector<BatchRun>& runs, float* logits,
-                          const TensorHook* hook) const;
-  void forward_deepseek2(Backend& be, Memory& mem, const Batch& b, const std::vector<BatchRun>& runs, float* logits,
-                         const TensorHook* hook) const;
+ public:
+  // Blocks the architecture modules' forwards share (models/<family>.cpp).
   // The second half of every block: output projection of the attention heads `attn`
   // [T][n_head*head_dim_v], residual add, FFN norm, FFN, residual add (x updated in place).
   // h and o are the caller's [T][n_embd] scratch, so nothing is allocated per layer.
@@ -170,9 +170,8 @@ class Model {
                            const TensorHook* hook) const;
   // The FFN of layer l on normed input h -> out (dense, or MoE + shared experts).
   void ffn_block(Backend& be, int64_t l, const float* h, float* out, int64_t n_tok, const TensorHook* hook) const;
-  // Embedding lookup and output head, shared by the families.
+  // Embedding lookup, and the output head on the rows of x flagged in b.logits.
   void embed(Backend& be, const int32_t* tokens, int64_t n_tok, float* x, const TensorHook* hook) const;
-  // The output head on the rows of x flagged in b.logits.
   void output_head(Backend& be, const float* x, const Batch& b, float* logits, const TensorHook* hook) const;
 
  private:
