@@ -45,6 +45,43 @@ TEST(BenchCli, CacheTypesAndDepthInJson) {
   EXPECT_EQ(j[2]["kv_bytes_per_token"], 5 * (34 + 24));
 }
 
+// --sequences: N sequences decode together, so per step the dense weights are read once for
+// all of them; bytes per token must fall below the single sequence's (the MoE model's experts
+// are the union of the tokens' choices, never more than N times one token's).
+TEST(BenchCli, SequencesDecodeTogether) {
+  SLUICE_REQUIRE_SHARED();
+  int rc = 0;
+  const std::string out = test::run_command(kCli + " bench -m " + test::shared_dir() +
+                                                "/golden/qwen3moe/model.gguf -p 0 -n 3 -r 1 -t 1 --membw-mib 8 "
+                                                "--sequences 1,4 --json 2>/dev/null",
+                                            &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  ASSERT_EQ(j.size(), 2u) << out;
+  const auto& multi = j[0]["test"] == "tg3 x4" ? j[0] : j[1];
+  const auto& single = j[0]["test"] == "tg3" ? j[0] : j[1];
+  ASSERT_EQ(multi["test"], "tg3 x4") << out;
+  ASSERT_EQ(single["test"], "tg3") << out;
+  EXPECT_EQ(multi["sequences"], 4);
+  EXPECT_NEAR(multi["tps_per_sequence"].get<double>() * 4, multi["tps_mean"].get<double>(), 1e-6);
+  const double per_token = multi["bytes_per_token"].get<double>(), per_step = multi["bytes_per_step"].get<double>();
+  EXPECT_NEAR(per_step, 4 * per_token, 1e-6 * per_step);
+  // The single sequence reads its step's bytes for one token: gbps / tps.
+  const double single_per_token = single["gbps"].get<double>() * 1e9 / single["tps_mean"].get<double>();
+  EXPECT_LT(per_token, 0.9 * single_per_token) << "4 sequences read " << per_token << " B/token, one reads "
+                                              << single_per_token;
+  EXPECT_GT(per_step, single_per_token) << "a step of 4 tokens reads more than a step of 1";
+  // Markdown: the sequences table.
+  const std::string md = test::run_command(kCli + " bench -m " + test::shared_dir() +
+                                               "/golden/qwen3moe/model.gguf -p 0 -n 2 -r 1 -t 1 --membw-mib 8 "
+                                               "--sequences 3 2>/dev/null",
+                                           &rc);
+  ASSERT_EQ(rc, 0) << md;
+  for (const char* key : {"| tg2 x3 |", "t/s per sequence", "MB read per step"})
+    EXPECT_NE(md.find(key), std::string::npos) << key << "\n" << md;
+  EXPECT_EQ(md.find("| tg2 |"), std::string::npos) << "--sequences 3 alone runs no single-sequence row\n" << md;
+}
+
 TEST(BenchCli, MarkdownSaysTheDepthIsSynthetic) {
   SLUICE_REQUIRE_SHARED();
   int rc = 0;
