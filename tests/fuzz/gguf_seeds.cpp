@@ -55,7 +55,8 @@ void shrink_model(const std::string& in, const std::string& out) {
   for (const sluice::TensorView& t : f.tensors()) {
     if (n++ == kMaxTensors) break;
     std::vector<int64_t> ne(static_cast<size_t>(t.n_dims));
-    for (size_t d = 0; d < ne.size(); ++d) ne[d] = d == 0 ? sluice::dtype_traits(t.type).block_size : std::min<int64_t>(t.ne[d], 2);
+    for (size_t d = 0; d < ne.size(); ++d)
+      ne[d] = d == 0 ? sluice::dtype_traits(t.type).block_size : std::min<int64_t>(t.ne[d], 2);
     if (ne.empty()) ne.push_back(1);
     size_t nbytes = sluice::dtype_row_bytes(t.type, ne[0]);
     for (size_t d = 1; d < ne.size(); ++d) nbytes *= static_cast<size_t>(ne[d]);
