@@ -1,9 +1,8 @@
-// tests/fuzz/gguf_libfuzzer: libFuzzer entry point for the GGUF reader. Not part of the CMake
-// build (its name does not end in _driver.cpp); build it with clang by hand, e.g.:
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Isrc
-//     src/core/dtype.cpp src/format/gguf.cpp src/format/gguf_writer.cpp
-//     tests/fuzz/gguf_libfuzzer.cpp -o gguf_libfuzzer      (one command line)
-//   ./gguf_libfuzzer -max_len=65536 corpus_dir/   (seed corpus: small .gguf files)
+// tests/fuzz/gguf_libfuzzer: libFuzzer entry point for the GGUF reader. Built by the fuzz preset
+// (clang, -fsanitize=fuzzer,address,undefined; CMake picks up every tests/fuzz/*_libfuzzer.cpp) and
+// run by scripts/fuzz SECONDS, with the seeds gguf_seeds.cpp writes; by hand:
+//   cmake --preset fuzz && cmake --build --preset fuzz
+//   build/fuzz/gguf_libfuzzer -max_len=65536 CORPUS_DIR/ SEED_DIR/
 // Contract: every input either parses or throws sluice::Error; anything else aborts.
 #include <cstddef>
 #include <cstdint>

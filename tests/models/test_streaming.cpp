@@ -76,6 +76,8 @@ struct Case {
   std::string name;
   std::string model;  // relative to ../shared
 };
+// gtest prints a parameter without a PrintTo as its raw bytes (pointers included), in ctest's list too.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name << " (" << c.model << ")"; }
 
 std::vector<Case> moe_cases() {
   return {{"qwen3moe", "golden/qwen3moe/model.gguf"},
