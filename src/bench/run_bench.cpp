@@ -117,6 +117,34 @@ std::string pp_profile(const BenchCounters& c, const std::string& model, int thr
   return out;
 }
 
+// The --profile table of a tg row: time and bytes per token by stage against the bandwidth.
+std::string tg_profile(const BenchCounters& c, const std::string& model, int threads, const std::string& cache,
+                       const std::string& test, double n_tok, double total_s, double bw) {
+  std::string out;
+  double staged = 0;
+  for (double x : c.seconds) staged += x;
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "\nprofile: %s, %d threads, cache %s, %s (per token; SOL at %.1f GB/s)\n\n", model.c_str(),
+                threads, cache.c_str(), test.c_str(), bw / 1e9);
+  out += buf;
+  out += "| stage | ms | % time | MB read | GB/s | SOL % |\n| --- | ---: | ---: | ---: | ---: | ---: |\n";
+  for (size_t i = 0; i < c.seconds.size(); ++i) {
+    const double ms = 1e3 * c.seconds[i] / n_tok, mb = c.bytes[i] / n_tok / 1e6;
+    const double g = c.seconds[i] > 0 ? c.bytes[i] / c.seconds[i] : 0;
+    std::snprintf(buf, sizeof buf, "| %s | %.3f | %.1f | %.2f | %.1f | %.1f |\n",
+                  std::string(bench_stage_name(static_cast<BenchStage>(i))).c_str(), ms, 100 * c.seconds[i] / total_s, mb,
+                  g / 1e9, 100 * g / bw);
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, "| (outside ops: routing, gather, sampling) | %.3f | %.1f | | | |\n",
+                1e3 * (total_s - staged) / n_tok, 100 * (total_s - staged) / total_s);
+  out += buf;
+  std::snprintf(buf, sizeof buf, "| total | %.3f | 100 | %.2f | %.1f | %.1f |\n", 1e3 * total_s / n_tok,
+                c.total_bytes() / n_tok / 1e6, c.total_bytes() / total_s / 1e9, 100 * c.total_bytes() / total_s / bw);
+  out += buf;
+  return out;
+}
+
 DType cache_type_or_fail(const std::string& s) {
   if (const auto t = kv_type_from_name(s)) return *t;
   fail("bench: unknown cache type '", s, "' (", kv_type_names(), ")");
@@ -300,6 +328,7 @@ int run_bench(const BenchArgs& a) {
             if (n_seq <= 1 || a.n_gen <= 0) continue;
             std::vector<double> tps, gbps, bw_rep, sol_rep, bytes_step;
             be.reset();
+            double total_s = 0;
             for (int r = 0; r < a.reps; ++r) {
               std::fprintf(stderr, "bench: %d threads, %s: tg%d x%d sequences%s rep %d/%d\n", t, cache.c_str(), a.n_gen,
                            n_seq, at.c_str(), r + 1, a.reps);
@@ -318,6 +347,7 @@ int run_bench(const BenchArgs& a) {
               bw_rep.push_back(membw_read(t, a.membw_mib << 20, 1));
               const uint64_t b0 = be.counters().total_bytes();
               const double sec = decode_together(*model, be, mem, seqs, first, a.n_gen);
+              total_s += sec;
               const double bytes = static_cast<double>(be.counters().total_bytes() - b0);
               tps.push_back(static_cast<double>(a.n_gen) * n_seq / sec);
               gbps.push_back(bytes / sec);
@@ -327,6 +357,10 @@ int run_bench(const BenchArgs& a) {
             row("tg" + std::to_string(a.n_gen) + " x" + std::to_string(n_seq) + at, tps, stats(gbps).mean, {},
                 median(sol_rep), median(bw_rep));
             const double step_bytes = stats(bytes_step).mean;
+            if (a.profile)
+              profile_text += tg_profile(be.counters(), base_name(path), t, cache,
+                                         "tg" + std::to_string(a.n_gen) + " x" + std::to_string(n_seq) + at,
+                                         static_cast<double>(a.n_gen) * a.reps * n_seq, total_s, median(bw_rep));
             if (a.json) {
               out.back()["sequences"] = n_seq;
               out.back()["tps_per_sequence"] = stats(tps).mean / n_seq;
@@ -395,32 +429,9 @@ int run_bench(const BenchArgs& a) {
                                 " | " + format_expert_steady_state(e0, e1, total_s, n_tok) + sol + " |\n";
               }
             }
-            if (a.profile) {
-              const BenchCounters& c = be.counters();
-              const double n_tok = static_cast<double>(a.n_gen) * a.reps;
-              double staged = 0;
-              for (double x : c.seconds) staged += x;
-              char buf[320];
-              std::snprintf(buf, sizeof buf, "\nprofile: %s, %d threads, cache %s, tg%d%s (per token; SOL at %.1f GB/s)\n\n",
-                            base_name(path).c_str(), t, cache.c_str(), a.n_gen, at.c_str(), median(bw_rep) / 1e9);
-              profile_text += buf;
-              profile_text += "| stage | ms | % time | MB read | GB/s | SOL % |\n| --- | ---: | ---: | ---: | ---: | ---: |\n";
-              for (size_t i = 0; i < c.seconds.size(); ++i) {
-                const double ms = 1e3 * c.seconds[i] / n_tok, mb = c.bytes[i] / n_tok / 1e6;
-                const double g = c.seconds[i] > 0 ? c.bytes[i] / c.seconds[i] : 0;
-                std::snprintf(buf, sizeof buf, "| %s | %.3f | %.1f | %.2f | %.1f | %.1f |\n",
-                              std::string(bench_stage_name(static_cast<BenchStage>(i))).c_str(), ms,
-                              100 * c.seconds[i] / total_s, mb, g / 1e9, 100 * g / median(bw_rep));
-                profile_text += buf;
-              }
-              std::snprintf(buf, sizeof buf, "| (outside ops: routing, gather, sampling) | %.3f | %.1f | | | |\n",
-                            1e3 * (total_s - staged) / n_tok, 100 * (total_s - staged) / total_s);
-              profile_text += buf;
-              std::snprintf(buf, sizeof buf, "| total | %.3f | 100 | %.2f | %.1f | %.1f |\n", 1e3 * total_s / n_tok,
-                            c.total_bytes() / n_tok / 1e6, c.total_bytes() / total_s / 1e9,
-                            100 * c.total_bytes() / total_s / median(bw_rep));
-              profile_text += buf;
-            }
+            if (a.profile)
+              profile_text += tg_profile(be.counters(), base_name(path), t, cache, "tg" + std::to_string(a.n_gen) + at,
+                                         static_cast<double>(a.n_gen) * a.reps, total_s, median(bw_rep));
           }
         }
       }

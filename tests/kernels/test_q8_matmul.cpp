@@ -129,7 +129,7 @@ TEST(Q8Matmul, ScalarTwinMatchesSimd) {
 // path agree to float rounding; partial tiles (rows not a multiple of 16) and token counts
 // that are not a multiple of the 8-token pass are covered.
 TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
-  auto gen = make_cpu_backend(1, CpuIsa::generic, CpuBackendOptions{.q8_activations = true, .q8_tiles = true});
+  auto gen = make_cpu_backend(1, CpuIsa::generic, CpuBackendOptions{.q8_activations = true, .q8_tiles = true, .q8_tile_min_tokens = 1});
   int tiled_types = 0;
   for (DType t : kQ8Types) {
     const cpu::Q8Ops* op = cpu::q8_kernels_generic().get(t);
@@ -140,7 +140,7 @@ TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
       const auto x = randn(static_cast<size_t>(T * n_in), 32 + static_cast<uint32_t>(T));
       const auto yg = matmul(*gen, w.view, x, T);
       for (CpuIsa isa : available_isas()) {
-        auto tiles = make_cpu_backend(2, isa, CpuBackendOptions{.q8_activations = true, .q8_tiles = true});
+        auto tiles = make_cpu_backend(2, isa, CpuBackendOptions{.q8_activations = true, .q8_tiles = true, .q8_tile_min_tokens = 1});
         auto rows = make_cpu_backend(2, isa, CpuBackendOptions{.q8_activations = true, .q8_tiles = false});
         const auto yt = matmul(*tiles, w.view, x, T);
         EXPECT_LE(nmse(matmul(*rows, w.view, x, T), yt), kTolQ8Twin) << dtype_name(t) << " " << cpu_isa_name(isa);

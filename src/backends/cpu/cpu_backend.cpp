@@ -42,7 +42,8 @@ class CpuBackend final : public Backend {
       : pool_(n_threads),
         k_(cpu::kernels_for(isa)),
         q8_(opt.q8_activations ? &cpu::q8_kernels_for(isa) : nullptr),
-        q8_tiles_(opt.q8_tiles) {
+        q8_tiles_(opt.q8_tiles),
+        q8_tile_min_tokens_(opt.q8_tile_min_tokens) {
     if (!cpu_isa_available(isa)) fail("cpu backend: ISA level ", cpu_isa_name(isa), " is not available on this CPU");
     scratch_.resize(static_cast<size_t>(pool_.size()));
   }
@@ -222,7 +223,7 @@ class CpuBackend final : public Backend {
     run(n_tok, n_tok * n_in * 4, [&](int64_t t0, int64_t t1, int) {
       for (int64_t t = t0; t < t1; ++t) quantize_act(op.act, x + t * n_in, act + static_cast<size_t>(t) * a_bytes, n_in);
     });
-    if (q8_tiles_ && op.tile.gemm && n_tok >= cpu::kQ8TileMinTokens) {
+    if (q8_tiles_ && op.tile.gemm && n_tok >= q8_tile_min_tokens_) {
       // Prefill: each unit packs 16 rows into the thread's tile buffer once, then runs every
       // token against it. Units start at multiples of 16 rows whatever the thread count.
       const size_t tile_bytes = op.tile.bytes(n_in);
@@ -385,6 +386,7 @@ class CpuBackend final : public Backend {
   const cpu::Kernels& k_;
   const cpu::Q8Kernels* q8_;  // null: quantized weights are decoded to float (the exact path)
   bool q8_tiles_;             // CpuBackendOptions::q8_tiles
+  int64_t q8_tile_min_tokens_;  // CpuBackendOptions::q8_tile_min_tokens
   std::vector<uint8_t> act_;  // quantized activations of the current int8 matmul
   std::vector<uint8_t> moe_act_;  // moe_ffn_token: x and the k hidden rows, quantized
   std::vector<float> moe_gu_;     // moe_ffn_token: gate then up outputs, [2][k][F]
@@ -397,6 +399,11 @@ CpuBackendOptions cpu_backend_default_options() {
   CpuBackendOptions o;
   if (const char* e = std::getenv("SLUICE_CPU_Q8")) o.q8_activations = std::string_view(e) == "1";
   if (const char* e = std::getenv("SLUICE_CPU_Q8_TILES")) o.q8_tiles = std::string_view(e) == "1";
+  if (const char* e = std::getenv("SLUICE_CPU_Q8_TILE_MIN")) {
+    const int v = std::atoi(e);
+    if (v < 1) fail("SLUICE_CPU_Q8_TILE_MIN='", e, "' must be a token count >= 1");
+    o.q8_tile_min_tokens = v;
+  }
   return o;
 }
 

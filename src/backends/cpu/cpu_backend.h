@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "backends/backend.h"
+#include "backends/cpu/kernels.h"
 #include "core/cpu_features.h"
 
 namespace sluice {
@@ -29,6 +30,10 @@ struct CpuBackendOptions {
   // row-interleaved tiles where the level has them (kernels.h, Q8TileOps); off = the row path
   // for every batch (for A/B measurements and the batch-invariance tests).
   bool q8_tiles = true;
+  // The smallest batch the tiles take (SLUICE_CPU_Q8_TILE_MIN). Below it the row path reads
+  // each weight row once for the batch's few tokens: a tile's repack costs more than it saves
+  // while the step is bound by reading the weights (several sequences decoding together).
+  int64_t q8_tile_min_tokens = cpu::kQ8TileMinTokens;
 };
 // The defaults, with SLUICE_CPU_Q8=1|0 and SLUICE_CPU_Q8_TILES=1|0 in the environment
 // overriding q8_activations and q8_tiles.
