@@ -353,7 +353,7 @@ int main(int argc, char** argv) {
   run->add_option("--repeat-last-n", sp.penalty_last_n, "tokens the penalties look back over")->capture_default_str();
   run->add_option("-s,--seed", sp.seed, "RNG seed")->capture_default_str();
   run->add_flag("--ignore-eos", gp.ignore_eos, "keep generating after end-of-sequence");
-  run->add_option("--stop", gp.stop, "stop when the text reaches STR (repeatable; STR itself is not printed)")
+  run->add_option("--stop", gp.stop, "stop when the text reaches this string (repeatable; the string itself is not printed)")
       ->allow_extra_args(false);
 
   CommonOpts eval_co;
