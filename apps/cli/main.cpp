@@ -19,6 +19,7 @@
 #include "format/gguf.h"
 #include "kvcodec/kvcodec.h"
 #include "models/model.h"
+#include "runtime/generator.h"
 #include "runtime/parity.h"
 #include "runtime/session.h"
 #include "sampling/sampler.h"
@@ -176,57 +177,48 @@ struct CommonOpts {
   }
 };
 
-int cmd_run(const CommonOpts& co, const std::string& prompt, int n_predict, SamplerParams sp, bool ignore_eos) {
+int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParams& gp) {
   auto t_load = Clock::now();
   auto model = co.load_model();
   auto be = co.make();
   std::fprintf(stderr, "loaded %s (%s, %lld layers, %.1f MB) in %.2f s; backend %s, %d threads\n", co.model.c_str(),
                model->hparams().arch.c_str(), static_cast<long long>(model->hparams().n_layer),
                model->weight_bytes() / 1e6, seconds_since(t_load), std::string(be->name()).c_str(), be->n_threads());
-  const Tokenizer& tok = model->tokenizer();
-  std::vector<int32_t> ids = tok.encode(prompt, /*add_special=*/true);
-  Session s(*model, *be, co.kv(*model, static_cast<int64_t>(ids.size()) + n_predict));
-  Sampler sampler(sp);
-  for (int32_t id : ids) sampler.accept(id);
+  // The context is sized before the generator tokenizes, so the prompt is tokenized here too.
+  const auto n_prompt = static_cast<int64_t>(model->tokenizer().encode(prompt, /*add_special=*/true).size());
+  Session s(*model, *be, co.kv(*model, n_prompt + gp.n_predict));
 
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
-  auto t0 = Clock::now();
-  auto logits = s.eval(ids);
-  const double t_prompt = seconds_since(t0);
-  auto t1 = Clock::now();
   // Steady state = the second half of the decode: the first tokens fill the expert cache (or
   // the page cache), so the whole-run rate mixes warm-up with what a long run settles at.
   // (Not "after the cache filled": mmap has no cache of its own to watch, and a half is the
   // same rule for every policy.)
-  const bool steady = model->experts().policy() != ExpertPolicy::resident && n_predict >= 4;
-  const int half = n_predict / 2;
+  const bool steady = model->experts().policy() != ExpertPolicy::resident && gp.n_predict >= 4;
+  const int half = gp.n_predict / 2;
   ExpertStats at_half;
-  auto t_half = t1;
-  int n_gen = 0;
-  for (; n_gen < n_predict; ++n_gen) {
-    if (steady && n_gen == half) {
-      at_half = model->experts().stats();
-      t_half = Clock::now();
-    }
-    int32_t id = sampler.sample(logits.data(), static_cast<int32_t>(model->hparams().n_vocab));
-    sampler.accept(id);
-    if (!ignore_eos && tok.is_eog(id)) break;
-    std::string piece = tok.token_to_piece(id);
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
-    if (s.n_past() >= s.n_ctx()) {
-      std::fprintf(stderr, "\n[context full at %lld tokens]\n", static_cast<long long>(s.n_ctx()));
-      ++n_gen;
-      break;
-    }
-    std::vector<int32_t> one{id};
-    logits = s.eval(one);
-  }
-  const double t_gen = seconds_since(t1);
+  auto t_half = Clock::now();
+  const GenerationStats st = Generator(s).run(
+      prompt, gp,
+      [](std::string_view text) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+        return true;
+      },
+      [&](int n_gen) {
+        if (steady && n_gen == half) {
+          at_half = model->experts().stats();
+          t_half = Clock::now();
+        }
+      });
+  if (st.stop == StopReason::context_full)
+    std::fprintf(stderr, "\n[context full at %lld tokens]\n", static_cast<long long>(s.n_ctx()));
   std::printf("\n");
-  std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s); generation: %d tokens in %.3f s (%.1f tok/s)\n",
-               ids.size(), t_prompt, ids.size() / std::max(t_prompt, 1e-9), n_gen, t_gen, n_gen / std::max(t_gen, 1e-9));
+  const int n_gen = st.n_generated;
+  const double t_prompt = st.prompt_seconds, t_gen = st.generate_seconds;
+  std::fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tok/s); generation: %d tokens in %.3f s (%.1f tok/s); stop: %s\n",
+               st.n_prompt, t_prompt, st.n_prompt / std::max(t_prompt, 1e-9), n_gen, t_gen,
+               n_gen / std::max(t_gen, 1e-9), stop_reason_name(st.stop));
   co.report_experts(*model);
   if (steady && n_gen > half)
     std::fprintf(stderr, "steady state (second half of the decode, tokens %d-%d): %s\n", half + 1, n_gen,
@@ -345,13 +337,12 @@ int main(int argc, char** argv) {
 
   CommonOpts run_co;
   std::string prompt = "Once upon a time";
-  int n_predict = 64;
-  SamplerParams sp;
-  bool ignore_eos = false;
+  GenerateParams gp;
+  SamplerParams& sp = gp.sampler;
   auto* run = app.add_subcommand("run", "generate text from a prompt");
   run_co.add(run);
   run->add_option("-p,--prompt", prompt, "prompt text")->capture_default_str();
-  run->add_option("-n,--n-predict", n_predict, "tokens to generate")->capture_default_str();
+  run->add_option("-n,--n-predict", gp.n_predict, "tokens to generate")->capture_default_str();
   run->add_option("--temp", sp.temp, "temperature (0 = greedy)")->capture_default_str();
   run->add_option("--top-k", sp.top_k, "top-k (0 = off)")->capture_default_str();
   run->add_option("--top-p", sp.top_p, "top-p (1 = off)")->capture_default_str();
@@ -361,7 +352,9 @@ int main(int argc, char** argv) {
   run->add_option("--frequency-penalty", sp.frequency_penalty, "frequency penalty")->capture_default_str();
   run->add_option("--repeat-last-n", sp.penalty_last_n, "tokens the penalties look back over")->capture_default_str();
   run->add_option("-s,--seed", sp.seed, "RNG seed")->capture_default_str();
-  run->add_flag("--ignore-eos", ignore_eos, "keep generating after end-of-sequence");
+  run->add_flag("--ignore-eos", gp.ignore_eos, "keep generating after end-of-sequence");
+  run->add_option("--stop", gp.stop, "stop when the text reaches this string (repeatable; the string itself is not printed)")
+      ->allow_extra_args(false);
 
   CommonOpts eval_co;
   std::string tokens_arg, logits_path;
@@ -406,7 +399,7 @@ int main(int argc, char** argv) {
       if (sub->get_name() == "pack") return run_pack();
     for (auto* sub : app.get_subcommands())
       if (sub->get_name() == "bench") return run_bench();
-    if (*run) return cmd_run(run_co, prompt, n_predict, sp, ignore_eos);
+    if (*run) return cmd_run(run_co, prompt, gp);
     if (*eval) return cmd_eval(eval_co, tokens_arg, greedy, logits_path);
     if (*inspect) return cmd_inspect(inspect_path);
     if (*parity) return cmd_parity(par_model, par_a, par_b, par_threads, par_cache, par_tokens, par_prompt, par_decode, par_verbose);

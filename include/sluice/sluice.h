@@ -23,13 +23,30 @@ struct GenerateOptions {
   float top_p = 0.95f;
   float min_p = 0.05f;
   float repeat_penalty = 1.0f;
+  float presence_penalty = 0.0f;   // logit -= presence, once for a token seen in the window
+  float frequency_penalty = 0.0f;  // logit -= count * frequency over the window
+  int penalty_last_n = 64;         // tokens (prompt included) the penalties look back over; 0 off, < 0 all
   uint64_t seed = 0x736c75696365ull;
-  bool ignore_eos = false;
+  bool ignore_eos = false;         // keep generating past end-of-generation tokens (EOS, EOT, ...)
+  // Generation stops when the text reaches one of these (they may span tokens). The text up to
+  // it is returned and streamed; the stop string itself and anything after it are not.
+  std::vector<std::string> stop;
 };
+
+enum class StopReason {
+  none,          // not generated yet
+  eos,           // an end-of-generation token (not part of the text or n_generated)
+  stop_string,   // one of GenerateOptions::stop
+  max_tokens,    // n_predict tokens
+  context_full,  // the context (EngineOptions::n_ctx) has no room for another token
+  callback,      // on_piece returned false
+};
+const char* stop_reason_name(StopReason r);  // "eos", "stop_string", ...
 
 struct GenerateStats {
   int n_prompt = 0, n_generated = 0;
   double prompt_seconds = 0, generate_seconds = 0;
+  StopReason stop_reason = StopReason::none;
 };
 
 // A loaded model plus one session over it. Not thread-safe; one generation at a time.
@@ -44,8 +61,11 @@ class Engine {
   std::string architecture() const;
   int64_t n_vocab() const;
 
-  // Generates after `prompt` from an empty context; calls on_piece with each new token's
-  // text as it is produced (return false to stop). Returns the full generated text.
+  // Generates after `prompt` from an empty context; calls on_piece with text as it becomes
+  // final (return false to stop): pieces never split a UTF-8 character and never hold any part
+  // of a stop string, so a piece may cover several tokens and a token may show up later than it
+  // was sampled. Invalid UTF-8 from the model is passed on as-is. Returns the text streamed
+  // (when on_piece stops the run, what was held back at that point is dropped).
   std::string generate(std::string_view prompt, const GenerateOptions& opt,
                        const std::function<bool(std::string_view piece)>& on_piece = {}, GenerateStats* stats = nullptr);
 

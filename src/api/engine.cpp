@@ -1,11 +1,9 @@
-// api/engine: the public Engine facade over Model, backend, Session and Sampler.
-#include <chrono>
-
+// api/engine: the public Engine facade over Model, backend, Session and Generator.
 #include "backends/backend.h"
 #include "core/error.h"
 #include "models/model.h"
+#include "runtime/generator.h"
 #include "runtime/session.h"
-#include "sampling/sampler.h"
 #include "sluice/sluice.h"
 
 namespace sluice {
@@ -39,44 +37,30 @@ int64_t Engine::n_vocab() const { return impl_->model->hparams().n_vocab; }
 
 std::string Engine::generate(std::string_view prompt, const GenerateOptions& opt,
                              const std::function<bool(std::string_view)>& on_piece, GenerateStats* stats) {
-  using Clock = std::chrono::steady_clock;
-  Session& s = *impl_->session;
-  const Tokenizer& tok = impl_->model->tokenizer();
-  s.reset();
-  SamplerParams sp;
-  sp.temp = opt.temp;
-  sp.top_k = opt.top_k;
-  sp.top_p = opt.top_p;
-  sp.min_p = opt.min_p;
-  sp.repeat_penalty = opt.repeat_penalty;
-  sp.seed = opt.seed;
-  Sampler sampler(sp);
-  std::vector<int32_t> ids = tok.encode(prompt, true);
-  if (static_cast<int64_t>(ids.size()) >= s.n_ctx()) fail("prompt of ", ids.size(), " tokens does not fit the context of ", s.n_ctx());
-  for (int32_t id : ids) sampler.accept(id);
-  auto t0 = Clock::now();
-  auto logits = s.eval(ids);
-  auto t1 = Clock::now();
+  GenerateParams p;
+  p.sampler.temp = opt.temp;
+  p.sampler.top_k = opt.top_k;
+  p.sampler.top_p = opt.top_p;
+  p.sampler.min_p = opt.min_p;
+  p.sampler.repeat_penalty = opt.repeat_penalty;
+  p.sampler.presence_penalty = opt.presence_penalty;
+  p.sampler.frequency_penalty = opt.frequency_penalty;
+  p.sampler.penalty_last_n = opt.penalty_last_n;
+  p.sampler.seed = opt.seed;
+  p.n_predict = opt.n_predict;
+  p.ignore_eos = opt.ignore_eos;
+  p.stop = opt.stop;
   std::string text;
-  int n = 0;
-  for (; n < opt.n_predict && s.n_past() < s.n_ctx(); ++n) {
-    const int32_t id = sampler.sample(logits.data(), static_cast<int32_t>(impl_->model->hparams().n_vocab));
-    sampler.accept(id);
-    if (!opt.ignore_eos && tok.is_eog(id)) break;
-    const std::string& piece = tok.token_to_piece(id);
-    text += piece;
-    if (on_piece && !on_piece(piece)) {
-      ++n;
-      break;
-    }
-    std::vector<int32_t> one{id};
-    logits = s.eval(one);
-  }
+  const GenerationStats st = Generator(*impl_->session).run(prompt, p, [&](std::string_view t) {
+    text += t;
+    return !on_piece || on_piece(t);
+  });
   if (stats) {
-    stats->n_prompt = static_cast<int>(ids.size());
-    stats->n_generated = n;
-    stats->prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
-    stats->generate_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+    stats->n_prompt = st.n_prompt;
+    stats->n_generated = st.n_generated;
+    stats->prompt_seconds = st.prompt_seconds;
+    stats->generate_seconds = st.generate_seconds;
+    stats->stop_reason = st.stop;
   }
   return text;
 }

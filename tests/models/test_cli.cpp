@@ -24,6 +24,25 @@ TEST(Cli, RunPrintsAStory) {
       << out;
 }
 
+// --stop (repeatable): the text ends right before the first stop string reached, the stop
+// reason is on stderr, and the other stop strings do not interfere.
+TEST(Cli, RunStopsAtStopString) {
+  SLUICE_REQUIRE_SHARED();
+  int rc = 0;
+  const std::string err = ::testing::TempDir() + "sluice_cli_stop.err";
+  std::string out = test::run_command(kCli + " run -m " + test::shared_dir() +
+                                          "/models/stories260K.gguf -p 'Once upon a time' -n 64 --temp 0 --stop 'zebra'"
+                                          " --stop ' She lo' 2>" + err,
+                                      &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(out, "Once upon a time, there was a little girl named Lily.\n");
+  EXPECT_NE(test::read_text_file(err).find("stop: stop_string"), std::string::npos) << test::read_text_file(err);
+  out = test::run_command(kCli + " run -m " + test::shared_dir() + "/models/stories260K.gguf -p 'Once upon a time' -n 5 --temp 0 2>" + err, &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(out, "Once upon a time, there was a little\n");
+  EXPECT_NE(test::read_text_file(err).find("stop: max_tokens"), std::string::npos) << test::read_text_file(err);
+}
+
 TEST(Cli, RunWithSamplingIsReproducible) {
   SLUICE_REQUIRE_SHARED();
   int rc1 = 0, rc2 = 0, rc3 = 0;
