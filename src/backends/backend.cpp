@@ -30,6 +30,33 @@ void Backend::moe_ffn_token(std::span<const FfnExpert> experts, const float* x, 
   }
 }
 
+void Backend::moe_ffn_batch(std::span<const FfnExpertRows> experts, const float* x, float* out, int64_t n_tok,
+                            int64_t n_embd) {
+  std::vector<std::vector<float>> ys(experts.size());
+  std::vector<float> xg, gate, up;
+  for (size_t j = 0; j < experts.size(); ++j) {
+    const FfnExpertRows& e = experts[j];
+    const int64_t F = e.gate->ne[1], m = e.n;
+    xg.resize(static_cast<size_t>(m * n_embd));
+    for (int64_t i = 0; i < m; ++i) std::copy_n(x + e.tokens[i] * n_embd, n_embd, xg.data() + i * n_embd);
+    gate.resize(static_cast<size_t>(m * F));
+    up.resize(static_cast<size_t>(m * F));
+    ys[j].resize(static_cast<size_t>(m * n_embd));
+    matmul(*e.gate, xg.data(), gate.data(), m);
+    matmul(*e.up, xg.data(), up.data(), m);
+    swiglu(gate.data(), up.data(), gate.data(), m * F);
+    matmul(*e.down, gate.data(), ys[j].data(), m);
+  }
+  std::fill(out, out + n_tok * n_embd, 0.0f);
+  for (size_t j = 0; j < experts.size(); ++j)
+    for (int64_t i = 0; i < experts[j].n; ++i) {
+      float* o = out + experts[j].tokens[i] * n_embd;
+      const float w = experts[j].weights[i];
+      const float* y = ys[j].data() + i * n_embd;
+      for (int64_t c = 0; c < n_embd; ++c) o[c] += w * y[c];
+    }
+}
+
 std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOptions& o) {
   const int n_threads = o.n_threads;
   if (o.gpu_expert_cache && name != "cuda") fail("a GPU expert cache needs the cuda backend (backend '", name, "')");

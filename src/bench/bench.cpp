@@ -332,6 +332,20 @@ void CountingBackend::moe_ffn_token(std::span<const FfnExpert> experts, const fl
   timed(BenchStage::experts, bytes, [&] { in_.moe_ffn_token(experts, x, out, n_embd); });
 }
 
+void CountingBackend::moe_ffn_batch(std::span<const FfnExpertRows> experts, const float* x, float* out, int64_t n_tok,
+                                    int64_t n_embd) {
+  uint64_t bytes = 0;
+  for (const FfnExpertRows& e : experts)
+    for (const TensorView* w : {e.gate, e.up, e.down}) {
+      bytes += static_cast<uint64_t>(w->n_rows()) * w->row_bytes();  // read once for all its tokens
+      const uint64_t macs = static_cast<uint64_t>(w->ne[0]) * static_cast<uint64_t>(w->n_rows()) * static_cast<uint64_t>(e.n);
+      c_.macs += macs;
+      c_.stage_macs[static_cast<size_t>(BenchStage::experts)] += macs;
+    }
+  last_ = BenchStage::experts;
+  timed(BenchStage::experts, bytes, [&] { in_.moe_ffn_batch(experts, x, out, n_tok, n_embd); });
+}
+
 double disk_read_bandwidth(const std::string& path, size_t bytes, size_t block, unsigned depth, int reps) {
   constexpr uint64_t kAlign = 4096;
   block = std::max<size_t>(kAlign, block / kAlign * kAlign);

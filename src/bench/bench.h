@@ -93,6 +93,8 @@ class CountingBackend final : public Backend {
   void store_row(const float* src, DType t, void* dst, int64_t n) override;
   void attention(const AttentionArgs& a) override;
   void moe_ffn_token(std::span<const FfnExpert> experts, const float* x, float* out, int64_t n_embd) override;
+  void moe_ffn_batch(std::span<const FfnExpertRows> experts, const float* x, float* out, int64_t n_tok,
+                     int64_t n_embd) override;
 
  private:
   using Clock = std::chrono::steady_clock;

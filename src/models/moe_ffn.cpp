@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "core/error.h"
@@ -138,11 +139,49 @@ void moe_experts_one_token(Backend& be, ExpertBatch& batch, int layer, const Moe
   be.moe_ffn_token(ex, x, out, n_embd);
 }
 
+// A few tokens (several sequences decoding together) with views that outlive next(): all
+// chosen experts with their tokens in one backend call, in ascending expert order (the order
+// of the grouped path's sum below, so the result is the same).
+void moe_experts_small_batch(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x, float* out,
+                             int64_t n_tok, int64_t n_embd) {
+  struct Routed {
+    ExpertWeights w;
+    std::vector<int64_t> tokens;
+    std::vector<float> weights;
+    bool served = false;
+  };
+  std::map<int32_t, Routed> by_expert;  // ascending expert id
+  for (int64_t t = 0; t < n_tok; ++t)
+    for (int64_t j = 0; j < r.k; ++j) {
+      Routed& e = by_expert[r.experts[t * r.k + j]];
+      e.tokens.push_back(t);
+      e.weights.push_back(r.weights[t * r.k + j]);
+    }
+  int32_t id = 0;
+  ExpertWeights ew;
+  while (batch.next(&id, &ew)) {
+    auto it = by_expert.find(id);
+    if (it == by_expert.end() || it->second.served)
+      fail("moe: the expert store served expert ", id, ", which this batch did not ask for (or twice)");
+    it->second.w = ew;
+    it->second.served = true;
+  }
+  std::vector<FfnExpertRows> rows;
+  for (auto& [e, ro] : by_expert) {
+    if (!ro.served) fail("moe: the expert store never served expert ", e);
+    rows.push_back({&ro.w.gate, &ro.w.up, &ro.w.down, ro.tokens.data(), ro.weights.data(),
+                    static_cast<int64_t>(ro.tokens.size()), layer, e});
+  }
+  be.moe_ffn_batch(rows, x, out, n_tok, n_embd);
+}
+
 }  // namespace
 
 void moe_experts(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x, float* out, int64_t n_tok,
                  int64_t n_embd) {
   if (n_tok == 1 && batch.views_outlive_next()) return moe_experts_one_token(be, batch, layer, r, x, out, n_embd);
+  if (n_tok <= kMoeSmallBatch && batch.views_outlive_next())
+    return moe_experts_small_batch(be, batch, layer, r, x, out, n_tok, n_embd);
   // Invert the routing: for each expert, the (token, weight) pairs sent to it.
   int32_t n_expert = 0;
   for (int32_t e : r.experts) n_expert = std::max(n_expert, e + 1);

@@ -1,4 +1,7 @@
-// tests/kernels/test_moe_fused: Backend::moe_ffn_token, the one-token MoE FFN (decode).
+// tests/kernels/test_moe_fused: Backend::moe_ffn_token, the one-token MoE FFN (decode), and
+// Backend::moe_ffn_batch, the same for a few tokens (sequences decoding together; the checks
+// at the end of the file: bitwise the default, every token equal to its own moe_ffn_token
+// on ref, against ref, negative controls).
 //   * the cpu backend's fused three-phase pass against its own default (matmul + swiglu per
 //     expert, then the weighted sum in the given order): bitwise equal, for every ISA level,
 //     1 and 2 threads, int8 activations on and off, every weight type mix the models use;
@@ -8,6 +11,7 @@
 //   * negative controls: swapped routing weights, a dropped expert.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -132,6 +136,117 @@ TEST(MoeFused, NegativeControls) {
   // One expert dropped.
   std::vector<FfnExpert> seven(e.ex.begin(), e.ex.end() - 1);
   EXPECT_GT(nmse(want, fused(*q8, seven, x, mx.E)), 10 * kTolQ8);
+}
+
+// A small batch's routing: n_tok tokens, each sent to k of the experts (some shared), with
+// each expert's tokens ascending (what moe_ffn.cpp builds).
+struct BatchRouting {
+  std::vector<std::vector<int64_t>> tokens;
+  std::vector<std::vector<float>> weights;
+  std::vector<FfnExpertRows> rows;
+  BatchRouting(const Experts& e, int64_t n_tok, int k, uint32_t seed) {
+    const size_t n = e.ex.size();
+    tokens.resize(n);
+    weights.resize(n);
+    const std::vector<float> w = randn(static_cast<size_t>(n_tok * k), seed);
+    for (int64_t t = 0; t < n_tok; ++t)
+      for (int j = 0; j < k; ++j) {
+        const size_t ex = static_cast<size_t>((t * 3 + j * 5 + seed) % n);  // tokens overlap on some experts
+        if (!tokens[ex].empty() && tokens[ex].back() == t) continue;
+        tokens[ex].push_back(t);
+        weights[ex].push_back(0.1f + std::abs(w[static_cast<size_t>(t * k + j)]));
+      }
+    for (size_t j = 0; j < n; ++j)
+      if (!tokens[j].empty())
+        rows.push_back({e.ex[j].gate, e.ex[j].up, e.ex[j].down, tokens[j].data(), weights[j].data(),
+                        static_cast<int64_t>(tokens[j].size()), 0, static_cast<int32_t>(j)});
+  }
+  // Token t's experts as moe_ffn_token takes them, in the same (ascending expert) order.
+  std::vector<FfnExpert> of_token(int64_t t) const {
+    std::vector<FfnExpert> out;
+    for (const FfnExpertRows& r : rows)
+      for (int64_t i = 0; i < r.n; ++i)
+        if (r.tokens[i] == t) out.push_back({r.gate, r.up, r.down, r.weights[i], r.layer, r.expert});
+    return out;
+  }
+};
+
+std::vector<float> batch_fused(Backend& b, const BatchRouting& r, const std::vector<float>& x, int64_t n_tok, int64_t E) {
+  std::vector<float> y(static_cast<size_t>(n_tok * E), NAN);
+  b.moe_ffn_batch(r.rows, x.data(), y.data(), n_tok, E);
+  return y;
+}
+std::vector<float> batch_default(Backend& b, const BatchRouting& r, const std::vector<float>& x, int64_t n_tok, int64_t E) {
+  std::vector<float> y(static_cast<size_t>(n_tok * E), NAN);
+  b.Backend::moe_ffn_batch(r.rows, x.data(), y.data(), n_tok, E);
+  return y;
+}
+
+TEST(MoeFusedBatch, BitwiseEqualToTheDefault) {
+  for (const Mix& mx : kMixes)
+    for (int64_t n_tok : {2, 4, 8}) {
+      Experts e(mx.gate_up, mx.down, mx.E, mx.F, 12, 41);
+      const BatchRouting r(e, n_tok, 4, 3);
+      const std::vector<float> x = randn(static_cast<size_t>(n_tok * mx.E), 9);
+      for (CpuIsa isa : available_isas())
+        for (bool q8 : {false, true})
+          for (int threads : {1, 2}) {
+            SCOPED_TRACE(std::string(dtype_name(mx.gate_up)) + "/" + std::string(dtype_name(mx.down)) + " T=" +
+                         std::to_string(n_tok) + " " + std::string(cpu_isa_name(isa)) + (q8 ? " q8" : " exact") + " t" +
+                         std::to_string(threads));
+            auto b = make_cpu_backend(threads, isa, CpuBackendOptions{.q8_activations = q8});
+            const auto a = batch_fused(*b, r, x, n_tok, mx.E), c = batch_default(*b, r, x, n_tok, mx.E);
+            ASSERT_EQ(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)), 0);
+          }
+    }
+}
+
+TEST(MoeFusedBatch, EachTokenEqualsItsOwnDecodeOnRefAndMatchesRef) {
+  auto ref = make_ref_backend();
+  double worst = 0;
+  for (const Mix& mx : kMixes) {
+    const int64_t n_tok = 5;
+    Experts e(mx.gate_up, mx.down, mx.E, mx.F, 10, 51);
+    const BatchRouting r(e, n_tok, 3, 7);
+    const std::vector<float> x = randn(static_cast<size_t>(n_tok * mx.E), 10);
+    const auto want = batch_fused(*ref, r, x, n_tok, mx.E);
+    // ref: a token's row is bitwise what one-token decode gives it (what lets several
+    // sequences decoding together match each alone).
+    for (int64_t t = 0; t < n_tok; ++t) {
+      const std::vector<float> xt(x.begin() + t * mx.E, x.begin() + (t + 1) * mx.E);
+      const auto one = fused(*ref, r.of_token(t), xt, mx.E);
+      ASSERT_EQ(std::memcmp(one.data(), want.data() + t * mx.E, one.size() * sizeof(float)), 0) << "token " << t;
+    }
+    for (CpuIsa isa : available_isas()) {
+      auto q8 = make_cpu_backend(2, isa, CpuBackendOptions{.q8_activations = true});
+      const double err = nmse(want, batch_fused(*q8, r, x, n_tok, mx.E));
+      EXPECT_LT(err, kTolQ8) << dtype_name(mx.gate_up) << "/" << dtype_name(mx.down) << " " << cpu_isa_name(isa);
+      worst = std::max(worst, err);
+    }
+  }
+  std::printf("[  NMSE    ] moe_ffn_batch int8 max %.3g\n", worst);
+}
+
+TEST(MoeFusedBatch, NegativeControls) {
+  const Mix mx = kMixes[0];
+  const int64_t n_tok = 4;
+  Experts e(mx.gate_up, mx.down, mx.E, mx.F, 8, 61);
+  BatchRouting r(e, n_tok, 3, 5);
+  const std::vector<float> x = randn(static_cast<size_t>(n_tok * mx.E), 11);
+  auto ref = make_ref_backend();
+  auto q8 = make_cpu_backend(2, cpu_isa_select(), CpuBackendOptions{.q8_activations = true});
+  const auto want = batch_fused(*ref, r, x, n_tok, mx.E);
+  // An expert's output added to the wrong token (its first token moved to another one).
+  BatchRouting moved = r;
+  std::vector<int64_t> toks(moved.rows[0].tokens, moved.rows[0].tokens + moved.rows[0].n);
+  toks[0] = (toks[0] + 1) % n_tok == (toks.size() > 1 ? toks[1] : -1) ? (toks[0] + 2) % n_tok : (toks[0] + 1) % n_tok;
+  moved.rows[0].tokens = toks.data();
+  EXPECT_GT(nmse(want, batch_fused(*q8, moved, x, n_tok, mx.E)), 10 * kTolQ8);
+  // The expert serving the most tokens dropped (~1/k of those tokens' sum).
+  BatchRouting dropped = r;
+  dropped.rows.erase(std::max_element(dropped.rows.begin(), dropped.rows.end(),
+                                      [](const FfnExpertRows& a, const FfnExpertRows& b) { return a.n < b.n; }));
+  EXPECT_GT(nmse(want, batch_fused(*q8, dropped, x, n_tok, mx.E)), 5 * kTolQ8);
 }
 
 }  // namespace

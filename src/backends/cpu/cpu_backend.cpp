@@ -213,6 +213,78 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // moe_ffn_token's three phases for a small batch: every token row quantized once; the gate
+  // and up rows of all experts for their tokens as one parallel job; h = silu(g) ⊙ u and its
+  // quantization; then the output rows, each unit running every expert's down rows for that
+  // expert's tokens and adding them to out expert by expert in the order given. The int8 row
+  // kernel computes each (row, token) product as matmul's row path does, so for batches
+  // below the tile size this is bitwise Backend::moe_ffn_batch; otherwise it is that default.
+  void moe_ffn_batch(std::span<const FfnExpertRows> ex, const float* x, float* out, int64_t n_tok, int64_t E) override {
+    if (ex.empty() || n_tok >= q8_tile_min_tokens_) return Backend::moe_ffn_batch(ex, x, out, n_tok, E);
+    const TensorView &g0 = *ex[0].gate, &u0 = *ex[0].up, &d0 = *ex[0].down;
+    const int64_t F = g0.ne[1], n = static_cast<int64_t>(ex.size());
+    const cpu::Q8Ops *qg = q8_op(g0.type), *qu = q8_op(u0.type), *qd = q8_op(d0.type);
+    bool fusable = qg && qu && qd && qg->act == qu->act;
+    for (const FfnExpertRows& e : ex)
+      fusable = fusable && e.n >= 1 && e.gate->type == g0.type && e.up->type == u0.type && e.down->type == d0.type &&
+                e.gate->ne[0] == E && e.gate->ne[1] == F && e.up->ne[0] == E && e.up->ne[1] == F && e.down->ne[0] == F &&
+                e.down->ne[1] == E;
+    if (!fusable) return Backend::moe_ffn_batch(ex, x, out, n_tok, E);
+    // Row i of expert j is row first[j] + i of every per-row buffer below.
+    std::vector<int64_t> first(static_cast<size_t>(n) + 1, 0);
+    for (int64_t j = 0; j < n; ++j) first[j + 1] = first[j] + ex[j].n;
+    const int64_t rows = first[n];
+    const size_t xb = dtype_row_bytes(qg->act, E), hb = dtype_row_bytes(qd->act, F);
+    moe_act_.resize(xb * static_cast<size_t>(n_tok + rows) + hb * static_cast<size_t>(rows));
+    uint8_t *xq = moe_act_.data(), *xr = xq + xb * static_cast<size_t>(n_tok), *hq = xr + xb * static_cast<size_t>(rows);
+    for (int64_t t = 0; t < n_tok; ++t) quantize_act(qg->act, x + t * E, xq + static_cast<size_t>(t) * xb, E);
+    for (int64_t j = 0; j < n; ++j)  // each expert's token rows side by side, as the kernel reads them
+      for (int64_t i = 0; i < ex[j].n; ++i)
+        std::copy_n(xq + static_cast<size_t>(ex[j].tokens[i]) * xb, xb, xr + static_cast<size_t>(first[j] + i) * xb);
+    moe_gu_.resize(static_cast<size_t>(2 * rows * F));
+    float *g = moe_gu_.data(), *u = g + rows * F;
+
+    const int64_t B = kQ8RowsDecode, nbF = (F + B - 1) / B;
+    run(2 * n * nbF, 2 * rows * F * E, [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t j = i / (2 * nbF), rem = i % (2 * nbF), r0 = (rem % nbF) * B, nr = std::min(B, F - r0);
+        const TensorView& w = rem >= nbF ? *ex[j].up : *ex[j].gate;
+        const cpu::Q8Ops& op = rem >= nbF ? *qu : *qg;
+        float* y = (rem >= nbF ? u : g) + first[j] * F + r0;
+        op.gemm(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * w.row_bytes(), w.row_bytes(), nr,
+                xr + static_cast<size_t>(first[j]) * xb, xb, ex[j].n, E, y, static_cast<size_t>(F));
+      }
+    });
+    for (int64_t r = 0; r < rows; ++r) {
+      swiglu(g + r * F, u + r * F, g + r * F, F);
+      quantize_act(qd->act, g + r * F, hq + static_cast<size_t>(r) * hb, F);
+    }
+    int64_t B3 = B;
+    while (B3 < kMoeDownRows && E / (2 * B3) >= 4 * pool_.size()) B3 *= 2;
+    const int64_t nbE = (E + B3 - 1) / B3, max_m = [&] {
+      int64_t m = 0;
+      for (const FfnExpertRows& e : ex) m = std::max(m, e.n);
+      return m;
+    }();
+    std::fill(out, out + n_tok * E, 0.0f);
+    run(nbE, rows * E * F, [&](int64_t i0, int64_t i1, int th) {
+      float* y = reinterpret_cast<float*>(scratch_aligned(th, static_cast<size_t>(max_m * kMoeDownRows) * sizeof(float)));
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t r0 = i * B3, nr = std::min(B3, E - r0);
+        for (int64_t j = 0; j < n; ++j) {
+          const TensorView& w = *ex[j].down;
+          qd->gemm(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * w.row_bytes(), w.row_bytes(), nr,
+                   hq + static_cast<size_t>(first[j]) * hb, hb, ex[j].n, F, y, static_cast<size_t>(nr));
+          for (int64_t t = 0; t < ex[j].n; ++t) {
+            float* o = out + ex[j].tokens[t] * E + r0;
+            const float wt = ex[j].weights[t];
+            for (int64_t c = 0; c < nr; ++c) o[c] += wt * y[t * nr + c];
+          }
+        }
+      }
+    });
+  }
+
   // The int8 path: x quantized once per call (per token) to op.act, then each output is one
   // int8 dot product of a weight row with a quantized activation row.
   void matmul_q8(const cpu::Q8Ops& op, const TensorView& w, const float* x, float* y, int64_t n_tok) {
