@@ -1,4 +1,5 @@
-// sluice/sluice.h: the public API of libsluice — open a model, tokenize, generate.
+// sluice/sluice.h: the public API of libsluice — open a model, tokenize, generate; evaluate
+// several sequences together (Context).
 // Everything else (backends, formats, models) is internal and may change.
 #pragma once
 #include <cstdint>
@@ -70,7 +71,57 @@ class Engine {
                        const std::function<bool(std::string_view piece)>& on_piece = {}, GenerateStats* stats = nullptr);
 
  private:
+  friend class Context;
   Engine();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct ContextOptions {
+  int64_t n_ctx = 0;         // most positions one sequence may hold (0: the Engine's n_ctx)
+  size_t memory_budget = 0;  // bytes for every sequence's KV rows and states together (0: no
+                             // limit beyond n_ctx per sequence); a server: n_ctx x parallel
+};
+
+// Several sequences over an Engine's model and backend, evaluated together: each decode()
+// is one forward step over a batch that holds tokens of any number of sequences, so the
+// weights (and each chosen expert) are read once for all of them — a server's continuous
+// batching step. Attention sees only the token's own sequence. Not thread-safe; the Engine
+// must outlive it (its own generate() keeps a separate sequence).
+class Context {
+ public:
+  // Throws sluice::Error for options the model cannot take.
+  static std::unique_ptr<Context> create(Engine& engine, const ContextOptions& opt = {});
+  ~Context();
+
+  int32_t new_sequence();
+  // A new sequence holding a copy of `seq` (its tokens need not be evaluated again).
+  int32_t fork(int32_t seq);
+  // Keeps the first n_keep positions; returns the length reached (n_keep, or less for a
+  // model with recurrent state, which rewinds to its latest checkpoint at or before n_keep:
+  // evaluate the tokens from there again).
+  int64_t rewind(int32_t seq, int64_t n_keep);
+  void free(int32_t seq);
+  int64_t length(int32_t seq) const;
+  int64_t n_vocab() const;
+  size_t memory_used() const;
+  size_t memory_budget() const;
+
+  // One entry of a step: tokens appended to `seq` (after what it holds, and after earlier
+  // entries of the same step for that sequence).
+  struct Input {
+    int32_t seq = 0;
+    std::vector<int32_t> tokens;
+    bool want_logits = true;  // the logits after the entry's last token
+  };
+  // Evaluates the entries (long ones in several forward steps); returns one [n_vocab] row per
+  // entry that wants logits, in entry order. Throws sluice::Error naming the entry and the
+  // sequence for an unknown sequence, a token outside the vocabulary or a full context or
+  // budget, before anything is evaluated.
+  std::vector<std::vector<float>> decode(const std::vector<Input>& inputs);
+
+ private:
+  Context();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,18 +1,9 @@
 // api/engine: the public Engine facade over Model, backend, Session and Generator.
-#include "backends/backend.h"
+#include "api/engine_impl.h"
 #include "core/error.h"
-#include "models/model.h"
 #include "runtime/generator.h"
-#include "runtime/session.h"
-#include "sluice/sluice.h"
 
 namespace sluice {
-
-struct Engine::Impl {
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Session> session;
-};
 
 Engine::Engine() : impl_(std::make_unique<Impl>()) {}
 Engine::~Engine() = default;

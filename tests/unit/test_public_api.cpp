@@ -1,6 +1,8 @@
 // tests/unit/test_public_api: the installed header alone is enough to load a model and generate.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "sluice/sluice.h"
 #include "test_util.h"
 
@@ -92,3 +94,100 @@ TEST(PublicApi, MissingFileThrowsWithPath) {
 }
 
 }  // namespace
+
+// Context: three sequences stepped together (one prompt joins while two decode) give each
+// the greedy text Engine::generate gives it alone; a fork continues from the shared prefix; a
+// rewind re-decodes; bad entries are refused before anything is evaluated.
+namespace ctx {
+
+int32_t greedy(const std::vector<float>& l) {
+  return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+}
+
+TEST(PublicApiContext, SequencesSteppedTogetherMatchGenerateAlone) {
+  SLUICE_REQUIRE_SHARED();
+  auto e = sluice::Engine::open(sluice::test::shared_dir() + "/models/stories260K.gguf", {.backend = "ref"});
+  const std::vector<std::string> prompts{"Once upon a time", "Lily and Ben went to the park", "The dog"};
+  const int n_gen = 12;
+  auto c = sluice::Context::create(*e, {.n_ctx = 128});
+  std::vector<int32_t> seq;
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) seq.push_back(c->new_sequence());
+  for (int step = 0; step < n_gen + 2; ++step) {
+    std::vector<sluice::Context::Input> in;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const int start = i == 2 ? 2 : 0;  // the third prompt joins at step 2
+      if (step < start || static_cast<int>(out[i].size()) >= n_gen) continue;
+      in.push_back({seq[i], step == start ? e->tokenize(prompts[i]) : std::vector<int32_t>{out[i].back()}, true});
+      who.push_back(i);
+    }
+    if (in.empty()) break;
+    const auto logits = c->decode(in);
+    ASSERT_EQ(logits.size(), in.size());
+    for (size_t k = 0; k < who.size(); ++k) out[who[k]].push_back(greedy(logits[k]));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    sluice::GenerateOptions g;
+    g.temp = 0;
+    g.n_predict = n_gen;
+    g.ignore_eos = true;
+    // (Whole-sequence detokenization: SentencePiece drops the first piece's leading space.)
+    auto ids = e->tokenize(prompts[i]);
+    const std::string prefix = e->detokenize(ids);
+    ids.insert(ids.end(), out[i].begin(), out[i].end());
+    EXPECT_EQ(e->detokenize(ids), prefix + e->generate(prompts[i], g)) << prompts[i];
+  }
+  EXPECT_GT(c->memory_used(), 0u);
+}
+
+TEST(PublicApiContext, ForkRewindAndErrors) {
+  SLUICE_REQUIRE_SHARED();
+  auto e = sluice::Engine::open(sluice::test::shared_dir() + "/models/stories260K.gguf", {.backend = "ref"});
+  auto c = sluice::Context::create(*e, {.n_ctx = 32});
+  const int32_t a = c->new_sequence();
+  const auto prompt = e->tokenize("Once upon a time");
+  const auto after_prompt = c->decode({{a, prompt, true}});
+  ASSERT_EQ(after_prompt.size(), 1u);
+  const int32_t b = c->fork(a);
+  EXPECT_EQ(c->length(b), static_cast<int64_t>(prompt.size()));
+  // The fork and the original, fed the same token, give the same logits; a fresh sequence
+  // fed prompt + token in one entry gives them too.
+  const int32_t tok = greedy(after_prompt[0]);
+  const auto two = c->decode({{a, {tok}, true}, {b, {tok}, true}});
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0], two[1]);
+  const int32_t fresh = c->new_sequence();
+  auto whole = prompt;
+  whole.push_back(tok);
+  EXPECT_EQ(c->decode({{fresh, whole, true}})[0], two[0]);
+  // Rewind b to the prompt: the same token again gives the same logits.
+  EXPECT_EQ(c->rewind(b, static_cast<int64_t>(prompt.size())), static_cast<int64_t>(prompt.size()));
+  EXPECT_EQ(c->decode({{b, {tok}, true}})[0], two[0]);
+  // Errors, before anything runs: the lengths stay.
+  const int64_t len_a = c->length(a);
+  EXPECT_THROW(c->decode({{a, {1}, true}, {b + 100, {1}, true}}), std::runtime_error);
+  EXPECT_THROW(c->decode({{a, {static_cast<int32_t>(e->n_vocab())}, true}}), std::runtime_error);
+  EXPECT_THROW(c->decode({{a, std::vector<int32_t>(40, 1), true}}), std::runtime_error);  // context of 32
+  EXPECT_THROW(c->decode({{a, {}, true}}), std::runtime_error);
+  EXPECT_EQ(c->length(a), len_a);
+  c->free(a);
+  EXPECT_THROW(c->length(a), std::runtime_error);
+}
+
+TEST(PublicApiContext, MemoryBudgetIsEnforced) {
+  SLUICE_REQUIRE_SHARED();
+  auto e = sluice::Engine::open(sluice::test::shared_dir() + "/models/stories260K.gguf", {.backend = "ref"});
+  auto probe = sluice::Context::create(*e, {.n_ctx = 512});
+  probe->decode({{probe->new_sequence(), {1, 403}, false}});
+  const size_t one = probe->memory_used();  // one step of KV rows for one sequence
+  auto c = sluice::Context::create(*e, {.n_ctx = 512, .memory_budget = one});
+  EXPECT_EQ(c->memory_budget(), one);
+  const int32_t a = c->new_sequence(), b = c->new_sequence();
+  EXPECT_NO_THROW(c->decode({{a, {1, 403}, false}}));
+  EXPECT_THROW(c->decode({{b, {1, 403}, false}}), std::runtime_error);  // a second sequence's rows do not fit
+  c->free(a);
+  EXPECT_NO_THROW(c->decode({{b, {1, 403}, false}}));
+}
+
+}  // namespace ctx
