@@ -44,6 +44,22 @@ struct AttentionArgs {
   const TqCodec* v_tq = nullptr;  // set iff v_type is a tq type
 };
 
+enum class MoeGating {
+  softmax,  // probs = softmax(router logits) over all experts (mixtral, qwen3moe, olmoe)
+  sigmoid,  // probs = sigmoid(router logits) (deepseek2, expert_gating_func = 2)
+};
+
+// How an MoE layer routes tokens to experts. Field names follow llama.cpp's metadata keys.
+struct MoeOptions {
+  int64_t n_expert = 0;          // {arch}.expert_count (0: the model is dense)
+  int64_t n_expert_used = 0;     // {arch}.expert_used_count: k experts per token
+  MoeGating gating = MoeGating::softmax;  // {arch}.expert_gating_func (1 softmax, 2 sigmoid)
+  bool norm_weights = false;     // renormalise the k chosen weights to sum 1 (sum clamped >= 6.1035e-5)
+  float weights_scale = 1.0f;    // {arch}.expert_weights_scale, applied when neither 0 nor 1
+  int64_t n_group = 1;           // {arch}.expert_group_count: group-limited routing (deepseek2)
+  int64_t n_group_used = 1;      // {arch}.expert_group_used_count: groups kept per token
+};
+
 // One routed expert of a single token's MoE FFN: its SwiGLU matrices and its routing weight.
 struct FfnExpert {
   const TensorView* gate = nullptr;  // ne = [n_embd, F]
@@ -113,6 +129,26 @@ class Backend {
   // batches below its tile size, tests/kernels/test_moe_fused.cpp).
   virtual void moe_ffn_batch(std::span<const FfnExpertRows> experts, const float* x, float* out, int64_t n_tok,
                              int64_t n_embd);
+
+  // Data movement and routing the models would otherwise do on the host, as ops so that a
+  // backend holding activations elsewhere (a device) can keep them there. The defaults are the
+  // host code every backend shares (the ref twins); an override must give the same bits.
+  //
+  // Strided copy: dst[r*dst_stride + c] = src[r*src_stride + c], r < rows, c < cols.
+  virtual void copy_2d(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows, int64_t cols);
+  // dst row i = src row idx[i], rows of `width` floats.
+  virtual void gather_rows(const float* src, int64_t width, const int64_t* idx, int64_t n, float* dst);
+  // out row idx[i] += w[i] * y row i, for i = 0..n-1 in that order (the order fixes the sum).
+  virtual void add_rows_weighted(const float* y, int64_t width, const int64_t* idx, const float* w, int64_t n, float* out);
+  // x[0..n) = v.
+  virtual void fill(float* x, int64_t n, float v);
+  // MoE routing of n_tok tokens from router logits [n_tok][n_expert]: probabilities into
+  // probs (same shape), then per token the k = n_expert_used experts with the best score
+  // (probs + selection_bias, where given; group-limited when opt says so), in descending
+  // score, ties to the lower id, into experts[t*k + j], and their weights (the unbiased probs,
+  // renormalised and scaled as opt says) into weights[t*k + j]. llama.cpp's build_moe_ffn.
+  virtual void moe_route(const MoeOptions& opt, const float* logits, float* probs, int64_t n_tok,
+                         const float* selection_bias, int32_t* experts, float* weights);
 };
 
 struct BackendOptions {

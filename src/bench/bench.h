@@ -95,6 +95,22 @@ class CountingBackend final : public Backend {
   void moe_ffn_token(std::span<const FfnExpert> experts, const float* x, float* out, int64_t n_embd) override;
   void moe_ffn_batch(std::span<const FfnExpertRows> experts, const float* x, float* out, int64_t n_tok,
                      int64_t n_embd) override;
+  // Data movement and routing: forwarded, neither counted nor timed (the "outside ops" row).
+  void copy_2d(const float* src, int64_t ss, float* dst, int64_t ds, int64_t rows, int64_t cols) override {
+    in_.copy_2d(src, ss, dst, ds, rows, cols);
+  }
+  void gather_rows(const float* src, int64_t width, const int64_t* idx, int64_t n, float* dst) override {
+    in_.gather_rows(src, width, idx, n, dst);
+  }
+  void add_rows_weighted(const float* y, int64_t width, const int64_t* idx, const float* w, int64_t n,
+                         float* out) override {
+    in_.add_rows_weighted(y, width, idx, w, n, out);
+  }
+  void fill(float* x, int64_t n, float v) override { in_.fill(x, n, v); }
+  void moe_route(const MoeOptions& opt, const float* logits, float* probs, int64_t n_tok, const float* bias,
+                 int32_t* experts, float* weights) override {
+    in_.moe_route(opt, logits, probs, n_tok, bias, experts, weights);
+  }
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -130,30 +130,24 @@ void forward(const Model& m, Backend& be, Memory& mem, const Batch& b, const std
 
     // Latent kv: [c_kv | k_rope]; c_kv is normed, k_rope is one RoPE head shared by all heads.
     be.matmul(*w.wkv_a, h.data(), kv_a.data(), T);
-    for (int64_t t = 0; t < T; ++t) std::copy_n(kv_a.data() + t * (L + R), L, c_kv.data() + t * L);
+    be.copy_2d(kv_a.data(), L + R, c_kv.data(), L, T, L);
     be.rms_norm(c_kv.data(), static_cast<const float*>(w.kv_a_norm->data), c_kv.data(), T, L, hp.rms_eps);
-    for (int64_t t = 0; t < T; ++t) std::copy_n(kv_a.data() + t * (L + R) + L, R, k_pe.data() + t * R);
+    be.copy_2d(kv_a.data() + L, L + R, k_pe.data(), R, T, R);
     be.rope(k_pe.data(), pos, T, 1, R, R, hp.rope_base, hp.rope_mode);
-    for (int64_t t = 0; t < T; ++t) {
-      std::copy_n(c_kv.data() + t * L, L, k_lat.data() + t * (L + R));
-      std::copy_n(k_pe.data() + t * R, R, k_lat.data() + t * (L + R) + L);
-    }
+    be.copy_2d(c_kv.data(), L, k_lat.data(), L + R, T, L);
+    be.copy_2d(k_pe.data(), R, k_lat.data() + L, L + R, T, R);
     report("kv_cmpr", il, c_kv.data(), T, L);
     report("k_pe", il, k_pe.data(), T, R);
 
     // Per head: q_rope rotated; q_nope absorbed into the latent space through W_k_b.
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t hh = 0; hh < H; ++hh) std::copy_n(q.data() + (t * H + hh) * (N + R) + N, R, q_pe.data() + (t * H + hh) * R);
+    be.copy_2d(q.data() + N, N + R, q_pe.data(), R, T * H, R);
     be.rope(q_pe.data(), pos, T, H, R, R, hp.rope_base, hp.rope_mode);
     report("q_pe", il, q_pe.data(), T * H, R);
     for (int64_t hh = 0; hh < H; ++hh) {
-      for (int64_t t = 0; t < T; ++t) std::copy_n(q.data() + (t * H + hh) * (N + R), N, head_in.data() + t * N);
+      be.copy_2d(q.data() + hh * (N + R), H * (N + R), head_in.data(), N, T, N);
       be.matmul(w.wk_b->slice2d(hh), head_in.data(), head_out.data(), T);  // [N] -> [L]
-      for (int64_t t = 0; t < T; ++t) {
-        float* dst = q_lat.data() + (t * H + hh) * (L + R);
-        std::copy_n(head_out.data() + t * L, L, dst);
-        std::copy_n(q_pe.data() + (t * H + hh) * R, R, dst + L);
-      }
+      be.copy_2d(head_out.data(), L, q_lat.data() + hh * (L + R), H * (L + R), T, L);
+      be.copy_2d(q_pe.data() + hh * R, H * R, q_lat.data() + hh * (L + R) + L, H * (L + R), T, R);
     }
     report("q_absorbed", il, q_lat.data(), T * H, L + R);
 
@@ -161,9 +155,9 @@ void forward(const Model& m, Backend& be, Memory& mem, const Batch& b, const std
     attend_batch(be, mem, runs, l, shape, q_lat.data(), k_lat.data(), c_kv.data(), attn_lat.data());
     report("kqv_latent", il, attn_lat.data(), T * H, L);
     for (int64_t hh = 0; hh < H; ++hh) {
-      for (int64_t t = 0; t < T; ++t) std::copy_n(attn_lat.data() + (t * H + hh) * L, L, head_in.data() + t * L);
+      be.copy_2d(attn_lat.data() + hh * L, H * L, head_in.data(), L, T, L);
       be.matmul(w.wv_b->slice2d(hh), head_in.data(), head_out.data(), T);  // [L] -> [V]
-      for (int64_t t = 0; t < T; ++t) std::copy_n(head_out.data() + t * V, V, attn.data() + (t * H + hh) * V);
+      be.copy_2d(head_out.data(), V, attn.data() + hh * V, H * V, T, V);
     }
     report("kqv_out", il, attn.data(), T, H * V);
     m.attn_output_and_ffn(be, l, attn.data(), x.data(), h.data(), o.data(), T, hook);

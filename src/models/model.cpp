@@ -188,8 +188,10 @@ void Model::output_head(Backend& be, const float* x, const Batch& b, float* logi
   if (contiguous) {
     be.rms_norm(x + first * E, static_cast<const float*>(output_norm_->data), h.data(), n_out, E, hp_.rms_eps);
   } else {
-    for (int64_t t = 0, o = 0; t < b.size(); ++t)
-      if (b.logits[t]) std::copy_n(x + t * E, E, h.data() + (o++) * E);
+    std::vector<int64_t> rows;
+    for (int64_t t = 0; t < b.size(); ++t)
+      if (b.logits[t]) rows.push_back(t);
+    be.gather_rows(x, E, rows.data(), n_out, h.data());
     be.rms_norm(h.data(), static_cast<const float*>(output_norm_->data), h.data(), n_out, E, hp_.rms_eps);
   }
   if (hook && *hook) (*hook)("result_norm", -1, h.data(), n_out, E);
@@ -234,7 +236,7 @@ void Model::ffn_block(Backend& be, int64_t l, const float* h, float* out, int64_
   be.matmul(*w.ffn_gate_inp, h, router.data(), T);
   report("ffn_moe_logits", router.data(), T, n_exp);
   const float* bias = w.exp_probs_b ? static_cast<const float*>(w.exp_probs_b->data) : nullptr;
-  MoeRouting r = moe_route(hp_.moe, router.data(), probs.data(), T, bias);
+  MoeRouting r = moe_route(be, hp_.moe, router.data(), probs.data(), T, bias);
   report("ffn_moe_probs", probs.data(), T, n_exp);
   std::vector<float> chosen(r.experts.begin(), r.experts.end());
   report("ffn_moe_topk", chosen.data(), T, r.k);

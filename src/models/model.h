@@ -22,21 +22,7 @@ struct BatchRun;
 struct MemoryLayout;
 class Predictor;
 
-enum class MoeGating {
-  softmax,  // probs = softmax(router logits) over all experts (mixtral, qwen3moe, olmoe)
-  sigmoid,  // probs = sigmoid(router logits) (deepseek2, expert_gating_func = 2)
-};
-
-// How an MoE layer routes tokens to experts. Field names follow llama.cpp's metadata keys.
-struct MoeOptions {
-  int64_t n_expert = 0;          // {arch}.expert_count (0: the model is dense)
-  int64_t n_expert_used = 0;     // {arch}.expert_used_count: k experts per token
-  MoeGating gating = MoeGating::softmax;  // {arch}.expert_gating_func (1 softmax, 2 sigmoid)
-  bool norm_weights = false;     // renormalise the k chosen weights to sum 1 (sum clamped >= 6.1035e-5)
-  float weights_scale = 1.0f;    // {arch}.expert_weights_scale, applied when neither 0 nor 1
-  int64_t n_group = 1;           // {arch}.expert_group_count: group-limited routing (deepseek2)
-  int64_t n_group_used = 1;      // {arch}.expert_group_used_count: groups kept per token
-};
+// MoeGating and MoeOptions (how an MoE layer routes) are in backends/backend.h: routing is a backend op.
 
 // What an architecture module (models/arch.h) adds to the shared hyperparameters and to each
 // layer's weights: its own struct derived from these, owned by the module's file.

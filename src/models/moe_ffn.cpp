@@ -11,61 +11,15 @@
 
 namespace sluice {
 
-MoeRouting moe_route(const MoeOptions& opt, const float* logits, float* probs, int64_t n_tok,
+MoeRouting moe_route(Backend& be, const MoeOptions& opt, const float* logits, float* probs, int64_t n_tok,
                      const float* selection_bias) {
   const int64_t n = opt.n_expert, k = opt.n_expert_used;
   if (k <= 0 || k > n) fail("moe: expert_used_count ", k, " must be in 1..expert_count ", n);
   MoeRouting r;
   r.k = k;
-  r.experts.resize(n_tok * k);
-  r.weights.resize(n_tok * k);
-  std::vector<float> score(n);
-  std::vector<int32_t> order(n);
-  for (int64_t t = 0; t < n_tok; ++t) {
-    const float* l = logits + t * n;
-    float* p = probs + t * n;
-    // Gating: probabilities over all experts, in float32 like llama.cpp.
-    if (opt.gating == MoeGating::softmax) {
-      const float mx = *std::max_element(l, l + n);
-      double sum = 0;
-      for (int64_t e = 0; e < n; ++e) sum += p[e] = std::exp(l[e] - mx);
-      for (int64_t e = 0; e < n; ++e) p[e] = static_cast<float>(p[e] / sum);
-    } else {
-      for (int64_t e = 0; e < n; ++e) p[e] = 1.0f / (1.0f + std::exp(-l[e]));
-    }
-    for (int64_t e = 0; e < n; ++e) score[e] = p[e] + (selection_bias ? selection_bias[e] : 0.0f);
-
-    // Group-limited routing: a group's score is the sum of its two best expert scores; only
-    // the best n_group_used groups stay selectable.
-    if (opt.n_group > 1 && opt.n_group_used < opt.n_group) {
-      const int64_t per = n / opt.n_group;
-      std::vector<std::pair<float, int64_t>> gs(opt.n_group);
-      for (int64_t g = 0; g < opt.n_group; ++g) {
-        std::vector<float> s(score.begin() + g * per, score.begin() + (g + 1) * per);
-        std::partial_sort(s.begin(), s.begin() + std::min<int64_t>(2, per), s.end(), std::greater<>());
-        gs[g] = {s[0] + (per > 1 ? s[1] : 0.0f), g};
-      }
-      std::stable_sort(gs.begin(), gs.end(), [](auto& a, auto& b) { return a.first > b.first; });
-      for (int64_t j = opt.n_group_used; j < opt.n_group; ++j)
-        for (int64_t e = gs[j].second * per; e < (gs[j].second + 1) * per; ++e) score[e] = -INFINITY;
-    }
-
-    // Top-k by score, descending; ties to the lower expert id.
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      return score[a] > score[b] || (score[a] == score[b] && a < b);
-    });
-    float sum = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      r.experts[t * k + j] = order[j];
-      r.weights[t * k + j] = p[order[j]];
-      sum += p[order[j]];
-    }
-    if (opt.norm_weights)
-      for (int64_t j = 0; j < k; ++j) r.weights[t * k + j] /= std::max(sum, 6.103515625e-5f);
-    if (opt.weights_scale != 0.0f && opt.weights_scale != 1.0f)
-      for (int64_t j = 0; j < k; ++j) r.weights[t * k + j] *= opt.weights_scale;
-  }
+  r.experts.resize(static_cast<size_t>(n_tok * k));
+  r.weights.resize(static_cast<size_t>(n_tok * k));
+  be.moe_route(opt, logits, probs, n_tok, selection_bias, r.experts.data(), r.weights.data());
   return r;
 }
 
@@ -182,41 +136,40 @@ void moe_experts(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r
   if (n_tok == 1 && batch.views_outlive_next()) return moe_experts_one_token(be, batch, layer, r, x, out, n_embd);
   if (n_tok <= kMoeSmallBatch && batch.views_outlive_next())
     return moe_experts_small_batch(be, batch, layer, r, x, out, n_tok, n_embd);
-  // Invert the routing: for each expert, the (token, weight) pairs sent to it.
+  // Invert the routing: for each expert, the tokens sent to it and their weights.
   int32_t n_expert = 0;
   for (int32_t e : r.experts) n_expert = std::max(n_expert, e + 1);
-  std::vector<std::vector<std::pair<int64_t, float>>> routed(n_expert);
+  std::vector<std::vector<int64_t>> toks(static_cast<size_t>(n_expert));
+  std::vector<std::vector<float>> wts(static_cast<size_t>(n_expert));
   for (int64_t t = 0; t < n_tok; ++t)
-    for (int64_t j = 0; j < r.k; ++j) routed[r.experts[t * r.k + j]].push_back({t, r.weights[t * r.k + j]});
+    for (int64_t j = 0; j < r.k; ++j) {
+      const auto e = static_cast<size_t>(r.experts[t * r.k + j]);
+      toks[e].push_back(t);
+      wts[e].push_back(r.weights[t * r.k + j]);
+    }
 
-  // Expert e's output rows (in routed[e] order) start at row first[e] of one buffer.
+  // Expert e's output rows (in toks[e] order) start at row first[e] of one buffer.
   std::vector<int64_t> first(static_cast<size_t>(n_expert) + 1, 0);
-  for (int32_t i = 0; i < n_expert; ++i) first[i + 1] = first[i] + static_cast<int64_t>(routed[i].size());
+  for (int32_t i = 0; i < n_expert; ++i) first[i + 1] = first[i] + static_cast<int64_t>(toks[i].size());
   float* y = grown(t_scratch.y, first[n_expert] * n_embd);
   std::vector<bool> served(static_cast<size_t>(n_expert), false);
   int32_t e = 0;
   ExpertWeights w;
   while (batch.next(&e, &w)) {
-    if (e < 0 || e >= n_expert || routed[e].empty() || served[e])
+    if (e < 0 || e >= n_expert || toks[e].empty() || served[e])
       fail("moe: the expert store served expert ", e, ", which this batch did not ask for (or twice)");
     served[e] = true;
-    const auto& toks = routed[e];
-    const int64_t m = static_cast<int64_t>(toks.size());
+    const int64_t m = static_cast<int64_t>(toks[e].size());
     float* xg = grown(t_scratch.xg, m * n_embd);
-    for (int64_t i = 0; i < m; ++i) std::copy_n(x + toks[i].first * n_embd, n_embd, xg + i * n_embd);
+    be.gather_rows(x, n_embd, toks[e].data(), m, xg);
     ffn_swiglu(be, w, xg, y + first[e] * n_embd, m);
   }
-  std::fill(out, out + n_tok * n_embd, 0.0f);
+  be.fill(out, n_tok * n_embd, 0.0f);
   for (e = 0; e < n_expert; ++e) {
-    const auto& toks = routed[e];
-    if (toks.empty()) continue;
+    if (toks[e].empty()) continue;
     if (!served[e]) fail("moe: the expert store never served expert ", e);
-    for (size_t i = 0; i < toks.size(); ++i) {
-      float* o = out + toks[i].first * n_embd;
-      const float wt = toks[i].second;
-      const float* yi = y + (first[e] + static_cast<int64_t>(i)) * n_embd;
-      for (int64_t c = 0; c < n_embd; ++c) o[c] += wt * yi[c];
-    }
+    be.add_rows_weighted(y + first[e] * n_embd, n_embd, toks[e].data(), wts[e].data(), static_cast<int64_t>(toks[e].size()),
+                         out);
   }
 }
 

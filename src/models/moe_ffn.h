@@ -23,11 +23,12 @@ struct MoeRouting {
 };
 
 // Computes router probabilities (written to `probs`, [T][n_expert]) and the top-k choice from
-// router logits [T][n_expert]. selection_bias (deepseek2 exp_probs_b, [n_expert]) is added to
-// the probs for choosing experts only; the weights stay the unbiased probs. Pure host code on float32, shared by all backends so that
-// backends differ only in the arithmetic that produced the logits.
-MoeRouting moe_route(const MoeOptions& opt, const float* logits, float* probs, int64_t n_tok,
-                      const float* selection_bias = nullptr);
+// router logits [T][n_expert] through Backend::moe_route (whose default every backend shares,
+// so backends differ only in the arithmetic that produced the logits). selection_bias
+// (deepseek2 exp_probs_b, [n_expert]) is added to the probs for choosing experts only; the
+// weights stay the unbiased probs.
+MoeRouting moe_route(Backend& be, const MoeOptions& opt, const float* logits, float* probs, int64_t n_tok,
+                     const float* selection_bias = nullptr);
 
 // The distinct experts a routing uses, ascending, with the number of tokens sent to each.
 std::vector<ExpertUse> moe_expert_uses(const MoeRouting& r);

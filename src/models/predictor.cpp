@@ -43,7 +43,7 @@ int RouterLookahead::predict(Backend& be, int layer, const float* h, int64_t n_t
   MoeOptions opt = hp.moe;
   opt.n_expert_used = k_plus_m_;
   const float* bias = nxt.exp_probs_b ? static_cast<const float*>(nxt.exp_probs_b->data) : nullptr;
-  MoeRouting r = moe_route(opt, logits.data(), probs.data(), n_tok, bias);
+  MoeRouting r = moe_route(be, opt, logits.data(), probs.data(), n_tok, bias);
 
   // Rank by votes over the batch (a token's own order breaks ties: its j-th choice scores less).
   std::vector<double> score(n_exp, 0.0);
