@@ -12,9 +12,6 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_backend.h"
-#ifdef SLUICE_HAVE_CUDA
-#include "backends/cuda/cuda_backend.h"
-#endif
 #include "core/error.h"
 #include "format/gguf.h"
 #include "kvcodec/kvcodec.h"
@@ -127,12 +124,9 @@ struct CommonOpts {
     }
     return make_backend(backend, o);
   }
-  // The cuda expert tier's figures on stderr (nothing for other backends or without a budget).
-  static void report_backend([[maybe_unused]] const Backend& be) {
-#ifdef SLUICE_HAVE_CUDA
-    if (const auto* cb = dynamic_cast<const CudaBackend*>(&be))
-      if (std::string line = cb->expert_stats_line(); !line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
-#endif
+  // The backend's end-of-run figures on stderr (cuda: its expert tier; nothing for the others).
+  static void report_backend(const Backend& be) {
+    if (std::string line = be.stats_line(); !line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
   }
   ModelOptions model_options() const {
     ModelOptions o;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "core/tensor.h"
@@ -89,6 +90,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
   virtual int n_threads() const { return 1; }
+  // One line of figures for the end of a run (cuda: its VRAM expert tier); empty: nothing to say.
+  virtual std::string stats_line() const { return {}; }
 
   // y[t][o] = Σ_i W[o][i]·x[t][i] for a 2-D weight W with ne = [in, out]; x: [T][in], y: [T][out].
   virtual void matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) = 0;

@@ -98,6 +98,7 @@ class CudaBackend final : public Backend {
   CudaExpertStats expert_stats() const;
   // One line for the end of a run ("gpu expert cache: ..."); empty without an expert budget.
   std::string expert_stats_line() const;
+  std::string stats_line() const override { return expert_stats_line(); }
   // Drops every cached weight, KV mirror and tier expert (e.g. before loading another model).
   void forget_cached();
 
