@@ -92,16 +92,18 @@ int32_t Memory::seq_new() {
 
 int32_t Memory::seq_fork(int32_t src) {
   const Sequence& from = seq(src);
-  const size_t add = seq_bytes(from) - (from.kv ? from.kv->bytes() - from.kv->bytes_for(from.len) : 0);
-  if (opt_.budget_bytes && bytes_used() + add > opt_.budget_bytes)
-    fail("memory: forking sequence ", src, " needs ", add, " bytes; the budget of ", opt_.budget_bytes, " bytes has ",
-         opt_.budget_bytes - bytes_used(), " left");
   Sequence q;
   q.len = from.len;
   q.kv = new_kv();
-  if (q.kv) q.kv->copy_prefix(*from.kv, from.len);
   q.states = from.states;
   q.checkpoints = from.checkpoints;
+  // The copy costs its own rows (the prefix, rounded up to a step) and states, not the
+  // source's allocation.
+  const size_t add = seq_bytes(q) + (q.kv ? q.kv->bytes_for(q.len) : 0);
+  if (opt_.budget_bytes && bytes_used() + add > opt_.budget_bytes)
+    fail("memory: forking sequence ", src, " needs ", add, " bytes; the budget of ", opt_.budget_bytes, " bytes has ",
+         opt_.budget_bytes - bytes_used(), " left");
+  if (q.kv) q.kv->copy_prefix(*from.kv, from.len);
   const int32_t id = next_id_++;
   seqs_.emplace(id, std::move(q));
   return id;
