@@ -889,7 +889,7 @@ inline float q8_0_tile_step(const Q80Tile& b, const block_q8_0& a, int64_t r, fl
 #define SLUICE_Q8_Q8_0_TILE {}
 #endif
 
-// Rows outside, tokens inside, 4 tokens per weight pass: a weight row (≤ a few KiB) stays
+// Rows outside, tokens inside, up to 4 tokens per weight pass: a weight row (≤ a few KiB) stays
 // in L1 while the activation rows stream past it, and each 4-token pass unpacks the weight
 // blocks once. Each output is the same computation whatever the grouping (see above).
 template <template <int> class Dot, int QK>
@@ -903,7 +903,14 @@ void q8_gemm(const void* w, size_t row_bytes, int64_t n_rows, const void* act, s
     const uint8_t* wr = wb + r * row_bytes;
     int64_t t = 0;
     for (; t + kNT <= n_tok; t += kNT) Dot<kNT>::run(wr, ab + t * a_row_bytes, a_row_bytes, nb, y + t * ldy + r, ldy);
-    for (; t < n_tok; ++t) Dot<1>::run(wr, ab + t * a_row_bytes, a_row_bytes, nb, y + t * ldy + r, ldy);
+    // The last 1-3 tokens in one pass too (an expert serving 2 or 3 of a few sequences'
+    // tokens unpacks its rows once, not per token).
+    switch (n_tok - t) {
+      case 3: Dot<3>::run(wr, ab + t * a_row_bytes, a_row_bytes, nb, y + t * ldy + r, ldy); break;
+      case 2: Dot<2>::run(wr, ab + t * a_row_bytes, a_row_bytes, nb, y + t * ldy + r, ldy); break;
+      case 1: Dot<1>::run(wr, ab + t * a_row_bytes, a_row_bytes, nb, y + t * ldy + r, ldy); break;
+      default: break;
+    }
   }
 }
 
