@@ -4,10 +4,10 @@
 //   g++ -std=c++20 -O2 -Isrc bench/bench_kernels.cpp build/libsluice.a -pthread -o bench_kernels
 // Usage: bench_kernels [n_in n_out [types]]   types: comma list of ggml names, e.g. f16,q4_K
 #include <chrono>
-#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
     bes.emplace_back("ref", make_ref_backend());
     for (CpuIsa isa : {CpuIsa::generic, CpuIsa::avx2, CpuIsa::avx512}) {
       if (!cpu_isa_available(isa)) continue;
-      for (int nt : {1, 2}) bes.emplace_back(std::string(cpu_isa_name(isa)) + "/" + std::to_string(nt), make_cpu_backend(nt, isa));
+      for (int nt : {1, 2})
+        bes.emplace_back(std::string(cpu_isa_name(isa)) + "/" + std::to_string(nt), make_cpu_backend(nt, isa));
     }
     for (auto& [name, be] : bes) {
       const double s1 = seconds_per_call([&] { be->matmul(w, x.data(), y.data(), 1); }, 0.3);
@@ -84,12 +85,14 @@ int main(int argc, char** argv) {
   std::vector<float> q(static_cast<size_t>(64 * H * D)), out(q.size());
   for (auto& v : q) v = nd(rng);
   std::printf("attention H=%lld Hkv=%lld D=%lld N=%lld, f16 cache (GB/s of K+V bytes read once)\n",
-              static_cast<long long>(H), static_cast<long long>(Hkv), static_cast<long long>(D), static_cast<long long>(N));
+              static_cast<long long>(H), static_cast<long long>(Hkv), static_cast<long long>(D),
+              static_cast<long long>(N));
   std::vector<std::pair<std::string, std::unique_ptr<Backend>>> bes;
   bes.emplace_back("ref", make_ref_backend());
   for (CpuIsa isa : {CpuIsa::avx2, CpuIsa::avx512}) {
     if (!cpu_isa_available(isa)) continue;
-    for (int nt : {1, 2}) bes.emplace_back(std::string(cpu_isa_name(isa)) + "/" + std::to_string(nt), make_cpu_backend(nt, isa));
+    for (int nt : {1, 2})
+      bes.emplace_back(std::string(cpu_isa_name(isa)) + "/" + std::to_string(nt), make_cpu_backend(nt, isa));
   }
   for (auto& [name, be] : bes) {
     for (int64_t T : {1, 64}) {

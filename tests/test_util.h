@@ -14,11 +14,11 @@ inline std::string shared_dir() { return SLUICE_SHARED_DIR; }
 inline bool have_shared() { return std::filesystem::exists(shared_dir() + "/models/stories260K.gguf"); }
 
 // Skips the test, loudly, when ../shared is not beside the checkout.
-#define SLUICE_REQUIRE_SHARED()                                                                     \
-  do {                                                                                              \
-    if (!::sluice::test::have_shared())                                                             \
-      GTEST_SKIP() << "\n*** ../shared not found at " << ::sluice::test::shared_dir()               \
-                   << ": golden/model tests SKIPPED ***\n";                                         \
+#define SLUICE_REQUIRE_SHARED()                                                       \
+  do {                                                                                \
+    if (!::sluice::test::have_shared())                                               \
+      GTEST_SKIP() << "\n*** ../shared not found at " << ::sluice::test::shared_dir() \
+                   << ": golden/model tests SKIPPED ***\n";                           \
   } while (0)
 
 inline std::vector<float> read_f32_file(const std::string& path) {

@@ -9,7 +9,8 @@ namespace sluice::cli {
 
 CommandRunner add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
-  CLI::App* b = app.add_subcommand("bench", "throughput (pp/tg tok/s), bytes per token and % of the measured memory bandwidth");
+  CLI::App* b = app.add_subcommand("bench",
+                                   "throughput (pp/tg tok/s), bytes per token and % of the measured memory bandwidth");
   b->add_option("-m,--model", args->models, "GGUF model file(s)");
   b->add_option("-p,--n-prompt", args->n_prompt, "prompt tokens per pp test (0: skip)")->capture_default_str();
   b->add_option("-n,--n-gen", args->n_gen, "generated tokens per tg test (0: skip)")->capture_default_str();
@@ -38,13 +39,18 @@ CommandRunner add_bench_command(CLI::App& app) {
       ->capture_default_str();
   b->add_option("--membw-mib", args->membw_mib, "buffer for the bandwidth kernel, MiB")->capture_default_str();
   b->add_flag("--membw", args->membw_only, "only measure memory read bandwidth per thread count");
-  b->add_flag("--profile", args->profile, "per-stage time of the pp runs (matmul GMAC/s) and the tg runs (bytes, GB/s)");
+  b->add_flag("--profile", args->profile,
+              "per-stage time of the pp runs (matmul GMAC/s) and the tg runs (bytes, GB/s)");
   b->add_flag("--exact", args->exact, "float-decode matmuls (no int8 activations): the parity path");
   b->add_flag("--json", args->json, "JSON instead of a markdown table");
-  b->add_option("--experts", args->experts, "where experts live: resident | mmap | stream (stream/mmap: store figures per tg row)")
+  b->add_option("--experts", args->experts,
+                "where experts live: resident | mmap | stream (stream/mmap: store figures per tg row)")
       ->capture_default_str();
-  b->add_option("--expert-cache", args->expert_cache, "stream: expert cache budget (e.g. 4G, 512M; auto: what the memory limit leaves)")->capture_default_str();
-  b->add_flag("--prefetch,!--no-prefetch", args->prefetch, "mmap/stream: predict the next layer's experts and read them early");
+  b->add_option("--expert-cache", args->expert_cache,
+                "stream: expert cache budget (e.g. 4G, 512M; auto: what the memory limit leaves)")
+      ->capture_default_str();
+  b->add_flag("--prefetch,!--no-prefetch", args->prefetch,
+              "mmap/stream: predict the next layer's experts and read them early");
   return [args, b]() -> int {
     if (!b->parsed()) return 0;
     if (args->expert_cache != "auto") args->expert_cache_bytes = parse_byte_size("--expert-cache", args->expert_cache);

@@ -16,10 +16,11 @@ CommandRunner add_pack_command(CLI::App& app) {
     bool unpack = false;
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("pack",
-                                 "rewrite the expert tensors so each (layer, expert) is one 4 KiB-aligned region: one read "
-                                 "per streaming miss. The output is Sluice-only (llama.cpp needs the stacked tensors); "
-                                 "--unpack restores them");
+  auto* cmd =
+      app.add_subcommand("pack",
+                         "rewrite the expert tensors so each (layer, expert) is one 4 KiB-aligned region: one read "
+                         "per streaming miss. The output is Sluice-only (llama.cpp needs the stacked tensors); "
+                         "--unpack restores them");
   cmd->add_option("input", o->in, "GGUF model")->required()->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", o->out, "output GGUF")->required();
   cmd->add_flag("--unpack", o->unpack, "the reverse: stacked expert tensors again, loadable by llama.cpp");

@@ -84,7 +84,8 @@ CommandRunner add_perplexity_command(CLI::App& app) {
   cmd->add_option("--chunks", a->chunks, "chunks to score (-1: all)")->capture_default_str();
   cmd->add_option("--backend", a->backend, "ref | cpu")->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "worker threads (0 = all cores)")->capture_default_str();
-  cmd->add_option("--cache-type", a->cache_type, "KV cache type of K and V (shorthand for both)")->capture_default_str();
+  cmd->add_option("--cache-type", a->cache_type, "KV cache type of K and V (shorthand for both)")
+      ->capture_default_str();
   cmd->add_option("--cache-type-k", a->cache_type_k, "K cache type: " + std::string(kv_type_names()));
   cmd->add_option("--cache-type-v", a->cache_type_v, "V cache type: " + std::string(kv_type_names()));
   cmd->add_flag("--no-auto-asymmetric", a->no_auto_asymmetric, "keep a K type below 8 bits even with GQA >= 6");

@@ -43,31 +43,35 @@ std::string default_tokenizer(std::vector<std::string>* tried) {
 
 std::string fmt_count(double n) {
   char b[32];
-  if (n >= 1e9) std::snprintf(b, sizeof b, "%.2fG", n / 1e9);
-  else if (n >= 1e6) std::snprintf(b, sizeof b, "%.1fM", n / 1e6);
-  else std::snprintf(b, sizeof b, "%.0fK", n / 1e3);
+  if (n >= 1e9)
+    std::snprintf(b, sizeof b, "%.2fG", n / 1e9);
+  else if (n >= 1e6)
+    std::snprintf(b, sizeof b, "%.1fM", n / 1e6);
+  else
+    std::snprintf(b, sizeof b, "%.0fK", n / 1e3);
   return b;
 }
 
 int list_presets() {
-  std::printf("%-10s %-17s %6s %6s %7s %9s %8s %9s  %s\n", "arch", "preset", "n_embd", "layers", "heads", "experts", "vocab",
-              "params", "shape");
+  std::printf("%-10s %-17s %6s %6s %7s %9s %8s %9s  %s\n", "arch", "preset", "n_embd", "layers", "heads", "experts",
+              "vocab", "params", "shape");
   for (SynthShape s : synth_presets()) {
     const bool tok_vocab = s.n_vocab == 0;
     if (tok_vocab) s.n_vocab = 512;  // stories260K's, for the parameter count
-    const std::string experts =
-        s.n_expert ? std::to_string(s.n_expert) + "/" + std::to_string(s.n_expert_used) +
-                         (s.n_expert_shared ? "+" + std::to_string(s.n_expert_shared) : "")
-                   : "-";
-    std::printf("%-10s %-17s %6lld %6lld %3lld/%-3lld %9s %8s %9s  %s\n", s.arch.c_str(), s.preset.c_str(), (long long)s.n_embd,
-                (long long)s.n_layer, (long long)s.n_head, (long long)(s.kv_lora_rank ? 1 : s.n_head_kv), experts.c_str(),
+    const std::string experts = s.n_expert ? std::to_string(s.n_expert) + "/" + std::to_string(s.n_expert_used) +
+                                                 (s.n_expert_shared ? "+" + std::to_string(s.n_expert_shared) : "")
+                                           : "-";
+    std::printf("%-10s %-17s %6lld %6lld %3lld/%-3lld %9s %8s %9s  %s\n", s.arch.c_str(), s.preset.c_str(),
+                (long long)s.n_embd, (long long)s.n_layer, (long long)s.n_head,
+                (long long)(s.kv_lora_rank ? 1 : s.n_head_kv), experts.c_str(),
                 tok_vocab ? "tok" : std::to_string(s.n_vocab).c_str(), fmt_count(double(synth_param_count(s))).c_str(),
                 s.note.c_str());
   }
-  std::printf("\nheads: query/kv (deepseek2: MLA, one latent kv head). experts: total/used+shared.\n"
-              "vocab 'tok': the tokenizer's size (params shown for 512). --layers N overrides the layer count,\n"
-              "--vocab N the vocabulary (the tokenizer is padded with unused tokens).\n"
-              "types: ");
+  std::printf(
+      "\nheads: query/kv (deepseek2: MLA, one latent kv head). experts: total/used+shared.\n"
+      "vocab 'tok': the tokenizer's size (params shown for 512). --layers N overrides the layer count,\n"
+      "--vocab N the vocabulary (the tokenizer is padded with unused tokens).\n"
+      "types: ");
   for (const auto& t : synth_type_names()) std::printf("%s ", t.c_str());
   std::printf("\n");
   return 0;
@@ -141,7 +145,8 @@ int run(const SynthArgs& a) {
 CommandRunner add_synth_command(CLI::App& app) {
   auto args = std::make_shared<SynthArgs>();
   SynthOptions& o = args->opt;
-  auto* cmd = app.add_subcommand("synth", "write a random-weight model of any supported architecture (GGUF, llama.cpp layout)");
+  auto* cmd = app.add_subcommand("synth",
+                                 "write a random-weight model of any supported architecture (GGUF, llama.cpp layout)");
   cmd->footer(
       "Weights are N(0, (gain/sqrt(fan_in))^2), deterministic in (seed, tensor name, index): gain 0.5 (0.5/sqrt(layers)\n"
       "for attn_output and ffn_down*, so deep models keep their routing spread over the experts), 1 for the q/k path,\n"
@@ -156,21 +161,25 @@ CommandRunner add_synth_command(CLI::App& app) {
       "is scaled by 1-0.75X so attention averages the context more evenly. At X=1 routing follows the attention context,\n"
       "which moves slowly along the sequence, so consecutive tokens reuse experts (tiny presets, seed 1: 70-82% of a token's\n"
       "experts were the previous token's, vs 24-25% at X=0 and 27-29% at X=0.5). X=0 (default) is the plain model.");
-  cmd->add_option("--arch", o.arch, "llama | mixtral | qwen3 | qwen3moe | olmoe | deepseek2 (optional with a full-size preset)");
+  cmd->add_option("--arch", o.arch,
+                  "llama | mixtral | qwen3 | qwen3moe | olmoe | deepseek2 (optional with a full-size preset)");
   cmd->add_option("--preset", o.preset, "tiny, or a full-size shape (see --list-presets)")->capture_default_str();
   cmd->add_option("--layers", o.layers, "override the preset's layer count");
   cmd->add_option("--vocab", o.vocab, "override the vocabulary size (pads the tokenizer with unused tokens)");
   cmd->add_option("--type", o.type, "f32 | f16 | q8_0 | q4_0 | q4_k | q6_k | q4_k_m")->capture_default_str();
   cmd->add_option("-o,--output", args->output, "GGUF file to write");
   cmd->add_option("--seed", o.seed, "weight seed")->capture_default_str();
-  cmd->add_option("--tokenizer", o.tokenizer,
-                  "GGUF whose tokenizer.* keys are copied (default ../shared/models/stories260K.gguf, relative to the repo)");
+  cmd->add_option(
+      "--tokenizer", o.tokenizer,
+      "GGUF whose tokenizer.* keys are copied (default ../shared/models/stories260K.gguf, relative to the repo)");
   cmd->add_option("--routing-locality", o.routing_locality, "0..1: make consecutive tokens reuse experts (see below)")
       ->capture_default_str();
-  cmd->add_option("-t,--threads", o.threads, "threads for generation and quantization (0 = all cores)")->capture_default_str();
-  cmd->add_flag("--fast", o.fast,
-                "benchmark models: large quantized matrices reuse a pool of 64 encoded rows block by block (same size and "
-                "distribution, written at disk speed; different weights)");
+  cmd->add_option("-t,--threads", o.threads, "threads for generation and quantization (0 = all cores)")
+      ->capture_default_str();
+  cmd->add_flag(
+      "--fast", o.fast,
+      "benchmark models: large quantized matrices reuse a pool of 64 encoded rows block by block (same size and "
+      "distribution, written at disk speed; different weights)");
   cmd->add_flag("--list-presets", args->list_presets, "print the preset table and exit");
   cmd->add_flag("-q,--quiet", args->quiet, "no progress bar");
   return [args] { return run(*args); };

@@ -11,10 +11,10 @@ namespace sluice::cli {
 
 // Adds a subcommand to `app` and returns the function that runs it (called when it was chosen).
 using CommandRunner = std::function<int()>;
-CommandRunner add_synth_command(CLI::App& app);  // apps/cli/cmd_synth.cpp
+CommandRunner add_synth_command(CLI::App& app);       // apps/cli/cmd_synth.cpp
 CommandRunner add_perplexity_command(CLI::App& app);  // apps/cli/cmd_perplexity.cpp
-CommandRunner add_pack_command(CLI::App& app);   // apps/cli/cmd_pack.cpp
-CommandRunner add_bench_command(CLI::App& app);  // apps/cli/cmd_bench.cpp
+CommandRunner add_pack_command(CLI::App& app);        // apps/cli/cmd_pack.cpp
+CommandRunner add_bench_command(CLI::App& app);       // apps/cli/cmd_bench.cpp
 
 // "4G", "512M", "1.5GiB", "65536": bytes (K/M/G/T are powers of 1024); fails naming `opt`
 // otherwise (apps/cli/options.cpp).

@@ -86,7 +86,10 @@ struct CommonOpts {
   bool mmap_weights = false;
   void add(CLI::App* app) {
     app->add_option("-m,--model", model, "GGUF model file")->required()->check(CLI::ExistingFile);
-    app->add_option("--backend", backend, "ref | cpu (int8 activations on quantized weights) | cpu-exact | cuda (when built; op level, see README)")->capture_default_str();
+    app->add_option(
+           "--backend", backend,
+           "ref | cpu (int8 activations on quantized weights) | cpu-exact | cuda (when built; op level, see README)")
+        ->capture_default_str();
     app->add_option("-t,--threads", threads, "worker threads (0 = all cores)")->capture_default_str();
     app->add_option("-c,--ctx", ctx, "context size in tokens (0 = min(model's, 4096))");
     app->add_option("--cache-type", cache_type, "KV cache type of K and V (shorthand for both)")->capture_default_str();
@@ -95,20 +98,26 @@ struct CommonOpts {
     app->add_flag("--no-auto-asymmetric", no_auto_asymmetric, "keep a K type below 8 bits even with GQA >= 6");
     app->add_option("--experts", experts, "where experts live: resident | mmap (page cache) | stream (bounded cache)")
         ->capture_default_str();
-    app->add_option("--expert-cache", expert_cache, "stream: expert cache budget, never exceeded (e.g. 4G, 512M; auto: 90% of the memory limit (cgroup or available) less the weights in memory and 512 MiB)")
+    app->add_option(
+           "--expert-cache", expert_cache,
+           "stream: expert cache budget, never exceeded (e.g. 4G, 512M; auto: 90% of the memory limit (cgroup or available) less the weights in memory and 512 MiB)")
         ->capture_default_str();
-    app->add_option("--pin-experts", pin_experts, "stream: keep the N most-routed experts of each layer cached (needs --routing-counts)");
-    app->add_option("--routing-counts", routing_counts, "routing-counts JSON choosing --pin-experts (from --routing-counts-out)");
+    app->add_option("--pin-experts", pin_experts,
+                    "stream: keep the N most-routed experts of each layer cached (needs --routing-counts)");
+    app->add_option("--routing-counts", routing_counts,
+                    "routing-counts JSON choosing --pin-experts (from --routing-counts-out)");
     app->add_option("--routing-counts-out", routing_counts_out,
                     "after the run, add this run's per-layer expert routing counts to FILE (a calibration run)");
     app->add_option("--routing-trace-out", routing_trace_out,
                     "after the run, write every expert request to FILE, one layer's per line: \"layer e1 e2 ...\" "
                     "(for cache simulations, bench/stream/cache_sim.py, and training predictors)");
-    app->add_flag("--prefetch,!--no-prefetch", prefetch, "mmap/stream: predict the next layer's experts and read them early");
+    app->add_flag("--prefetch,!--no-prefetch", prefetch,
+                  "mmap/stream: predict the next layer's experts and read them early");
     app->add_flag("--no-prefetch-gate", no_prefetch_gate,
                   "stream: read every predicted expert, evicting any probationary one (for comparisons; the gate "
                   "reads a guess only when it is expected to save more than it wastes)");
-    app->add_option("--prefetch-extra", prefetch_extra, "the predictor stages the top k+M experts (-1: M = max(1, k/4))");
+    app->add_option("--prefetch-extra", prefetch_extra,
+                    "the predictor stages the top k+M experts (-1: M = max(1, k/4))");
     app->add_option("--expert-io", expert_io, "stream: auto | uring | pread")->capture_default_str();
     app->add_flag("--no-direct-io", no_direct_io, "stream: read experts through the page cache instead of O_DIRECT");
     app->add_flag("--mmap", mmap_weights,
@@ -210,13 +219,15 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParam
   std::printf("\n");
   const int n_gen = st.n_generated;
   const double t_prompt = st.prompt_seconds, t_gen = st.generate_seconds;
-  std::fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tok/s); generation: %d tokens in %.3f s (%.1f tok/s); stop: %s\n",
+  std::fprintf(stderr,
+               "prompt: %d tokens in %.3f s (%.1f tok/s); generation: %d tokens in %.3f s (%.1f tok/s); stop: %s\n",
                st.n_prompt, t_prompt, st.n_prompt / std::max(t_prompt, 1e-9), n_gen, t_gen,
                n_gen / std::max(t_gen, 1e-9), stop_reason_name(st.stop));
   co.report_experts(*model);
   if (steady && n_gen > half)
-    std::fprintf(stderr, "steady state (second half of the decode, tokens %d-%d): %s\n", half + 1, n_gen,
-                 format_expert_steady_state(at_half, model->experts().stats(), seconds_since(t_half), n_gen - half).c_str());
+    std::fprintf(
+        stderr, "steady state (second half of the decode, tokens %d-%d): %s\n", half + 1, n_gen,
+        format_expert_steady_state(at_half, model->experts().stats(), seconds_since(t_half), n_gen - half).c_str());
   CommonOpts::report_backend(*be);
   return 0;
 }
@@ -229,7 +240,8 @@ int cmd_eval(const CommonOpts& co, const std::string& tokens_arg, int greedy, co
   auto logits = s.eval(ids, /*all_logits=*/true);
   if (!logits_path.empty()) {
     std::ofstream out(logits_path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
+    out.write(reinterpret_cast<const char*>(logits.data()),
+              static_cast<std::streamsize>(logits.size() * sizeof(float)));
     if (!out) fail("cannot write logits to ", logits_path);
   }
   const int64_t n_vocab = model->hparams().n_vocab;
@@ -268,8 +280,8 @@ int cmd_inspect(const std::string& path) {
     std::printf("  n_vocab %lld, n_embd %lld, n_layer %lld, n_head %lld, n_head_kv %lld, head_dim k/v %lld/%lld\n",
                 (long long)hp.n_vocab, (long long)hp.n_embd, (long long)hp.n_layer, (long long)hp.n_head,
                 (long long)hp.n_head_kv, (long long)hp.head_dim_k, (long long)hp.head_dim_v);
-    std::printf("  n_ff %lld, rms_eps %g, rope base %g, n_rot %lld (%s), ctx_train %lld\n", (long long)hp.n_ff[0], hp.rms_eps,
-                hp.rope_base, (long long)hp.n_rot, hp.rope_mode == RopeMode::neox ? "neox" : "normal",
+    std::printf("  n_ff %lld, rms_eps %g, rope base %g, n_rot %lld (%s), ctx_train %lld\n", (long long)hp.n_ff[0],
+                hp.rms_eps, hp.rope_base, (long long)hp.n_rot, hp.rope_mode == RopeMode::neox ? "neox" : "normal",
                 (long long)hp.n_ctx_train);
   } catch (const Error& e) {
     std::printf("\n(not runnable: %s)\n", e.what());
@@ -280,8 +292,8 @@ int cmd_inspect(const std::string& path) {
   for (const auto& t : f.tensors()) {
     std::string shape;
     for (int d = 0; d < t.n_dims; ++d) shape += (d ? ", " : "") + std::to_string(t.ne[d]);
-    std::printf("%-40s %-6s %-24s %12zu\n", t.name.c_str(), std::string(dtype_name(t.type)).c_str(), ("[" + shape + "]").c_str(),
-                t.nbytes);
+    std::printf("%-40s %-6s %-24s %12zu\n", t.name.c_str(), std::string(dtype_name(t.type)).c_str(),
+                ("[" + shape + "]").c_str(), t.nbytes);
     total += t.nbytes;
     params += t.n_elements();
   }
@@ -290,21 +302,24 @@ int cmd_inspect(const std::string& path) {
   return 0;
 }
 
-int cmd_parity(const std::string& model_path, const std::string& a, const std::string& b, int threads, const std::string& cache_type,
-               const std::string& tokens_arg, const std::string& prompt, int n_decode, bool verbose) {
+int cmd_parity(const std::string& model_path, const std::string& a, const std::string& b, int threads,
+               const std::string& cache_type, const std::string& tokens_arg, const std::string& prompt, int n_decode,
+               bool verbose) {
   auto model = Model::load(model_path);
   auto ba = make_backend(a, threads), bb = make_backend(b, threads);
-  std::vector<int32_t> ids = !tokens_arg.empty() ? parse_token_list(tokens_arg) : model->tokenizer().encode(prompt, true);
+  std::vector<int32_t> ids = !tokens_arg.empty() ? parse_token_list(tokens_arg)
+                                                 : model->tokenizer().encode(prompt, true);
   KvCacheOptions kv;
   kv.n_ctx = static_cast<int64_t>(ids.size()) + n_decode + 1;
   kv.type_k = kv.type_v = *parse_cache_type(cache_type);
   for (const Backend* be : {ba.get(), bb.get()})
     if (const char* q8 = cpu_backend_q8_level(*be))
-      std::fprintf(stderr,
-                   "note: backend '%s' multiplies quantized weights by int8 activations (%s): expect NMSE ~1e-5..1e-3 on "
-                   "quantized models and occasional expert-choice flips, above these float32 limits; cpu-exact is the "
-                   "backend that holds them, the int8 path is held to the llama.cpp goldens instead\n",
-                   be == ba.get() ? a.c_str() : b.c_str(), q8);
+      std::fprintf(
+          stderr,
+          "note: backend '%s' multiplies quantized weights by int8 activations (%s): expect NMSE ~1e-5..1e-3 on "
+          "quantized models and occasional expert-choice flips, above these float32 limits; cpu-exact is the "
+          "backend that holds them, the int8 path is held to the llama.cpp goldens instead\n",
+          be == ba.get() ? a.c_str() : b.c_str(), q8);
   auto rep = run_parity(*model, *ba, *model, *bb, ids, n_decode, kv);
   std::printf("%-20s %6s %10s %12s %12s  %s\n", "name", "layer", "n", "nmse", "max_abs", "");
   for (const auto& e : rep.entries)
@@ -312,8 +327,8 @@ int cmd_parity(const std::string& model_path, const std::string& a, const std::s
       std::printf("%-20s %6d %10lld %12.3e %12.3e  %s\n", e.name.c_str(), e.layer, (long long)e.n, e.nmse, e.max_abs,
                   e.ok() ? "ok" : "DIVERGES");
   if (const ParityEntry* e = rep.first_divergence()) {
-    std::printf("first divergence: %s (layer %d): nmse %.3e > tolerance %.1e, max |diff| %.3e\n", e->name.c_str(), e->layer,
-                e->nmse, e->tolerance, e->max_abs);
+    std::printf("first divergence: %s (layer %d): nmse %.3e > tolerance %.1e, max |diff| %.3e\n", e->name.c_str(),
+                e->layer, e->nmse, e->tolerance, e->max_abs);
     return 1;
   }
   double worst = 0;
@@ -347,7 +362,8 @@ int main(int argc, char** argv) {
   run->add_option("--repeat-last-n", sp.penalty_last_n, "tokens the penalties look back over")->capture_default_str();
   run->add_option("-s,--seed", sp.seed, "RNG seed")->capture_default_str();
   run->add_flag("--ignore-eos", gp.ignore_eos, "keep generating after end-of-sequence");
-  run->add_option("--stop", gp.stop, "stop when the text reaches this string (repeatable; the string itself is not printed)")
+  run->add_option("--stop", gp.stop,
+                  "stop when the text reaches this string (repeatable; the string itself is not printed)")
       ->allow_extra_args(false);
 
   CommonOpts eval_co;
@@ -375,7 +391,8 @@ int main(int argc, char** argv) {
   parity->add_option("--tokens", par_tokens, "comma-separated token ids (default: the tokenized prompt)");
   parity->add_option("-p,--prompt", par_prompt, "prompt text")->capture_default_str();
   parity->add_option("--decode", par_decode, "greedy decode steps compared after the prompt")->capture_default_str();
-  parity->add_option("--cache-type", par_cache, "KV cache type: " + std::string(kv_type_names()))->capture_default_str();
+  parity->add_option("--cache-type", par_cache, "KV cache type: " + std::string(kv_type_names()))
+      ->capture_default_str();
   parity->add_flag("-v,--verbose", par_verbose, "print every intermediate, not only divergent ones");
 
   auto run_synth = cli::add_synth_command(app);
@@ -396,7 +413,9 @@ int main(int argc, char** argv) {
     if (*run) return cmd_run(run_co, prompt, gp);
     if (*eval) return cmd_eval(eval_co, tokens_arg, greedy, logits_path);
     if (*inspect) return cmd_inspect(inspect_path);
-    if (*parity) return cmd_parity(par_model, par_a, par_b, par_threads, par_cache, par_tokens, par_prompt, par_decode, par_verbose);
+    if (*parity)
+      return cmd_parity(par_model, par_a, par_b, par_threads, par_cache, par_tokens, par_prompt, par_decode,
+                        par_verbose);
   } catch (const Error& e) {
     std::fprintf(stderr, "sluice: error: %s\n", e.what());
     return 1;

@@ -19,7 +19,7 @@ struct EngineOptions {
 
 struct GenerateOptions {
   int n_predict = 64;
-  float temp = 0.8f;       // <= 0: greedy
+  float temp = 0.8f;  // <= 0: greedy
   int top_k = 40;
   float top_p = 0.95f;
   float min_p = 0.05f;
@@ -28,7 +28,7 @@ struct GenerateOptions {
   float frequency_penalty = 0.0f;  // logit -= count * frequency over the window
   int penalty_last_n = 64;         // tokens (prompt included) the penalties look back over; 0 off, < 0 all
   uint64_t seed = 0x736c75696365ull;
-  bool ignore_eos = false;         // keep generating past end-of-generation tokens (EOS, EOT, ...)
+  bool ignore_eos = false;  // keep generating past end-of-generation tokens (EOS, EOT, ...)
   // Generation stops when the text reaches one of these (they may span tokens). The text up to
   // it is returned and streamed; the stop string itself and anything after it are not.
   std::vector<std::string> stop;
@@ -68,7 +68,8 @@ class Engine {
   // was sampled. Invalid UTF-8 from the model is passed on as-is. Returns the text streamed
   // (when on_piece stops the run, what was held back at that point is dropped).
   std::string generate(std::string_view prompt, const GenerateOptions& opt,
-                       const std::function<bool(std::string_view piece)>& on_piece = {}, GenerateStats* stats = nullptr);
+                       const std::function<bool(std::string_view piece)>& on_piece = {},
+                       GenerateStats* stats = nullptr);
 
  private:
   friend class Context;

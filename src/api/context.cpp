@@ -55,8 +55,8 @@ std::vector<std::vector<float>> Context::decode(const std::vector<Input>& inputs
     auto it = next.try_emplace(in.seq, mem.seq_len(in.seq)).first;
     for (size_t t = 0; t < in.tokens.size(); ++t) {
       if (in.tokens[t] < 0 || in.tokens[t] >= V)
-        fail("decode: entry ", i, " (sequence ", in.seq, ") token ", t, " = ", in.tokens[t], " is outside the vocabulary (",
-             V, ")");
+        fail("decode: entry ", i, " (sequence ", in.seq, ") token ", t, " = ", in.tokens[t],
+             " is outside the vocabulary (", V, ")");
       all.add(in.tokens[t], in.seq, static_cast<int32_t>(it->second++), in.want_logits && t + 1 == in.tokens.size());
     }
   }
@@ -72,7 +72,8 @@ std::vector<std::vector<float>> Context::decode(const std::vector<Input>& inputs
     for (int64_t i = i0; i < i0 + n; ++i) chunk.add(all.tokens[i], all.seq[i], all.pos[i], all.logits[i]);
     logits.resize(static_cast<size_t>(chunk.n_outputs() * V));
     m.forward(*impl_->backend, mem, chunk, logits.data(), nullptr);
-    for (int64_t r = 0; r < chunk.n_outputs(); ++r) out.emplace_back(logits.begin() + r * V, logits.begin() + (r + 1) * V);
+    for (int64_t r = 0; r < chunk.n_outputs(); ++r)
+      out.emplace_back(logits.begin() + r * V, logits.begin() + (r + 1) * V);
   }
   return out;
 }

@@ -38,9 +38,9 @@ struct AttentionArgs {
   size_t v_row_bytes = 0;
   float* out = nullptr;  // [T][H][Dv]
   int64_t n_tok = 0, n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0;
-  int64_t n_kv = 0;   // positions 0..n_kv-1 are in the cache
-  int64_t pos0 = 0;   // position of token 0; token t attends to positions <= pos0 + t (causal)
-  float scale = 1.0f; // applied to q·k before softmax
+  int64_t n_kv = 0;               // positions 0..n_kv-1 are in the cache
+  int64_t pos0 = 0;               // position of token 0; token t attends to positions <= pos0 + t (causal)
+  float scale = 1.0f;             // applied to q·k before softmax
   const TqCodec* k_tq = nullptr;  // set iff k_type is a tq type
   const TqCodec* v_tq = nullptr;  // set iff v_type is a tq type
 };
@@ -52,13 +52,13 @@ enum class MoeGating {
 
 // How an MoE layer routes tokens to experts. Field names follow llama.cpp's metadata keys.
 struct MoeOptions {
-  int64_t n_expert = 0;          // {arch}.expert_count (0: the model is dense)
-  int64_t n_expert_used = 0;     // {arch}.expert_used_count: k experts per token
+  int64_t n_expert = 0;                   // {arch}.expert_count (0: the model is dense)
+  int64_t n_expert_used = 0;              // {arch}.expert_used_count: k experts per token
   MoeGating gating = MoeGating::softmax;  // {arch}.expert_gating_func (1 softmax, 2 sigmoid)
-  bool norm_weights = false;     // renormalise the k chosen weights to sum 1 (sum clamped >= 6.1035e-5)
-  float weights_scale = 1.0f;    // {arch}.expert_weights_scale, applied when neither 0 nor 1
-  int64_t n_group = 1;           // {arch}.expert_group_count: group-limited routing (deepseek2)
-  int64_t n_group_used = 1;      // {arch}.expert_group_used_count: groups kept per token
+  bool norm_weights = false;              // renormalise the k chosen weights to sum 1 (sum clamped >= 6.1035e-5)
+  float weights_scale = 1.0f;             // {arch}.expert_weights_scale, applied when neither 0 nor 1
+  int64_t n_group = 1;                    // {arch}.expert_group_count: group-limited routing (deepseek2)
+  int64_t n_group_used = 1;               // {arch}.expert_group_used_count: groups kept per token
 };
 
 // One routed expert of a single token's MoE FFN: its SwiGLU matrices and its routing weight.
@@ -138,11 +138,13 @@ class Backend {
   // host code every backend shares (the ref twins); an override must give the same bits.
   //
   // Strided copy: dst[r*dst_stride + c] = src[r*src_stride + c], r < rows, c < cols.
-  virtual void copy_2d(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows, int64_t cols);
+  virtual void copy_2d(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+                       int64_t cols);
   // dst row i = src row idx[i], rows of `width` floats.
   virtual void gather_rows(const float* src, int64_t width, const int64_t* idx, int64_t n, float* dst);
   // out row idx[i] += w[i] * y row i, for i = 0..n-1 in that order (the order fixes the sum).
-  virtual void add_rows_weighted(const float* y, int64_t width, const int64_t* idx, const float* w, int64_t n, float* out);
+  virtual void add_rows_weighted(const float* y, int64_t width, const int64_t* idx, const float* w, int64_t n,
+                                 float* out);
   // x[0..n) = v.
   virtual void fill(float* x, int64_t n, float v);
   // MoE routing of n_tok tokens from router logits [n_tok][n_expert]: probabilities into
@@ -155,9 +157,9 @@ class Backend {
 };
 
 struct BackendOptions {
-  int n_threads = 0;              // cpu: <= 0 picks the core count
-  size_t gpu_expert_cache = 0;    // cuda: VRAM bytes for routed experts, cached by (layer, expert); 0: no
-                                  // separate budget (experts cached like every other weight)
+  int n_threads = 0;            // cpu: <= 0 picks the core count
+  size_t gpu_expert_cache = 0;  // cuda: VRAM bytes for routed experts, cached by (layer, expert); 0: no
+                                // separate budget (experts cached like every other weight)
 };
 
 // "ref", "cpu", "cpu-exact" or "cuda" (when built). Throws Error for an unknown name, a

@@ -12,7 +12,8 @@
 
 namespace sluice {
 
-void Backend::copy_2d(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows, int64_t cols) {
+void Backend::copy_2d(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+                      int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * src_stride, cols, dst + r * dst_stride);
 }
 
@@ -20,7 +21,8 @@ void Backend::gather_rows(const float* src, int64_t width, const int64_t* idx, i
   for (int64_t i = 0; i < n; ++i) std::copy_n(src + idx[i] * width, width, dst + i * width);
 }
 
-void Backend::add_rows_weighted(const float* y, int64_t width, const int64_t* idx, const float* w, int64_t n, float* out) {
+void Backend::add_rows_weighted(const float* y, int64_t width, const int64_t* idx, const float* w, int64_t n,
+                                float* out) {
   for (int64_t i = 0; i < n; ++i) {
     float* o = out + idx[i] * width;
     const float* yi = y + i * width;
@@ -68,9 +70,8 @@ void Backend::moe_route(const MoeOptions& opt, const float* logits, float* probs
 
     // Top-k by score, descending; ties to the lower expert id.
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      return score[a] > score[b] || (score[a] == score[b] && a < b);
-    });
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t a, int32_t b) { return score[a] > score[b] || (score[a] == score[b] && a < b); });
     float sum = 0;
     for (int64_t j = 0; j < k; ++j) {
       experts[t * k + j] = order[j];

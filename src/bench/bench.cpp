@@ -284,13 +284,15 @@ void CountingBackend::timed(BenchStage s, uint64_t bytes, F&& f) {
 
 void CountingBackend::matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) {
   last_ = bench_stage_of(w.name);
-  const uint64_t macs = static_cast<uint64_t>(w.ne[0]) * static_cast<uint64_t>(w.n_rows()) * static_cast<uint64_t>(n_tok);
+  const uint64_t macs = static_cast<uint64_t>(w.ne[0]) * static_cast<uint64_t>(w.n_rows()) *
+                        static_cast<uint64_t>(n_tok);
   c_.macs += macs;
   c_.stage_macs[static_cast<size_t>(last_)] += macs;
   timed(last_, static_cast<uint64_t>(w.n_rows()) * w.row_bytes(), [&] { in_.matmul(w, x, y, n_tok); });
 }
 void CountingBackend::get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) {
-  timed(bench_stage_of(table.name), static_cast<uint64_t>(n) * table.row_bytes(), [&] { in_.get_rows(table, ids, n, out); });
+  timed(bench_stage_of(table.name), static_cast<uint64_t>(n) * table.row_bytes(),
+        [&] { in_.get_rows(table, ids, n, out); });
 }
 void CountingBackend::rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) {
   timed(BenchStage::other, 0, [&] { in_.rms_norm(x, w, y, n_rows, n, eps); });
@@ -338,7 +340,8 @@ void CountingBackend::moe_ffn_batch(std::span<const FfnExpertRows> experts, cons
   for (const FfnExpertRows& e : experts)
     for (const TensorView* w : {e.gate, e.up, e.down}) {
       bytes += static_cast<uint64_t>(w->n_rows()) * w->row_bytes();  // read once for all its tokens
-      const uint64_t macs = static_cast<uint64_t>(w->ne[0]) * static_cast<uint64_t>(w->n_rows()) * static_cast<uint64_t>(e.n);
+      const uint64_t macs = static_cast<uint64_t>(w->ne[0]) * static_cast<uint64_t>(w->n_rows()) *
+                            static_cast<uint64_t>(e.n);
       c_.macs += macs;
       c_.stage_macs[static_cast<size_t>(BenchStage::experts)] += macs;
     }

@@ -26,8 +26,8 @@
 #include "bench/bench.h"
 #include "core/error.h"
 #include "kvcodec/kvcodec.h"
-#include "models/model.h"
 #include "memory/expert_store.h"
+#include "models/model.h"
 #include "runtime/session.h"
 
 namespace sluice {
@@ -89,8 +89,8 @@ std::string base_name(const std::string& p) {
 // The --profile table of a pp row: time per prompt batch by stage, and each stage's matmul
 // multiply-adds per second against the int8 peak measured in the same run (the attention stage
 // also holds the float attention op, which does no int8 multiply-adds).
-std::string pp_profile(const BenchCounters& c, const std::string& model, int threads, const std::string& cache, int n_prompt,
-                       const std::string& at, int reps, double total_s, double peak) {
+std::string pp_profile(const BenchCounters& c, const std::string& model, int threads, const std::string& cache,
+                       int n_prompt, const std::string& at, int reps, double total_s, double peak) {
   std::string out;
   char buf[320];
   std::snprintf(buf, sizeof buf, "\nprofile: %s, %d threads, cache %s, pp%d%s (per batch; int8 peak %.1f GMAC/s)\n\n",
@@ -107,8 +107,8 @@ std::string pp_profile(const BenchCounters& c, const std::string& model, int thr
                   100 * c.seconds[i] / total_s, gmac, rate / 1e9, peak > 0 ? 100 * rate / peak : 0.0);
     out += buf;
   }
-  std::snprintf(buf, sizeof buf, "| (outside ops: routing, gather) | %.1f | %.1f | | | |\n", 1e3 * (total_s - staged) / reps,
-                100 * (total_s - staged) / total_s);
+  std::snprintf(buf, sizeof buf, "| (outside ops: routing, gather) | %.1f | %.1f | | | |\n",
+                1e3 * (total_s - staged) / reps, 100 * (total_s - staged) / total_s);
   out += buf;
   const double rate = static_cast<double>(c.macs) / total_s;
   std::snprintf(buf, sizeof buf, "| total | %.1f | 100 | %.2f | %.1f | %.1f |\n", 1e3 * total_s / reps,
@@ -124,16 +124,16 @@ std::string tg_profile(const BenchCounters& c, const std::string& model, int thr
   double staged = 0;
   for (double x : c.seconds) staged += x;
   char buf[320];
-  std::snprintf(buf, sizeof buf, "\nprofile: %s, %d threads, cache %s, %s (per token; SOL at %.1f GB/s)\n\n", model.c_str(),
-                threads, cache.c_str(), test.c_str(), bw / 1e9);
+  std::snprintf(buf, sizeof buf, "\nprofile: %s, %d threads, cache %s, %s (per token; SOL at %.1f GB/s)\n\n",
+                model.c_str(), threads, cache.c_str(), test.c_str(), bw / 1e9);
   out += buf;
   out += "| stage | ms | % time | MB read | GB/s | SOL % |\n| --- | ---: | ---: | ---: | ---: | ---: |\n";
   for (size_t i = 0; i < c.seconds.size(); ++i) {
     const double ms = 1e3 * c.seconds[i] / n_tok, mb = c.bytes[i] / n_tok / 1e6;
     const double g = c.seconds[i] > 0 ? c.bytes[i] / c.seconds[i] : 0;
     std::snprintf(buf, sizeof buf, "| %s | %.3f | %.1f | %.2f | %.1f | %.1f |\n",
-                  std::string(bench_stage_name(static_cast<BenchStage>(i))).c_str(), ms, 100 * c.seconds[i] / total_s, mb,
-                  g / 1e9, 100 * g / bw);
+                  std::string(bench_stage_name(static_cast<BenchStage>(i))).c_str(), ms, 100 * c.seconds[i] / total_s,
+                  mb, g / 1e9, 100 * g / bw);
     out += buf;
   }
   std::snprintf(buf, sizeof buf, "| (outside ops: routing, gather, sampling) | %.3f | %.1f | | | |\n",
@@ -190,8 +190,9 @@ int run_bench(const BenchArgs& a) {
     max_depth = std::max(max_depth, d);
   }
   if (!a.json)
-    std::printf("| model | size | params | backend | threads | cache K/V | test | t/s | GB/s read / membw | SOL %% |\n"
-                "| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |\n");
+    std::printf(
+        "| model | size | params | backend | threads | cache K/V | test | t/s | GB/s read / membw | SOL %% |\n"
+        "| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |\n");
   std::string profile_text, experts_text, sequences_text;
   for (const std::string& path : a.models) {
     std::fprintf(stderr, "bench: loading %s\n", path.c_str());
@@ -261,11 +262,21 @@ int run_bench(const BenchArgs& a) {
             if (sol <= 0 && gbps > 0) sol = gbps / bw_run;
             const Stats st = stats(tps);
             if (a.json) {
-              nlohmann::json j = {{"model", base_name(path)}, {"size_bytes", model->weight_bytes()}, {"params", params},
-                                  {"backend", be_name}, {"threads", t}, {"cache_type_k", kv_type_name(tk)},
-                                  {"cache_type_v", kv_type_name(tv)}, {"kv_bytes_per_token", s.kv_cache().bytes_per_token()},
-                                  {"depth", depth}, {"depth_synthetic", depth > 0}, {"test", test}, {"tps_mean", st.mean},
-                                  {"tps_sd", st.sd}, {"samples_tps", tps}, {"membw_gbps", bw_run / 1e9}};
+              nlohmann::json j = {{"model", base_name(path)},
+                                  {"size_bytes", model->weight_bytes()},
+                                  {"params", params},
+                                  {"backend", be_name},
+                                  {"threads", t},
+                                  {"cache_type_k", kv_type_name(tk)},
+                                  {"cache_type_v", kv_type_name(tv)},
+                                  {"kv_bytes_per_token", s.kv_cache().bytes_per_token()},
+                                  {"depth", depth},
+                                  {"depth_synthetic", depth > 0},
+                                  {"test", test},
+                                  {"tps_mean", st.mean},
+                                  {"tps_sd", st.sd},
+                                  {"samples_tps", tps},
+                                  {"membw_gbps", bw_run / 1e9}};
               if (gbps > 0) {
                 j["gbps"] = gbps / 1e9;
                 j["sol_fraction"] = sol;
@@ -278,17 +289,18 @@ int run_bench(const BenchArgs& a) {
               }
               out.push_back(j);
             } else if (gbps > 0) {
-              std::printf("| %s | %s | %s | %s | %d | %s | %s | %.2f ± %.2f | %.2f / %.2f | %.1f |\n", base_name(path).c_str(),
-                          size.c_str(), n_params.c_str(), be_name.c_str(), t, cache.c_str(), test.c_str(), st.mean, st.sd,
-                          gbps / 1e9, bw_run / 1e9, 100.0 * sol);
+              std::printf("| %s | %s | %s | %s | %d | %s | %s | %.2f ± %.2f | %.2f / %.2f | %.1f |\n",
+                          base_name(path).c_str(), size.c_str(), n_params.c_str(), be_name.c_str(), t, cache.c_str(),
+                          test.c_str(), st.mean, st.sd, gbps / 1e9, bw_run / 1e9, 100.0 * sol);
             } else if (macs_per_s > 0 && peak > 0) {
               // Prefill rows: matmul GMAC/s against the int8 peak (see the note under the table).
               std::printf("| %s | %s | %s | %s | %d | %s | %s | %.2f ± %.2f | %.1f / %.1f GMAC/s | %.1f |\n",
                           base_name(path).c_str(), size.c_str(), n_params.c_str(), be_name.c_str(), t, cache.c_str(),
                           test.c_str(), st.mean, st.sd, macs_per_s / 1e9, peak / 1e9, 100.0 * macs_per_s / peak);
             } else {
-              std::printf("| %s | %s | %s | %s | %d | %s | %s | %.2f ± %.2f | | |\n", base_name(path).c_str(), size.c_str(),
-                          n_params.c_str(), be_name.c_str(), t, cache.c_str(), test.c_str(), st.mean, st.sd);
+              std::printf("| %s | %s | %s | %s | %d | %s | %s | %.2f ± %.2f | | |\n", base_name(path).c_str(),
+                          size.c_str(), n_params.c_str(), be_name.c_str(), t, cache.c_str(), test.c_str(), st.mean,
+                          st.sd);
             }
             std::fflush(stdout);
           };
@@ -305,8 +317,8 @@ int run_bench(const BenchArgs& a) {
             be.reset();
             double total_s = 0;
             for (int r = 0; r < a.reps; ++r) {
-              std::fprintf(stderr, "bench: %d threads, %s: pp%d%s rep %d/%d\n", t, cache.c_str(), a.n_prompt, at.c_str(), r + 1,
-                           a.reps);
+              std::fprintf(stderr, "bench: %d threads, %s: pp%d%s rep %d/%d\n", t, cache.c_str(), a.n_prompt,
+                           at.c_str(), r + 1, a.reps);
               std::vector<int32_t> p(static_cast<size_t>(a.n_prompt));
               for (auto& x : p) x = tok(rng);
               s.set_n_past(depth);
@@ -319,7 +331,9 @@ int run_bench(const BenchArgs& a) {
               macs_s.push_back(static_cast<double>(be.counters().macs - m0) / sec);
             }
             row("pp" + std::to_string(a.n_prompt) + at, tps, 0, {}, 0, 0, stats(macs_s).mean);
-            if (a.profile) profile_text += pp_profile(be.counters(), base_name(path), t, cache, a.n_prompt, at, a.reps, total_s, peak);
+            if (a.profile)
+              profile_text += pp_profile(be.counters(), base_name(path), t, cache, a.n_prompt, at, a.reps, total_s,
+                                         peak);
           }
           // tg with N sequences decoding together: every step is one batch of N tokens, so the
           // dense weights are read once per step and each chosen expert once for all tokens
@@ -368,9 +382,9 @@ int run_bench(const BenchArgs& a) {
               out.back()["bytes_per_token"] = step_bytes / n_seq;
             } else {
               char buf[256];
-              std::snprintf(buf, sizeof buf, "| %s | %d | tg%d x%d%s | %.2f | %.2f | %.1f | %.1f |\n", base_name(path).c_str(), t,
-                            a.n_gen, n_seq, at.c_str(), stats(tps).mean, stats(tps).mean / n_seq, step_bytes / 1e6,
-                            step_bytes / n_seq / 1e6);
+              std::snprintf(buf, sizeof buf, "| %s | %d | tg%d x%d%s | %.2f | %.2f | %.1f | %.1f |\n",
+                            base_name(path).c_str(), t, a.n_gen, n_seq, at.c_str(), stats(tps).mean,
+                            stats(tps).mean / n_seq, step_bytes / 1e6, step_bytes / n_seq / 1e6);
               sequences_text += buf;
             }
           }
@@ -381,8 +395,8 @@ int run_bench(const BenchArgs& a) {
             double total_s = 0;
             const ExpertStats e0 = model->experts().stats();
             for (int r = 0; r < a.reps; ++r) {
-              std::fprintf(stderr, "bench: %d threads, %s: tg%d%s rep %d/%d\n", t, cache.c_str(), a.n_gen, at.c_str(), r + 1,
-                           a.reps);
+              std::fprintf(stderr, "bench: %d threads, %s: tg%d%s rep %d/%d\n", t, cache.c_str(), a.n_gen, at.c_str(),
+                           r + 1, a.reps);
               bw_rep.push_back(membw_read(t, a.membw_mib << 20, 1));
               s.set_n_past(depth);
               std::vector<int32_t> one{tok(rng)};
@@ -410,12 +424,14 @@ int run_bench(const BenchArgs& a) {
                 nlohmann::json& j = out.back();
                 j["experts"] = e1.policy;
                 j["expert_cache_bytes"] = e1.cache_budget;
-                j["expert_hit_rate"] = d(&ExpertStats::requests) > 0 ? d(&ExpertStats::hits) / d(&ExpertStats::requests) : 0.0;
+                j["expert_hit_rate"] = d(&ExpertStats::requests) > 0 ? d(&ExpertStats::hits) / d(&ExpertStats::requests)
+                                                                     : 0.0;
                 j["prefetch_recall"] = d(&ExpertStats::used_with_prediction) > 0
                                            ? d(&ExpertStats::predicted_used) / d(&ExpertStats::used_with_prediction)
                                            : 0.0;
-                j["prefetch_precision"] =
-                    d(&ExpertStats::predicted) > 0 ? d(&ExpertStats::predicted_used) / d(&ExpertStats::predicted) : 0.0;
+                j["prefetch_precision"] = d(&ExpertStats::predicted) > 0
+                                              ? d(&ExpertStats::predicted_used) / d(&ExpertStats::predicted)
+                                              : 0.0;
                 j["expert_bytes_read_per_token"] = d(&ExpertStats::bytes_read) / static_cast<double>(n_tok);
                 j["stall_ms_per_token"] = 1e3 * (e1.stall_seconds - e0.stall_seconds) / static_cast<double>(n_tok);
                 j["peak_rss_bytes"] = peak_rss_bytes();
@@ -424,9 +440,10 @@ int run_bench(const BenchArgs& a) {
               } else {
                 const double read_bw = double(e1.bytes_read - e0.bytes_read) / std::max(total_s, 1e-9);
                 char sol[96];
-                std::snprintf(sol, sizeof sol, " | %.0f%% of %.0f MB/s", disk_bw > 0 ? 100 * read_bw / disk_bw : 0.0, disk_bw / 1e6);
-                experts_text += "| " + base_name(path) + " | " + std::to_string(t) + " | tg" + std::to_string(a.n_gen) + at +
-                                " | " + format_expert_steady_state(e0, e1, total_s, n_tok) + sol + " |\n";
+                std::snprintf(sol, sizeof sol, " | %.0f%% of %.0f MB/s", disk_bw > 0 ? 100 * read_bw / disk_bw : 0.0,
+                              disk_bw / 1e6);
+                experts_text += "| " + base_name(path) + " | " + std::to_string(t) + " | tg" + std::to_string(a.n_gen) +
+                                at + " | " + format_expert_steady_state(e0, e1, total_s, n_tok) + sol + " |\n";
               }
             }
             if (a.profile)
@@ -438,22 +455,26 @@ int run_bench(const BenchArgs& a) {
     }
   }
   if (!a.json && max_depth > 0)
-    std::printf("\n@ dN: the run starts with N positions in the KV cache, synthetic K/V rows (Gaussian, K RMS 1, "
-                "V RMS 0.5) written through the cache's codecs, not a prefill.\n");
+    std::printf(
+        "\n@ dN: the run starts with N positions in the KV cache, synthetic K/V rows (Gaussian, K RMS 1, "
+        "V RMS 0.5) written through the cache's codecs, not a prefill.\n");
   if (!experts_text.empty())
-    std::printf("\nexpert store during the tg runs (%s, --expert-cache %s%s; peak RSS %.2f GB):\n\n"
-                "| model | threads | test | figures | disk (reads over the decode / O_DIRECT speed measured here) |\n"
-                "| --- | ---: | --- | --- | ---: |\n%s",
-                a.experts.c_str(), a.expert_cache.c_str(), a.prefetch ? "" : ", no prefetch", peak_rss_bytes() / 1e9,
-                experts_text.c_str());
+    std::printf(
+        "\nexpert store during the tg runs (%s, --expert-cache %s%s; peak RSS %.2f GB):\n\n"
+        "| model | threads | test | figures | disk (reads over the decode / O_DIRECT speed measured here) |\n"
+        "| --- | ---: | --- | --- | ---: |\n%s",
+        a.experts.c_str(), a.expert_cache.c_str(), a.prefetch ? "" : ", no prefetch", peak_rss_bytes() / 1e9,
+        experts_text.c_str());
   if (!sequences_text.empty())
-    std::printf("\nsequences decoding together (tgN xS: S sequences, one batch of S tokens per step):\n\n"
-                "| model | threads | test | aggregate t/s | t/s per sequence | MB read per step | MB read per token |\n"
-                "| --- | ---: | --- | ---: | ---: | ---: | ---: |\n%s",
-                sequences_text.c_str());
+    std::printf(
+        "\nsequences decoding together (tgN xS: S sequences, one batch of S tokens per step):\n\n"
+        "| model | threads | test | aggregate t/s | t/s per sequence | MB read per step | MB read per token |\n"
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: |\n%s",
+        sequences_text.c_str());
   if (!a.json && a.n_prompt > 0)
-    std::printf("\npp rows: matmul multiply-accumulates per second (weights x activations, attention not counted) / "
-                "the int8 peak measured by the same binary (vpdpbusd chains, or vpmaddubsw+vpmaddwd without VNNI).\n");
+    std::printf(
+        "\npp rows: matmul multiply-accumulates per second (weights x activations, attention not counted) / "
+        "the int8 peak measured by the same binary (vpdpbusd chains, or vpmaddubsw+vpmaddwd without VNNI).\n");
   if (a.json)
     std::cout << out.dump(2) << "\n";
   else

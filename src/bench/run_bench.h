@@ -22,7 +22,7 @@ struct BenchArgs {
   size_t membw_mib = 1024;
   // Where the experts live (memory/expert_store.h), as for `sluice run`.
   std::string experts = "resident", expert_cache = "4G";  // as given (labels; "auto")
-  size_t expert_cache_bytes = size_t{4} << 30;             // expert_cache parsed, unless "auto"
+  size_t expert_cache_bytes = size_t{4} << 30;            // expert_cache parsed, unless "auto"
   bool prefetch = true;
 };
 

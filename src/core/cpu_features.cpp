@@ -38,7 +38,7 @@ CpuFeatures detect() {
   const bool has_fma = (c >> 12) & 1, has_f16c = (c >> 29) & 1, has_avx = (c >> 28) & 1;
   if (!osxsave || !has_avx) return f;
   const uint64_t xcr0 = read_xcr0();
-  const bool os_ymm = (xcr0 & 0x6) == 0x6;             // SSE + AVX state
+  const bool os_ymm = (xcr0 & 0x6) == 0x6;              // SSE + AVX state
   const bool os_zmm = os_ymm && (xcr0 & 0xe0) == 0xe0;  // opmask + ZMM_Hi256 + Hi16_ZMM
   const bool os_tile = (xcr0 & 0x60000) == 0x60000;     // XTILECFG + XTILEDATA
   if (!os_ymm) return f;

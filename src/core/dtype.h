@@ -34,10 +34,10 @@ enum class DType : uint32_t {
 
 struct DTypeTraits {
   DType type;
-  std::string_view name;   // ggml's spelling: "f32", "q4_K", ...
-  int64_t block_size;      // elements per block (1 for plain types)
-  size_t block_bytes;      // bytes per block
-  bool quantized;          // needs quant/ to (de)quantize
+  std::string_view name;  // ggml's spelling: "f32", "q4_K", ...
+  int64_t block_size;     // elements per block (1 for plain types)
+  size_t block_bytes;     // bytes per block
+  bool quantized;         // needs quant/ to (de)quantize
 };
 
 // Traits for a ggml type id, or nullopt if Sluice does not know the id. GGUF parsing uses

@@ -21,7 +21,9 @@ struct TensorView {
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
   size_t row_bytes() const { return dtype_row_bytes(type, ne[0]); }
-  const uint8_t* row(int64_t i) const { return static_cast<const uint8_t*>(data) + static_cast<size_t>(i) * row_bytes(); }
+  const uint8_t* row(int64_t i) const {
+    return static_cast<const uint8_t*>(data) + static_cast<size_t>(i) * row_bytes();
+  }
   // The 2-D matrix of expert e of a stacked [in, out, n_expert] tensor.
   TensorView slice2d(int64_t e) const {
     TensorView v = *this;

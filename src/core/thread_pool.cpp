@@ -47,9 +47,7 @@ ThreadPool::~ThreadPool() {
 }
 
 // At most 65535 chunks: the count shares claim_ with the generation and the next chunk.
-int64_t ThreadPool::n_chunks(int64_t n) const {
-  return std::min<int64_t>({n, kChunksPerThread * n_threads_, 0xffff});
-}
+int64_t ThreadPool::n_chunks(int64_t n) const { return std::min<int64_t>({n, kChunksPerThread * n_threads_, 0xffff}); }
 
 void ThreadPool::run_chunks(uint32_t gen, int index) {
   uint64_t c = claim_.load(std::memory_order_acquire);

@@ -52,9 +52,9 @@ std::string_view gguf_type_name(GgufType t) {
 
 namespace {
 
-constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as a little-endian u32
-constexpr int kMaxArrayDepth = 16;           // nested arrays: real files use 1 level; bounds recursion
-constexpr size_t kMinKvBytes = 8 + 4 + 1;    // empty key, type, smallest value
+constexpr uint32_t kGgufMagic = 0x46554747;                // "GGUF" read as a little-endian u32
+constexpr int kMaxArrayDepth = 16;                         // nested arrays: real files use 1 level; bounds recursion
+constexpr size_t kMinKvBytes = 8 + 4 + 1;                  // empty key, type, smallest value
 constexpr size_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // empty name, n_dims, 1 dim, type, offset
 // Counts from the file are only trusted for reserve() up to this; beyond it containers grow
 // as entries are actually read, so a corrupt count in a 10 GB file cannot allocate gigabytes.
@@ -88,10 +88,17 @@ std::string printable(std::string_view s, size_t max_len = 80) {
 // Smallest encoded size of one value of type t (as an array item: arrays carry no type tag).
 size_t min_item_bytes(GgufType t) {
   switch (t) {
-    case GgufType::UINT8: case GgufType::INT8: case GgufType::BOOL: return 1;
-    case GgufType::UINT16: case GgufType::INT16: return 2;
-    case GgufType::UINT32: case GgufType::INT32: case GgufType::FLOAT32: return 4;
-    case GgufType::UINT64: case GgufType::INT64: case GgufType::FLOAT64: return 8;
+    case GgufType::UINT8:
+    case GgufType::INT8:
+    case GgufType::BOOL: return 1;
+    case GgufType::UINT16:
+    case GgufType::INT16: return 2;
+    case GgufType::UINT32:
+    case GgufType::INT32:
+    case GgufType::FLOAT32: return 4;
+    case GgufType::UINT64:
+    case GgufType::INT64:
+    case GgufType::FLOAT64: return 8;
     case GgufType::STRING: return 8;
     case GgufType::ARRAY: return 4 + 8;
   }
@@ -124,16 +131,26 @@ void append_value(std::string& out, const GgufValue& v, size_t max_items) {
           out += '"';
           for (char ch : x) {
             unsigned char c = static_cast<unsigned char>(ch);
-            if (c == '"' || c == '\\') { out += '\\'; out += ch; }
-            else if (c == '\n') out += "\\n";
-            else if (c == '\t') out += "\\t";
-            else if (c == '\r') out += "\\r";
-            else if (c < 0x20 || c == 0x7f) out += str_cat("\\x", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
-            else out += ch;  // UTF-8 passes through unchanged
+            if (c == '"' || c == '\\') {
+              out += '\\';
+              out += ch;
+            } else if (c == '\n')
+              out += "\\n";
+            else if (c == '\t')
+              out += "\\t";
+            else if (c == '\r')
+              out += "\\r";
+            else if (c < 0x20 || c == 0x7f)
+              out += str_cat("\\x", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
+            else
+              out += ch;  // UTF-8 passes through unchanged
           }
           out += '"';
         } else if constexpr (std::is_same_v<T, std::shared_ptr<GgufArray>>) {
-          if (!x) { out += "[]"; return; }
+          if (!x) {
+            out += "[]";
+            return;
+          }
           out += '[';
           size_t n = x->items.size();
           for (size_t i = 0; i < n && i < max_items; ++i) {
@@ -194,8 +211,8 @@ class GgufParser {
 
   void need(size_t n, std::string_view field) const {
     if (n > remaining())
-      fail_at(pos_, where(), field, ": file truncated, needs ", n, " bytes but only ", remaining(), " remain (file size ",
-              size_, ")");
+      fail_at(pos_, where(), field, ": file truncated, needs ", n, " bytes but only ", remaining(),
+              " remain (file size ", size_, ")");
   }
 
   template <class T>
@@ -211,8 +228,8 @@ class GgufParser {
     size_t at = pos_;
     uint64_t n = read<uint64_t>(str_cat(field, " string length"));
     if (n > remaining())
-      fail_at(at, where(), field, " string length ", n, " exceeds the ", remaining(), " bytes left in the file (size ", size_,
-              ")");
+      fail_at(at, where(), field, " string length ", n, " exceeds the ", remaining(), " bytes left in the file (size ",
+              size_, ")");
     std::string s(reinterpret_cast<const char*>(base_ + pos_), static_cast<size_t>(n));
     pos_ += static_cast<size_t>(n);
     return s;
@@ -288,8 +305,8 @@ void GgufParser::read_header(uint64_t& n_tensors, uint64_t& n_kv) {
   ctx_.clear();
   uint32_t magic = read<uint32_t>("magic");
   if (magic != kGgufMagic)
-    fail_at(0, "bad magic: expected \"GGUF\" but found \"", printable(std::string_view(reinterpret_cast<const char*>(base_), 4)),
-            "\" (not a GGUF file)");
+    fail_at(0, "bad magic: expected \"GGUF\" but found \"",
+            printable(std::string_view(reinterpret_cast<const char*>(base_), 4)), "\" (not a GGUF file)");
   size_t at = pos_;
   uint32_t version = read<uint32_t>("version");
   if (version != 2 && version != 3)
@@ -299,8 +316,8 @@ void GgufParser::read_header(uint64_t& n_tensors, uint64_t& n_kv) {
   at = pos_;
   n_tensors = read<uint64_t>("tensor count");
   if (n_tensors > (size_ - pos_) / kMinTensorInfoBytes)
-    fail_at(at, "tensor count ", n_tensors, " cannot fit in the ", size_ - pos_, " bytes left in the file (size ", size_,
-            "; each tensor info takes at least ", kMinTensorInfoBytes, " bytes)");
+    fail_at(at, "tensor count ", n_tensors, " cannot fit in the ", size_ - pos_, " bytes left in the file (size ",
+            size_, "; each tensor info takes at least ", kMinTensorInfoBytes, " bytes)");
   if (n_tensors > kMaxTensors) fail_at(at, "tensor count ", n_tensors, " exceeds the limit of ", kMaxTensors);
   at = pos_;
   n_kv = read<uint64_t>("metadata kv count");
@@ -383,8 +400,8 @@ void GgufParser::read_tensor_infos(uint64_t n_tensors) {
     uint64_t offset = read<uint64_t>(" offset");
 
     if (tv.ne[0] % traits->block_size != 0)
-      fail_at(ne_at[0], ctx_, " ne[0] = ", tv.ne[0], " is not a multiple of the block size ", traits->block_size, " of type ",
-              traits->name);
+      fail_at(ne_at[0], ctx_, " ne[0] = ", tv.ne[0], " is not a multiple of the block size ", traits->block_size,
+              " of type ", traits->name);
     // Element count must fit in int64 (TensorView::n_elements), and the byte size in size_t.
     int64_t n_el = tv.ne[0];
     for (uint32_t d = 1; d < n_dims; ++d)
@@ -457,16 +474,19 @@ GgufFile::GgufFile(const std::string& path, Load load, const Progress& progress)
       void* p = MAP_FAILED;
       if (load == Load::read) {
         p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) fail(path, ": cannot allocate ", size_, " bytes to read the model into: ", std::strerror(errno));
+        if (p == MAP_FAILED)
+          fail(path, ": cannot allocate ", size_, " bytes to read the model into: ", std::strerror(errno));
         base_ = static_cast<const uint8_t*>(p);
         mapped_ = true;
         ::madvise(p, size_, MADV_HUGEPAGE);  // a hint: without THP the buffer keeps 4 KiB pages
         constexpr size_t kChunk = size_t{256} << 20;
         for (size_t done = 0; done < size_;) {
-          const ssize_t r = ::pread(fd_, static_cast<uint8_t*>(p) + done, std::min(kChunk, size_ - done), static_cast<off_t>(done));
+          const ssize_t r = ::pread(fd_, static_cast<uint8_t*>(p) + done, std::min(kChunk, size_ - done),
+                                    static_cast<off_t>(done));
           if (r < 0 && errno == EINTR) continue;
           if (r < 0) fail(path, ": read failed at offset ", done, ": ", std::strerror(errno));
-          if (r == 0) fail(path, ": file ended at offset ", done, " while reading ", size_, " bytes (truncated while loading?)");
+          if (r == 0)
+            fail(path, ": file ended at offset ", done, " while reading ", size_, " bytes (truncated while loading?)");
           done += static_cast<size_t>(r);
           if (progress) progress(done, size_);
         }
@@ -628,7 +648,8 @@ std::vector<uint32_t> GgufFile::get_u32_per_layer(std::string_view key, size_t n
     wrong_type(*this, key, "uint32, int32 or an array of them with one value per layer", v);
   const auto& items = (*a)->items;
   if (items.size() != n_layer)
-    fail(path_, ": metadata key '", key, "' is an array of ", items.size(), " values but the model has ", n_layer, " layers");
+    fail(path_, ": metadata key '", key, "' is an array of ", items.size(), " values but the model has ", n_layer,
+         " layers");
   std::vector<uint32_t> out;
   out.reserve(n_layer);
   for (size_t i = 0; i < items.size(); ++i) out.push_back(one(items[i], str_cat(" item ", i)));

@@ -19,8 +19,19 @@ namespace sluice {
 
 // GGUF metadata value types (gguf_type ids as stored in the file).
 enum class GgufType : uint32_t {
-  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6,
-  BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12,
 };
 std::string_view gguf_type_name(GgufType t);
 
@@ -32,8 +43,8 @@ struct GgufArray {
 };
 struct GgufValue {
   GgufType type = GgufType::UINT8;
-  std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool, std::string, std::shared_ptr<GgufArray>,
-               uint64_t, int64_t, double>
+  std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool, std::string,
+               std::shared_ptr<GgufArray>, uint64_t, int64_t, double>
       v;
   // Human-readable rendering for `sluice inspect` (arrays shortened past `max_items`).
   std::string to_string(size_t max_items = 8) const;

@@ -25,7 +25,8 @@ constexpr uint32_t kGgufVersion = 3;
 // alternatives are declared in GgufType id order, so index() must equal the tag.
 void check_value(std::string_view key, const GgufValue& v, int depth = 0) {
   if (static_cast<size_t>(v.type) != v.v.index())
-    fail("GgufWriter: key '", key, "': value tagged ", gguf_type_name(v.type), " holds variant alternative ", v.v.index());
+    fail("GgufWriter: key '", key, "': value tagged ", gguf_type_name(v.type), " holds variant alternative ",
+         v.v.index());
   if (v.type != GgufType::ARRAY) return;
   if (depth >= 16) fail("GgufWriter: key '", key, "': arrays nested deeper than 16 levels");  // the reader's limit
   const auto& a = std::get<std::shared_ptr<GgufArray>>(v.v);
@@ -95,9 +96,9 @@ struct GgufWriter::Impl {
   int fd = -1;
   bool owns_file = false;  // regular file we created: removed if abandoned (never /dev/*)
   bool begun = false;
-  size_t next = 0;         // index of the next tensor write_tensor_data expects
-  uint64_t file_pos = 0;   // bytes written so far
-  uint64_t data_start = 0; // file offset of the data section
+  size_t next = 0;          // index of the next tensor write_tensor_data expects
+  uint64_t file_pos = 0;    // bytes written so far
+  uint64_t data_start = 0;  // file offset of the data section
 
   ~Impl() { abandon(); }
 
@@ -146,7 +147,8 @@ GgufWriter::GgufWriter() : impl_(std::make_unique<Impl>()) {}
 GgufWriter::~GgufWriter() = default;
 
 void GgufWriter::set_alignment(size_t a) {
-  if (a > std::numeric_limits<uint32_t>::max()) fail("GgufWriter: alignment ", a, " does not fit general.alignment (uint32)");
+  if (a > std::numeric_limits<uint32_t>::max())
+    fail("GgufWriter: alignment ", a, " does not fit general.alignment (uint32)");
   set_u32("general.alignment", static_cast<uint32_t>(a));
 }
 
@@ -207,11 +209,12 @@ void GgufWriter::add_tensor_info(std::string_view name, DType type, const std::v
     if (d < 0) fail("GgufWriter: tensor '", name, "' has a negative dimension ", d);
   const DTypeTraits& tr = dtype_traits(type);
   if (ne[0] % tr.block_size != 0)
-    fail("GgufWriter: tensor '", name, "' ne[0] = ", ne[0], " is not a multiple of the block size ", tr.block_size, " of ",
-         tr.name);
+    fail("GgufWriter: tensor '", name, "' ne[0] = ", ne[0], " is not a multiple of the block size ", tr.block_size,
+         " of ", tr.name);
   size_t nbytes = static_cast<size_t>(ne[0] / tr.block_size);
   bool overflow = __builtin_mul_overflow(nbytes, tr.block_bytes, &nbytes);
-  for (size_t d = 1; d < ne.size(); ++d) overflow |= __builtin_mul_overflow(nbytes, static_cast<size_t>(ne[d]), &nbytes);
+  for (size_t d = 1; d < ne.size(); ++d)
+    overflow |= __builtin_mul_overflow(nbytes, static_cast<size_t>(ne[d]), &nbytes);
   if (overflow) fail("GgufWriter: tensor '", name, "' byte size overflows");
   Impl::Info info;
   info.name = n;
@@ -297,8 +300,10 @@ void GgufWriter::write_tensor_data(std::string_view name, const void* data, size
     fail(m.path, ": write_tensor_data('", name, "'): all ", m.tensors.size(), " declared tensors are already written");
   const Impl::Info& t = m.tensors[m.next];
   if (name != t.name)
-    fail(m.path, ": write_tensor_data('", name, "'): tensors must be written in declaration order; expected '", t.name, "'");
-  if (nbytes != t.nbytes) fail(m.path, ": write_tensor_data('", name, "'): given ", nbytes, " bytes, expected ", t.nbytes);
+    fail(m.path, ": write_tensor_data('", name, "'): tensors must be written in declaration order; expected '", t.name,
+         "'");
+  if (nbytes != t.nbytes)
+    fail(m.path, ": write_tensor_data('", name, "'): given ", nbytes, " bytes, expected ", t.nbytes);
   m.pad_to(m.data_start + t.offset);
   m.write_all(data, nbytes);
   ++m.next;

@@ -121,13 +121,15 @@ std::vector<ExpertLocation> expert_layer_from_gguf(const GgufFile& f, int64_t la
   const char* kinds[3] = {"gate", "up", "down"};
   const int64_t in[3] = {n_embd, n_embd, n_ff_exp}, out[3] = {n_ff_exp, n_ff_exp, n_embd};
   std::vector<ExpertLocation> locs(n_expert);
-  auto offset_of = [&](const TensorView& v) { return static_cast<uint64_t>(static_cast<const uint8_t*>(v.data) - f.base()); };
+  auto offset_of = [&](const TensorView& v) {
+    return static_cast<uint64_t>(static_cast<const uint8_t*>(v.data) - f.base());
+  };
   for (int k = 0; k < 3; ++k) {
     const TensorView* st = f.find_tensor(p + "ffn_" + kinds[k] + "_exps.weight");
     if (st) {  // stacked [in, out, n_expert]: expert e is the e-th contiguous [in, out] matrix
       if (st->n_dims != 3 || st->ne[0] != in[k] || st->ne[1] != out[k] || st->ne[2] != n_expert)
-        fail(f.path(), ": tensor '", st->name, "' has shape [", st->ne[0], ", ", st->ne[1], ", ", st->ne[2], "], expected [",
-             in[k], ", ", out[k], ", ", n_expert, "]");
+        fail(f.path(), ": tensor '", st->name, "' has shape [", st->ne[0], ", ", st->ne[1], ", ", st->ne[2],
+             "], expected [", in[k], ", ", out[k], ", ", n_expert, "]");
       for (int64_t e = 0; e < n_expert; ++e) {
         TensorView v = st->slice2d(e);
         ExpertLocation& loc = locs[e];
@@ -147,7 +149,8 @@ std::vector<ExpertLocation> expert_layer_from_gguf(const GgufFile& f, int64_t la
         fail(f.path(), ": missing tensor '", name, "' (a packed file needs all ", n_expert, " experts)");
       }
       if (t->n_dims != 2 || t->ne[0] != in[k] || t->ne[1] != out[k])
-        fail(f.path(), ": tensor '", name, "' has shape [", t->ne[0], ", ", t->ne[1], "], expected [", in[k], ", ", out[k], "]");
+        fail(f.path(), ": tensor '", name, "' has shape [", t->ne[0], ", ", t->ne[1], "], expected [", in[k], ", ",
+             out[k], "]");
       ExpertLocation& loc = locs[e];
       (k == 0 ? loc.views.gate : k == 1 ? loc.views.up : loc.views.down) = *t;
       loc.offset[k] = offset_of(*t);
@@ -188,12 +191,14 @@ std::string format_expert_stats(const ExpertStats& s) {
   char buf[256];
   os << "experts: " << s.policy;
   if (s.policy == "stream") {
-    std::snprintf(buf, sizeof buf, ", cache %s (peak %s, %d pinned, %llu evictions)", human_bytes(double(s.cache_budget)).c_str(),
-                  human_bytes(double(s.cache_peak_bytes)).c_str(), s.pinned, static_cast<unsigned long long>(s.evictions));
+    std::snprintf(buf, sizeof buf, ", cache %s (peak %s, %d pinned, %llu evictions)",
+                  human_bytes(double(s.cache_budget)).c_str(), human_bytes(double(s.cache_peak_bytes)).c_str(),
+                  s.pinned, static_cast<unsigned long long>(s.evictions));
     os << buf;
   }
   if (s.policy != "resident") {
-    std::snprintf(buf, sizeof buf, "; hit rate %.1f%% of %llu uses", 100 * s.hit_rate(), static_cast<unsigned long long>(s.requests));
+    std::snprintf(buf, sizeof buf, "; hit rate %.1f%% of %llu uses", 100 * s.hit_rate(),
+                  static_cast<unsigned long long>(s.requests));
     os << buf;
     if (s.policy == "stream" && s.requests) {
       std::snprintf(buf, sizeof buf, " (prefetched %.1f%%)", 100.0 * double(s.prefetch_hits) / double(s.requests));
@@ -205,21 +210,26 @@ std::string format_expert_stats(const ExpertStats& s) {
       os << buf;
       if (s.policy == "stream") {
         // Recall and precision score the predictor; these say what the prefetch gate made of it.
-        std::snprintf(buf, sizeof buf, " (%llu read ahead, %llu declined; %llu used, %llu of them late; %s of victims read again)",
-                      static_cast<unsigned long long>(s.prefetch_reads), static_cast<unsigned long long>(s.prefetch_skipped),
-                      static_cast<unsigned long long>(s.prefetch_hits), static_cast<unsigned long long>(s.prefetch_late),
+        std::snprintf(buf, sizeof buf,
+                      " (%llu read ahead, %llu declined; %llu used, %llu of them late; %s of victims read again)",
+                      static_cast<unsigned long long>(s.prefetch_reads),
+                      static_cast<unsigned long long>(s.prefetch_skipped),
+                      static_cast<unsigned long long>(s.prefetch_hits),
+                      static_cast<unsigned long long>(s.prefetch_late),
                       human_bytes(double(s.prefetch_regret_bytes)).c_str());
         os << buf;
       }
     }
-    std::snprintf(buf, sizeof buf, "; %s %s", s.policy == "stream" ? "read" : "process read", human_bytes(double(s.bytes_read)).c_str());
+    std::snprintf(buf, sizeof buf, "; %s %s", s.policy == "stream" ? "read" : "process read",
+                  human_bytes(double(s.bytes_read)).c_str());
     os << buf;
     if (s.policy == "stream") {
       std::snprintf(buf, sizeof buf, " in %llu reads", static_cast<unsigned long long>(s.reads));
       os << buf;
     }
     if (s.policy == "stream")
-      std::snprintf(buf, sizeof buf, " at %.0f MB/s; I/O stall %.2f ms/token", s.disk_mb_per_s(), s.stall_ms_per_token());
+      std::snprintf(buf, sizeof buf, " at %.0f MB/s; I/O stall %.2f ms/token", s.disk_mb_per_s(),
+                    s.stall_ms_per_token());
     else
       std::snprintf(buf, sizeof buf, " at %.0f MB/s over the run; %llu major page faults", s.disk_mb_per_s(),
                     static_cast<unsigned long long>(s.major_faults));
@@ -248,12 +258,15 @@ std::string format_expert_steady_state(const ExpertStats& a, const ExpertStats& 
   if (b.policy == "resident") return os.str();
   std::snprintf(buf, sizeof buf, "; hit rate %.1f%%", requests ? 100 * d(a.hits, b.hits) / requests : 0.0);
   os << buf;
-  if (const double used = d(a.used_with_prediction, b.used_with_prediction), pred = d(a.predicted, b.predicted); pred > 0) {
+  if (const double used = d(a.used_with_prediction, b.used_with_prediction), pred = d(a.predicted, b.predicted);
+      pred > 0) {
     const double right = d(a.predicted_used, b.predicted_used);
-    std::snprintf(buf, sizeof buf, ", prefetch recall %.1f%%, precision %.1f%%", used ? 100 * right / used : 0.0, 100 * right / pred);
+    std::snprintf(buf, sizeof buf, ", prefetch recall %.1f%%, precision %.1f%%", used ? 100 * right / used : 0.0,
+                  100 * right / pred);
     os << buf;
   }
-  std::snprintf(buf, sizeof buf, "; read %s/token, %.0f MB/s over the decode", human_bytes(bytes / n).c_str(), bytes / t / 1e6);
+  std::snprintf(buf, sizeof buf, "; read %s/token, %.0f MB/s over the decode", human_bytes(bytes / n).c_str(),
+                bytes / t / 1e6);
   os << buf;
   if (b.policy == "stream") {
     const double io = b.io_seconds - a.io_seconds;
@@ -363,7 +376,8 @@ void ExpertSource::save_routing_counts(const std::string& path) const {
     auto old = read_routing_counts(path, counts.size());
     for (size_t l = 0; l < counts.size(); ++l) {
       if (old[l].size() != counts[l].size())
-        fail(path, ": routing counts of layer ", l, " have ", old[l].size(), " experts, the model has ", counts[l].size());
+        fail(path, ": routing counts of layer ", l, " have ", old[l].size(), " experts, the model has ",
+             counts[l].size());
       for (size_t e = 0; e < counts[l].size(); ++e) counts[l][e] += old[l][e];
     }
   }
@@ -409,7 +423,8 @@ namespace {
 std::pair<uint8_t*, size_t> inner_pages(const void* p, size_t n) {
   const uintptr_t pg = page_size(), a = reinterpret_cast<uintptr_t>(p);
   const uintptr_t b = (a + pg - 1) / pg * pg, e = (a + n) / pg * pg;
-  return e > b ? std::pair{reinterpret_cast<uint8_t*>(b), size_t(e - b)} : std::pair{static_cast<uint8_t*>(nullptr), size_t{0}};
+  return e > b ? std::pair{reinterpret_cast<uint8_t*>(b), size_t(e - b)}
+               : std::pair{static_cast<uint8_t*>(nullptr), size_t{0}};
 }
 // The pages that [p, p + n) touches.
 std::pair<uint8_t*, size_t> outer_pages(const void* p, size_t n) {
@@ -463,8 +478,10 @@ std::unique_ptr<ExpertBatch> MmapExperts::acquire(int layer, std::span<const Exp
   // Ask for every chosen expert first so the kernel reads them all while the first computes.
   for (const ExpertUse& u : uses) {
     const ExpertLocation& loc = location(layout_, layer, u.expert);
-    if (resident(loc)) ++hits;
-    else willneed(loc);
+    if (resident(loc))
+      ++hits;
+    else
+      willneed(loc);
     items.push_back({u.expert, loc.views});
   }
   {
@@ -495,13 +512,15 @@ std::unique_ptr<ExpertSource> make_expert_store(const GgufFile& f, ExpertLayout 
       size_t all = 0, bundle = 0;
       for (const TensorView& t : f.tensors()) all += t.nbytes;
       for (const auto& l : layout.layers)
-        for (const ExpertLocation& e : l) bundle = std::max(bundle, e.bytes[0] + e.bytes[1] + e.bytes[2] + 6 * page_size());
+        for (const ExpertLocation& e : l)
+          bundle = std::max(bundle, e.bytes[0] + e.bytes[1] + e.bytes[2] + 6 * page_size());
       const size_t experts = layout.total_bytes();
       std::string why;
       ExpertStoreOptions o = opt;
       o.cache_bytes = auto_expert_cache_bytes(memory_limit(), all - std::min(all, experts), experts, 2 * bundle, &why,
                                               opt.auto_extra_bytes);
-      if (opt.progress) std::fprintf(stderr, "expert cache: auto, %s = %s\n", human_bytes(double(o.cache_bytes)).c_str(), why.c_str());
+      if (opt.progress)
+        std::fprintf(stderr, "expert cache: auto, %s = %s\n", human_bytes(double(o.cache_bytes)).c_str(), why.c_str());
       return std::make_unique<StreamingExperts>(f, std::move(layout), o);
     }
   }

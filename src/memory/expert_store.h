@@ -73,10 +73,10 @@ struct ExpertStoreOptions {
   bool prefetch = true;                  // mmap/stream: predict layer l+1's experts while l runs and stage them
   int prefetch_extra = -1;               // m: the predictor stages top-(k+m); -1 = max(1, k/4)
   bool prefetch_gate = true;             // stream: PrefetchPolicy decides each read (false: read every guess, evicting
-                                         // any probationary expert — the behaviour before the gate, for A/B benchmarks)
-  std::string io = "auto";               // stream: auto | uring | pread
-  bool direct_io = true;                 // stream: O_DIRECT (falls back to the page cache with a message)
-  bool progress = false;                 // stream: progress lines on stderr while pins load and the cache warms
+      // any probationary expert — the behaviour before the gate, for A/B benchmarks)
+  std::string io = "auto";  // stream: auto | uring | pread
+  bool direct_io = true;    // stream: O_DIRECT (falls back to the page cache with a message)
+  bool progress = false;    // stream: progress lines on stderr while pins load and the cache warms
   // Tests: builds the I/O engine instead of `io` (e.g. make_io_fault around make_io_uring).
   std::function<std::unique_ptr<IoEngine>()> io_factory;
 };
@@ -84,35 +84,37 @@ struct ExpertStoreOptions {
 // What the store did; `sluice run` prints it, `sluice bench` reads it.
 struct ExpertStats {
   std::string policy;
-  uint64_t tokens = 0;                // tokens evaluated by the model
-  uint64_t requests = 0;              // (layer, expert) uses served
-  uint64_t hits = 0;                  // stream: already cached or being read when asked for; mmap: all pages resident
-  uint64_t prefetch_hits = 0;         // hits on experts a prefetch brought in
-  uint64_t predicted = 0;             // experts predicted for layers that then ran
-  uint64_t predicted_used = 0;        // ... that those layers used
-  uint64_t used_with_prediction = 0;  // experts used by layers that had a prediction
-  uint64_t reads = 0;                 // read requests completed
-  uint64_t bytes_read = 0;            // stream: bytes read into the cache; mmap: the process's read_bytes since load
-  uint64_t prefetch_failures = 0;     // prefetch reads that failed (dropped; a demand read retries)
-  uint64_t prefetch_reads = 0;        // stream: bundles read ahead on a prediction
-  uint64_t prefetch_skipped = 0;      // stream: predicted, not cached, and declined (prefetch_policy.h)
-  uint64_t prefetch_late = 0;         // stream: prefetch hits whose read was still in flight when asked for
-  uint64_t prefetch_regret_bytes = 0; // stream: bytes a prefetch evicted that a demand miss then read again
-  uint64_t cache_full_pass = 0;       // stream: the forward pass (1 = the prompt) in which the cache first filled
-  double io_seconds = 0;              // stream: wall time with at least one read in flight
-  double stall_seconds = 0;           // stream: time the forward waited for reads
-  uint64_t major_faults = 0;          // mmap: major page faults since load (its stalls, which it cannot time)
-  double wall_seconds = 0;            // since the store was made
+  uint64_t tokens = 0;                 // tokens evaluated by the model
+  uint64_t requests = 0;               // (layer, expert) uses served
+  uint64_t hits = 0;                   // stream: already cached or being read when asked for; mmap: all pages resident
+  uint64_t prefetch_hits = 0;          // hits on experts a prefetch brought in
+  uint64_t predicted = 0;              // experts predicted for layers that then ran
+  uint64_t predicted_used = 0;         // ... that those layers used
+  uint64_t used_with_prediction = 0;   // experts used by layers that had a prediction
+  uint64_t reads = 0;                  // read requests completed
+  uint64_t bytes_read = 0;             // stream: bytes read into the cache; mmap: the process's read_bytes since load
+  uint64_t prefetch_failures = 0;      // prefetch reads that failed (dropped; a demand read retries)
+  uint64_t prefetch_reads = 0;         // stream: bundles read ahead on a prediction
+  uint64_t prefetch_skipped = 0;       // stream: predicted, not cached, and declined (prefetch_policy.h)
+  uint64_t prefetch_late = 0;          // stream: prefetch hits whose read was still in flight when asked for
+  uint64_t prefetch_regret_bytes = 0;  // stream: bytes a prefetch evicted that a demand miss then read again
+  uint64_t cache_full_pass = 0;        // stream: the forward pass (1 = the prompt) in which the cache first filled
+  double io_seconds = 0;               // stream: wall time with at least one read in flight
+  double stall_seconds = 0;            // stream: time the forward waited for reads
+  uint64_t major_faults = 0;           // mmap: major page faults since load (its stalls, which it cannot time)
+  double wall_seconds = 0;             // since the store was made
   uint64_t evictions = 0;
-  size_t cache_budget = 0;            // stream: bytes
-  size_t cache_bytes = 0;             // stream: bytes held now (mapped buffers)
-  size_t cache_peak_bytes = 0;        // stream: most ever held
-  size_t expert_bytes = 0;            // all experts' bytes in the file
-  size_t max_bundle_bytes = 0;        // stream: the largest buffer one expert needs
-  int pinned = 0;                     // stream: experts pinned
+  size_t cache_budget = 0;      // stream: bytes
+  size_t cache_bytes = 0;       // stream: bytes held now (mapped buffers)
+  size_t cache_peak_bytes = 0;  // stream: most ever held
+  size_t expert_bytes = 0;      // all experts' bytes in the file
+  size_t max_bundle_bytes = 0;  // stream: the largest buffer one expert needs
+  int pinned = 0;               // stream: experts pinned
 
   double hit_rate() const { return requests ? double(hits) / double(requests) : 0.0; }
-  double prefetch_recall() const { return used_with_prediction ? double(predicted_used) / double(used_with_prediction) : 0.0; }
+  double prefetch_recall() const {
+    return used_with_prediction ? double(predicted_used) / double(used_with_prediction) : 0.0;
+  }
   double prefetch_precision() const { return predicted ? double(predicted_used) / double(predicted) : 0.0; }
   // Achieved read bandwidth: bytes over the time reads were in flight (stream), else over wall time.
   double disk_mb_per_s() const;
@@ -186,7 +188,7 @@ class ExpertSource {
   std::vector<std::vector<int32_t>> predicted_;  // [layer]: the latest prediction not yet scored
   bool tracing_ = false;
   std::vector<int32_t> trace_;  // per acquire: layer, count, experts
-  double t0_ = 0;                                // monotonic seconds at construction
+  double t0_ = 0;               // monotonic seconds at construction
 };
 
 // {"n_layer": L, "counts": [[...], ...]} as written by save_routing_counts. Throws Error naming

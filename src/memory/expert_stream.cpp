@@ -237,7 +237,7 @@ ExpertWeights StreamingExperts::weights(const Entry* e) const {
 }
 
 StreamingExperts::Entry* StreamingExperts::start_load(int layer, int32_t expert, bool demand,
-                                                     const ExpertCache::VictimRule* rule) {
+                                                      const ExpertCache::VictimRule* rule) {
   const Plan& p = plan(layer, expert);
   if (io_->in_flight() + p.segments.size() > io_->max_in_flight()) return nullptr;
   Entry* e = rule ? cache_.insert(layer, expert, p.slot_bytes, *rule)
@@ -336,7 +336,8 @@ void StreamingExperts::complete(uint64_t tag, int64_t result) {
       ld.error = str_cat(what(), " returned ", result, " bytes, ", s.need,
                          " needed: short read (was the file truncated or replaced after it was opened?)");
     // Buffered fallback: the bytes are in our buffer now; do not keep a second copy cached.
-    if (!direct_) ::posix_fadvise(fd_, static_cast<off_t>(s.file_offset), static_cast<off_t>(s.len), POSIX_FADV_DONTNEED);
+    if (!direct_)
+      ::posix_fadvise(fd_, static_cast<off_t>(s.file_offset), static_cast<off_t>(s.len), POSIX_FADV_DONTNEED);
   }
   if (--ld.pending > 0) return;
   if (ld.error.empty()) {
@@ -391,7 +392,7 @@ void StreamingExperts::issue_prefetch() {
     if (cache_.find(prefetch_layer_, x)) continue;  // cached, or already being read
     const Plan& p = plan(prefetch_layer_, x);
     if (io_->in_flight() + p.segments.size() > io_->max_in_flight()) break;  // the queue is full: later
-    if (prefetch_gate_ && ahead >= kPrefetchInFlight) break;                  // later
+    if (prefetch_gate_ && ahead >= kPrefetchInFlight) break;                 // later
     if (!prefetch_gate_) {
       if (!start_load(prefetch_layer_, x, /*demand=*/false, &ungated)) break;
       prefetch_issued_.push_back(x);
@@ -420,7 +421,8 @@ std::unique_ptr<ExpertBatch> StreamingExperts::acquire(int layer, std::span<cons
     fail("expert store: layer ", layer, " has no experts");
   for (const ExpertUse& u : uses)
     if (u.expert < 0 || static_cast<size_t>(u.expert) >= plans_[layer].size())
-      fail("expert store: expert ", u.expert, " of layer ", layer, " is out of range (", plans_[layer].size(), " experts)");
+      fail("expert store: expert ", u.expert, " of layer ", layer, " is out of range (", plans_[layer].size(),
+           " experts)");
   book_acquire(layer, uses);
   std::lock_guard<std::mutex> lk(mu_);
   if (active_) fail("expert store: layer ", layer, " acquired while another layer's batch is still open");
@@ -491,8 +493,9 @@ void StreamingExperts::prefetch(int layer, std::span<const int32_t> experts) {
 void StreamingExperts::load_pins(const ExpertStoreOptions& opt) {
   if (opt.pin_per_layer <= 0) return;
   if (opt.routing_counts_path.empty())
-    fail("--pin-experts needs --routing-counts FILE to choose the hot set (write one with a previous run's "
-         "--routing-counts-out FILE)");
+    fail(
+        "--pin-experts needs --routing-counts FILE to choose the hot set (write one with a previous run's "
+        "--routing-counts-out FILE)");
   const auto counts = read_routing_counts(opt.routing_counts_path, layout_.layers.size());
   struct Pin {
     uint64_t count;
@@ -520,8 +523,8 @@ void StreamingExperts::load_pins(const ExpertStoreOptions& opt) {
     bytes += b;
   }
   if (n < pins.size())
-    std::fprintf(stderr, "sluice: pinning %zu of %zu experts: the cache budget (%s) keeps room for two more\n", n, pins.size(),
-                 mb(double(cache_.budget())).c_str());
+    std::fprintf(stderr, "sluice: pinning %zu of %zu experts: the cache budget (%s) keeps room for two more\n", n,
+                 pins.size(), mb(double(cache_.budget())).c_str());
   pins.resize(n);
   const double t0 = now_seconds();
   std::vector<Entry*> entries;
@@ -541,7 +544,8 @@ void StreamingExperts::load_pins(const ExpertStoreOptions& opt) {
     if (load_settled(e)) fail_load(e);
   pinned_ = static_cast<int>(entries.size());
   if (progress_)
-    std::fprintf(stderr, "\rpinned %d experts (%s) in %.2f s\n", pinned_, mb(double(bytes)).c_str(), now_seconds() - t0);
+    std::fprintf(stderr, "\rpinned %d experts (%s) in %.2f s\n", pinned_, mb(double(bytes)).c_str(),
+                 now_seconds() - t0);
   stall_seconds_ = 0;  // load time, not time a token waited
 }
 

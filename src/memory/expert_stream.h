@@ -59,9 +59,9 @@ class StreamingExperts final : public ExpertSource {
   };
   // Per entry with reads in flight.
   struct Load {
-    int pending = 0;     // segments not yet completed
-    std::string error;   // first failure, reported when the load settles
-    bool demand = false; // a batch waits for it (else a prefetch)
+    int pending = 0;      // segments not yet completed
+    std::string error;    // first failure, reported when the load settles
+    bool demand = false;  // a batch waits for it (else a prefetch)
   };
 
   void fill_stats(ExpertStats& s) const override;
@@ -109,16 +109,16 @@ class StreamingExperts final : public ExpertSource {
   };
   std::unordered_map<uint64_t, InFlight> tags_;  // by read tag
   uint64_t next_tag_ = 1;
-  StreamBatch* active_ = nullptr;              // the batch being served (one at a time)
+  StreamBatch* active_ = nullptr;  // the batch being served (one at a time)
   // Decode steps (forward passes), counted when a layer is acquired at or below the last one.
   // Starts at 2 so that Entry::last_step 0 is cold under PrefetchPolicy::may_evict.
   uint64_t step_ = 2;
   int last_acquired_ = -1;
-  std::unique_ptr<PrefetchPolicy> gate_;       // decides every prefetch read (prefetch_policy.h)
+  std::unique_ptr<PrefetchPolicy> gate_;  // decides every prefetch read (prefetch_policy.h)
   int prefetch_layer_ = -1;
   std::vector<std::pair<int32_t, int>> prefetch_decided_;  // (expert, rank) the gate read or declined
-  std::vector<std::pair<int32_t, int>> prefetch_todo_;  // (expert, rank) predicted, not yet issued or declined
-  std::vector<int32_t> prefetch_issued_;       // ... and those whose reads were started
+  std::vector<std::pair<int32_t, int>> prefetch_todo_;     // (expert, rank) predicted, not yet issued or declined
+  std::vector<int32_t> prefetch_issued_;                   // ... and those whose reads were started
   // Stats (under mu_).
   uint64_t reads_ = 0, bytes_read_ = 0, hits_ = 0, prefetch_hits_ = 0, prefetch_failures_ = 0;
   uint64_t prefetch_reads_ = 0, prefetch_skipped_ = 0, prefetch_late_ = 0, cache_full_pass_ = 0;

@@ -221,7 +221,8 @@ class PreadEngine final : public IoEngine {
       // Loop over short reads: a regular file returns short only at end of file (res 0 next).
       int64_t got = 0;
       while (static_cast<size_t>(got) < r.len) {
-        const ssize_t n = ::pread(r.fd, static_cast<char*>(r.buf) + got, r.len - got, static_cast<off_t>(r.offset + got));
+        const ssize_t n = ::pread(r.fd, static_cast<char*>(r.buf) + got, r.len - got,
+                                  static_cast<off_t>(r.offset + got));
         if (n < 0) {
           if (errno == EINTR) continue;
           got = -errno;

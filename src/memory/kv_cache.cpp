@@ -73,7 +73,8 @@ void KvCache::init(const KvGeometry& g, const KvCacheOptions& opt) {
   type_k_ = opt.type_k;
   type_v_ = opt.type_v;
   if (const int b = kv_type_tq_bits(type_k_)) k_tq_ = std::make_unique<TqCodec>(b, g.n_head_kv, g.head_dim_k, opt.seed);
-  if (const int b = kv_type_tq_bits(type_v_)) v_tq_ = std::make_unique<TqCodec>(b, g.n_head_kv, g.head_dim_v, opt.seed + 1);
+  if (const int b = kv_type_tq_bits(type_v_))
+    v_tq_ = std::make_unique<TqCodec>(b, g.n_head_kv, g.head_dim_v, opt.seed + 1);
   k_row_bytes_ = kv_type_row_bytes(type_k_, g.n_head_kv, g.head_dim_k);
   v_row_bytes_ = kv_type_row_bytes(type_v_, g.n_head_kv, g.head_dim_v);
   k_.resize(g.n_layer);

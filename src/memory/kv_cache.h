@@ -22,14 +22,14 @@
 namespace sluice {
 
 struct KvCacheOptions {
-  int64_t n_ctx = 2048;   // positions the cache holds
+  int64_t n_ctx = 2048;       // positions the cache holds
   DType type_k = DType::F16;  // any KV type of kvcodec/kvcodec.h
   DType type_v = DType::F16;
   // K errors are amplified by the softmax, and the more query heads share one KV head the
   // more scores each K error moves; with GQA >= 6 and K below 8 bits, K is raised to q8_0
   // (TurboQuant+ forks' observation). false keeps the requested K type.
   bool auto_asymmetric = true;
-  uint64_t seed = 0x5eed5eedull;// rotation sign seed of the tq codecs (K uses seed, V seed + 1)
+  uint64_t seed = 0x5eed5eedull;  // rotation sign seed of the tq codecs (K uses seed, V seed + 1)
 };
 
 // What the cache is shaped after: the model's attention geometry.

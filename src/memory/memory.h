@@ -47,9 +47,9 @@ struct MemoryLayout {
 };
 
 struct MemoryOptions {
-  KvCacheOptions kv;          // kv.n_ctx: the most positions one sequence may hold
-  size_t budget_bytes = 0;    // all sequences together; 0: no limit beyond each sequence's n_ctx
-  int max_checkpoints = 8;    // per sequence; the oldest is dropped beyond this
+  KvCacheOptions kv;        // kv.n_ctx: the most positions one sequence may hold
+  size_t budget_bytes = 0;  // all sequences together; 0: no limit beyond each sequence's n_ctx
+  int max_checkpoints = 8;  // per sequence; the oldest is dropped beyond this
 };
 
 class Memory {
@@ -112,9 +112,9 @@ class Memory {
 
   MemoryLayout layout_;
   MemoryOptions opt_;
-  std::vector<int64_t> kv_slot_;                 // per layer: index in the KvCache, or -1
-  std::vector<std::vector<size_t>> state_off_;   // per layer: offset of each buffer in Sequence::states
-  size_t state_floats_ = 0;                      // per sequence
+  std::vector<int64_t> kv_slot_;                // per layer: index in the KvCache, or -1
+  std::vector<std::vector<size_t>> state_off_;  // per layer: offset of each buffer in Sequence::states
+  size_t state_floats_ = 0;                     // per sequence
   std::map<int32_t, Sequence> seqs_;
   int32_t next_id_ = 0;
 };

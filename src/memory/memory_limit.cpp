@@ -80,7 +80,8 @@ MemoryLimit memory_limit(const std::string& root) {
           tightest(root + "/sys/fs/cgroup/memory", path, "memory.limit_in_bytes", &lim.bytes, &lim.source, "v1");
     }
   }
-  if (lim.bytes == SIZE_MAX) fail("cannot tell how much memory there is (no MemAvailable in /proc/meminfo, no cgroup limit)");
+  if (lim.bytes == SIZE_MAX)
+    fail("cannot tell how much memory there is (no MemAvailable in /proc/meminfo, no cgroup limit)");
   return lim;
 }
 
@@ -90,8 +91,10 @@ size_t auto_expert_cache_bytes(const MemoryLimit& limit, size_t dense_bytes, siz
   const double usable = 0.9 * double(limit.bytes);
   const double left = usable - double(dense_bytes) - double(kAutoReserve) - double(extra_bytes);
   char buf[320];
-  int n = std::snprintf(buf, sizeof buf, "90%% of %.2f GB (%s) - %.2f GB of weights in memory - %.2f GB for the KV cache and buffers",
-                        double(limit.bytes) / gb, limit.source.c_str(), double(dense_bytes) / gb, double(kAutoReserve) / gb);
+  int n = std::snprintf(buf, sizeof buf,
+                        "90%% of %.2f GB (%s) - %.2f GB of weights in memory - %.2f GB for the KV cache and buffers",
+                        double(limit.bytes) / gb, limit.source.c_str(), double(dense_bytes) / gb,
+                        double(kAutoReserve) / gb);
   if (extra_bytes > 0 && n > 0 && static_cast<size_t>(n) < sizeof buf)
     std::snprintf(buf + n, sizeof buf - n, " - %.2f GB the caller holds", double(extra_bytes) / gb);
   if (left < double(min_bytes))

@@ -77,13 +77,16 @@ PackResult pack_experts(const std::string& in_path, const std::string& out_path,
   int64_t n_bundles = 0;
   for (auto& [b, ts] : layers) {
     for (int k = 0; k < 3; ++k)
-      if (!ts[k]) fail(in_path, ": layer ", b, " has stacked expert tensors but no 'blk.", b, ".ffn_", kKinds[k], "_exps.weight'");
+      if (!ts[k])
+        fail(in_path, ": layer ", b, " has stacked expert tensors but no 'blk.", b, ".ffn_", kKinds[k],
+             "_exps.weight'");
     for (int k = 0; k < 3; ++k)
       if (ts[k]->n_dims != 3 || ts[k]->ne[2] != ts[0]->ne[2])
         fail(in_path, ": '", ts[k]->name, "' is not [in, out, n_expert] with the same n_expert as '", ts[0]->name, "'");
     n_bundles += ts[0]->ne[2];
   }
-  if (layers.empty()) fail(in_path, ": no stacked expert tensors (blk.N.ffn_gate_exps.weight): not a mixture-of-experts model");
+  if (layers.empty())
+    fail(in_path, ": no stacked expert tensors (blk.N.ffn_gate_exps.weight): not a mixture-of-experts model");
 
   GgufWriter w;
   copy_metadata(in, w, false);
@@ -165,7 +168,8 @@ PackResult unpack_experts(const std::string& in_path, const std::string& out_pat
   for (auto& [b, ks] : layers)
     for (int k = 0; k < 3; ++k) {
       if (ks[k].empty() || ks[k].size() != ks[0].size())
-        fail(in_path, ": layer ", b, " has ", ks[k].size(), " ffn_", kKinds[k], " experts but ", ks[0].size(), " ffn_gate experts");
+        fail(in_path, ": layer ", b, " has ", ks[k].size(), " ffn_", kKinds[k], " experts but ", ks[0].size(),
+             " ffn_gate experts");
       for (size_t e = 0; e < ks[k].size(); ++e) {
         const TensorView* t = ks[k][e];
         if (!t) fail(in_path, ": missing tensor 'blk.", b, ".ffn_", kKinds[k], ".", e, ".weight'");
@@ -232,7 +236,8 @@ PackResult unpack_experts(const std::string& in_path, const std::string& out_pat
         std::memcpy(stacked.data() + e * ts[0]->nbytes, ts[e]->data, ts[e]->nbytes);
         drop_pages(ts[e]->data, ts[e]->nbytes);
       }
-      w.write_tensor_data("blk." + std::to_string(b) + ".ffn_" + kKinds[k] + "_exps.weight", stacked.data(), stacked.size());
+      w.write_tensor_data("blk." + std::to_string(b) + ".ffn_" + kKinds[k] + "_exps.weight", stacked.data(),
+                          stacked.size());
       if (progress) progress(++done, n_tensors);
     }
   }

@@ -26,10 +26,10 @@
 namespace sluice {
 
 struct PackResult {
-  int moe_layers = 0;          // layers whose experts were rewritten
-  int64_t experts = 0;         // (layer, expert) bundles
-  uint64_t bytes_in = 0;       // input file size
-  uint64_t bytes_out = 0;      // output file size
+  int moe_layers = 0;      // layers whose experts were rewritten
+  int64_t experts = 0;     // (layer, expert) bundles
+  uint64_t bytes_in = 0;   // input file size
+  uint64_t bytes_out = 0;  // output file size
   double seconds = 0;
 };
 

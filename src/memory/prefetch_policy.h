@@ -55,7 +55,7 @@ namespace sluice {
 
 class PrefetchPolicy {
  public:
-  static constexpr int kRanks = 16;           // ranks tracked separately; later ones share the last
+  static constexpr int kRanks = 16;  // ranks tracked separately; later ones share the last
   // Rolling precision: the newest outcome weighs max(kAlpha, 1/(n+1)) after n outcomes, i.e. a
   // plain mean (with the prior as one outcome) until n = 1/kAlpha, then an exponential average.
   // The mean makes a cold start learn from the first tokens: a wrong guess drops 0.75 to 0.375.
@@ -106,7 +106,7 @@ class PrefetchPolicy {
   void note_prefetch_use(bool landed);
 
   double precision(int layer, int rank) const;
-  double regret() const;  // r
+  double regret() const;                         // r
   double timeliness() const { return timely_; }  // t
   uint64_t regretted_bytes() const { return regret_total_; }
 
@@ -123,7 +123,7 @@ class PrefetchPolicy {
   std::unordered_map<uint64_t, Ghost> ghosts_;         // prefetch victims not judged yet
   double prior_bytes_ = 0;
   double judged_bytes_ = 0, regret_bytes_ = 0;  // victims judged so far, and those asked for again
-  double timely_ = 1.0;                          // t
+  double timely_ = 1.0;                         // t
   uint64_t regret_total_ = 0;
 };
 

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "memory/memory.h"
 #include "models/arch.h"
 #include "models/blocks.h"
 #include "models/model.h"
-#include "memory/memory.h"
 
 namespace sluice {
 namespace {
@@ -43,7 +43,8 @@ struct MlaWeights final : ArchLayerWeights {
 void read_hparams(const GgufFile& f, Hparams& hp) {
   const std::string a = hp.arch + ".";
   MoeOptions& moe = hp.moe;
-  if (moe.n_expert == 0) fail(f.path(), ": missing key '", a, "expert_count' (", hp.arch, " is a mixture-of-experts architecture)");
+  if (moe.n_expert == 0)
+    fail(f.path(), ": missing key '", a, "expert_count' (", hp.arch, " is a mixture-of-experts architecture)");
   // Without expert_gating_func llama.cpp assumes softmax; the goldens' README requires it.
   if (!f.has(a + "expert_gating_func")) fail(f.path(), ": missing key '", a, "expert_gating_func'");
   hp.rope_mode = RopeMode::normal;
@@ -55,20 +56,22 @@ void read_hparams(const GgufFile& f, Hparams& hp) {
   moe.n_group = f.get_u32_or(a + "expert_group_count", 1);
   moe.n_group_used = f.get_u32_or(a + "expert_group_used_count", static_cast<uint32_t>(moe.n_group));
   if (moe.n_group <= 0 || moe.n_expert % moe.n_group != 0 || moe.n_group_used <= 0 || moe.n_group_used > moe.n_group)
-    fail(f.path(), ": expert groups ", moe.n_group, " (used ", moe.n_group_used, ") do not divide ", moe.n_expert, " experts");
+    fail(f.path(), ": expert groups ", moe.n_group, " (used ", moe.n_group_used, ") do not divide ", moe.n_expert,
+         " experts");
   auto mla = std::make_shared<MlaHparams>();
   mla->q_lora_rank = f.get_u32_or(a + "attention.q_lora_rank", 0);
   mla->kv_lora_rank = positive_key(f, a + "attention.kv_lora_rank", f.get_u32(a + "attention.kv_lora_rank"));
   if (!f.has(a + "attention.key_length_mla"))
-    fail(f.path(), ": missing key '", a, "attention.key_length_mla' (files with the legacy unsplit attn_kv_b are not supported)");
+    fail(f.path(), ": missing key '", a,
+         "attention.key_length_mla' (files with the legacy unsplit attn_kv_b are not supported)");
   const int64_t k_mla = f.get_u32(a + "attention.key_length_mla");
   mla->qk_nope = k_mla - hp.n_rot;
   mla->v_head = positive_key(f, a + "attention.value_length_mla", f.get_u32(a + "attention.value_length_mla"));
   if (mla->qk_nope <= 0) fail(f.path(), ": key_length_mla ", k_mla, " must exceed rope.dimension_count ", hp.n_rot);
   if (hp.n_head_kv != 1 || hp.head_dim_k != mla->kv_lora_rank + hp.n_rot || hp.head_dim_v != mla->kv_lora_rank)
-    fail(f.path(), ": MLA expects head_count_kv 1, key_length = kv_lora_rank + rope dims (", mla->kv_lora_rank + hp.n_rot,
-         ") and value_length = kv_lora_rank (", mla->kv_lora_rank, "); got ", hp.n_head_kv, ", ", hp.head_dim_k, ", ",
-         hp.head_dim_v);
+    fail(f.path(), ": MLA expects head_count_kv 1, key_length = kv_lora_rank + rope dims (",
+         mla->kv_lora_rank + hp.n_rot, ") and value_length = kv_lora_rank (", mla->kv_lora_rank, "); got ",
+         hp.n_head_kv, ", ", hp.head_dim_k, ", ", hp.head_dim_v);
   hp.ext = std::move(mla);
 }
 

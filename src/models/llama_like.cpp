@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "memory/memory.h"
 #include "models/arch.h"
 #include "models/blocks.h"
 #include "models/model.h"
-#include "memory/memory.h"
 
 namespace sluice {
 
@@ -30,7 +30,8 @@ void read_hparams(const GgufFile& f, Hparams& hp) {
     // llama with expert_count is the Mixtral layout; its feed_forward_length is the per-expert
     // width. qwen3moe has expert_feed_forward_length (llama.cpp falls back to n_ff / n_expert_used).
     hp.n_ff_exp = f.get_u32_or(a + "expert_feed_forward_length",
-                               static_cast<uint32_t>(hp.arch == "qwen3moe" ? hp.n_ff[0] / moe.n_expert_used : hp.n_ff[0]));
+                               static_cast<uint32_t>(hp.arch == "qwen3moe" ? hp.n_ff[0] / moe.n_expert_used
+                                                                           : hp.n_ff[0]));
     moe.norm_weights = !olmoe;  // olmoe uses the softmax probabilities as they are
   } else if (hp.arch == "qwen3moe" || olmoe) {
     fail(f.path(), ": missing key '", a, "expert_count' (", hp.arch, " is a mixture-of-experts architecture)");
@@ -103,7 +104,9 @@ void forward(const Model& m, Backend& be, Memory& mem, const Batch& b, const std
   m.output_head(be, x.data(), b, logits, hook);
 }
 
-constexpr Arch entry(std::string_view name) { return {name, read_hparams, bind_attention, attention_memory_layout, forward}; }
+constexpr Arch entry(std::string_view name) {
+  return {name, read_hparams, bind_attention, attention_memory_layout, forward};
+}
 constexpr Arch kArchs[] = {entry("llama"), entry("qwen3"), entry("qwen3moe"), entry("olmoe")};
 
 }  // namespace

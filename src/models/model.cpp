@@ -6,10 +6,10 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "models/arch.h"
-#include "models/moe_ffn.h"
 #include "memory/batch.h"
 #include "memory/memory.h"
+#include "models/arch.h"
+#include "models/moe_ffn.h"
 #include "models/predictor.h"
 
 namespace sluice {
@@ -35,14 +35,17 @@ Hparams read_core_hparams(const GgufFile& f) {
   for (size_t l = 1; l < heads.size(); ++l)
     if (heads[l] != heads[0]) fail(f.path(), ": per-layer ", a, "attention.head_count values differ (not supported)");
   hp.n_head = positive_key(f, a + "attention.head_count", heads[0], 4096);
-  hp.n_head_kv = f.has(a + "attention.head_count_kv") ? f.get_u32_per_layer(a + "attention.head_count_kv", hp.n_layer)[0]
-                                                       : hp.n_head;
+  hp.n_head_kv = f.has(a + "attention.head_count_kv")
+                     ? f.get_u32_per_layer(a + "attention.head_count_kv", hp.n_layer)[0]
+                     : hp.n_head;
   if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0)
     fail(f.path(), ": head_count ", hp.n_head, " must be a positive multiple of head_count_kv ", hp.n_head_kv);
   if (!f.has(a + "attention.key_length") && hp.n_embd % hp.n_head != 0)
     fail(f.path(), ": embedding_length ", hp.n_embd, " is not a multiple of head_count and key_length is absent");
-  hp.head_dim_k = positive_key(f, a + "attention.key_length", f.get_u32_or(a + "attention.key_length", hp.n_embd / hp.n_head));
-  hp.head_dim_v = positive_key(f, a + "attention.value_length", f.get_u32_or(a + "attention.value_length", hp.head_dim_k));
+  hp.head_dim_k = positive_key(f, a + "attention.key_length",
+                               f.get_u32_or(a + "attention.key_length", hp.n_embd / hp.n_head));
+  hp.head_dim_v = positive_key(f, a + "attention.value_length",
+                               f.get_u32_or(a + "attention.value_length", hp.head_dim_k));
   for (uint32_t v : f.get_u32_per_layer(a + "feed_forward_length", hp.n_layer)) hp.n_ff.push_back(v);
   hp.rms_eps = f.get_f32(a + "attention.layer_norm_rms_epsilon");
   hp.rope_base = f.get_f32_or(a + "rope.freq_base", 10000.0f);
@@ -62,9 +65,11 @@ Hparams read_core_hparams(const GgufFile& f) {
     positive_key(f, a + "expert_count", moe.n_expert, 65536);
     moe.n_expert_used = f.get_u32(a + "expert_used_count");
     if (moe.n_expert_used <= 0 || moe.n_expert_used > moe.n_expert)
-      fail(f.path(), ": ", a, "expert_used_count = ", moe.n_expert_used, " must be in 1..expert_count (", moe.n_expert, ")");
+      fail(f.path(), ": ", a, "expert_used_count = ", moe.n_expert_used, " must be in 1..expert_count (", moe.n_expert,
+           ")");
     const uint32_t gating = f.get_u32_or(a + "expert_gating_func", 1);
-    if (gating != 1 && gating != 2) fail(f.path(), ": ", a, "expert_gating_func = ", gating, " is not 1 (softmax) or 2 (sigmoid)");
+    if (gating != 1 && gating != 2)
+      fail(f.path(), ": ", a, "expert_gating_func = ", gating, " is not 1 (softmax) or 2 (sigmoid)");
     moe.gating = gating == 2 ? MoeGating::sigmoid : MoeGating::softmax;
   }
   return hp;
@@ -123,7 +128,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   if (!emb) fail(path, ": missing tensor 'token_embd.weight'");
   hp.n_vocab = emb->ne[1];
   if (hp.n_vocab != m->tokenizer_->n_vocab())
-    fail(path, ": token_embd.weight has ", hp.n_vocab, " rows but the tokenizer has ", m->tokenizer_->n_vocab(), " tokens");
+    fail(path, ": token_embd.weight has ", hp.n_vocab, " rows but the tokenizer has ", m->tokenizer_->n_vocab(),
+         " tokens");
   m->tok_embd_ = bind_tensor(f, "token_embd.weight", {hp.n_embd, hp.n_vocab});
   m->output_norm_ = bind_tensor(f, "output_norm.weight", {hp.n_embd});
   m->output_ = bind_tensor(f, "output.weight", {hp.n_embd, hp.n_vocab}, /*required=*/false);
@@ -163,7 +169,8 @@ void Model::forward(Backend& be, Memory& mem, const Batch& b, float* logits, con
       fail("token id ", b.tokens[t], " at batch index ", t, " is outside the vocabulary (", hp_.n_vocab, ")");
   if (static_cast<int64_t>(mem.layout().layers.size()) != hp_.n_layer)
     fail("forward: the memory has ", mem.layout().layers.size(), " layers, the model ", hp_.n_layer);
-  if (!logits && b.n_outputs() > 0) fail("forward: ", b.n_outputs(), " tokens want logits but no logits buffer was given");
+  if (!logits && b.n_outputs() > 0)
+    fail("forward: ", b.n_outputs(), " tokens want logits but no logits buffer was given");
   mem.prepare(b);
   experts_->note_tokens(b.size());
   const std::vector<BatchRun> runs = batch_runs(b);
@@ -183,7 +190,8 @@ void Model::output_head(Backend& be, const float* x, const Batch& b, float* logi
   // the last one: every single-sequence caller).
   int64_t first = 0;
   while (!b.logits[first]) ++first;
-  const bool contiguous = std::all_of(b.logits.begin() + first, b.logits.begin() + first + n_out, [](uint8_t f) { return f; });
+  const bool contiguous = std::all_of(b.logits.begin() + first, b.logits.begin() + first + n_out,
+                                      [](uint8_t f) { return f; });
   std::vector<float> h(n_out * E);
   if (contiguous) {
     be.rms_norm(x + first * E, static_cast<const float*>(output_norm_->data), h.data(), n_out, E, hp_.rms_eps);

@@ -38,28 +38,28 @@ struct Arch;
 // Shared core of every architecture's hyperparameters (llama.cpp metadata names in comments,
 // `{arch}` = general.architecture). Per-architecture extensions live in their own structs.
 struct Hparams {
-  std::string arch;            // general.architecture
-  int64_t n_vocab = 0;         // rows of token_embd
-  int64_t n_ctx_train = 0;     // {arch}.context_length
-  int64_t n_embd = 0;          // {arch}.embedding_length: width of the residual stream
-  int64_t n_layer = 0;         // {arch}.block_count
-  int64_t n_head = 0;          // {arch}.attention.head_count: query heads
-  int64_t n_head_kv = 0;       // {arch}.attention.head_count_kv (can be < n_head: grouped-query attention)
-  int64_t head_dim_k = 0;      // {arch}.attention.key_length (default n_embd / n_head; qwen3 may differ)
-  int64_t head_dim_v = 0;      // {arch}.attention.value_length (default head_dim_k)
-  std::vector<int64_t> n_ff;   // {arch}.feed_forward_length per layer: hidden width of the dense FFN
-  float rms_eps = 1e-5f;       // {arch}.attention.layer_norm_rms_epsilon
-  float rope_base = 10000.0f;  // {arch}.rope.freq_base
-  int64_t n_rot = 0;           // {arch}.rope.dimension_count: leading dims of each head that RoPE rotates
+  std::string arch;                       // general.architecture
+  int64_t n_vocab = 0;                    // rows of token_embd
+  int64_t n_ctx_train = 0;                // {arch}.context_length
+  int64_t n_embd = 0;                     // {arch}.embedding_length: width of the residual stream
+  int64_t n_layer = 0;                    // {arch}.block_count
+  int64_t n_head = 0;                     // {arch}.attention.head_count: query heads
+  int64_t n_head_kv = 0;                  // {arch}.attention.head_count_kv (can be < n_head: grouped-query attention)
+  int64_t head_dim_k = 0;                 // {arch}.attention.key_length (default n_embd / n_head; qwen3 may differ)
+  int64_t head_dim_v = 0;                 // {arch}.attention.value_length (default head_dim_k)
+  std::vector<int64_t> n_ff;              // {arch}.feed_forward_length per layer: hidden width of the dense FFN
+  float rms_eps = 1e-5f;                  // {arch}.attention.layer_norm_rms_epsilon
+  float rope_base = 10000.0f;             // {arch}.rope.freq_base
+  int64_t n_rot = 0;                      // {arch}.rope.dimension_count: leading dims of each head that RoPE rotates
   RopeMode rope_mode = RopeMode::normal;  // pair layout, fixed by the architecture (llama: normal, qwen3: neox)
   bool qk_norm_per_head = false;          // qwen3: RMSNorm each q/k head (weights of length head_dim) before RoPE
   bool qk_norm_full = false;              // olmoe: RMSNorm the whole projected q and k (weights of n_head*head_dim)
   MoeOptions moe;                         // experts (moe.n_expert == 0 for dense models)
   int64_t n_ff_exp = 0;                   // {arch}.expert_feed_forward_length: hidden width of one expert
-  int64_t n_expert_shared = 0;            // {arch}.expert_shared_count: always-on experts (*_shexp), width n_ff_exp each
-  int64_t n_layer_dense_lead = 0;         // {arch}.leading_dense_block_count: first layers with a dense FFN
-  const Arch* module = nullptr;           // the architecture module that runs this model
-  std::shared_ptr<const ArchHparams> ext; // the module's own hyperparameters (null: none)
+  int64_t n_expert_shared = 0;     // {arch}.expert_shared_count: always-on experts (*_shexp), width n_ff_exp each
+  int64_t n_layer_dense_lead = 0;  // {arch}.leading_dense_block_count: first layers with a dense FFN
+  const Arch* module = nullptr;    // the architecture module that runs this model
+  std::shared_ptr<const ArchHparams> ext;  // the module's own hyperparameters (null: none)
   // The module's hyperparameters as its own type T (the module knows which it stored).
   template <class T>
   const T& ext_as() const {
@@ -83,11 +83,11 @@ struct LayerWeights {
   // MoE layers (expert weights are reached through the ExpertSource only: the stacked tensors
   // below are null in a `sluice pack`ed file, and under --experts stream their data must never
   // be read, or the pages would count against the process's RSS):
-  const TensorView* ffn_gate_inp = nullptr;   // [n_embd, n_expert] router
-  const TensorView* exp_probs_b = nullptr;    // [n_expert] selection bias (deepseek2)
-  const TensorView* ffn_gate_exps = nullptr;  // [n_embd, n_ff_exp, n_expert]
-  const TensorView* ffn_up_exps = nullptr;    // [n_embd, n_ff_exp, n_expert]
-  const TensorView* ffn_down_exps = nullptr;  // [n_ff_exp, n_embd, n_expert]
+  const TensorView* ffn_gate_inp = nullptr;    // [n_embd, n_expert] router
+  const TensorView* exp_probs_b = nullptr;     // [n_expert] selection bias (deepseek2)
+  const TensorView* ffn_gate_exps = nullptr;   // [n_embd, n_ff_exp, n_expert]
+  const TensorView* ffn_up_exps = nullptr;     // [n_embd, n_ff_exp, n_expert]
+  const TensorView* ffn_down_exps = nullptr;   // [n_ff_exp, n_embd, n_expert]
   const TensorView* ffn_gate_shexp = nullptr;  // [n_embd, n_ff_exp*n_expert_shared] shared expert
   const TensorView* ffn_up_shexp = nullptr;    // [n_embd, n_ff_exp*n_expert_shared]
   const TensorView* ffn_down_shexp = nullptr;  // [n_ff_exp*n_expert_shared, n_embd]

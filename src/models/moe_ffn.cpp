@@ -96,8 +96,8 @@ void moe_experts_one_token(Backend& be, ExpertBatch& batch, int layer, const Moe
 // A few tokens (several sequences decoding together) with views that outlive next(): all
 // chosen experts with their tokens in one backend call, in ascending expert order (the order
 // of the grouped path's sum below, so the result is the same).
-void moe_experts_small_batch(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x, float* out,
-                             int64_t n_tok, int64_t n_embd) {
+void moe_experts_small_batch(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x,
+                             float* out, int64_t n_tok, int64_t n_embd) {
   struct Routed {
     ExpertWeights w;
     std::vector<int64_t> tokens;
@@ -131,8 +131,8 @@ void moe_experts_small_batch(Backend& be, ExpertBatch& batch, int layer, const M
 
 }  // namespace
 
-void moe_experts(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x, float* out, int64_t n_tok,
-                 int64_t n_embd) {
+void moe_experts(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x, float* out,
+                 int64_t n_tok, int64_t n_embd) {
   if (n_tok == 1 && batch.views_outlive_next()) return moe_experts_one_token(be, batch, layer, r, x, out, n_embd);
   if (n_tok <= kMoeSmallBatch && batch.views_outlive_next())
     return moe_experts_small_batch(be, batch, layer, r, x, out, n_tok, n_embd);
@@ -168,8 +168,8 @@ void moe_experts(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r
   for (e = 0; e < n_expert; ++e) {
     if (toks[e].empty()) continue;
     if (!served[e]) fail("moe: the expert store never served expert ", e);
-    be.add_rows_weighted(y + first[e] * n_embd, n_embd, toks[e].data(), wts[e].data(), static_cast<int64_t>(toks[e].size()),
-                         out);
+    be.add_rows_weighted(y + first[e] * n_embd, n_embd, toks[e].data(), wts[e].data(),
+                         static_cast<int64_t>(toks[e].size()), out);
   }
 }
 

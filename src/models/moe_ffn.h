@@ -9,8 +9,8 @@
 
 #include "backends/backend.h"
 #include "core/tensor.h"
-#include "models/model.h"
 #include "memory/expert_store.h"
+#include "models/model.h"
 
 namespace sluice {
 
@@ -44,8 +44,8 @@ std::vector<ExpertUse> moe_expert_uses(const MoeRouting& r);
 // experts in one call (several sequences decoding together); larger ones keep the grouped
 // path, whose buffers are kept per thread for prefill.
 constexpr int64_t kMoeSmallBatch = 8;
-void moe_experts(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x, float* out, int64_t n_tok,
-                 int64_t n_embd);
+void moe_experts(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x, float* out,
+                 int64_t n_tok, int64_t n_embd);
 // The same, acquiring the layer's experts from `experts` first.
 void moe_experts(Backend& be, ExpertSource& experts, int layer, const MoeRouting& r, const float* x, float* out,
                  int64_t n_tok, int64_t n_embd);

@@ -210,10 +210,8 @@ bool quant_supported(DType t) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
-    case DType::Q8_K:
-      return true;
-    default:
-      return false;
+    case DType::Q8_K: return true;
+    default: return false;
   }
 }
 
@@ -234,9 +232,7 @@ void check_row(const char* what, DType t, int64_t n) {
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
   check_row("dequantize_row", t, n);
   switch (t) {
-    case DType::F32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      return;
+    case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
     case DType::F16: {
       const auto* h = static_cast<const uint16_t*>(src);
       for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(h[i]);
@@ -265,9 +261,7 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
 void quantize_row(DType t, const float* src, void* dst, int64_t n) {
   check_row("quantize_row", t, n);
   switch (t) {
-    case DType::F32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      return;
+    case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
     case DType::F16: {
       auto* h = static_cast<uint16_t*>(dst);
       for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_fp16(src[i]);

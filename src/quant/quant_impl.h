@@ -28,9 +28,7 @@ inline int nearest_int(float f) {
 // C's float -> int truncation as ggml's (int8_t)(x)/(uint8_t)(x) casts use it, but defined
 // for every input: in-range values truncate toward zero exactly like the cast; NaN and
 // out-of-range values (only reachable with non-finite input) give 0 instead of UB.
-inline int trunc_to_int(float f) {
-  return (f > -2147483520.f && f < 2147483520.f) ? static_cast<int>(f) : 0;
-}
+inline int trunc_to_int(float f) { return (f > -2147483520.f && f < 2147483520.f) ? static_cast<int>(f) : 0; }
 
 void dequantize_q4_0(const block_q4_0* x, float* y, int64_t n);
 void dequantize_q4_1(const block_q4_1* x, float* y, int64_t n);

@@ -129,8 +129,8 @@ float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
 // (scale, min) given the rounded l, keeping the candidate with the lowest weighted error
 // (absolute if use_mad, else squared). The min is clamped to <= 0 throughout, so the
 // returned *the_min (= -min) is >= 0.
-float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min,
-                       uint8_t* Laux, float rmin, float rdelta, int nstep, bool use_mad) {
+float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min, uint8_t* Laux,
+                       float rmin, float rdelta, int nstep, bool use_mad) {
   float min = x[0], max = x[0];
   float sum_w = weights[0];
   float sum_x = sum_w * x[0];
@@ -203,7 +203,8 @@ float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, ui
 void pack_2bit(const uint8_t* L, uint8_t* qs) {
   for (int j = 0; j < QK_K; j += 128)
     for (int l = 0; l < 32; ++l)
-      qs[j / 4 + l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+      qs[j / 4 + l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) |
+                                           (L[j + l + 96] << 6));
 }
 
 // The 16 signed sub-block scales of a q3_K block (stored 6-bit values minus 32).

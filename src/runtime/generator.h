@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "runtime/session.h"
-#include "sluice/sluice.h"
 #include "sampling/sampler.h"
+#include "sluice/sluice.h"
 
 namespace sluice {
 
@@ -18,8 +18,8 @@ namespace sluice {
 
 struct GenerateParams {
   SamplerParams sampler;
-  int n_predict = 64;           // most tokens to generate
-  bool ignore_eos = false;      // keep going past end-of-generation tokens (they are then emitted as text)
+  int n_predict = 64;             // most tokens to generate
+  bool ignore_eos = false;        // keep going past end-of-generation tokens (they are then emitted as text)
   std::vector<std::string> stop;  // stop strings; empty ones are ignored
 };
 

@@ -87,7 +87,8 @@ ParityReport run_parity(const Model& reference_model, Backend& reference, const 
   for (size_t i = 0; i < ra.size(); ++i) {
     const Record &a = ra[i], &b = rb[i];
     if (a.name != b.name || a.layer != b.layer || a.data.size() != b.data.size())
-      fail("parity: intermediate ", i, " is ", a.name, "/", a.layer, " in one run and ", b.name, "/", b.layer, " in the other");
+      fail("parity: intermediate ", i, " is ", a.name, "/", a.layer, " in one run and ", b.name, "/", b.layer,
+           " in the other");
     double num = 0, den = 0, mx = 0;
     for (size_t j = 0; j < a.data.size(); ++j) {
       const double d = static_cast<double>(b.data[j]) - a.data[j];

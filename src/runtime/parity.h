@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "models/model.h"
 #include "memory/kv_cache.h"
+#include "models/model.h"
 
 namespace sluice {
 
@@ -15,14 +15,14 @@ struct ParityEntry {
   std::string name;
   int layer = -1;
   int64_t n = 0;
-  double nmse = 0;      // Σ(a-b)² / Σ b²  (b = the reference backend)
-  double max_abs = 0;   // max |a-b|
-  double tolerance = 0; // NMSE limit for this entry
+  double nmse = 0;       // Σ(a-b)² / Σ b²  (b = the reference backend)
+  double max_abs = 0;    // max |a-b|
+  double tolerance = 0;  // NMSE limit for this entry
   bool ok() const { return nmse <= tolerance; }
 };
 
 struct ParityReport {
-  std::vector<ParityEntry> entries;      // in forward order
+  std::vector<ParityEntry> entries;  // in forward order
   const ParityEntry* first_divergence() const;
 };
 

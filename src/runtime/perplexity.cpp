@@ -202,10 +202,12 @@ PerplexityResult perplexity_run(const Model& model, Backend& be, const std::vect
       nll += v;
       nll2 += v * v;
     }
-    if (base_out.is_open()) base_out.write(reinterpret_cast<const char*>(recs.data()), static_cast<std::streamsize>(recs.size() * 2));
+    if (base_out.is_open())
+      base_out.write(reinterpret_cast<const char*>(recs.data()), static_cast<std::streamsize>(recs.size() * 2));
     r.count += n_scored;
     r.chunk_ppl.push_back(std::exp(nll / r.count));
-    if (progress) std::fprintf(progress, "[%lld]%.4f,", static_cast<long long>(c + 1), r.chunk_ppl.back()), std::fflush(progress);
+    if (progress)
+      std::fprintf(progress, "[%lld]%.4f,", static_cast<long long>(c + 1), r.chunk_ppl.back()), std::fflush(progress);
   }
   if (progress) std::fprintf(progress, "\n");
   if (base_out.is_open() && !base_out) fail("error writing ", opt.kld_base_out);
@@ -249,8 +251,8 @@ std::string format_kld_report(const KldStats& kin) {
   const double den = log_ppl.second * log_ppl_base.second;
   add("Cor(ln(PPL(Q)), ln(PPL(base))): %6.2lf%%\n", den > 0 ? 100.0 * log_ppl_cov / den : 100.0);
   const double ratio_val = log_ppl.first - log_ppl_base.first;
-  const double ratio_unc = std::sqrt(std::max(0.0, log_ppl.second * log_ppl.second +
-                                                      log_ppl_base.second * log_ppl_base.second - 2.0 * log_ppl_cov));
+  const double ratio_unc = std::sqrt(
+      std::max(0.0, log_ppl.second * log_ppl.second + log_ppl_base.second * log_ppl_base.second - 2.0 * log_ppl_cov));
   add("Mean ln(PPL(Q)/PPL(base))     : %10.6lf ± %10.6lf\n", ratio_val, ratio_unc);
   add("Mean PPL(Q)/PPL(base)         : %10.6lf ± %10.6lf\n", std::exp(ratio_val), std::exp(ratio_val) * ratio_unc);
   const double ppl_cov = ppl_val * ppl_base_val * log_ppl_cov;

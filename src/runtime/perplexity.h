@@ -19,15 +19,15 @@
 #include <string>
 #include <vector>
 
-#include "models/model.h"
 #include "memory/kv_cache.h"
+#include "models/model.h"
 
 namespace sluice {
 
 struct PerplexityOptions {
-  int64_t n_ctx = 512;   // chunk length
-  int64_t n_chunks = -1; // chunks to score (-1: all that fit)
-  KvCacheOptions kv;     // cache codecs (n_ctx is set from the chunk length)
+  int64_t n_ctx = 512;       // chunk length
+  int64_t n_chunks = -1;     // chunks to score (-1: all that fit)
+  KvCacheOptions kv;         // cache codecs (n_ctx is set from the chunk length)
   std::string kld_base_out;  // write the base log-probs here
   std::string kld_in;        // compare against this base file (its tokens and n_ctx are used)
 };

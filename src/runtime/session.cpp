@@ -26,7 +26,8 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
   const int64_t n_vocab = model_.hparams().n_vocab, n_past = this->n_past();
   // Checked here too, before any batch runs: a prompt that cannot fit leaves the session as it was.
   if (n_past + n > n_ctx())
-    fail("context full: positions ", n_past, "..", n_past + n - 1, " do not fit in a cache of ", n_ctx(), " (use --ctx)");
+    fail("context full: positions ", n_past, "..", n_past + n - 1, " do not fit in a cache of ", n_ctx(),
+         " (use --ctx)");
   logits_.resize((all_logits ? n : 1) * n_vocab);
   for (int64_t i = 0; i < n; i += kMaxBatch) {
     const int64_t m = std::min(kMaxBatch, n - i);

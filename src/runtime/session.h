@@ -7,9 +7,9 @@
 #include <span>
 #include <vector>
 
-#include "models/model.h"
 #include "memory/batch.h"
 #include "memory/memory.h"
+#include "models/model.h"
 
 namespace sluice {
 

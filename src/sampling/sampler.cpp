@@ -139,7 +139,8 @@ void MinPStage::apply(Candidates& c) {
   for (const auto& t : c.data) max_logit = std::max(max_logit, t.logit);
   const float min_logit = max_logit + std::log(p_);
   // erase-remove keeps the relative order, so a sorted array stays sorted; the max always passes.
-  c.data.erase(std::remove_if(c.data.begin(), c.data.end(), [&](const TokenCandidate& t) { return t.logit < min_logit; }),
+  c.data.erase(std::remove_if(c.data.begin(), c.data.end(),
+                              [&](const TokenCandidate& t) { return t.logit < min_logit; }),
                c.data.end());
 }
 

@@ -29,14 +29,14 @@ class Rng {
 };
 
 struct SamplerParams {
-  float temp = 0.8f;               // logits /= temp; <= 0 selects greedy argmax (ties -> lowest id)
-  int top_k = 40;                  // keep the k largest logits; <= 0 keeps all
-  float top_p = 0.95f;             // keep the smallest prefix of the sorted probs with sum >= p; >= 1 off
-  float min_p = 0.05f;             // keep tokens with p >= min_p * p_max; <= 0 off
-  float repeat_penalty = 1.0f;     // recent tokens: logit > 0 -> logit / r, logit <= 0 -> logit * r; 1 off
-  float presence_penalty = 0.0f;   // recent tokens: logit -= presence (once, if seen at all)
-  float frequency_penalty = 0.0f;  // recent tokens: logit -= count * frequency
-  int penalty_last_n = 64;         // window of accepted tokens the penalties look at; 0 off, < 0 all
+  float temp = 0.8f;                  // logits /= temp; <= 0 selects greedy argmax (ties -> lowest id)
+  int top_k = 40;                     // keep the k largest logits; <= 0 keeps all
+  float top_p = 0.95f;                // keep the smallest prefix of the sorted probs with sum >= p; >= 1 off
+  float min_p = 0.05f;                // keep tokens with p >= min_p * p_max; <= 0 off
+  float repeat_penalty = 1.0f;        // recent tokens: logit > 0 -> logit / r, logit <= 0 -> logit * r; 1 off
+  float presence_penalty = 0.0f;      // recent tokens: logit -= presence (once, if seen at all)
+  float frequency_penalty = 0.0f;     // recent tokens: logit -= count * frequency
+  int penalty_last_n = 64;            // window of accepted tokens the penalties look at; 0 off, < 0 all
   uint64_t seed = 0x736c75696365ull;  // fixed by default so runs reproduce; callers may randomize
 };
 
@@ -82,8 +82,8 @@ class PenaltiesStage final : public SamplerStage {
  private:
   int last_n_;
   float repeat_, frequency_, presence_;
-  std::deque<int32_t> history_;                // newest at the back, at most last_n_ entries
-  std::unordered_map<int32_t, int> counts_;    // occurrences of each token in history_
+  std::deque<int32_t> history_;              // newest at the back, at most last_n_ entries
+  std::unordered_map<int32_t, int> counts_;  // occurrences of each token in history_
 };
 
 class TopKStage final : public SamplerStage {

@@ -32,20 +32,23 @@ std::vector<SynthShape> make_presets() {
     p.push_back(s);
   }
   {
-    SynthShape s = dense("mixtral", "tiny", "llama", "llama + 8 experts top-2: n_embd 128, 2 layers, 2x64 heads, 1 kv, expert FFN 256");
+    SynthShape s = dense("mixtral", "tiny", "llama",
+                         "llama + 8 experts top-2: n_embd 128, 2 layers, 2x64 heads, 1 kv, expert FFN 256");
     s.n_ctx_train = 2048, s.n_embd = 128, s.n_layer = 2, s.n_head = 2, s.n_head_kv = 1, s.head_dim = 64;
     s.n_expert = 8, s.n_expert_used = 2, s.n_ff = s.n_ff_exp = 256;
     s.rms_eps = 1e-5f, s.rope_base = 1e6f;
     p.push_back(s);
   }
   {
-    SynthShape s = dense("qwen3", "tiny", "qwen3", "dense qwen3: n_embd 128, 3 layers, 4x64 heads (q width 256), 2 kv, FFN 256");
+    SynthShape s = dense("qwen3", "tiny", "qwen3",
+                         "dense qwen3: n_embd 128, 3 layers, 4x64 heads (q width 256), 2 kv, FFN 256");
     s.n_ctx_train = 2048, s.n_embd = 128, s.n_layer = 3, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64, s.n_ff = 256;
     s.rms_eps = 1e-6f, s.rope_base = 1e6f;
     p.push_back(s);
   }
   {
-    SynthShape s = dense("qwen3moe", "tiny", "qwen3moe", "n_embd 256, 2 layers, 4x64 heads, 2 kv, 16 experts top-4, expert FFN 128");
+    SynthShape s = dense("qwen3moe", "tiny", "qwen3moe",
+                         "n_embd 256, 2 layers, 4x64 heads, 2 kv, 16 experts top-4, expert FFN 128");
     s.n_ctx_train = 2048, s.n_embd = 256, s.n_layer = 2, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64;
     s.n_expert = 16, s.n_expert_used = 4, s.n_ff_exp = 128, s.n_ff = 512;
     s.rms_eps = 1e-6f, s.rope_base = 1e6f;
@@ -61,10 +64,10 @@ std::vector<SynthShape> make_presets() {
   {
     // The V2-Lite code path (q from one attn_q, softmax gating, no groups, 2 shared experts)
     // in miniature, so the tests cover what the full-size preset writes.
-    SynthShape s = dense("deepseek2", "tiny",
-                         "deepseek2",
-                         "V2-Lite style: n_embd 128, 3 layers (1 dense, FFN 256), 4 heads, kv_lora 64, nope 32, rope 32, "
-                         "v 64, 16 experts top-4 + 2 shared (FFN 64), softmax");
+    SynthShape s =
+        dense("deepseek2", "tiny", "deepseek2",
+              "V2-Lite style: n_embd 128, 3 layers (1 dense, FFN 256), 4 heads, kv_lora 64, nope 32, rope 32, "
+              "v 64, 16 experts top-4 + 2 shared (FFN 64), softmax");
     s.n_ctx_train = 2048, s.n_embd = 128, s.n_layer = 3, s.n_head = 4, s.n_ff = 256;
     s.n_layer_dense_lead = 1, s.n_expert = 16, s.n_expert_used = 4, s.n_expert_shared = 2, s.n_ff_exp = 64;
     s.kv_lora_rank = 64, s.qk_nope = 32, s.qk_rope = 32, s.v_head = 64;
@@ -85,14 +88,16 @@ std::vector<SynthShape> make_presets() {
     p.push_back(s);
   }
   {
-    SynthShape s = dense("llama", "llama2-7b", "llama", "Llama-2-7B: n_embd 4096, 32 layers, 32 heads, FFN 11008, vocab 32000");
+    SynthShape s = dense("llama", "llama2-7b", "llama",
+                         "Llama-2-7B: n_embd 4096, 32 layers, 32 heads, FFN 11008, vocab 32000");
     s.n_vocab = 32000, s.n_ctx_train = 4096, s.n_embd = 4096, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 32;
     s.head_dim = 128, s.n_ff = 11008, s.rms_eps = 1e-5f, s.rope_base = 1e4f;
     p.push_back(s);
   }
   {
-    SynthShape s = dense("mixtral", "mixtral-8x7b", "llama",
-                         "Mixtral-8x7B: n_embd 4096, 32 layers, 32 heads, 8 kv, 8 experts top-2, FFN 14336, vocab 32000");
+    SynthShape s =
+        dense("mixtral", "mixtral-8x7b", "llama",
+              "Mixtral-8x7B: n_embd 4096, 32 layers, 32 heads, 8 kv, 8 experts top-2, FFN 14336, vocab 32000");
     s.n_vocab = 32000, s.n_ctx_train = 32768, s.n_embd = 4096, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 8;
     s.head_dim = 128, s.n_expert = 8, s.n_expert_used = 2, s.n_ff = s.n_ff_exp = 14336;
     s.rms_eps = 1e-5f, s.rope_base = 1e6f;
@@ -106,17 +111,19 @@ std::vector<SynthShape> make_presets() {
     p.push_back(s);
   }
   {
-    SynthShape s = dense("qwen3moe", "qwen3-30b-a3b", "qwen3moe",
-                         "Qwen3-30B-A3B: n_embd 2048, 48 layers, 32 heads x 128, 4 kv, 128 experts top-8, expert FFN 768, "
-                         "vocab 151936");
+    SynthShape s =
+        dense("qwen3moe", "qwen3-30b-a3b", "qwen3moe",
+              "Qwen3-30B-A3B: n_embd 2048, 48 layers, 32 heads x 128, 4 kv, 128 experts top-8, expert FFN 768, "
+              "vocab 151936");
     s.n_vocab = 151936, s.n_ctx_train = 40960, s.n_embd = 2048, s.n_layer = 48, s.n_head = 32, s.n_head_kv = 4;
     s.head_dim = 128, s.n_expert = 128, s.n_expert_used = 8, s.n_ff_exp = 768, s.n_ff = 6144;
     s.rms_eps = 1e-6f, s.rope_base = 1e6f;
     p.push_back(s);
   }
   {
-    SynthShape s = dense("olmoe", "olmoe-1b-7b", "olmoe",
-                         "OLMoE-1B-7B: n_embd 2048, 16 layers, 16 heads, 64 experts top-8, expert FFN 1024, vocab 50304");
+    SynthShape s =
+        dense("olmoe", "olmoe-1b-7b", "olmoe",
+              "OLMoE-1B-7B: n_embd 2048, 16 layers, 16 heads, 64 experts top-8, expert FFN 1024, vocab 50304");
     s.n_vocab = 50304, s.n_ctx_train = 4096, s.n_embd = 2048, s.n_layer = 16, s.n_head = 16, s.n_head_kv = 16;
     s.head_dim = 128, s.n_expert = 64, s.n_expert_used = 8, s.n_ff = s.n_ff_exp = 1024;
     s.rms_eps = 1e-5f, s.rope_base = 1e4f;
@@ -161,7 +168,8 @@ SynthShape synth_resolve_shape(const SynthOptions& opt, int64_t tokenizer_vocab)
   std::vector<std::string> arches, preset_names;
   for (const auto& s : presets) {
     if (std::find(arches.begin(), arches.end(), s.arch) == arches.end()) arches.push_back(s.arch);
-    if (std::find(preset_names.begin(), preset_names.end(), s.preset) == preset_names.end()) preset_names.push_back(s.preset);
+    if (std::find(preset_names.begin(), preset_names.end(), s.preset) == preset_names.end())
+      preset_names.push_back(s.preset);
   }
   if (!opt.arch.empty() && std::find(arches.begin(), arches.end(), opt.arch) == arches.end())
     fail("synth: unknown architecture '", opt.arch, "' (known: ", join_names(arches), ")");
@@ -178,7 +186,8 @@ SynthShape synth_resolve_shape(const SynthOptions& opt, int64_t tokenizer_vocab)
         fail("synth: preset '", opt.preset, "' is a ", s.arch, " model, not ", opt.arch, " (see --list-presets)");
     fail("synth: unknown preset '", opt.preset, "' (known: ", join_names(preset_names), "; see --list-presets)");
   }
-  if (matches > 1) fail("synth: preset '", opt.preset, "' exists for several architectures; pass --arch (", join_names(arches), ")");
+  if (matches > 1)
+    fail("synth: preset '", opt.preset, "' exists for several architectures; pass --arch (", join_names(arches), ")");
 
   SynthShape s = *found;
   if (opt.layers < 0) fail("synth: --layers ", opt.layers, " must be positive");

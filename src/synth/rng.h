@@ -53,7 +53,8 @@ inline void sincos_turns(float t, float* c_out, float* s_out) {
   const int q = static_cast<int>(t * 4.0f + 0.5f);  // 0..4
   const float a = (t - static_cast<float>(q) * 0.25f) * 6.28318531f, a2 = a * a;
   const float c = 1.0f + a2 * (-0.5f + a2 * (4.16666667e-2f + a2 * (-1.38888889e-3f + a2 * 2.48015873e-5f)));
-  const float s = a * (1.0f + a2 * (-0.166666667f + a2 * (8.33333333e-3f + a2 * (-1.98412698e-4f + a2 * 2.75573192e-6f))));
+  const float s = a *
+                  (1.0f + a2 * (-0.166666667f + a2 * (8.33333333e-3f + a2 * (-1.98412698e-4f + a2 * 2.75573192e-6f))));
   // q = 0: (c, s); 1: (-s, c); 2: (-c, -s); 3: (s, -c): swap on odd q, then flip sign bits.
   const uint32_t swap = 0u - static_cast<uint32_t>(q & 1);
   const uint32_t cb = std::bit_cast<uint32_t>(c), sb = std::bit_cast<uint32_t>(s);

@@ -19,35 +19,35 @@ namespace sluice {
 // One model shape: a row of the preset table, after --layers / --vocab overrides. Field names
 // follow models/model.h's Hparams and llama.cpp's metadata keys ({arch} = gguf_arch).
 struct SynthShape {
-  std::string arch;          // synth's name: llama | mixtral | qwen3 | qwen3moe | olmoe | deepseek2
-  std::string preset;        // "tiny", "qwen3-30b-a3b", ...
-  std::string gguf_arch;     // general.architecture (mixtral is written as "llama" with experts)
-  std::string note;          // one line for --list-presets
-  int64_t n_vocab = 0;       // rows of token_embd/output; 0 in a preset: the tokenizer's size
-  int64_t n_ctx_train = 0;   // {arch}.context_length
-  int64_t n_embd = 0;        // {arch}.embedding_length
-  int64_t n_layer = 0;       // {arch}.block_count
-  int64_t n_head = 0;        // {arch}.attention.head_count
-  int64_t n_head_kv = 0;     // {arch}.attention.head_count_kv (MLA: written as 1)
-  int64_t head_dim = 0;      // {arch}.attention.key_length = value_length (non-MLA)
-  int64_t n_ff = 0;          // {arch}.feed_forward_length: dense FFN width (mixtral/olmoe: the expert width)
-  float rms_eps = 1e-5f;     // {arch}.attention.layer_norm_rms_epsilon
-  float rope_base = 1e4f;    // {arch}.rope.freq_base
+  std::string arch;         // synth's name: llama | mixtral | qwen3 | qwen3moe | olmoe | deepseek2
+  std::string preset;       // "tiny", "qwen3-30b-a3b", ...
+  std::string gguf_arch;    // general.architecture (mixtral is written as "llama" with experts)
+  std::string note;         // one line for --list-presets
+  int64_t n_vocab = 0;      // rows of token_embd/output; 0 in a preset: the tokenizer's size
+  int64_t n_ctx_train = 0;  // {arch}.context_length
+  int64_t n_embd = 0;       // {arch}.embedding_length
+  int64_t n_layer = 0;      // {arch}.block_count
+  int64_t n_head = 0;       // {arch}.attention.head_count
+  int64_t n_head_kv = 0;    // {arch}.attention.head_count_kv (MLA: written as 1)
+  int64_t head_dim = 0;     // {arch}.attention.key_length = value_length (non-MLA)
+  int64_t n_ff = 0;         // {arch}.feed_forward_length: dense FFN width (mixtral/olmoe: the expert width)
+  float rms_eps = 1e-5f;    // {arch}.attention.layer_norm_rms_epsilon
+  float rope_base = 1e4f;   // {arch}.rope.freq_base
   // Experts (n_expert == 0: dense).
-  int64_t n_expert = 0;            // {arch}.expert_count
-  int64_t n_expert_used = 0;       // {arch}.expert_used_count
-  int64_t n_ff_exp = 0;            // width of one expert ({arch}.expert_feed_forward_length where written)
-  int64_t n_expert_shared = 0;     // deepseek2: {arch}.expert_shared_count
-  int64_t n_layer_dense_lead = 0;  // deepseek2: {arch}.leading_dense_block_count
-  uint32_t gating_func = 1;        // deepseek2: {arch}.expert_gating_func (1 softmax, 2 sigmoid + exp_probs_b)
-  bool expert_weights_norm = false;  // deepseek2: {arch}.expert_weights_norm
-  float expert_weights_scale = 1.0f; // deepseek2: {arch}.expert_weights_scale
+  int64_t n_expert = 0;                   // {arch}.expert_count
+  int64_t n_expert_used = 0;              // {arch}.expert_used_count
+  int64_t n_ff_exp = 0;                   // width of one expert ({arch}.expert_feed_forward_length where written)
+  int64_t n_expert_shared = 0;            // deepseek2: {arch}.expert_shared_count
+  int64_t n_layer_dense_lead = 0;         // deepseek2: {arch}.leading_dense_block_count
+  uint32_t gating_func = 1;               // deepseek2: {arch}.expert_gating_func (1 softmax, 2 sigmoid + exp_probs_b)
+  bool expert_weights_norm = false;       // deepseek2: {arch}.expert_weights_norm
+  float expert_weights_scale = 1.0f;      // deepseek2: {arch}.expert_weights_scale
   int64_t n_group = 1, n_group_used = 1;  // deepseek2: {arch}.expert_group_count / expert_group_used_count
   // DeepSeek MLA (deepseek2 only).
-  int64_t q_lora_rank = 0;   // 0: q comes from one attn_q matrix (V2-Lite)
+  int64_t q_lora_rank = 0;  // 0: q comes from one attn_q matrix (V2-Lite)
   int64_t kv_lora_rank = 0;
   int64_t qk_nope = 0;
-  int64_t qk_rope = 0;       // {arch}.rope.dimension_count
+  int64_t qk_rope = 0;  // {arch}.rope.dimension_count
   int64_t v_head = 0;
 };
 
@@ -60,25 +60,25 @@ const std::vector<std::string>& synth_type_names();
 
 // Progress of synth_write, reported after every row chunk and once more at the end (done).
 struct SynthProgress {
-  int tensor = 0;             // 1-based index of the tensor being produced
+  int tensor = 0;  // 1-based index of the tensor being produced
   int n_tensors = 0;
-  std::string_view name;      // its name
-  uint64_t bytes_done = 0;    // tensor data produced so far (all earlier tensors + this one's chunks)
-  uint64_t bytes_total = 0;   // tensor data of the whole file
-  double seconds = 0;         // since synth_write began
-  bool done = false;          // the file is complete and closed
+  std::string_view name;     // its name
+  uint64_t bytes_done = 0;   // tensor data produced so far (all earlier tensors + this one's chunks)
+  uint64_t bytes_total = 0;  // tensor data of the whole file
+  double seconds = 0;        // since synth_write began
+  bool done = false;         // the file is complete and closed
 };
 
 struct SynthOptions {
-  std::string arch;                 // may stay empty when `preset` names a full-size model
+  std::string arch;  // may stay empty when `preset` names a full-size model
   std::string preset = "tiny";
-  int64_t layers = 0;               // > 0: override n_layer
-  int64_t vocab = 0;                // > 0: override n_vocab (must be >= the tokenizer's size)
-  std::string type = "f16";         // one of synth_type_names()
+  int64_t layers = 0;        // > 0: override n_layer
+  int64_t vocab = 0;         // > 0: override n_vocab (must be >= the tokenizer's size)
+  std::string type = "f16";  // one of synth_type_names()
   uint64_t seed = 1;
-  std::string tokenizer;            // GGUF whose tokenizer.* keys are copied (required)
-  float routing_locality = 0.0f;    // 0..1, see synth_write
-  int threads = 0;                  // generation/quantization threads; <= 0: all cores
+  std::string tokenizer;          // GGUF whose tokenizer.* keys are copied (required)
+  float routing_locality = 0.0f;  // 0..1, see synth_write
+  int threads = 0;                // generation/quantization threads; <= 0: all cores
   // Benchmark models: each large quantized matrix encodes a pool of rows for real and builds
   // the rest from randomly chosen pool blocks (see block_pool in write.cpp). Same types, sizes
   // and bytes per weight, same value distribution per block, written at disk speed instead of
@@ -88,9 +88,9 @@ struct SynthOptions {
 };
 
 struct SynthResult {
-  SynthShape shape;                      // as written (overrides applied, n_vocab resolved)
+  SynthShape shape;  // as written (overrides applied, n_vocab resolved)
   uint64_t file_bytes = 0;
-  uint64_t data_bytes = 0;               // tensor data only
+  uint64_t data_bytes = 0;  // tensor data only
   int64_t n_params = 0;
   int n_tensors = 0;
   double seconds = 0;

@@ -47,7 +47,8 @@ DType synth_tensor_type(std::string_view type, std::string_view name, const std:
                         int64_t n_expert) {
   // What llama-quantize never touches: 1-D tensors, anything not ending in "weight" (biases),
   // norms and routers.
-  if (ne.size() < 2 || !ends_with(name, "weight") || contains(name, "_norm.weight") || contains(name, "ffn_gate_inp.weight"))
+  if (ne.size() < 2 || !ends_with(name, "weight") || contains(name, "_norm.weight") ||
+      contains(name, "ffn_gate_inp.weight"))
     return DType::F32;
   if (type == "f32") return DType::F32;
   if (type == "f16") return DType::F16;

@@ -133,9 +133,9 @@ void copy_tokenizer(GgufWriter& w, const GgufFile& src, int64_t n_vocab) {
     } else if (key == "tokenizer.ggml.token_type") {
       has_types = true;
       w.set(key, padded(v, [](GgufType t, size_t) {
-        if (t != GgufType::INT32) fail("synth: tokenizer.ggml.token_type is not an i32 array");
-        return GgufValue{t, int32_t{5}};  // LLAMA_TOKEN_TYPE_UNUSED
-      }));
+              if (t != GgufType::INT32) fail("synth: tokenizer.ggml.token_type is not an i32 array");
+              return GgufValue{t, int32_t{5}};  // LLAMA_TOKEN_TYPE_UNUSED
+            }));
     } else {
       w.set(key, v);
     }
@@ -153,7 +153,8 @@ void copy_tokenizer(GgufWriter& w, const GgufFile& src, int64_t n_vocab) {
 int64_t rows_per_chunk(int64_t ne0) { return std::max<int64_t>(1, (int64_t{4} << 20) / ne0); }
 
 // Generates and encodes rows [r0, r1) of tensor `t` into dst (row-major, row_bytes apart).
-void fill_rows(const synth::TensorPlan& t, uint64_t key, int64_t r0, int64_t r1, float* row, uint8_t* dst, size_t row_bytes) {
+void fill_rows(const synth::TensorPlan& t, uint64_t key, int64_t r0, int64_t r1, float* row, uint8_t* dst,
+               size_t row_bytes) {
   const int64_t ne0 = t.ne[0], ne1 = t.ne.size() > 1 ? t.ne[1] : 1;
   const synth::TensorInit& in = t.init;
   for (int64_t r = r0; r < r1; ++r) {
@@ -226,7 +227,8 @@ void pool_rows(const synth::TensorPlan& t, const BlockPool& p, uint64_t key, int
     for (int64_t j = 0; j < nb; ++j) {
       const uint64_t h = synth::mix64(key ^ synth::mix64(static_cast<uint64_t>(r * nb + j)));
       const size_t src_row = static_cast<size_t>(h % kPoolRows);
-      std::memcpy(out + j * tr.block_bytes, p.rows[c].data() + src_row * row_bytes + j * tr.block_bytes, tr.block_bytes);
+      std::memcpy(out + j * tr.block_bytes, p.rows[c].data() + src_row * row_bytes + j * tr.block_bytes,
+                  tr.block_bytes);
     }
   }
 }
@@ -237,7 +239,8 @@ SynthResult synth_write(const SynthOptions& opt, const std::string& path) {
   const auto t0 = Clock::now();
   if (opt.tokenizer.empty()) fail("synth: no tokenizer file given (--tokenizer FILE)");
   if (!std::filesystem::exists(opt.tokenizer))
-    fail("synth: tokenizer file '", opt.tokenizer, "' not found (--tokenizer FILE: any GGUF with tokenizer.ggml.* keys)");
+    fail("synth: tokenizer file '", opt.tokenizer,
+         "' not found (--tokenizer FILE: any GGUF with tokenizer.ggml.* keys)");
   std::error_code ec;
   if (std::filesystem::equivalent(opt.tokenizer, path, ec))
     fail("synth: the output '", path, "' is the tokenizer file; writing would destroy it");
@@ -259,9 +262,9 @@ SynthResult synth_write(const SynthOptions& opt, const std::string& path) {
   w.set_string("general.architecture", s.gguf_arch);
   w.set_string("general.name", "synth-" + s.arch + "-" + s.preset);
   w.set_string("general.description",
-               str_cat("random-weight model written by sluice synth: arch ", s.arch, ", preset ", s.preset, ", type ", opt.type,
-                       opt.fast ? " (--fast: pooled blocks)" : "",
-                       ", seed ", opt.seed, ", routing locality ", opt.routing_locality, "; tokenizer from ",
+               str_cat("random-weight model written by sluice synth: arch ", s.arch, ", preset ", s.preset, ", type ",
+                       opt.type, opt.fast ? " (--fast: pooled blocks)" : "", ", seed ", opt.seed, ", routing locality ",
+                       opt.routing_locality, "; tokenizer from ",
                        std::filesystem::path(opt.tokenizer).filename().string()));
   w.set_u32("general.file_type", ftype_of(opt.type));
   w.set_u32("general.quantization_version", 2);  // GGML_QNT_VERSION

@@ -17,7 +17,9 @@ namespace {
 // GPT-2's bytes_to_unicode (openai/gpt-2 encoder.py): printable Latin-1 bytes stand for
 // themselves, the other 68 bytes for U+0100.. in byte order. Returns the code point for byte b.
 uint32_t gpt2_byte_to_code_point(int b) {
-  const auto printable = [](int x) { return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF); };
+  const auto printable = [](int x) {
+    return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF);
+  };
   if (printable(b)) return static_cast<uint32_t>(b);
   uint32_t next = 256;
   for (int x = 0; x < b; ++x) next += printable(x) ? 0 : 1;
@@ -77,7 +79,8 @@ void Tokenizer::bpe_init() {
     return id;
   };
 
-  if (v_.merges.size() > static_cast<size_t>(INT32_MAX)) fail("tokenizer: too many BPE merges (", v_.merges.size(), ")");
+  if (v_.merges.size() > static_cast<size_t>(INT32_MAX))
+    fail("tokenizer: too many BPE merges (", v_.merges.size(), ")");
   m->merges.reserve(v_.merges.size());
   std::string joined;
   for (size_t rank = 0; rank < v_.merges.size(); ++rank) {

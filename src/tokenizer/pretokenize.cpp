@@ -145,11 +145,10 @@ const std::vector<PreEntry>& pre_table() {
       add({"tekken"}, s);
     }
     {
-      PreTokenizerSpec s =
-          make_spec("chameleon",
-                    {"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", R"(([\t\n]|    |  ))", R"(\p{N})",
-                     R"([\p{P}!-/:-@\[-`{-~])", kGpt2},
-                    false);
+      PreTokenizerSpec s = make_spec("chameleon",
+                                     {"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", R"(([\t\n]|    |  ))",
+                                      R"(\p{N})", R"([\p{P}!-/:-@\[-`{-~])", kGpt2},
+                                     false);
       s.add_bos = true;
       add({"chameleon"}, s);
     }
@@ -165,8 +164,8 @@ constexpr size_t kBigJitStack = size_t{256} << 20;
 
 // llama.cpp's whitespace (Unicode White_Space) above ASCII.
 bool is_non_ascii_whitespace(uint32_t cp) {
-  return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
-         cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+  return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 // One code point at s[i], advancing i, with the rules of llama.cpp's unicode_cpt_from_utf8: a lead
@@ -192,7 +191,8 @@ uint32_t decode_cp(std::string_view s, size_t& i) {
     return cp;
   }
   if ((b & 0xF8) == 0xF0 && cont(i + 1) && cont(i + 2) && cont(i + 3)) {
-    const uint32_t cp = ((b & 0x07u) << 18) | ((at(i + 1) & 0x3Fu) << 12) | ((at(i + 2) & 0x3Fu) << 6) | (at(i + 3) & 0x3Fu);
+    const uint32_t cp = ((b & 0x07u) << 18) | ((at(i + 1) & 0x3Fu) << 12) | ((at(i + 2) & 0x3Fu) << 6) |
+                        (at(i + 3) & 0x3Fu);
     if (cp <= 0x10FFFF) {
       i += 4;
       return cp;
@@ -285,8 +285,8 @@ struct PreTokenizer::Regex {
 
 PreTokenizer::PreTokenizer(std::string_view pre) : spec_(find_pre_tokenizer(pre)) {
   if (!spec_) {
-    fail("tokenizer: unknown BPE pre-tokenizer tokenizer.ggml.pre = '", pre, "' (supported: ", supported_pre_tokenizers(),
-         ")");
+    fail("tokenizer: unknown BPE pre-tokenizer tokenizer.ggml.pre = '", pre,
+         "' (supported: ", supported_pre_tokenizers(), ")");
   }
   for (const std::string& re : spec_->regexes) {
     auto r = std::make_unique<Regex>();

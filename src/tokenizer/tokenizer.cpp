@@ -47,10 +47,14 @@ int parse_byte_token(std::string_view s) {
   for (size_t i = 3; i < 5; ++i) {
     const char c = s[i];
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else return -1;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else
+      return -1;
     v = v * 16 + d;
   }
   return v;
@@ -159,12 +163,12 @@ std::string to_lower_ascii(std::string s) {
 // it for one model, and forcing it to CONTROL would change how phi-3 (where "</s>" is
 // USER_DEFINED) splits text compared with the build that produced the test vectors (b4747).
 constexpr std::string_view kEogTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
-    "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",   "<|endoftext|>",
+    "<|eom_id|>", "<EOT>",      "_<EOT>",  "<|end_of_text|>", "<end_of_utterance>",
 };
 constexpr std::string_view kEotTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "<end_of_utterance>",
+    "<|eot_id|>",      "<|im_end|>", "<|end|>", "<end_of_turn>",      "<|endoftext|>",
+    "<|end_of_text|>", "<EOT>",      "_<EOT>",  "<end_of_utterance>",
 };
 
 }  // namespace

@@ -105,8 +105,7 @@ class Tokenizer {
   // So decode(encode(s, false)) == s for SPM and for BPE without clean-up (valid UTF-8 input),
   // and decode({bos} + generated) equals the concatenated pieces that llama-cli streams (the
   // stories260K golden .txt).
-  std::string decode(const std::vector<int32_t>& ids, bool remove_special = false,
-                     bool unparse_special = false) const;
+  std::string decode(const std::vector<int32_t>& ids, bool remove_special = false, bool unparse_special = false) const;
 
   int32_t bos() const { return v_.bos_id; }
   int32_t eos() const { return v_.eos_id; }
@@ -140,13 +139,13 @@ class Tokenizer {
   Vocab v_;
   bool is_spm_ = true;
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> token_to_id_;
-  std::vector<uint32_t> attrs_;           // (n_vocab) TokenAttr bits
-  std::vector<std::string> pieces_;       // (n_vocab) token_to_piece cache
-  std::vector<int32_t> special_order_;    // CONTROL/USER_DEFINED/UNKNOWN ids, longest text first
-  std::vector<bool> eog_;                 // (n_vocab)
-  int32_t byte_to_id_[256];               // SPM byte-fallback token per byte value, -1 if none
-  std::shared_ptr<const BpeModel> bpe_;   // BPE only; immutable, so copies of the Tokenizer share it
-  bool clean_spaces_ = false;             // BPE: decode() applies clean_up_tokenization_spaces
+  std::vector<uint32_t> attrs_;          // (n_vocab) TokenAttr bits
+  std::vector<std::string> pieces_;      // (n_vocab) token_to_piece cache
+  std::vector<int32_t> special_order_;   // CONTROL/USER_DEFINED/UNKNOWN ids, longest text first
+  std::vector<bool> eog_;                // (n_vocab)
+  int32_t byte_to_id_[256];              // SPM byte-fallback token per byte value, -1 if none
+  std::shared_ptr<const BpeModel> bpe_;  // BPE only; immutable, so copies of the Tokenizer share it
+  bool clean_spaces_ = false;            // BPE: decode() applies clean_up_tokenization_spaces
 };
 
 }  // namespace sluice

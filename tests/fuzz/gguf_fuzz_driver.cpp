@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
     }
   }
   ::unlink(tmp.c_str());
-  std::printf("gguf fuzz: %ld iterations, %ld parsed, %ld rejected with sluice::Error, 0 bugs\n", iters, parsed, rejected);
+  std::printf("gguf fuzz: %ld iterations, %ld parsed, %ld rejected with sluice::Error, 0 bugs\n", iters, parsed,
+              rejected);
   return 0;
 }

@@ -80,7 +80,8 @@ class GgufMutator {
       case 2:  // truncate
         b.resize(below(b.size() + 1));
         break;
-      case 3: case 4: {  // overwrite a little-endian u32 / u64 with an edge value
+      case 3:
+      case 4: {  // overwrite a little-endian u32 / u64 with an edge value
         size_t w = below(2) ? 8 : 4;
         size_t pos = pick_pos(b, hot_bytes);
         uint64_t v = interesting(b.size());

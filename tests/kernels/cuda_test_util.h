@@ -24,9 +24,9 @@ inline bool cuda_device_present(std::string* why) {
 
 }  // namespace sluice::test
 
-#define SLUICE_REQUIRE_CUDA()                                                   \
-  do {                                                                          \
-    std::string why_no_cuda_;                                                   \
-    if (!::sluice::test::cuda_device_present(&why_no_cuda_))                    \
-      GTEST_SKIP() << "skipped: no device (" << why_no_cuda_ << ")";            \
+#define SLUICE_REQUIRE_CUDA()                                        \
+  do {                                                               \
+    std::string why_no_cuda_;                                        \
+    if (!::sluice::test::cuda_device_present(&why_no_cuda_))         \
+      GTEST_SKIP() << "skipped: no device (" << why_no_cuda_ << ")"; \
   } while (0)

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/kernel_test_util.h"
 #include "backends/backend.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/ref/ref_backend.h"
 #include "core/cpu_features.h"
+#include "kernels/kernel_test_util.h"
 #include "kvcodec/kvcodec.h"
 #include "memory/kv_cache.h"
 
@@ -34,7 +34,6 @@ using test::randn;
 // extra exp per split. 1e-10 is the kernel-parity policy (test_backend_parity.cpp), and a
 // one-position causal shift gives > 1e-4 (negative control below).
 constexpr double kTol = 1e-10;
-
 
 
 struct Case {
@@ -83,8 +82,8 @@ std::vector<float> run(Backend& b, AttentionArgs a) {
 
 
 const Case kCases[] = {
-    {1, 8, 2, 64, 37, 36},       // decode, GQA 4
-    {5, 4, 4, 32, 70, 65},       // small prefill continuation
+    {1, 8, 2, 64, 37, 36},        // decode, GQA 4
+    {5, 4, 4, 32, 70, 65},        // small prefill continuation
     {1, 16, 2, 128, 1300, 1299},  // decode, split-KV (11 splits of 128: few KV groups), GQA 8
     {3, 6, 1, 128, 600, 597},     // T·H < 256: split-KV on a 3-token batch, MQA
     {4, 32, 8, 64, 1100, 1096},   // T·Hkv = 32 KV groups: splits of 512, GQA 4
@@ -92,9 +91,9 @@ const Case kCases[] = {
 };
 
 const std::pair<DType, DType> kTypePairs[] = {
-    {DType::F16, DType::F16},  {DType::BF16, DType::BF16}, {DType::Q8_0, DType::Q8_0}, {DType::Q4_0, DType::Q4_0},
-    {kKvTq2, kKvTq2},          {kKvTq3, kKvTq3},           {kKvTq4, kKvTq4},           {kKvTq8, kKvTq8},
-    {DType::Q8_0, kKvTq4},     {DType::Q8_0, kKvTq3},      {kKvTq4, DType::F16},       {DType::F32, kKvTq2},
+    {DType::F16, DType::F16}, {DType::BF16, DType::BF16}, {DType::Q8_0, DType::Q8_0}, {DType::Q4_0, DType::Q4_0},
+    {kKvTq2, kKvTq2},         {kKvTq3, kKvTq3},           {kKvTq4, kKvTq4},           {kKvTq8, kKvTq8},
+    {DType::Q8_0, kKvTq4},    {DType::Q8_0, kKvTq3},      {kKvTq4, DType::F16},       {DType::F32, kKvTq2},
 };
 
 TEST(AttentionKv, CpuMatchesRefForEveryCodec) {
@@ -106,8 +105,8 @@ TEST(AttentionKv, CpuMatchesRefForEveryCodec) {
         if ((kt == DType::Q8_0 || kt == DType::Q4_0) && (c.Hkv * c.D) % 32) continue;
         const AttnSetup s = make(c, kt, vt, 11, *ref);
         const double e = nmse(run(*ref, s.args), run(*cpu, s.args));
-        EXPECT_LE(e, kTol) << cpu_isa_name(isa) << " K " << kv_type_name(kt) << " V " << kv_type_name(vt) << " T=" << c.T
-                           << " H=" << c.H << " Hkv=" << c.Hkv << " D=" << c.D << " N=" << c.N;
+        EXPECT_LE(e, kTol) << cpu_isa_name(isa) << " K " << kv_type_name(kt) << " V " << kv_type_name(vt)
+                           << " T=" << c.T << " H=" << c.H << " Hkv=" << c.Hkv << " D=" << c.D << " N=" << c.N;
       }
   }
 }
@@ -128,7 +127,7 @@ TEST(AttentionKv, CodecErrorIsOrderedByBits) {
     DType k, v;
     double bound;
   } cases[] = {{DType::F16, DType::F16, 1e-6}, {DType::Q8_0, DType::Q8_0, 5e-4}, {kKvTq8, kKvTq8, 5e-4},
-               {kKvTq4, kKvTq4, 0.08},       {DType::Q4_0, DType::Q4_0, 0.06}, {kKvTq3, kKvTq3, 0.3},
+               {kKvTq4, kKvTq4, 0.08},         {DType::Q4_0, DType::Q4_0, 0.06}, {kKvTq3, kKvTq3, 0.3},
                {kKvTq2, kKvTq2, 0.8}};
   double prev = 0;
   for (const auto& cs : cases) {

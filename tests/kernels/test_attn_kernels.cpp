@@ -170,14 +170,16 @@ TEST(AttnKernels, EveryLevelMatchesTheDecodePathBitwise) {
         const auto s_ref = scores_ref(k, h, sh.P, q, sh.G, lds);
         const auto s = run_scores(ops_of(ak, t), h, sh.P, q, sh.G, lds);
         EXPECT_EQ(0, std::memcmp(s_ref.data(), s.data(), s.size() * sizeof(float)))
-            << "scores " << cpu_isa_name(isa) << " " << kv_type_name(t) << " P=" << sh.P << " G=" << sh.G << " D=" << sh.D;
+            << "scores " << cpu_isa_name(isa) << " " << kv_type_name(t) << " P=" << sh.P << " G=" << sh.G
+            << " D=" << sh.D;
 
         const std::vector<float> a = randn(static_cast<size_t>(sh.G) * lds, 5, 0.3f);
         const std::vector<float> y0 = randn(static_cast<size_t>(sh.G * sh.D), 6);
         const auto y_ref = axpy_ref(k, h, sh.P, a, lds, sh.G, y0);
         const auto y = run_axpy(ops_of(ak, t), h, sh.P, a, lds, sh.G, y0);
         EXPECT_EQ(0, std::memcmp(y_ref.data(), y.data(), y.size() * sizeof(float)))
-            << "axpy " << cpu_isa_name(isa) << " " << kv_type_name(t) << " P=" << sh.P << " G=" << sh.G << " D=" << sh.D;
+            << "axpy " << cpu_isa_name(isa) << " " << kv_type_name(t) << " P=" << sh.P << " G=" << sh.G
+            << " D=" << sh.D;
       }
   }
 }
@@ -197,14 +199,16 @@ TEST(AttnKernels, SimdLevelsMatchTheGenericTwin) {
                                     run_scores(ops_of(ak, t), h, sh.P, q, sh.G, lds));
         const std::vector<float> a = randn(static_cast<size_t>(sh.G) * lds, 10, 0.3f);
         const std::vector<float> y0(static_cast<size_t>(sh.G * sh.D), 0.0f);
-        const double ey = nmse(run_axpy(ops_of(gen, t), h, sh.P, a, lds, sh.G, y0), run_axpy(ops_of(ak, t), h, sh.P, a, lds, sh.G, y0));
-        EXPECT_LE(es, kTol) << "scores " << cpu_isa_name(isa) << " " << kv_type_name(t) << " P=" << sh.P << " G=" << sh.G;
+        const double ey = nmse(run_axpy(ops_of(gen, t), h, sh.P, a, lds, sh.G, y0),
+                               run_axpy(ops_of(ak, t), h, sh.P, a, lds, sh.G, y0));
+        EXPECT_LE(es, kTol) << "scores " << cpu_isa_name(isa) << " " << kv_type_name(t) << " P=" << sh.P
+                            << " G=" << sh.G;
         EXPECT_LE(ey, kTol) << "axpy " << cpu_isa_name(isa) << " " << kv_type_name(t) << " P=" << sh.P << " G=" << sh.G;
         worst_s = std::max(worst_s, es);
         worst_y = std::max(worst_y, ey);
       }
-      std::printf("[  NMSE    ] attn kernels %-6s %-5s vs generic: scores %.3g, V sum %.3g\n", std::string(cpu_isa_name(isa)).c_str(),
-                  std::string(kv_type_name(t)).c_str(), worst_s, worst_y);
+      std::printf("[  NMSE    ] attn kernels %-6s %-5s vs generic: scores %.3g, V sum %.3g\n",
+                  std::string(cpu_isa_name(isa)).c_str(), std::string(kv_type_name(t)).c_str(), worst_s, worst_y);
     }
   }
 }
@@ -235,8 +239,10 @@ TEST(AttnKernels, NegativeControls) {
       for (int64_t g = 0; g < G; ++g)
         for (int64_t j = 0; j < P; ++j) {
           const bool same = s[g * P + j] == s_ref[g * P + j];
-          if (j == 7) moved += !same;
-          else EXPECT_TRUE(same) << kv_type_name(t) << " position " << j;
+          if (j == 7)
+            moved += !same;
+          else
+            EXPECT_TRUE(same) << kv_type_name(t) << " position " << j;
         }
       EXPECT_GT(moved, 0) << cpu_isa_name(isa) << " " << kv_type_name(t) << ": a changed index byte was not read";
     }

@@ -18,15 +18,15 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention_test_util.h"
-#include "kernels/kernel_test_util.h"
-#include "kernels/parity_tolerances.h"
 #include "backends/backend.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/kernels.h"
 #include "backends/ref/ref_backend.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "kernels/attention_test_util.h"
+#include "kernels/kernel_test_util.h"
+#include "kernels/parity_tolerances.h"
 #include "quant/quant.h"
 
 namespace sluice {
@@ -63,7 +63,6 @@ std::string key(std::string_view op, std::string_view type, CpuIsa isa) {
 }
 
 
-
 // The cpu backends under test: every available ISA level, 2 threads each (so the
 // threaded paths run; determinism across thread counts is tested separately).
 struct Backends {
@@ -83,9 +82,9 @@ std::vector<float> run_matmul(Backend& b, const TensorView& w, const std::vector
   return y;
 }
 
-const DType kAllWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                                 DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
-                                 DType::Q6_K};
+const DType kAllWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                                 DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K,
+                                 DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 // ---- matmul ----------------------------------------------------------------------------
 
@@ -169,8 +168,8 @@ TEST(KernelQuant, FastPathsBitExact) {
   std::mt19937 rng(5);
   for (CpuIsa isa : available_isas()) {
     const cpu::Kernels& k = cpu::kernels_for(isa);
-    for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
-                    DType::Q6_K}) {
+    for (DType t :
+         {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
       const cpu::QuantOps* q = k.quant(t);
       if (!q) {
         std::printf("[  INFO    ] %s: no %s fast path (uses dequantize_row)\n", std::string(cpu_isa_name(isa)).c_str(),
@@ -193,7 +192,7 @@ TEST(KernelQuant, FastPathsBitExact) {
         };
         switch (t) {
           case DType::Q6_K:
-          case DType::Q3_K: put(tr.block_bytes - 2); break;  // d last
+          case DType::Q3_K: put(tr.block_bytes - 2); break;                           // d last
           case DType::Q2_K: put(tr.block_bytes - 4), put(tr.block_bytes - 2); break;  // d, dmin last
           case DType::Q4_1:
           case DType::Q4_K:
@@ -209,7 +208,8 @@ TEST(KernelQuant, FastPathsBitExact) {
       ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4)) << dtype_name(t) << " " << cpu_isa_name(isa);
       const auto x = randn(static_cast<size_t>(n), 6);
       std::vector<float> y_gemm(rows), y_gemv(rows);
-      k.gemm_f32(want.data(), static_cast<size_t>(n), rows, x.data(), static_cast<size_t>(n), 1, n, y_gemm.data(), rows);
+      k.gemm_f32(want.data(), static_cast<size_t>(n), rows, x.data(), static_cast<size_t>(n), 1, n, y_gemm.data(),
+                 rows);
       q->gemv(w.data(), rb, rows, x.data(), n, y_gemv.data());
       EXPECT_EQ(0, std::memcmp(y_gemm.data(), y_gemv.data(), rows * 4)) << dtype_name(t) << " " << cpu_isa_name(isa);
     }
@@ -230,7 +230,8 @@ TEST(BackendParity, RmsNorm) {
         for (auto& [isa, cpu] : be.cpu) {
           std::vector<float> y = x;  // in place: y aliases x
           cpu->rms_norm(y.data(), with_w ? w.data() : nullptr, y.data(), rows, n, 1e-6f);
-          EXPECT_LE(track(key("rms_norm", "f32", isa), nmse(yr, y)), kTolRmsNorm) << cpu_isa_name(isa) << " n=" << n << " rows=" << rows;
+          EXPECT_LE(track(key("rms_norm", "f32", isa), nmse(yr, y)), kTolRmsNorm)
+              << cpu_isa_name(isa) << " n=" << n << " rows=" << rows;
         }
       }
     }
@@ -244,8 +245,8 @@ struct RopeCase {
 
 TEST(BackendParity, Rope) {
   Backends be;
-  const RopeCase cases[] = {{1, 1, 8, 8, 0}, {7, 3, 64, 64, 5}, {5, 4, 128, 128, 4000}, {2, 2, 64, 32, 17},
-                            {3, 5, 128, 64, 100000}};
+  const RopeCase cases[] = {
+      {1, 1, 8, 8, 0}, {7, 3, 64, 64, 5}, {5, 4, 128, 128, 4000}, {2, 2, 64, 32, 17}, {3, 5, 128, 64, 100000}};
   for (const RopeCase& c : cases) {
     std::vector<int32_t> pos(static_cast<size_t>(c.T));
     for (int64_t t = 0; t < c.T; ++t) pos[t] = c.pos0 + static_cast<int32_t>(t * 3);
@@ -257,8 +258,9 @@ TEST(BackendParity, Rope) {
         for (auto& [isa, cpu] : be.cpu) {
           auto xc = x;
           cpu->rope(xc.data(), pos.data(), c.T, c.H, c.D, c.n_rot, base, mode);
-          EXPECT_LE(track(key("rope", "f32", isa), nmse(xr, xc)), kTolRope) << cpu_isa_name(isa) << " D=" << c.D << " n_rot=" << c.n_rot
-                                            << " pos0=" << c.pos0 << " mode=" << static_cast<int>(mode);
+          EXPECT_LE(track(key("rope", "f32", isa), nmse(xr, xc)), kTolRope)
+              << cpu_isa_name(isa) << " D=" << c.D << " n_rot=" << c.n_rot << " pos0=" << c.pos0
+              << " mode=" << static_cast<int>(mode);
           // Dimensions past n_rot are untouched.
           for (int64_t r = 0; r < c.T * c.H; ++r)
             for (int64_t d = c.n_rot; d < c.D; ++d) ASSERT_EQ(xc[r * c.D + d], x[r * c.D + d]);
@@ -294,7 +296,8 @@ TEST(BackendParity, Softmax) {
       for (auto& [isa, cpu] : be.cpu) {
         auto xc = x;
         cpu->softmax(xc.data(), rows, n);
-        EXPECT_LE(track(key("softmax", "f32", isa), nmse(xr, xc)), kTolElementwise) << cpu_isa_name(isa) << " n=" << n << " scale=" << scale;
+        EXPECT_LE(track(key("softmax", "f32", isa), nmse(xr, xc)), kTolElementwise)
+            << cpu_isa_name(isa) << " n=" << n << " scale=" << scale;
       }
     }
   }
@@ -314,8 +317,10 @@ TEST(BackendParity, SwigluGeluAdd) {
       cpu->swiglu(a.data(), b.data(), s.data(), n);
       cpu->gelu(g.data(), g.data(), n);  // in place
       cpu->add(ad.data(), b.data(), ad.data(), n);
-      EXPECT_LE(track(key("swiglu", "f32", isa), nmse(sr, s)), kTolElementwise) << "swiglu " << cpu_isa_name(isa) << " n=" << n;
-      EXPECT_LE(track(key("gelu", "f32", isa), nmse(gr, g)), kTolElementwise) << "gelu " << cpu_isa_name(isa) << " n=" << n;
+      EXPECT_LE(track(key("swiglu", "f32", isa), nmse(sr, s)), kTolElementwise)
+          << "swiglu " << cpu_isa_name(isa) << " n=" << n;
+      EXPECT_LE(track(key("gelu", "f32", isa), nmse(gr, g)), kTolElementwise)
+          << "gelu " << cpu_isa_name(isa) << " n=" << n;
       EXPECT_EQ(0, std::memcmp(ar.data(), ad.data(), ar.size() * sizeof(float))) << "add " << cpu_isa_name(isa);
     }
   }
@@ -353,15 +358,17 @@ TEST(BackendParity, GetRowsAndStoreRow) {
     for (auto& [isa, cpu] : be.cpu) {
       std::vector<float> y(yr.size());
       cpu->get_rows(tab.view, ids, 5, y.data());
-      EXPECT_EQ(0, std::memcmp(y.data(), yr.data(), y.size() * sizeof(float))) << dtype_name(t) << " " << cpu_isa_name(isa);
+      EXPECT_EQ(0, std::memcmp(y.data(), yr.data(), y.size() * sizeof(float)))
+          << dtype_name(t) << " " << cpu_isa_name(isa);
       std::vector<uint8_t> bc(br.size(), 0xAB);
       cpu->store_row(src.data(), t, bc.data(), n);
       EXPECT_EQ(br, bc) << "store_row " << dtype_name(t) << " " << cpu_isa_name(isa);
     }
   }
   // F16 rounding edge cases: halfway values, overflow, subnormals, signed zero.
-  const std::vector<float> edge = {0.0f,  -0.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 65504.0f, 65520.0f, 1e6f,
-                                   -1e6f, 6e-8f, 3e-8f,              1e-5f,              -2.5e-6f, 0.33333f};
+  const std::vector<float> edge = {
+      0.0f,     -0.0f,   1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 65504.0f, 65520.0f, 1e6f, -1e6f, 6e-8f, 3e-8f, 1e-5f,
+      -2.5e-6f, 0.33333f};
   std::vector<uint16_t> hr(edge.size());
   be.ref->store_row(edge.data(), DType::F16, hr.data(), static_cast<int64_t>(edge.size()));
   for (auto& [isa, cpu] : be.cpu) {
@@ -379,22 +386,30 @@ using test::make_attention;
 using test::run_attention;
 
 const AttnCase kAttnCases[] = {
-    {1, 1, 1, 8, 1, 0},      {1, 4, 4, 64, 7, 6},      {7, 4, 2, 64, 7, 0},     {7, 8, 2, 128, 300, 293},
-    {1, 8, 2, 128, 300, 299}, {7, 8, 8, 64, 65, 58},    {3, 4, 1, 8, 64, 61},    {1, 16, 4, 128, 129, 128},
-    {7, 4, 1, 64, 100, 40},  {2, 2, 1, 64, 50, 200},  // pos0 past the cache: every token sees all N
+    {1, 1, 1, 8, 1, 0},
+    {1, 4, 4, 64, 7, 6},
+    {7, 4, 2, 64, 7, 0},
+    {7, 8, 2, 128, 300, 293},
+    {1, 8, 2, 128, 300, 299},
+    {7, 8, 8, 64, 65, 58},
+    {3, 4, 1, 8, 64, 61},
+    {1, 16, 4, 128, 129, 128},
+    {7, 4, 1, 64, 100, 40},
+    {2, 2, 1, 64, 50, 200},  // pos0 past the cache: every token sees all N
     {5, 8, 4, 8, 40, 35},    // quantized caches: D = 8 is not a whole block, whole rows are decoded
     // Batches with too many rows to split (T·H >= 256) over more than one split's worth of
     // positions (> 512): each row must still see every visible position (a prompt batch at
     // position 512+ once attended to the first 512 only).
-    {32, 8, 4, 8, 600, 568}, {40, 8, 2, 64, 1100, 1060},
+    {32, 8, 4, 8, 600, 568},
+    {40, 8, 2, 64, 1100, 1060},
 };
 
 TEST(BackendParity, Attention) {
   Backends be;
   for (const AttnCase& c : kAttnCases) {
-    for (auto [kt, vt] : {std::pair{DType::F16, DType::F16}, std::pair{DType::F32, DType::F32},
-                          std::pair{DType::F16, DType::F32}, std::pair{DType::Q8_0, DType::Q8_0},
-                          std::pair{DType::Q4_0, DType::F16}}) {
+    for (auto [kt, vt] :
+         {std::pair{DType::F16, DType::F16}, std::pair{DType::F32, DType::F32}, std::pair{DType::F16, DType::F32},
+          std::pair{DType::Q8_0, DType::Q8_0}, std::pair{DType::Q4_0, DType::F16}}) {
       if ((c.Hkv * c.D) % dtype_traits(kt).block_size != 0 || (c.Hkv * c.D) % dtype_traits(vt).block_size != 0)
         continue;
       const AttnData d = make_attention(c, kt, vt, 61);
@@ -418,8 +433,9 @@ TEST(BackendParity, AttentionNegativeControlCausalOffByOne) {
   const auto yr = run_attention(*be.ref, d.args);
   AttentionArgs shifted = d.args;
   shifted.pos0 += 1;
-  for (auto& [isa, cpu] : be.cpu) EXPECT_GT(track(key("NEG attn-causal", "f16", isa), nmse(yr, run_attention(*cpu, shifted))),
-                                                    1000 * kTolAttention) << cpu_isa_name(isa);
+  for (auto& [isa, cpu] : be.cpu)
+    EXPECT_GT(track(key("NEG attn-causal", "f16", isa), nmse(yr, run_attention(*cpu, shifted))), 1000 * kTolAttention)
+        << cpu_isa_name(isa);
 }
 
 // ---- determinism -----------------------------------------------------------------------

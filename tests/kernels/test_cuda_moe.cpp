@@ -27,10 +27,10 @@
 #include "backends/cuda/moe_plan.h"
 #include "backends/ref/ref_backend.h"
 #include "core/error.h"
+#include "core/expert_cache.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/kernel_test_util.h"
 #include "quant/quant.h"
-#include "core/expert_cache.h"
 #include "test_util.h"
 
 #ifdef SLUICE_HAVE_CUDA
@@ -59,7 +59,8 @@ std::vector<MoeMatrix> matrices(const std::vector<std::pair<DType, DType>>& type
 }
 
 TEST(CudaMoePlan, UniformTypesOneGateUpLaunchAndFusedDown) {
-  const auto m = matrices({{DType::Q4_K, DType::Q6_K}, {DType::Q4_K, DType::Q6_K}, {DType::Q4_K, DType::Q6_K}}, 256, 512);
+  const auto m = matrices({{DType::Q4_K, DType::Q6_K}, {DType::Q4_K, DType::Q6_K}, {DType::Q4_K, DType::Q6_K}}, 256,
+                          512);
   const cuda::MoePlan p = cuda::moe_plan(m, 256);
   EXPECT_EQ(p.h_off, (std::vector<int64_t>{0, 512, 1024}));
   EXPECT_EQ(p.h_floats, 1536);
@@ -88,7 +89,8 @@ TEST(CudaMoePlan, HiddenRowsAre256ByteAligned) {
 
 TEST(CudaMoePlan, MixedTypesGroupStablyAndCombineInExpertOrder) {
   // Expert 0: Q8_0 gate/up, Q6_K down; expert 1: F16 / Q8_0; expert 2: Q8_0 / Q6_K.
-  const auto m = matrices({{DType::Q8_0, DType::Q6_K}, {DType::F16, DType::Q8_0}, {DType::Q8_0, DType::Q6_K}}, 256, 256);
+  const auto m = matrices({{DType::Q8_0, DType::Q6_K}, {DType::F16, DType::Q8_0}, {DType::Q8_0, DType::Q6_K}}, 256,
+                          256);
   const cuda::MoePlan p = cuda::moe_plan(m, 256);
   ASSERT_EQ(p.job_matrix.size(), 12u);
   // Gate/up: grouped by type, expert order kept inside a group, each group one launch.
@@ -274,7 +276,7 @@ TEST(CudaMoeCli, GpuExpertCacheOption) {
 
 #ifdef SLUICE_HAVE_CUDA
 
-constexpr double kTolMoe = 1e-10;         // see the file comment
+constexpr double kTolMoe = 1e-10;  // see the file comment
 constexpr double kTolMoeVsDefault = 1e-12;
 
 // Experts' matrices at scale 0.05 (weights of a trained FFN's magnitude, so SwiGLU is not saturated).
@@ -326,7 +328,8 @@ TEST(CudaMoe, MatchesRefAndDefault) {
   double worst = 0, worst_default = 0;
   for (const Mix& mx : kMixes) {
     for (int k : {1, 8}) {
-      SCOPED_TRACE(std::string(dtype_name(mx.gate_up)) + "/" + std::string(dtype_name(mx.down)) + " k=" + std::to_string(k));
+      SCOPED_TRACE(std::string(dtype_name(mx.gate_up)) + "/" + std::string(dtype_name(mx.down)) +
+                   " k=" + std::to_string(k));
       Layer l(mx.gate_up, std::vector<DType>(static_cast<size_t>(k), mx.down), mx.E, mx.F, 40);
       const std::vector<float> w = randn(static_cast<size_t>(k), 41);
       std::vector<FfnExpert> ex;

@@ -29,13 +29,13 @@
 #include "backends/backend.h"
 #include "backends/ref/ref_backend.h"
 #include "core/error.h"
-#include "kernels/cuda_test_util.h"
+#include "core/expert_cache.h"
 #include "kernels/attention_test_util.h"
+#include "kernels/cuda_test_util.h"
 #include "kernels/kernel_test_util.h"
 #include "kernels/parity_tolerances.h"
 #include "kvcodec/kvcodec.h"
 #include "quant/quant.h"
-#include "core/expert_cache.h"
 #include "runtime/session.h"
 
 namespace sluice {
@@ -206,8 +206,8 @@ TEST(CudaParity, Rope) {
     int64_t T, H, D, n_rot;
     int32_t pos0;
   };
-  for (const C& c : {C{1, 1, 8, 8, 0}, C{7, 3, 64, 64, 5}, C{5, 4, 128, 128, 4000}, C{2, 2, 64, 32, 17},
-                     C{3, 5, 128, 64, 100000}}) {
+  for (const C& c :
+       {C{1, 1, 8, 8, 0}, C{7, 3, 64, 64, 5}, C{5, 4, 128, 128, 4000}, C{2, 2, 64, 32, 17}, C{3, 5, 128, 64, 100000}}) {
     std::vector<int32_t> pos(static_cast<size_t>(c.T));
     for (int64_t t = 0; t < c.T; ++t) pos[t] = c.pos0 + static_cast<int32_t>(t * 3);
     const auto x = randn(static_cast<size_t>(c.T * c.H * c.D), 21);
@@ -298,8 +298,9 @@ TEST(CudaParity, GetRowsAndStoreRowBitExact) {
   Weights tab(DType::Q8_0, 96, 12, 1);
   EXPECT_THROW(be.cuda->get_rows(tab.view, &bad, 1, out.data()), Error);
   // F16/BF16 rounding edges: halfway values, overflow, subnormals, signed zero.
-  const std::vector<float> edge = {0.0f,  -0.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 65504.0f, 65520.0f, 1e6f,
-                                   -1e6f, 6e-8f, 3e-8f,              1e-5f,              -2.5e-6f, 0.33333f, 1e-40f};
+  const std::vector<float> edge = {
+      0.0f,  -0.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 65504.0f, 65520.0f, 1e6f, -1e6f, 6e-8f,
+      3e-8f, 1e-5f, -2.5e-6f,           0.33333f,           1e-40f};
   for (DType t : {DType::F16, DType::BF16}) {
     std::vector<uint16_t> hr(edge.size()), hc(edge.size());
     be.ref->store_row(edge.data(), t, hr.data(), static_cast<int64_t>(edge.size()));
@@ -329,9 +330,9 @@ using test::make_attention;
 using test::run_attention;
 
 const AttnCase kAttnCases[] = {
-    {1, 1, 1, 8, 1, 0},       {1, 4, 4, 64, 7, 6},    {7, 4, 2, 64, 7, 0},    {7, 8, 2, 128, 300, 293},
-    {1, 8, 2, 128, 300, 299}, {7, 8, 8, 64, 65, 58},  {3, 4, 1, 8, 64, 61},   {1, 16, 4, 128, 129, 128},
-    {7, 4, 1, 64, 100, 40},   {2, 2, 1, 64, 50, 200}, {5, 8, 4, 8, 40, 35},   {1, 8, 1, 256, 1000, 999},
+    {1, 1, 1, 8, 1, 0},       {1, 4, 4, 64, 7, 6},    {7, 4, 2, 64, 7, 0},  {7, 8, 2, 128, 300, 293},
+    {1, 8, 2, 128, 300, 299}, {7, 8, 8, 64, 65, 58},  {3, 4, 1, 8, 64, 61}, {1, 16, 4, 128, 129, 128},
+    {7, 4, 1, 64, 100, 40},   {2, 2, 1, 64, 50, 200}, {5, 8, 4, 8, 40, 35}, {1, 8, 1, 256, 1000, 999},
     {16, 4, 2, 64, 600, 584},
 };
 
@@ -392,7 +393,8 @@ TEST(CudaParity, AttentionKvMirrorFollowsAppendsAndRewinds) {
   EXPECT_LE(step(0, 20, 1), kTolAttention) << "prefill";
   for (int64_t p = 20; p < 150; ++p) ASSERT_LE(step(p, 1, static_cast<uint32_t>(p)), kTolAttention) << "decode " << p;
   EXPECT_LE(step(0, 10, 7), kTolAttention) << "rewind to 0";
-  for (int64_t p = 10; p < 40; ++p) ASSERT_LE(step(p, 1, static_cast<uint32_t>(500 + p)), kTolAttention) << "after rewind " << p;
+  for (int64_t p = 10; p < 40; ++p)
+    ASSERT_LE(step(p, 1, static_cast<uint32_t>(500 + p)), kTolAttention) << "after rewind " << p;
   EXPECT_LE(step(25, 3, 9), kTolAttention) << "partial rewind to 25";
   EXPECT_LE(step(28, 200, 10), kTolAttention) << "growth past the mirror's capacity";
 }

@@ -33,7 +33,8 @@ TEST(HostOps, Copy2dGatherAddFillMatchLoops) {
     std::vector<float> dst(static_cast<size_t>(rows * 9), -1.0f), want = dst;
     be->copy_2d(src.data() + 3, 11, dst.data() + 2, 9, rows, w);
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < w; ++c) want[static_cast<size_t>(r * 9 + 2 + c)] = src[static_cast<size_t>(r * 11 + 3 + c)];
+      for (int64_t c = 0; c < w; ++c)
+        want[static_cast<size_t>(r * 9 + 2 + c)] = src[static_cast<size_t>(r * 11 + 3 + c)];
     EXPECT_EQ(dst, want);
 
     const std::vector<int64_t> idx{4, 0, 4, 2};
@@ -47,7 +48,8 @@ TEST(HostOps, Copy2dGatherAddFillMatchLoops) {
     const std::vector<float> wts{0.25f, 2.0f, -1.5f, 0.75f};
     be->add_rows_weighted(g.data(), 11, idx.data(), wts.data(), 4, out.data());
     for (size_t i = 0; i < idx.size(); ++i)
-      for (int64_t c = 0; c < 11; ++c) expect[static_cast<size_t>(idx[i] * 11 + c)] += wts[i] * g[i * 11 + static_cast<size_t>(c)];
+      for (int64_t c = 0; c < 11; ++c)
+        expect[static_cast<size_t>(idx[i] * 11 + c)] += wts[i] * g[i * 11 + static_cast<size_t>(c)];
     EXPECT_EQ(out, expect);
     // Negative control: one wrong index shows.
     std::vector<float> wrong(static_cast<size_t>(rows * 11), 0.5f);
@@ -66,7 +68,8 @@ struct Routed {
   std::vector<float> weights, probs;
 };
 
-Routed route(Backend& be, const MoeOptions& o, const std::vector<float>& logits, const std::vector<float>* bias = nullptr) {
+Routed route(Backend& be, const MoeOptions& o, const std::vector<float>& logits,
+             const std::vector<float>* bias = nullptr) {
   const int64_t T = static_cast<int64_t>(logits.size()) / o.n_expert;
   Routed r;
   r.probs.resize(logits.size());
@@ -99,8 +102,13 @@ TEST(HostOps, MoeRouteSoftmaxTopKNormalised) {
 TEST(HostOps, MoeRouteSigmoidBiasGroupsAndScale) {
   auto be = make_backend("ref");
   // 8 experts in 4 groups of 2, keep 2 groups, choose 2; sigmoid gating, scale 2.5.
-  MoeOptions o{.n_expert = 8, .n_expert_used = 2, .gating = MoeGating::sigmoid, .norm_weights = false,
-               .weights_scale = 2.5f, .n_group = 4, .n_group_used = 2};
+  MoeOptions o{.n_expert = 8,
+               .n_expert_used = 2,
+               .gating = MoeGating::sigmoid,
+               .norm_weights = false,
+               .weights_scale = 2.5f,
+               .n_group = 4,
+               .n_group_used = 2};
   // Expert 7 is the single best, but its group (6, 7) sums lower than groups (0, 1) and (2, 3).
   const std::vector<float> logits{1.0f, 1.0f, 0.8f, 0.9f, -3.0f, -3.0f, -3.0f, 2.0f};
   const Routed r = route(*be, o, logits);

@@ -54,7 +54,8 @@ struct Experts {
     }
     const std::vector<float> w = randn(static_cast<size_t>(n), seed + 999);
     for (int j = 0; j < n; ++j)
-      ex.push_back({&m[3 * j].view, &m[3 * j + 1].view, &m[3 * j + 2].view, 0.1f + std::abs(w[static_cast<size_t>(j)])});
+      ex.push_back(
+          {&m[3 * j].view, &m[3 * j + 1].view, &m[3 * j + 2].view, 0.1f + std::abs(w[static_cast<size_t>(j)])});
   }
 };
 
@@ -88,9 +89,9 @@ TEST(MoeFused, BitwiseEqualToPerExpertMatmuls) {
       for (CpuIsa isa : available_isas())
         for (bool q8 : {false, true})
           for (int threads : {1, 2}) {
-            SCOPED_TRACE(std::string(dtype_name(mx.gate_up)) + "/" + std::string(dtype_name(mx.down)) + " n=" +
-                         std::to_string(n) + " " + std::string(cpu_isa_name(isa)) + (q8 ? " q8" : " exact") + " t" +
-                         std::to_string(threads));
+            SCOPED_TRACE(std::string(dtype_name(mx.gate_up)) + "/" + std::string(dtype_name(mx.down)) +
+                         " n=" + std::to_string(n) + " " + std::string(cpu_isa_name(isa)) + (q8 ? " q8" : " exact") +
+                         " t" + std::to_string(threads));
             auto b = make_cpu_backend(threads, isa, CpuBackendOptions{.q8_activations = q8});
             const auto a = fused(*b, e.ex, x, mx.E), c = composed(*b, e.ex, x, mx.E);
             ASSERT_EQ(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)), 0);
@@ -107,7 +108,8 @@ TEST(MoeFused, MatchesRef) {
     const std::vector<float> x = randn(static_cast<size_t>(mx.E), 6);
     const auto want = fused(*ref, e.ex, x, mx.E);
     for (CpuIsa isa : available_isas()) {
-      SCOPED_TRACE(std::string(dtype_name(mx.gate_up)) + "/" + std::string(dtype_name(mx.down)) + " " + std::string(cpu_isa_name(isa)));
+      SCOPED_TRACE(std::string(dtype_name(mx.gate_up)) + "/" + std::string(dtype_name(mx.down)) + " " +
+                   std::string(cpu_isa_name(isa)));
       auto exact = make_cpu_backend(2, isa, CpuBackendOptions{.q8_activations = false});
       auto q8 = make_cpu_backend(2, isa, CpuBackendOptions{.q8_activations = true});
       const double ee = nmse(want, fused(*exact, e.ex, x, mx.E)), eq = nmse(want, fused(*q8, e.ex, x, mx.E));
@@ -171,12 +173,14 @@ struct BatchRouting {
   }
 };
 
-std::vector<float> batch_fused(Backend& b, const BatchRouting& r, const std::vector<float>& x, int64_t n_tok, int64_t E) {
+std::vector<float> batch_fused(Backend& b, const BatchRouting& r, const std::vector<float>& x, int64_t n_tok,
+                               int64_t E) {
   std::vector<float> y(static_cast<size_t>(n_tok * E), NAN);
   b.moe_ffn_batch(r.rows, x.data(), y.data(), n_tok, E);
   return y;
 }
-std::vector<float> batch_default(Backend& b, const BatchRouting& r, const std::vector<float>& x, int64_t n_tok, int64_t E) {
+std::vector<float> batch_default(Backend& b, const BatchRouting& r, const std::vector<float>& x, int64_t n_tok,
+                                 int64_t E) {
   std::vector<float> y(static_cast<size_t>(n_tok * E), NAN);
   b.Backend::moe_ffn_batch(r.rows, x.data(), y.data(), n_tok, E);
   return y;
@@ -191,9 +195,9 @@ TEST(MoeFusedBatch, BitwiseEqualToTheDefault) {
       for (CpuIsa isa : available_isas())
         for (bool q8 : {false, true})
           for (int threads : {1, 2}) {
-            SCOPED_TRACE(std::string(dtype_name(mx.gate_up)) + "/" + std::string(dtype_name(mx.down)) + " T=" +
-                         std::to_string(n_tok) + " " + std::string(cpu_isa_name(isa)) + (q8 ? " q8" : " exact") + " t" +
-                         std::to_string(threads));
+            SCOPED_TRACE(std::string(dtype_name(mx.gate_up)) + "/" + std::string(dtype_name(mx.down)) +
+                         " T=" + std::to_string(n_tok) + " " + std::string(cpu_isa_name(isa)) +
+                         (q8 ? " q8" : " exact") + " t" + std::to_string(threads));
             auto b = make_cpu_backend(threads, isa, CpuBackendOptions{.q8_activations = q8});
             const auto a = batch_fused(*b, r, x, n_tok, mx.E), c = batch_default(*b, r, x, n_tok, mx.E);
             ASSERT_EQ(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)), 0);

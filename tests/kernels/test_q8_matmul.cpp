@@ -14,11 +14,11 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/kernel_test_util.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/kernels.h"
 #include "backends/ref/ref_backend.h"
 #include "core/cpu_features.h"
+#include "kernels/kernel_test_util.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 
@@ -47,8 +47,6 @@ constexpr double kTolQ8Loose = 3e-4;
 // Scalar twin vs SIMD: identical integer sums, float terms added in another order
 // (8 lanes vs 1): observed ≤ 1e-13.
 constexpr double kTolQ8Twin = 1e-11;
-
-
 
 
 std::unique_ptr<Backend> q8_backend(int threads, CpuIsa isa) {
@@ -129,7 +127,8 @@ TEST(Q8Matmul, ScalarTwinMatchesSimd) {
 // path agree to float rounding; partial tiles (rows not a multiple of 16) and token counts
 // that are not a multiple of the 8-token pass are covered.
 TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
-  auto gen = make_cpu_backend(1, CpuIsa::generic, CpuBackendOptions{.q8_activations = true, .q8_tiles = true, .q8_tile_min_tokens = 1});
+  auto gen = make_cpu_backend(1, CpuIsa::generic,
+                              CpuBackendOptions{.q8_activations = true, .q8_tiles = true, .q8_tile_min_tokens = 1});
   int tiled_types = 0;
   for (DType t : kQ8Types) {
     const cpu::Q8Ops* op = cpu::q8_kernels_generic().get(t);
@@ -140,7 +139,9 @@ TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
       const auto x = randn(static_cast<size_t>(T * n_in), 32 + static_cast<uint32_t>(T));
       const auto yg = matmul(*gen, w.view, x, T);
       for (CpuIsa isa : available_isas()) {
-        auto tiles = make_cpu_backend(2, isa, CpuBackendOptions{.q8_activations = true, .q8_tiles = true, .q8_tile_min_tokens = 1});
+        auto tiles =
+            make_cpu_backend(2, isa,
+                             CpuBackendOptions{.q8_activations = true, .q8_tiles = true, .q8_tile_min_tokens = 1});
         auto rows = make_cpu_backend(2, isa, CpuBackendOptions{.q8_activations = true, .q8_tiles = false});
         const auto yt = matmul(*tiles, w.view, x, T);
         EXPECT_LE(nmse(matmul(*rows, w.view, x, T), yt), kTolQ8Twin) << dtype_name(t) << " " << cpu_isa_name(isa);
@@ -239,8 +240,10 @@ TEST(Q8Matmul, DeterministicAcrossThreadsAndBatch) {
       const int64_t T = 67;
       const auto x = randn(static_cast<size_t>(T * 512), 22);
       const auto yt = matmul(*tiled, w.view, x, T);
-      EXPECT_EQ(0, std::memcmp(yt.data(), matmul(*q8_backend(1, isa), w.view, x, T).data(), yt.size() * 4)) << dtype_name(t);
-      EXPECT_EQ(0, std::memcmp(yt.data(), matmul(*q8_backend(3, isa), w.view, x, T).data(), yt.size() * 4)) << dtype_name(t);
+      EXPECT_EQ(0, std::memcmp(yt.data(), matmul(*q8_backend(1, isa), w.view, x, T).data(), yt.size() * 4))
+          << dtype_name(t);
+      EXPECT_EQ(0, std::memcmp(yt.data(), matmul(*q8_backend(3, isa), w.view, x, T).data(), yt.size() * 4))
+          << dtype_name(t);
       std::vector<float> x0(x.begin(), x.begin() + 512);
       EXPECT_LE(nmse(matmul(*tiled, w.view, x0, 1), std::vector<float>(yt.begin(), yt.begin() + 301)), kTolQ8Twin)
           << dtype_name(t);

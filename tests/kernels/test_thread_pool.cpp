@@ -6,8 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
-#include <thread>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -32,7 +32,8 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
         ASSERT_LT(t, nt);
         for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
       });
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)], 1) << "nt=" << nt << " n=" << n << " i=" << i;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(hits[static_cast<size_t>(i)], 1) << "nt=" << nt << " n=" << n << " i=" << i;
     }
   }
 }
@@ -71,8 +72,7 @@ TEST(ThreadPool, SlowThreadSharesWork) {
 TEST(ThreadPool, ManyCallsBackToBack) {
   ThreadPool pool(2);
   std::atomic<int64_t> sum{0};
-  for (int it = 0; it < 20000; ++it)
-    pool.parallel_for(4, [&](int64_t b, int64_t e, int) { sum += e - b; });
+  for (int it = 0; it < 20000; ++it) pool.parallel_for(4, [&](int64_t b, int64_t e, int) { sum += e - b; });
   EXPECT_EQ(sum.load(), 4 * 20000);
 }
 

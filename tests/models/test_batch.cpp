@@ -87,7 +87,8 @@ std::vector<Trace> together(const Model& m, Backend& be, const std::vector<std::
       const int32_t s = ids[i];
       if (step == start[i]) {
         for (size_t t = 0; t < prompts[i].size(); ++t)
-          b.add(prompts[i][t], s, static_cast<int32_t>(mem.seq_len(s) + static_cast<int64_t>(t)), t + 1 == prompts[i].size());
+          b.add(prompts[i][t], s, static_cast<int32_t>(mem.seq_len(s) + static_cast<int64_t>(t)),
+                t + 1 == prompts[i].size());
       } else {
         b.add(out[i].tokens.back(), s, static_cast<int32_t>(mem.seq_len(s)), true);
       }
@@ -264,15 +265,13 @@ TEST_P(MultiSequence, BadBatchesAreRefusedBeforeAnyWork) {
   EXPECT_THROW(m_->forward(*be_, mem, freed, logits.data(), nullptr), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, MultiSequence,
-                         ::testing::Values(BatchCase{"golden/qwen3moe/model.gguf", "ref"},
-                                           BatchCase{"golden/qwen3moe/model.gguf", "cpu"},
-                                           BatchCase{"golden/deepseek2/model.gguf", "ref"},
-                                           BatchCase{"golden/deepseek2/model.gguf", "cpu"},
-                                           BatchCase{"golden/qwen3moe-Q4_K_M/model.gguf", "cpu"},
-                                           BatchCase{"models/stories260K.gguf", "ref"},
-                                           BatchCase{"models/stories260K.gguf", "cpu"}),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(
+    Models, MultiSequence,
+    ::testing::Values(BatchCase{"golden/qwen3moe/model.gguf", "ref"}, BatchCase{"golden/qwen3moe/model.gguf", "cpu"},
+                      BatchCase{"golden/deepseek2/model.gguf", "ref"}, BatchCase{"golden/deepseek2/model.gguf", "cpu"},
+                      BatchCase{"golden/qwen3moe-Q4_K_M/model.gguf", "cpu"},
+                      BatchCase{"models/stories260K.gguf", "ref"}, BatchCase{"models/stories260K.gguf", "cpu"}),
+    case_name);
 
 }  // namespace
 }  // namespace sluice

@@ -31,7 +31,10 @@ TEST(BenchCli, CacheTypesAndDepthInJson) {
   ASSERT_EQ(rc, 0) << out;
   const auto j = nlohmann::json::parse(out);
   ASSERT_EQ(j.size(), 4u) << out;  // 2 cache pairs × 2 depths, tg only
-  const char* want[4][3] = {{"f16", "f16", "tg2"}, {"f16", "f16", "tg2 @ d40"}, {"q8_0", "tq4", "tg2"}, {"q8_0", "tq4", "tg2 @ d40"}};
+  const char* want[4][3] = {{"f16", "f16", "tg2"},
+                            {"f16", "f16", "tg2 @ d40"},
+                            {"q8_0", "tq4", "tg2"},
+                            {"q8_0", "tq4", "tg2 @ d40"}};
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(j[i]["cache_type_k"], want[i][0]) << j[i];
     EXPECT_EQ(j[i]["cache_type_v"], want[i][1]) << j[i];
@@ -68,8 +71,8 @@ TEST(BenchCli, SequencesDecodeTogether) {
   EXPECT_NEAR(per_step, 4 * per_token, 1e-6 * per_step);
   // The single sequence reads its step's bytes for one token: gbps / tps.
   const double single_per_token = single["gbps"].get<double>() * 1e9 / single["tps_mean"].get<double>();
-  EXPECT_LT(per_token, 0.9 * single_per_token) << "4 sequences read " << per_token << " B/token, one reads "
-                                              << single_per_token;
+  EXPECT_LT(per_token, 0.9 * single_per_token)
+      << "4 sequences read " << per_token << " B/token, one reads " << single_per_token;
   EXPECT_GT(per_step, single_per_token) << "a step of 4 tokens reads more than a step of 1";
   // Markdown: the sequences table.
   const std::string md = test::run_command(kCli + " bench -m " + test::shared_dir() +
@@ -96,9 +99,10 @@ TEST(BenchCli, MarkdownSaysTheDepthIsSynthetic) {
 TEST(BenchCli, ProfileTablesForPromptAndDecode) {
   SLUICE_REQUIRE_SHARED();
   int rc = 0;
-  const std::string out = test::run_command(kCli + " bench -m " + test::shared_dir() +
-                                                "/models/stories260K.gguf -p 16 -n 2 -r 1 -t 1 --membw-mib 8 --profile 2>/dev/null",
-                                            &rc);
+  const std::string out =
+      test::run_command(kCli + " bench -m " + test::shared_dir() +
+                            "/models/stories260K.gguf -p 16 -n 2 -r 1 -t 1 --membw-mib 8 --profile 2>/dev/null",
+                        &rc);
   ASSERT_EQ(rc, 0) << out;
   for (const char* key : {"pp16 (per batch; int8 peak", "| stage | ms | % time | GMAC | GMAC/s | % of int8 peak |",
                           "tg2 (per token; SOL at", "| stage | ms | % time | MB read | GB/s | SOL % |", "| attention |",
@@ -110,9 +114,11 @@ TEST(BenchCli, ProfileTablesForPromptAndDecode) {
 // fields; a table under the markdown), here with a cache of 1 MB so that experts are read.
 TEST(BenchCli, StreamedExpertsReportTheStore) {
   SLUICE_REQUIRE_SHARED();
-  const std::string model = (std::filesystem::temp_directory_path() / ("sluice_bench_moe_" + std::to_string(::getpid()) + ".gguf")).string();
+  const std::string model =
+      (std::filesystem::temp_directory_path() / ("sluice_bench_moe_" + std::to_string(::getpid()) + ".gguf")).string();
   int rc = 0;
-  std::string out = test::run_command(kCli + " synth --arch qwen3moe --preset tiny --seed 5 -q -o " + model + " 2>&1", &rc);
+  std::string out = test::run_command(kCli + " synth --arch qwen3moe --preset tiny --seed 5 -q -o " + model + " 2>&1",
+                                      &rc);
   ASSERT_EQ(rc, 0) << out;
   const std::string common = kCli + " bench -m " + model + " -p 4 -n 4 -r 1 -t 1 --membw-mib 8 ";
   out = test::run_command(common + "--experts stream --expert-cache 1M --json 2>/dev/null", &rc);
@@ -150,9 +156,10 @@ TEST(BenchCli, BadOptionsFail) {
                                       &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("unknown cache type 'tq5'"), std::string::npos) << out;
-  out = test::run_command(kCli + " bench -m " + test::shared_dir() +
-                              "/models/stories260K.gguf -p 0 -n 2 -r 1 --cache-type-k f16,q8_0 --cache-type-v f16,q8_0,tq4 2>&1",
-                          &rc);
+  out = test::run_command(
+      kCli + " bench -m " + test::shared_dir() +
+          "/models/stories260K.gguf -p 0 -n 2 -r 1 --cache-type-k f16,q8_0 --cache-type-v f16,q8_0,tq4 2>&1",
+      &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("2 K cache types and 3 V cache types"), std::string::npos) << out;
 }

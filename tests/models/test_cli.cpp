@@ -16,11 +16,14 @@ const std::string kCli = SLUICE_CLI_PATH;
 TEST(Cli, RunPrintsAStory) {
   SLUICE_REQUIRE_SHARED();
   int rc = 0;
-  std::string out = test::run_command(
-      kCli + " run -m " + test::shared_dir() + "/models/stories260K.gguf -p 'Once upon a time' -n 64 --temp 0 2>/dev/null", &rc);
+  std::string out = test::run_command(kCli + " run -m " + test::shared_dir() +
+                                          "/models/stories260K.gguf -p 'Once upon a time' -n 64 --temp 0 2>/dev/null",
+                                      &rc);
   ASSERT_EQ(rc, 0);
   // Greedy from this prompt is llama.cpp's continuation in golden/stories260K/prompt1.
-  EXPECT_EQ(out.rfind("Once upon a time, there was a little girl named Lily. She loved to play outside in the park.", 0), 0u)
+  EXPECT_EQ(out.rfind("Once upon a time, there was a little girl named Lily. She loved to play outside in the park.",
+                      0),
+            0u)
       << out;
 }
 
@@ -32,12 +35,15 @@ TEST(Cli, RunStopsAtStopString) {
   const std::string err = ::testing::TempDir() + "sluice_cli_stop.err";
   std::string out = test::run_command(kCli + " run -m " + test::shared_dir() +
                                           "/models/stories260K.gguf -p 'Once upon a time' -n 64 --temp 0 --stop 'zebra'"
-                                          " --stop ' She lo' 2>" + err,
+                                          " --stop ' She lo' 2>" +
+                                          err,
                                       &rc);
   ASSERT_EQ(rc, 0);
   EXPECT_EQ(out, "Once upon a time, there was a little girl named Lily.\n");
   EXPECT_NE(test::read_text_file(err).find("stop: stop_string"), std::string::npos) << test::read_text_file(err);
-  out = test::run_command(kCli + " run -m " + test::shared_dir() + "/models/stories260K.gguf -p 'Once upon a time' -n 5 --temp 0 2>" + err, &rc);
+  out = test::run_command(kCli + " run -m " + test::shared_dir() +
+                              "/models/stories260K.gguf -p 'Once upon a time' -n 5 --temp 0 2>" + err,
+                          &rc);
   ASSERT_EQ(rc, 0);
   EXPECT_EQ(out, "Once upon a time, there was a little\n");
   EXPECT_NE(test::read_text_file(err).find("stop: max_tokens"), std::string::npos) << test::read_text_file(err);
@@ -46,7 +52,8 @@ TEST(Cli, RunStopsAtStopString) {
 TEST(Cli, RunWithSamplingIsReproducible) {
   SLUICE_REQUIRE_SHARED();
   int rc1 = 0, rc2 = 0, rc3 = 0;
-  const std::string base = kCli + " run -m " + test::shared_dir() + "/models/stories260K.gguf -p 'Lily' -n 48 --temp 0.9 --top-k 40 --top-p 0.9";
+  const std::string base = kCli + " run -m " + test::shared_dir() +
+                           "/models/stories260K.gguf -p 'Lily' -n 48 --temp 0.9 --top-k 40 --top-p 0.9";
   std::string a = test::run_command(base + " --seed 7 2>/dev/null", &rc1);
   std::string b = test::run_command(base + " --seed 7 2>/dev/null", &rc2);
   std::string c = test::run_command(base + " --seed 8 2>/dev/null", &rc3);
@@ -64,7 +71,9 @@ TEST(Cli, EvalMatchesGoldenGreedyAndLogits) {
   for (int t : input["tokens"]) ids += (ids.empty() ? "" : ",") + std::to_string(t);
   const std::string logits = std::filesystem::temp_directory_path() / "sluice_cli_eval_logits.bin";
   int rc = 0;
-  std::string out = test::run_command(kCli + " eval -m " + g + "/model.gguf --tokens " + ids + " --greedy 32 --logits " + logits, &rc);
+  std::string out = test::run_command(kCli + " eval -m " + g + "/model.gguf --tokens " + ids +
+                                          " --greedy 32 --logits " + logits,
+                                      &rc);
   ASSERT_EQ(rc, 0) << out;
   auto j = nlohmann::json::parse(out);
   EXPECT_EQ(j["prompt_tokens"], input["tokens"]);
@@ -106,7 +115,9 @@ TEST(Cli, BadFileGivesClearError) {
 TEST(Cli, UnknownBackendIsRejected) {
   SLUICE_REQUIRE_SHARED();
   int rc = 0;
-  std::string out = test::run_command(kCli + " run -m " + test::shared_dir() + "/models/stories260K.gguf --backend gpu9 -n 1 2>&1", &rc);
+  std::string out = test::run_command(kCli + " run -m " + test::shared_dir() +
+                                          "/models/stories260K.gguf --backend gpu9 -n 1 2>&1",
+                                      &rc);
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("gpu9"), std::string::npos) << out;
 }

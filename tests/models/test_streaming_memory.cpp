@@ -154,16 +154,17 @@ TEST(StreamingMemory, PeakRssStaysWithinDensePlusKvPlusBudget) {
   const std::string cli = SLUICE_CLI_PATH, err = (dir / "err.txt").string();
   // Short prompt + a few decode steps; ctx 64 keeps the KV cache small and known.
   auto args = [&](const std::string& model, std::vector<std::string> extra) {
-    std::vector<std::string> a = {cli, "run", "-m", model, "-p", "Once upon a time there was", "-n", "6",
-                                  "--temp", "0", "--ignore-eos", "-t", "2", "-c", "64"};
+    std::vector<std::string> a = {cli,  "run", "-m",     model, "-p",           "Once upon a time there was",
+                                  "-n", "6",   "--temp", "0",   "--ignore-eos", "-t",
+                                  "2",  "-c",  "64"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
   int rc = 0;
   const size_t base = child_peak_rss(args(test::shared_dir() + "/models/stories260K.gguf", {}), &rc, err);
   ASSERT_EQ(rc, 0) << test::read_text_file(err);
-  const size_t streamed = child_peak_rss(
-      args(big.path, {"--experts", "stream", "--expert-cache", std::to_string(budget)}), &rc, err);
+  const size_t streamed =
+      child_peak_rss(args(big.path, {"--experts", "stream", "--expert-cache", std::to_string(budget)}), &rc, err);
   const std::string log = test::read_text_file(err);
   ASSERT_EQ(rc, 0) << log;
   ASSERT_NE(log.find("experts: stream"), std::string::npos) << log;
@@ -186,11 +187,13 @@ TEST(StreamingMemory, PeakRssStaysWithinDensePlusKvPlusBudget) {
   // Negative control: resident touches the chosen experts in the mapping and exceeds the bound.
   const size_t resident = child_peak_rss(args(big.path, {"--experts", "resident"}), &rc, err);
   ASSERT_EQ(rc, 0) << test::read_text_file(err);
-  EXPECT_GT(resident, bound) << "resident: peak RSS " << resident / 1e6 << " MB; the measurement cannot see expert pages";
-  std::printf("peak RSS: baseline %.1f MB, stream %.1f MB (bound %.1f MB = baseline + 1.1 x (dense %.1f + KV %.2f + "
-              "budget %.1f)), resident %.1f MB; experts %.1f MB\n",
-              base / 1e6, streamed / 1e6, bound / 1e6, big.dense_bytes / 1e6, kv / 1e6, budget / 1e6, resident / 1e6,
-              big.expert_bytes / 1e6);
+  EXPECT_GT(resident, bound) << "resident: peak RSS " << resident / 1e6
+                             << " MB; the measurement cannot see expert pages";
+  std::printf(
+      "peak RSS: baseline %.1f MB, stream %.1f MB (bound %.1f MB = baseline + 1.1 x (dense %.1f + KV %.2f + "
+      "budget %.1f)), resident %.1f MB; experts %.1f MB\n",
+      base / 1e6, streamed / 1e6, bound / 1e6, big.dense_bytes / 1e6, kv / 1e6, budget / 1e6, resident / 1e6,
+      big.expert_bytes / 1e6);
   fs::remove_all(dir);
 }
 

@@ -54,11 +54,12 @@ struct Tiny {
 std::string tiny_name(const Tiny& t) { return t.arch + (t.preset == "tiny" ? "" : "_" + t.preset); }
 void PrintTo(const Tiny& t, std::ostream* os) { *os << tiny_name(t); }  // readable ctest names
 
-const std::vector<Tiny> kTinies = {{"llama", "tiny"},    {"mixtral", "tiny"},   {"qwen3", "tiny"},       {"qwen3moe", "tiny"},
-                                   {"olmoe", "tiny"},    {"deepseek2", "tiny"}, {"deepseek2", "tiny-v3"}};
+const std::vector<Tiny> kTinies = {{"llama", "tiny"},       {"mixtral", "tiny"}, {"qwen3", "tiny"},
+                                   {"qwen3moe", "tiny"},    {"olmoe", "tiny"},   {"deepseek2", "tiny"},
+                                   {"deepseek2", "tiny-v3"}};
 
-std::string write_synth(const Tiny& t, const std::string& type, uint64_t seed = 1, int threads = 2, float locality = 0.0f,
-                        int64_t vocab = 0, const std::string& tag = "", bool fast = false) {
+std::string write_synth(const Tiny& t, const std::string& type, uint64_t seed = 1, int threads = 2,
+                        float locality = 0.0f, int64_t vocab = 0, const std::string& tag = "", bool fast = false) {
   SynthOptions o;
   o.fast = fast;
   o.arch = t.arch;
@@ -69,9 +70,9 @@ std::string write_synth(const Tiny& t, const std::string& type, uint64_t seed = 
   o.routing_locality = locality;
   o.vocab = vocab;
   o.tokenizer = tokenizer_path();
-  const std::string path =
-      (tmp_dir() / (tiny_name(t) + "-" + type + "-s" + std::to_string(seed) + "-t" + std::to_string(threads) + tag + ".gguf"))
-          .string();
+  const std::string path = (tmp_dir() / (tiny_name(t) + "-" + type + "-s" + std::to_string(seed) + "-t" +
+                                         std::to_string(threads) + tag + ".gguf"))
+                               .string();
   synth_write(o, path);
   return path;
 }
@@ -160,20 +161,20 @@ TEST_P(SynthTiny, LoadsRunsAndIsNonDegenerate) {
   for (const Case c : {Case{"q8_0", m8.get(), 5e-3}, Case{"q4_k_m", mq.get(), 6e-2}}) {
     const std::vector<float> lq = prompt_logits(*c.m, kPrompt);
     double num = 0, den = 0;
-    for (size_t i = 0; i < l16.size(); ++i) num += double(lq[i] - l16[i]) * (lq[i] - l16[i]), den += double(l16[i]) * l16[i];
+    for (size_t i = 0; i < l16.size(); ++i)
+      num += double(lq[i] - l16[i]) * (lq[i] - l16[i]), den += double(l16[i]) * l16[i];
     std::printf("[ %s ] logit std %.2f, mean top-1 p %.2f; %s vs f16 logits: nmse %.2e\n", tiny_name(t).c_str(), stddev,
                 top1_prob, c.type, num / den);
     EXPECT_LT(num / den, c.limit) << c.type;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, SynthTiny, ::testing::ValuesIn(kTinies),
-                         [](const auto& info) {
-                           std::string s = tiny_name(info.param);
-                           for (char& c : s)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(Presets, SynthTiny, ::testing::ValuesIn(kTinies), [](const auto& info) {
+  std::string s = tiny_name(info.param);
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return s;
+});
 
 // (b) Same seed -> byte-identical file, whatever the thread count; another seed -> different
 // weights (same size and header layout).
@@ -297,7 +298,8 @@ TEST(Synth, Q4KMTypesMatchLlamaQuantize) {
   for (int l = 0; l < 48; ++l)
     if (synth_tensor_type("q4_k_m", "blk." + std::to_string(l) + ".ffn_down_exps.weight", ne, 48, 128) == DType::Q6_K)
       q6.push_back(l);
-  EXPECT_EQ(q6, (std::vector<int>{0, 1, 2, 3, 4, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35, 38, 41, 42, 43, 44, 45, 46, 47}));
+  EXPECT_EQ(q6, (std::vector<int>{0,  1,  2,  3,  4,  5,  8,  11, 14, 17, 20, 23,
+                                  26, 29, 32, 35, 38, 41, 42, 43, 44, 45, 46, 47}));
   // Fallbacks: rows that 256 does not divide.
   EXPECT_EQ(synth_tensor_type("q4_k", "blk.0.attn_q.weight", {128, 128}, 2, 0), DType::Q5_0);
   EXPECT_EQ(synth_tensor_type("q6_k", "blk.0.attn_q.weight", {128, 128}, 2, 0), DType::Q8_0);
@@ -462,8 +464,10 @@ TEST(Synth, GgufPyCheckOfLlamaCppRules) {
   GgufFile src(write_synth({"llama", "tiny"}, "f16", 1, 2, 0.0f, 0, "-py"));
   GgufWriter w;
   for (const auto& [k, v] : src.metadata())
-    if (k == "llama.block_count") w.set_i32(k, 2);
-    else w.set(k, v);
+    if (k == "llama.block_count")
+      w.set_i32(k, 2);
+    else
+      w.set(k, v);
   for (const auto& t : src.tensors())
     if (t.name != "blk.1.ffn_up.weight")
       w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes);
@@ -479,7 +483,8 @@ TEST(Synth, CliEndToEnd) {
   SLUICE_REQUIRE_SHARED();
   const std::string cli = SLUICE_CLI_PATH, out = (tmp_dir() / "cli.gguf").string();
   int status = 0;
-  std::string log = test::run_command(cli + " synth --arch qwen3moe --preset tiny --type q4_k_m --seed 3 -o " + out + " 2>&1",
+  std::string log = test::run_command(cli + " synth --arch qwen3moe --preset tiny --type q4_k_m --seed 3 -o " + out +
+                                          " 2>&1",
                                       &status);
   ASSERT_EQ(status, 0) << log;
   EXPECT_NE(log.find("wrote " + out), std::string::npos) << log;
@@ -494,8 +499,8 @@ TEST(Synth, CliEndToEnd) {
   log = test::run_command(cli + " synth --list-presets 2>&1", &status);
   EXPECT_EQ(status, 0) << log;
   for (const auto& s : synth_presets()) EXPECT_NE(log.find(s.preset), std::string::npos) << s.preset;
-  for (const char* bad : {"--arch nope -o x.gguf", "--arch llama --preset nope -o x.gguf", "--arch llama --type q9 -o x.gguf",
-                          "--arch llama -o x.gguf --tokenizer /nonexistent.gguf"}) {
+  for (const char* bad : {"--arch nope -o x.gguf", "--arch llama --preset nope -o x.gguf",
+                          "--arch llama --type q9 -o x.gguf", "--arch llama -o x.gguf --tokenizer /nonexistent.gguf"}) {
     log = test::run_command(cli + " synth " + bad + " 2>&1", &status);
     EXPECT_NE(status, 0) << bad;
     EXPECT_NE(log.find("error"), std::string::npos) << bad << ": " << log;

@@ -27,11 +27,13 @@ struct TempFile {
   std::string path;
   std::vector<uint8_t> bytes;
   explicit TempFile(size_t n) {
-    path = (std::filesystem::temp_directory_path() / ("sluice_io_test_" + std::to_string(::getpid()) + ".bin")).string();
+    path =
+        (std::filesystem::temp_directory_path() / ("sluice_io_test_" + std::to_string(::getpid()) + ".bin")).string();
     std::mt19937 rng(1);
     bytes.resize(n);
     for (auto& b : bytes) b = static_cast<uint8_t>(rng());
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(n));
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(n));
   }
   ~TempFile() { std::filesystem::remove(path); }
 };
@@ -103,9 +105,7 @@ TEST(ExpertIo, UringReadsManyInFlight) {
 
 TEST(ExpertIo, PreadThreadsReadManyInFlight) { check_engine(*make_io_pread(4)); }
 
-TEST(ExpertIo, UnknownEngineIsAnError) {
-  EXPECT_THROW(make_io_engine("aio"), Error);
-}
+TEST(ExpertIo, UnknownEngineIsAnError) { EXPECT_THROW(make_io_engine("aio"), Error); }
 
 TEST(ExpertIo, FaultInjectorFailsExactlyThePlannedReads) {
   TempFile f(16 * kBlock);
@@ -115,7 +115,8 @@ TEST(ExpertIo, FaultInjectorFailsExactlyThePlannedReads) {
   auto run = [&](IoFaultPlan plan) {
     auto io = make_io_fault(make_io_pread(2), plan);
     std::vector<IoRead> reads;
-    for (int i = 0; i < 8; ++i) reads.push_back({fd, static_cast<uint64_t>(i) * 2 * kBlock, kBlock, buf.p + i * kBlock, uint64_t(i)});
+    for (int i = 0; i < 8; ++i)
+      reads.push_back({fd, static_cast<uint64_t>(i) * 2 * kBlock, kBlock, buf.p + i * kBlock, uint64_t(i)});
     io->submit(reads);
     std::vector<int64_t> res(8, 12345);
     std::vector<IoCompletion> done(8);

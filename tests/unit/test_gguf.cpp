@@ -77,10 +77,17 @@ struct GgufLayout {
 
 size_t skip_value(const std::vector<uint8_t>& b, size_t pos, uint32_t type) {
   switch (type) {
-    case 0: case 1: case 7: return pos + 1;
-    case 2: case 3: return pos + 2;
-    case 4: case 5: case 6: return pos + 4;
-    case 10: case 11: case 12: return pos + 8;
+    case 0:
+    case 1:
+    case 7: return pos + 1;
+    case 2:
+    case 3: return pos + 2;
+    case 4:
+    case 5:
+    case 6: return pos + 4;
+    case 10:
+    case 11:
+    case 12: return pos + 8;
     case 8: return pos + 8 + rd_u64(b, pos);
     case 9: {
       uint32_t et = rd_u32(b, pos);
@@ -444,8 +451,7 @@ TEST(GgufRoundTrip, TensorsShapesAlignmentAndData) {
       EXPECT_EQ(&f.tensor(specs[i].name), &t);
       EXPECT_EQ(t.type, specs[i].type);
       EXPECT_EQ(t.n_dims, static_cast<int>(specs[i].ne.size()));
-      for (int d = 0; d < 4; ++d)
-        EXPECT_EQ(t.ne[d], d < t.n_dims ? specs[i].ne[static_cast<size_t>(d)] : 1);
+      for (int d = 0; d < 4; ++d) EXPECT_EQ(t.ne[d], d < t.n_dims ? specs[i].ne[static_cast<size_t>(d)] : 1);
       ASSERT_EQ(t.nbytes, datas[i].size());
       if (t.nbytes > 0) {  // memcmp(null, 0) is UB
         EXPECT_EQ(std::memcmp(t.data, datas[i].data(), t.nbytes), 0);
@@ -494,15 +500,15 @@ TEST(GgufWriter, MisuseIsReported) {
   GgufWriter w;
   w.add_tensor_info("a", DType::F32, {4});
   w.add_tensor_info("b", DType::F32, {4});
-  EXPECT_THROW(w.add_tensor_info("a", DType::F32, {4}), Error);          // duplicate
-  EXPECT_THROW(w.add_tensor_info("q", DType::Q4_0, {33}), Error);        // not a block multiple
+  EXPECT_THROW(w.add_tensor_info("a", DType::F32, {4}), Error);              // duplicate
+  EXPECT_THROW(w.add_tensor_info("q", DType::Q4_0, {33}), Error);            // not a block multiple
   EXPECT_THROW(w.add_tensor_info("z", DType::F32, {1, 1, 1, 1, 1}), Error);  // 5 dims
   EXPECT_THROW(w.add_tensor_info("n", DType::F32, {-1}), Error);
   EXPECT_THROW(w.add_tensor("s", DType::F32, {4}, a.data(), 15), Error);  // size mismatch
   EXPECT_THROW(w.set_alignment(48), Error);
   EXPECT_THROW(w.set("bad", GgufValue{GgufType::UINT32, int32_t{1}}), Error);  // tag vs variant
-  EXPECT_THROW(w.write(p), Error);  // infos without data
-  EXPECT_THROW(w.write_tensor_data("a", a.data(), 16), Error);  // before begin
+  EXPECT_THROW(w.write(p), Error);                                             // infos without data
+  EXPECT_THROW(w.write_tensor_data("a", a.data(), 16), Error);                 // before begin
   w.begin(p);
   EXPECT_THROW(w.write_tensor_data("b", a.data(), 16), Error);  // out of order
   EXPECT_THROW(w.write_tensor_data("a", a.data(), 8), Error);   // wrong size
@@ -528,7 +534,8 @@ TEST(GgufWriter, WriteErrorsNameThePath) {
     w.write("/nonexistent-dir-sluice/x.gguf");
     ADD_FAILURE();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("/nonexistent-dir-sluice/x.gguf: cannot create"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-dir-sluice/x.gguf: cannot create"), std::string::npos)
+        << e.what();
   }
   // /dev/full fails every write with ENOSPC: the disk-full path.
   if (fs::exists("/dev/full")) {
@@ -629,7 +636,9 @@ TEST(GgufCorrupt, SeedIsValid) {
 TEST(GgufCorrupt, Truncated) {
   auto bytes = small_file_bytes();
   auto l = walk(bytes);
-  auto cut = [&](size_t n) { return std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n)); };
+  auto cut = [&](size_t n) {
+    return std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
+  };
   expect_error(cut(2), {"magic", "truncated"}, 0, "cut_magic");
   expect_error(cut(6), {"version", "truncated"}, 4, "cut_version");
   expect_error(cut(12), {"tensor count", "truncated"}, 8, "cut_tensor_count");
@@ -638,8 +647,8 @@ TEST(GgufCorrupt, Truncated) {
   expect_error(cut(kv2.key_pos + 4), {"metadata kv 2 key string length", "truncated"}, kv2.key_pos, "cut_key_len");
   // Cut inside the bytes of the "llama" string value: the length is read, the bytes are not there.
   const auto& arch = l.kv("general.architecture");
-  expect_error(cut(arch.value_pos + 10), {"metadata key 'general.architecture' string length 5 exceeds"}, arch.value_pos,
-               "cut_string");
+  expect_error(cut(arch.value_pos + 10), {"metadata key 'general.architecture' string length 5 exceeds"},
+               arch.value_pos, "cut_string");
   // Cut inside the token array: item 2's string.
   const auto& tok = l.kv("tokenizer.ggml.tokens");
   size_t item2 = tok.value_pos + 12 + (8 + 1) + (8 + 2);
@@ -653,10 +662,11 @@ TEST(GgufCorrupt, Truncated) {
   // Cut inside the data section: tensor c no longer fits.
   const auto& tc = l.tensor("c");
   size_t data_start = (l.header_end + 31) / 32 * 32;
-  expect_error(cut(data_start + rd_u64(bytes, tc.offset_pos) + 2), {"tensor 2 'c' data [offset 96, 16 bytes]", "ends past end of file"},
-               tc.offset_pos, "cut_data");
+  expect_error(cut(data_start + rd_u64(bytes, tc.offset_pos) + 2),
+               {"tensor 2 'c' data [offset 96, 16 bytes]", "ends past end of file"}, tc.offset_pos, "cut_data");
   // Cut exactly at the end of the header: the data section is missing.
-  expect_error(cut(l.header_end), {"tensor 0 'a' data", "ends past end of file"}, l.tensors[0].offset_pos, "cut_header_end");
+  expect_error(cut(l.header_end), {"tensor 0 'a' data", "ends past end of file"}, l.tensors[0].offset_pos,
+               "cut_header_end");
 }
 
 TEST(GgufCorrupt, TensorDataPastEnd) {
@@ -664,7 +674,9 @@ TEST(GgufCorrupt, TensorDataPastEnd) {
   auto l = walk(bytes);
   const auto& tc = l.tensor("c");
   wr_u64(bytes, tc.offset_pos, 1u << 20);
-  expect_error(bytes, {"tensor 2 'c' data [offset 1048576, 16 bytes] ends past end of file (size " + std::to_string(bytes.size())},
+  expect_error(bytes,
+               {"tensor 2 'c' data [offset 1048576, 16 bytes] ends past end of file (size " +
+                std::to_string(bytes.size())},
                tc.offset_pos, "data_past_end");
   // An offset near 2^64 must not wrap around when added to the data section start.
   wr_u64(bytes, tc.offset_pos, 0xffffffffffffffe0ull);
@@ -812,8 +824,10 @@ TEST(GgufCorrupt, BadValues) {
     fs::remove(p);
     auto lay = walk(out);
     const auto& kv = lay.kv("general.alignment");
-    if (v.type == GgufType::UINT32) wr_u32(out, kv.value_pos, std::get<uint32_t>(v.v));
-    else wr_u32(out, kv.type_pos, static_cast<uint32_t>(GgufType::INT32));
+    if (v.type == GgufType::UINT32)
+      wr_u32(out, kv.value_pos, std::get<uint32_t>(v.v));
+    else
+      wr_u32(out, kv.type_pos, static_cast<uint32_t>(GgufType::INT32));
     return std::make_pair(out, kv.value_pos);
   };
   auto [a0, p0] = with_alignment(GgufValue{GgufType::UINT32, uint32_t{0}});
@@ -831,7 +845,9 @@ TEST(GgufCorrupt, DeepNesting) {
   wr_u32(b, 4, 3);
   wr_u64(b, 8, 0);
   wr_u64(b, 16, 1);
-  auto put = [&](const void* p, size_t n) { b.insert(b.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n); };
+  auto put = [&](const void* p, size_t n) {
+    b.insert(b.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
+  };
   uint64_t klen = 1;
   put(&klen, 8);
   b.push_back('k');

@@ -10,8 +10,8 @@
 
 #include "core/error.h"
 #include "kvcodec/kvcodec.h"
-#include "quant/quant.h"
 #include "memory/kv_cache.h"
+#include "quant/quant.h"
 
 namespace sluice {
 namespace {

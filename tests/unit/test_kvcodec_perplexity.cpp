@@ -97,9 +97,9 @@ TEST(Perplexity, KldAgainstItselfIsZeroAndCodecsArePositive) {
   EXPECT_LT(self.kld.sum_kld / self.kld.count, 1e-6);
   EXPECT_EQ(self.kld.n_same_top, self.kld.count);
   const std::string report = format_kld_report(self.kld);
-  for (const char* key : {"Mean PPL(Q)", "Mean PPL(base)", "Cor(ln(PPL(Q)), ln(PPL(base)))", "Mean PPL(Q)/PPL(base)",
-                          "Mean    KLD", "Maximum KLD", "99.9%   KLD", "Median  KLD", "Minimum KLD", "Mean    Δp",
-                          "RMS Δp", "Same top p"})
+  for (const char* key :
+       {"Mean PPL(Q)", "Mean PPL(base)", "Cor(ln(PPL(Q)), ln(PPL(base)))", "Mean PPL(Q)/PPL(base)", "Mean    KLD",
+        "Maximum KLD", "99.9%   KLD", "Median  KLD", "Minimum KLD", "Mean    Δp", "RMS Δp", "Same top p"})
     EXPECT_NE(report.find(key), std::string::npos) << key;
 
   // A compressed V (tq3) moves the distribution: KLD clearly above the rounding floor, and
@@ -155,7 +155,8 @@ TEST(Perplexity, CliPrintsPplAndKldBlock) {
   const std::string base = (std::filesystem::temp_directory_path() / "sluice_test_cli_kld.bin").string();
   int st = 0;
   std::string out = test::run_command(cli + " perplexity -m " + m + " -f " + shared_dir() +
-                                          "/corpus/stories-sampled.txt --ctx 64 --chunks 6 -t 1 --kld-base " + base + " 2>&1",
+                                          "/corpus/stories-sampled.txt --ctx 64 --chunks 6 -t 1 --kld-base " + base +
+                                          " 2>&1",
                                       &st);
   EXPECT_EQ(st, 0) << out;
   EXPECT_NE(out.find("Final estimate: PPL = "), std::string::npos) << out;

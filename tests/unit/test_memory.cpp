@@ -22,7 +22,9 @@ constexpr int64_t kHkv = 2, kD = 32;
 MemoryLayout hybrid_layout() {
   MemoryLayout m;
   m.kv = KvGeometry{2, 4, kHkv, kD, kD};
-  m.layers = {{LayerMemoryKind::kv, {}}, {LayerMemoryKind::recurrent, {4, 6}}, {LayerMemoryKind::kv, {}},
+  m.layers = {{LayerMemoryKind::kv, {}},
+              {LayerMemoryKind::recurrent, {4, 6}},
+              {LayerMemoryKind::kv, {}},
               {LayerMemoryKind::none, {}}};
   return m;
 }
@@ -136,8 +138,7 @@ TEST(Memory, ForkCopiesRowsStatesAndCheckpoints) {
   EXPECT_EQ(state_of(mem, b), state_of(mem, a));
   EXPECT_EQ(mem.seq_checkpoints(b), (std::vector<int64_t>{6}));
   const size_t row = mem.kv(a).k_row_bytes();
-  for (int64_t l = 0; l < 2; ++l)
-    EXPECT_EQ(std::memcmp(mem.kv(a).k_data(l), mem.kv(b).k_data(l), row * 8), 0);
+  for (int64_t l = 0; l < 2; ++l) EXPECT_EQ(std::memcmp(mem.kv(a).k_data(l), mem.kv(b).k_data(l), row * 8), 0);
   // A copy, not an alias: the branches move apart.
   step(mem, *be, b, 3);
   EXPECT_EQ(mem.seq_len(a), 8);

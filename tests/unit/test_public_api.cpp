@@ -19,7 +19,13 @@ TEST(PublicApi, GreedyStoryMatchesLlamaCppContinuation) {
   g.n_predict = 16;
   std::string streamed;
   sluice::GenerateStats st;
-  std::string text = e->generate("Once upon a time", g, [&](std::string_view p) { streamed += p; return true; }, &st);
+  std::string text = e->generate(
+      "Once upon a time", g,
+      [&](std::string_view p) {
+        streamed += p;
+        return true;
+      },
+      &st);
   EXPECT_EQ(text, streamed);
   EXPECT_EQ(st.n_generated, 16);
   // golden/stories260K/prompt1/greedy64.json (llama.cpp) starts with this text.
@@ -31,8 +37,9 @@ TEST(PublicApi, GreedyGenerateEqualsCliRun) {
   SLUICE_REQUIRE_SHARED();
   const std::string model = sluice::test::shared_dir() + "/models/stories260K.gguf";
   int rc = 0;
-  const std::string cli = sluice::test::run_command(
-      std::string(SLUICE_CLI_PATH) + " run -m " + model + " -p 'Lily and Ben' -n 80 --temp 0 2>/dev/null", &rc);
+  const std::string cli = sluice::test::run_command(std::string(SLUICE_CLI_PATH) + " run -m " + model +
+                                                        " -p 'Lily and Ben' -n 80 --temp 0 2>/dev/null",
+                                                    &rc);
   ASSERT_EQ(rc, 0);
   auto e = sluice::Engine::open(model);
   sluice::GenerateOptions g;
@@ -54,14 +61,21 @@ TEST(PublicApi, StopStringsAndStopReason) {
   g.stop = {" named", "park"};
   sluice::GenerateStats st;
   std::string streamed;
-  const std::string text = e->generate("Once upon a time", g, [&](std::string_view p) { streamed += p; return true; }, &st);
+  const std::string text = e->generate(
+      "Once upon a time", g,
+      [&](std::string_view p) {
+        streamed += p;
+        return true;
+      },
+      &st);
   EXPECT_EQ(text, ", there was a little girl");
   EXPECT_EQ(streamed, text);
   EXPECT_EQ(st.stop_reason, sluice::StopReason::stop_string);
   // The callback asking to stop is a reason of its own.
   g.stop.clear();
   int calls = 0;
-  e->generate("Once upon a time", g, [&](std::string_view) { return ++calls < 2; }, &st);
+  e->generate(
+      "Once upon a time", g, [&](std::string_view) { return ++calls < 2; }, &st);
   EXPECT_EQ(calls, 2);
   EXPECT_EQ(st.stop_reason, sluice::StopReason::callback);
 }

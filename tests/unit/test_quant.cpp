@@ -154,7 +154,7 @@ TEST(Fp16, KnownValues) {
   EXPECT_EQ(fp32_to_fp16(INFINITY), 0x7c00);
   EXPECT_EQ(fp32_to_fp16(-INFINITY), 0xfc00);
   EXPECT_EQ(fp32_to_fp16(NAN) & 0x7fff, 0x7e00);
-  EXPECT_EQ(fp32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie -> even (down)
+  EXPECT_EQ(fp32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);      // tie -> even (down)
   EXPECT_EQ(fp32_to_fp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie -> even (up)
   EXPECT_EQ(fp16_to_fp32(0x3555), 0.333251953125f);
   EXPECT_EQ(fp16_to_fp32(0x7bff), 65504.0f);
@@ -300,8 +300,8 @@ TEST(QuantBlocks, Q4_0AndQ4_1) {
   const auto ya = dequant(DType::Q4_0, as_bytes(a), 32);
   const auto yc = dequant(DType::Q4_1, as_bytes(c), 32);
   for (int j = 0; j < 16; ++j) {
-    EXPECT_EQ(ya[j], 2.0f * (j - 8));         // element j: low nibble of byte j
-    EXPECT_EQ(ya[j + 16], 2.0f * (7 - j));    // element j+16: high nibble of byte j
+    EXPECT_EQ(ya[j], 2.0f * (j - 8));       // element j: low nibble of byte j
+    EXPECT_EQ(ya[j + 16], 2.0f * (7 - j));  // element j+16: high nibble of byte j
     EXPECT_EQ(yc[j], 0.25f * j - 1.0f);
     EXPECT_EQ(yc[j + 16], 0.25f * (15 - j) - 1.0f);
   }
@@ -345,7 +345,7 @@ TEST(QuantBlocks, Q4_KAndQ5_K) {
   const int mn[8] = {0, 9, 40, 63, 16, 31, 48, 2};
   block_q4_K a{};
   block_q5_K c{};
-  a.d = c.d = 0x3c00;     // 1.0
+  a.d = c.d = 0x3c00;        // 1.0
   a.dmin = c.dmin = 0x3800;  // 0.5
   pack_k4_scales(sc, mn, a.scales);
   pack_k4_scales(sc, mn, c.scales);
@@ -393,8 +393,8 @@ TEST(QuantBlocks, Q6_K) {
 TEST(QuantBlocks, Q3_KAndQ2_K) {
   block_q3_K a{};
   block_q2_K c{};
-  a.d = 0x3800;  // 0.5
-  c.d = 0x3c00;  // 1.0
+  a.d = 0x3800;     // 0.5
+  c.d = 0x3c00;     // 1.0
   c.dmin = 0x3400;  // 0.25
   int s3[16];
   for (int j = 0; j < 16; ++j) {
@@ -591,18 +591,19 @@ std::string oracle_unavailable() {
   return why;
 }
 
-#define SLUICE_REQUIRE_ORACLE()                                                                             \
-  do {                                                                                                      \
-    const std::string why = oracle_unavailable();                                                           \
-    if (!why.empty())                                                                                       \
-      GTEST_SKIP() << "\n*** gguf-py oracle unavailable (" << why << "): bit-exact comparison SKIPPED.\n"   \
+#define SLUICE_REQUIRE_ORACLE()                                                                              \
+  do {                                                                                                       \
+    const std::string why = oracle_unavailable();                                                            \
+    if (!why.empty())                                                                                        \
+      GTEST_SKIP() << "\n*** gguf-py oracle unavailable (" << why << "): bit-exact comparison SKIPPED.\n"    \
                    << "*** create it with: python3 -m venv .venv && .venv/bin/pip install numpy gguf ***\n"; \
   } while (0)
 
 struct TempDir {
   fs::path path;
   TempDir() {
-    path = fs::temp_directory_path() / ("sluice_quant_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    path = fs::temp_directory_path() /
+           ("sluice_quant_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
     fs::create_directories(path);
   }
   ~TempDir() {
@@ -630,7 +631,8 @@ bool run_oracle_batch(const TempDir& dir, const std::string& jobs) {
   const std::string jobs_path = dir / "jobs.tsv";
   std::ofstream(jobs_path) << jobs;
   int rc = 0;
-  const std::string out = test::run_command(oracle_python() + " " + oracle_script() + " batch " + jobs_path + " 2>&1", &rc);
+  const std::string out = test::run_command(oracle_python() + " " + oracle_script() + " batch " + jobs_path + " 2>&1",
+                                            &rc);
   EXPECT_EQ(rc, 0) << out;
   return rc == 0;
 }
@@ -697,7 +699,8 @@ TEST(QuantOracle, GoldenModelsDecodeIdentically) {
   }
   for (const char* tn : {"q4_K", "q5_K", "q6_K", "q5_0", "q8_0", "f16", "f32"})
     EXPECT_GT(checked[tn], 0) << "no " << tn << " tensor seen in the golden models";
-  for (const auto& [tn, n] : checked) std::printf("  [golden decode] %s: %lld elements bit-identical\n", tn.c_str(), (long long)n);
+  for (const auto& [tn, n] : checked)
+    std::printf("  [golden decode] %s: %lld elements bit-identical\n", tn.c_str(), (long long)n);
 }
 
 // Random blocks of every type gguf-py decodes: (a) our quantizer's output, (b) random
@@ -722,8 +725,13 @@ TEST(QuantOracle, RandomBlocksDecodeIdentically) {
     // matter: clear bit 14 of each half. Offsets of the half fields per block:
     std::vector<size_t> halves;
     switch (t) {
-      case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: halves = {0}; break;
-      case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: halves = {0, 2}; break;
+      case DType::Q4_0:
+      case DType::Q5_0:
+      case DType::Q8_0: halves = {0}; break;
+      case DType::Q4_1:
+      case DType::Q5_1:
+      case DType::Q4_K:
+      case DType::Q5_K: halves = {0, 2}; break;
       case DType::Q2_K: halves = {80, 82}; break;
       case DType::Q3_K: halves = {108}; break;
       case DType::Q6_K: halves = {208}; break;
@@ -786,7 +794,8 @@ TEST(QuantOracle, QuantizeMatchesGgufPy) {
   block([](int i) { return 1e-9f * float(i); });
   while (x.size() % 256) x.push_back(0.25f);
   write_bytes(dir / "x.f32", x.data(), x.size() * 4);
-  const std::vector<DType> types = {DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
+  const std::vector<DType> types = {DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1,
+                                    DType::Q5_0, DType::Q5_1, DType::Q8_0};
   std::string jobs;
   for (DType t : types) {
     const std::string n(dtype_name(t));
@@ -811,9 +820,10 @@ TEST(QuantOracle, QuantizeMatchesGgufPy) {
 TEST(QuantOracle, RequantizingGoldenSourcesReproducesLlamaQuantize) {
   SLUICE_REQUIRE_SHARED();
   SLUICE_REQUIRE_ORACLE();
-  const std::pair<const char*, const char*> pairs[] = {
-      {"llama_dense", "llama_dense-Q4_K_M"}, {"llama_dense", "llama_dense-Q8_0"},
-      {"qwen3moe", "qwen3moe-Q4_K_M"},       {"qwen3moe", "qwen3moe-Q8_0"}};
+  const std::pair<const char*, const char*> pairs[] = {{"llama_dense", "llama_dense-Q4_K_M"},
+                                                       {"llama_dense", "llama_dense-Q8_0"},
+                                                       {"qwen3moe", "qwen3moe-Q4_K_M"},
+                                                       {"qwen3moe", "qwen3moe-Q8_0"}};
   std::map<std::string, std::pair<int64_t, int64_t>> stats;  // type -> (blocks, differing blocks)
   for (const auto& [src_name, dst_name] : pairs) {
     const auto& src = oracle_dump_gguf(test::shared_dir() + "/golden/" + src_name + "/model.gguf");

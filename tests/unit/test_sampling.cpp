@@ -154,10 +154,10 @@ TEST(SamplingTopP, KeepsSmallestPrefixReachingP) {
     TopPStage(top_p).apply(c);
     return kept_ids(c);
   };
-  EXPECT_EQ(kept(0.45f), (std::set<int32_t>{1}));           // 0.5 alone reaches 0.45
-  EXPECT_EQ(kept(0.6f), (std::set<int32_t>{1, 3}));         // 0.75
-  EXPECT_EQ(kept(0.8f), (std::set<int32_t>{1, 3, 2}));      // 0.875
-  EXPECT_EQ(kept(0.1f), (std::set<int32_t>{1}));            // at least one
+  EXPECT_EQ(kept(0.45f), (std::set<int32_t>{1}));             // 0.5 alone reaches 0.45
+  EXPECT_EQ(kept(0.6f), (std::set<int32_t>{1, 3}));           // 0.75
+  EXPECT_EQ(kept(0.8f), (std::set<int32_t>{1, 3, 2}));        // 0.875
+  EXPECT_EQ(kept(0.1f), (std::set<int32_t>{1}));              // at least one
   EXPECT_EQ(kept(1.0f), (std::set<int32_t>{0, 1, 2, 3, 4}));  // off
   SamplerParams p = plain(4);
   p.top_p = 0.8f;
@@ -220,8 +220,8 @@ TEST(SamplingPenalties, ChangeLogitsByDocumentedAmount) {
   for (int32_t t : {1, 1, 2}) pen.accept(t);
   Candidates c = make({3.0f, 4.0f, -1.0f, 0.0f});
   pen.apply(c);
-  EXPECT_FLOAT_EQ(c.data[0].logit, 3.0f);                     // never seen
-  EXPECT_FLOAT_EQ(c.data[1].logit, 4.0f / 2 - 2 * 0.5f - 0.25f);  // positive: divided; count 2
+  EXPECT_FLOAT_EQ(c.data[0].logit, 3.0f);                          // never seen
+  EXPECT_FLOAT_EQ(c.data[1].logit, 4.0f / 2 - 2 * 0.5f - 0.25f);   // positive: divided; count 2
   EXPECT_FLOAT_EQ(c.data[2].logit, -1.0f * 2 - 1 * 0.5f - 0.25f);  // negative: multiplied; count 1
   EXPECT_FLOAT_EQ(c.data[3].logit, 0.0f);
   // Window: with last_n = 2 the first "1" falls out, so count(1) = 1.

@@ -27,8 +27,8 @@ using tok_test::read_vectors;
 
 const std::string kShared = SLUICE_SHARED_DIR;
 
-#define SKIP_IF_NO_SHARED(path)                                                                \
-  do {                                                                                         \
+#define SKIP_IF_NO_SHARED(path)                                                                 \
+  do {                                                                                          \
     if (!fs::exists(path)) GTEST_SKIP() << "*** test data missing: " << (path) << " — SKIPPED"; \
   } while (0)
 
@@ -182,7 +182,16 @@ TEST(TokenizerSpecial, Phi3UserDefinedAndRstrip) {
 Vocab toy_vocab(float score_sp_a, float score_ab) {
   Vocab v;
   v.model = "llama";
-  v.tokens = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "ab", "<0x63>"};
+  v.tokens = {"<unk>",
+              "<s>",
+              "</s>",
+              "\xe2\x96\x81",
+              "a",
+              "b",
+              "\xe2\x96\x81"
+              "a",
+              "ab",
+              "<0x63>"};
   v.scores = {0, 0, 0, -1, -1, -1, score_sp_a, score_ab, 0};
   v.token_types = {TOKEN_TYPE_UNKNOWN, TOKEN_TYPE_CONTROL, TOKEN_TYPE_CONTROL, TOKEN_TYPE_NORMAL, TOKEN_TYPE_NORMAL,
                    TOKEN_TYPE_NORMAL,  TOKEN_TYPE_NORMAL,  TOKEN_TYPE_NORMAL,  TOKEN_TYPE_BYTE};
@@ -206,8 +215,8 @@ TEST(TokenizerSpm, PiecesAndDecodeRules) {
   EXPECT_EQ(tok.token_to_piece(8), "c");
   EXPECT_EQ(tok.token_to_piece(1), "<s>");
   EXPECT_EQ(tok.token_to_piece(0), "<unk>");
-  EXPECT_EQ(tok.decode({6, 5}), "ab");         // first token loses the prefixed space
-  EXPECT_EQ(tok.decode({1, 6, 5}), " ab");     // ...unless a BOS comes first
+  EXPECT_EQ(tok.decode({6, 5}), "ab");      // first token loses the prefixed space
+  EXPECT_EQ(tok.decode({1, 6, 5}), " ab");  // ...unless a BOS comes first
   // remove_special drops the BOS but keeps the space; EOS stays (add_eos is false) and renders "".
   EXPECT_EQ(tok.decode({1, 6, 5, 2}, true), " ab");
   EXPECT_THROW(tok.token_to_piece(9), Error);

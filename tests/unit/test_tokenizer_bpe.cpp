@@ -34,8 +34,8 @@ using tok_test::read_vectors;
 
 const std::string kVocabDir = std::string(SLUICE_SHARED_DIR) + "/models/vocab/";
 
-#define SKIP_IF_MISSING(path)                                                                  \
-  do {                                                                                         \
+#define SKIP_IF_MISSING(path)                                                                   \
+  do {                                                                                          \
     if (!fs::exists(path)) GTEST_SKIP() << "*** test data missing: " << (path) << " — SKIPPED"; \
   } while (0)
 
@@ -236,10 +236,10 @@ TEST(BpeVectors, RobertaBpeIsRefusedNamingThePreTokenizer) {
 TEST(BpeVectors, EveryVectorFileIsAccounted) {
   SKIP_IF_MISSING(kVocabDir);
   const std::set<std::string> known = {
-      "llama-spm", "phi-3",                                                              // test_tokenizer.cpp (SPM)
-      "gpt-2", "deepseek-llm", "deepseek-coder", "falcon", "mpt", "starcoder", "refact",  // GGUF, above
-      "llama-bpe", "qwen2", "deepseek-r1-qwen",                                           // HF tokenizer.json, above
-      "bert-bge", "command-r", "chameleon", "roberta-bpe",                                // no vocab run, above
+      "llama-spm", "phi-3",  // test_tokenizer.cpp (SPM)
+      "gpt-2",     "deepseek-llm", "deepseek-coder",   "falcon",      "mpt", "starcoder", "refact",  // GGUF, above
+      "llama-bpe", "qwen2",        "deepseek-r1-qwen",                 // HF tokenizer.json, above
+      "bert-bge",  "command-r",    "chameleon",        "roberta-bpe",  // no vocab run, above
   };
   size_t n = 0;
   for (const auto& e : fs::directory_iterator(kVocabDir)) {
@@ -289,9 +289,15 @@ TEST(BpePreTokenizer, Llama3AndQwen2Patterns) {
 TEST(BpePreTokenizer, WhitespaceIsLlamaCppsSet) {
   // U+180E is not White_Space (llama.cpp) though PCRE2's \s would take it: " ?[^\s..]+" keeps
   // the space with it.
-  EXPECT_EQ(split("gpt-2", "a \xE1\xA0\x8E" "b"), (Words{"a", " \xE1\xA0\x8E", "b"}));
+  EXPECT_EQ(split("gpt-2",
+                  "a \xE1\xA0\x8E"
+                  "b"),
+            (Words{"a", " \xE1\xA0\x8E", "b"}));
   // U+00A0 is whitespace: it does not join the letters.
-  EXPECT_EQ(split("gpt-2", "a\xC2\xA0" "b"), (Words{"a", "\xC2\xA0", "b"}));
+  EXPECT_EQ(split("gpt-2",
+                  "a\xC2\xA0"
+                  "b"),
+            (Words{"a", "\xC2\xA0", "b"}));
   // deepseek-llm's classes cover U+3000..U+3002 (punctuation, and the U+0800..U+4E00 range of
   // its CJK pattern), but llama.cpp has already turned the ideographic space U+3000 into U+000B:
   // "。　。" is not one run. A regex engine given the raw text would keep it whole.
@@ -311,7 +317,10 @@ TEST(BpePreTokenizer, PiecesAreSplitOneByOne) {
 
 TEST(BpePreTokenizer, InvalidUtf8BecomesReplacementChar) {
   // llama.cpp decodes to code points first; a stray byte becomes U+FFFD (EF BF BD).
-  EXPECT_EQ(split("gpt-2", "a\xFF" "b"), (Words{"a", "\xEF\xBF\xBD", "b"}));
+  EXPECT_EQ(split("gpt-2",
+                  "a\xFF"
+                  "b"),
+            (Words{"a", "\xEF\xBF\xBD", "b"}));
   EXPECT_EQ(split("gpt-2", "\xE2\x82"), (Words{"\xEF\xBF\xBD\xEF\xBF\xBD"}));
   // A surrogate encoded in UTF-8 passes through unchanged, as in llama.cpp.
   EXPECT_EQ(split("gpt-2", "\xED\xA0\x80"), (Words{"\xED\xA0\x80"}));
@@ -378,13 +387,17 @@ TEST(BpeMerges, LowestRankFirst) {
 
 TEST(BpeMerges, TiesGoToTheLeftmostPair) {
   const Tokenizer t(toy_bpe({"a", "aa", "aaa"}, {"a a", "aa a"}));
-  EXPECT_EQ(t.encode("aaa", false), (std::vector<int32_t>{2}));     // aa|a -> aaa
+  EXPECT_EQ(t.encode("aaa", false), (std::vector<int32_t>{2}));      // aa|a -> aaa
   EXPECT_EQ(t.encode("aaaa", false), (std::vector<int32_t>{1, 1}));  // aa|aa: no (aa,aa) merge
 }
 
 TEST(BpeMerges, SpacesAreByteEncoded) {
   // ' ' is U+0120 'Ġ' in GPT-2's byte map; '\n' is U+010A 'Ċ'.
-  const Tokenizer t(toy_bpe({"a", "\xC4\xA0", "\xC4\xA0" "a", "\xC4\x8A"}, {"\xC4\xA0 a"}));
+  const Tokenizer t(toy_bpe({"a", "\xC4\xA0",
+                             "\xC4\xA0"
+                             "a",
+                             "\xC4\x8A"},
+                            {"\xC4\xA0 a"}));
   EXPECT_EQ(t.encode(" a\n", false), (std::vector<int32_t>{2, 3}));
   EXPECT_EQ(t.token_to_piece(2), " a");
   EXPECT_EQ(t.decode({2, 3}), " a\n");
@@ -459,8 +472,8 @@ TEST(BpeSpecial, Llama3AddsBos) {
   EXPECT_EQ(tok.decode(want), "Hi there");
   EXPECT_EQ(tok.decode(want, false, true), "<|begin_of_text|>Hi there");
   // A chat turn with parse_special: headers and <|eot_id|> become single control tokens.
-  const std::vector<int32_t> chat =
-      tok.encode("<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>", false, /*parse_special=*/true);
+  const std::vector<int32_t> chat = tok.encode("<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>", false,
+                                               /*parse_special=*/true);
   ASSERT_GE(chat.size(), 4u);
   EXPECT_EQ(chat.front(), tok.text_to_token("<|start_header_id|>"));
   EXPECT_EQ(chat.back(), tok.text_to_token("<|eot_id|>"));
@@ -530,10 +543,30 @@ TEST(BpeRobustness, RandomBytes) {
   SKIP_IF_MISSING(path);
   const Tokenizer tok = load_gguf_tokenizer(path);
   std::mt19937 rng(1234);
-  const std::vector<std::string> alphabet = {"a", "Z", " ", "  ", "\n", "\r", "\t", "'", "s", "7", "!", ".",
-                                             std::string(1, '\0'), "\xC3\xA9", "\xE4\xBD\xA0", "\xF0\x9F\xA6\x99",
-                                             "\xE3\x80\x80", "\xC2\xA0", "\x80", "\xFF", "\xE2\x82", "\xF4\x90\x80\x80",
-                                             "\xED\xA0\x80", "\xCC\x81"};
+  const std::vector<std::string> alphabet = {"a",
+                                             "Z",
+                                             " ",
+                                             "  ",
+                                             "\n",
+                                             "\r",
+                                             "\t",
+                                             "'",
+                                             "s",
+                                             "7",
+                                             "!",
+                                             ".",
+                                             std::string(1, '\0'),
+                                             "\xC3\xA9",
+                                             "\xE4\xBD\xA0",
+                                             "\xF0\x9F\xA6\x99",
+                                             "\xE3\x80\x80",
+                                             "\xC2\xA0",
+                                             "\x80",
+                                             "\xFF",
+                                             "\xE2\x82",
+                                             "\xF4\x90\x80\x80",
+                                             "\xED\xA0\x80",
+                                             "\xCC\x81"};
   std::vector<std::unique_ptr<PreTokenizer>> pres;
   std::string names = supported_pre_tokenizers();
   for (size_t pos = 0; pos < names.size();) {
@@ -583,8 +616,11 @@ TEST(BpeSpeed, FewKilobytePromptTakesMilliseconds) {
   EXPECT_LT(ms, 250.0);
 
   // Pathological words stay near-linear: one 20k-letter word, 20k spaces, 5k emoji in a row.
-  for (const std::string& s : {std::string(20000, 'a'), std::string(20000, ' '),
-                               [] { std::string e; for (int i = 0; i < 5000; ++i) e += "\xF0\x9F\xA6\x99"; return e; }()}) {
+  for (const std::string& s : {std::string(20000, 'a'), std::string(20000, ' '), [] {
+                                 std::string e;
+                                 for (int i = 0; i < 5000; ++i) e += "\xF0\x9F\xA6\x99";
+                                 return e;
+                               }()}) {
     const double t = encode_ms(tok, s, &n);
     std::cout << "[          ] " << s.size() << " bytes of one character -> " << n << " tokens in " << t << " ms\n";
     EXPECT_LT(t, 2000.0);

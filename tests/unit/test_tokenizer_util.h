@@ -25,7 +25,7 @@ inline std::string read_all(const std::string& path) {
 // input string keeps its last expected output. `inp_base` and `out_base` are paths without the
 // .inp / .out suffix (the same file for GGUF vocabularies).
 inline std::map<std::string, std::vector<int32_t>> read_vectors(const std::string& inp_base,
-                                                                 const std::string& out_base) {
+                                                                const std::string& out_base) {
   const std::string raw = read_all(inp_base + ".inp");
   std::vector<std::string> outs;
   {

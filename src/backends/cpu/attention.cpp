@@ -94,7 +94,8 @@ void bind_fused(Side& s, const AttnKernels& ak) {
 // Head hk of a block-quantized (or bf16) cache row of Hkv·D elements, decoded to float.
 // Decodes just the head when D is a whole number of blocks, else the whole row (into buf,
 // Hkv·D floats) and points at the head.
-const float* decode_head(const Kernels& k, DType t, const uint8_t* row, int64_t hk, int64_t D, int64_t Hkv, float* buf) {
+const float* decode_head(const Kernels& k, DType t, const uint8_t* row, int64_t hk, int64_t D, int64_t Hkv,
+                         float* buf) {
   const auto& tr = dtype_traits(t);
   const QuantOps* q = k.quant(t);
   if (D % tr.block_size == 0) {
@@ -193,7 +194,8 @@ void attend_group(const Ctx& c, const float* q, int64_t G, int64_t hk, int64_t p
       }
     } else if (c.vs.type == DType::F32) {
       for (int64_t g = 0; g < G; ++g)
-        k.axpy_rows_f32(score + g * B, reinterpret_cast<const float*>(v0) + hk * Dv, c.vs.row_bytes / 4, nb, acc + g * Dv, Dv);
+        k.axpy_rows_f32(score + g * B, reinterpret_cast<const float*>(v0) + hk * Dv, c.vs.row_bytes / 4, nb,
+                        acc + g * Dv, Dv);
     } else if (c.vs.type == DType::F16) {
       for (int64_t g = 0; g < G; ++g)
         k.axpy_rows_f16(score + g * B, reinterpret_cast<const uint16_t*>(v0) + hk * Dv, c.vs.row_bytes / 2, nb,
@@ -219,9 +221,10 @@ void check_side(DType t, const TqCodec* tq, size_t row_bytes, int64_t Hkv, int64
   if (kv_type_is_tq(t)) {
     if (!tq || tq->type() != t) fail("attention: ", side, " cache type ", kv_type_name(t), " comes without its codec");
     if (tq->n_head() != Hkv || tq->head_dim() != D)
-      fail("attention: ", side, " tq codec is for ", tq->n_head(), " heads of ", tq->head_dim(), ", attention has ", Hkv,
-           " of ", D);
-    if (row_bytes < tq->row_bytes()) fail("attention: ", side, " cache row stride ", row_bytes, " < tq row ", tq->row_bytes());
+      fail("attention: ", side, " tq codec is for ", tq->n_head(), " heads of ", tq->head_dim(), ", attention has ",
+           Hkv, " of ", D);
+    if (row_bytes < tq->row_bytes())
+      fail("attention: ", side, " cache row stride ", row_bytes, " < tq row ", tq->row_bytes());
     return;
   }
   if (tq) fail("attention: ", side, " cache type ", kv_type_name(t), " given a tq codec");
@@ -249,7 +252,9 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
   if (Hkv <= 0 || H % Hkv != 0) fail("attention: n_head ", H, " is not a multiple of n_head_kv ", Hkv);
   check_side(a.k_type, a.k_tq, a.k_row_bytes, Hkv, Dk, "K");
   check_side(a.v_type, a.v_tq, a.v_row_bytes, Hkv, Dv, "V");
-  Ctx c{k, a, {a.k_type, static_cast<const uint8_t*>(a.k), a.k_row_bytes, a.k_tq, Dk},
+  Ctx c{k,
+        a,
+        {a.k_type, static_cast<const uint8_t*>(a.k), a.k_row_bytes, a.k_tq, Dk},
         {a.v_type, static_cast<const uint8_t*>(a.v), a.v_row_bytes, a.v_tq, Dv}};
   const AttnKernels& ak = attn_kernels_for(k.isa);
   bind_fused(c.ks, ak);

@@ -51,9 +51,11 @@ struct Simd {
   static void reduce_n(const V* a, float* out) {
     V b[4], c[2];
     for (int m = 0; m < 4; ++m)  // b[m] = [a[2m] lo + hi | a[2m+1] lo + hi]
-      b[m] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * m], a[2 * m + 1], 0x20), _mm256_permute2f128_ps(a[2 * m], a[2 * m + 1], 0x31));
+      b[m] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * m], a[2 * m + 1], 0x20),
+                           _mm256_permute2f128_ps(a[2 * m], a[2 * m + 1], 0x31));
     for (int m = 0; m < 2; ++m)  // half h: [a[4m+h] 0+2, 1+3, a[4m+2+h] 0+2, 1+3]
-      c[m] = _mm256_add_ps(_mm256_shuffle_ps(b[2 * m], b[2 * m + 1], 0x44), _mm256_shuffle_ps(b[2 * m], b[2 * m + 1], 0xEE));
+      c[m] = _mm256_add_ps(_mm256_shuffle_ps(b[2 * m], b[2 * m + 1], 0x44),
+                           _mm256_shuffle_ps(b[2 * m], b[2 * m + 1], 0xEE));
     // lane 4h + s = the sum of a[2s + h]
     const V e = _mm256_add_ps(_mm256_shuffle_ps(c[0], c[1], 0x88), _mm256_shuffle_ps(c[0], c[1], 0xDD));
     alignas(32) float t[8];

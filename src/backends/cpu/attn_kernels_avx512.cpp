@@ -35,13 +35,16 @@ struct Simd {
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static float half(uint16_t h) { return _cvtsh_ss(h); }
-  static V load_f16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static V load_f16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
   static V from_i8(const int8_t* p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
   static V ubits(const uint8_t* p, int shift, int mask) {
     const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, static_cast<unsigned>(shift)), _mm512_set1_epi32(mask)));
+    return _mm512_cvtepi32_ps(
+        _mm512_and_si512(_mm512_srli_epi32(v, static_cast<unsigned>(shift)), _mm512_set1_epi32(mask)));
   }
   // kernels_avx512.cpp's reduce_add (so scores equal Kernels::dot_f32's).
   static float reduce_add(V a) { return _mm512_reduce_add_ps(a); }
@@ -54,11 +57,14 @@ struct Simd {
   static void reduce_n(const V* a, float* out) {
     V b[8], c[4], d[2];
     for (int m = 0; m < 8; ++m)  // b[m] = [a[2m] lo + hi | a[2m+1] lo + hi]
-      b[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0x44), _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0xEE));
+      b[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0x44),
+                           _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0xEE));
     for (int m = 0; m < 4; ++m)  // c[m] quarter q = a[4m + q]: i + (i+4)
-      c[m] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * m], b[2 * m + 1], 0x88), _mm512_shuffle_f32x4(b[2 * m], b[2 * m + 1], 0xDD));
+      c[m] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * m], b[2 * m + 1], 0x88),
+                           _mm512_shuffle_f32x4(b[2 * m], b[2 * m + 1], 0xDD));
     for (int m = 0; m < 2; ++m)  // per quarter q: [a[8m+q] 0+2, 1+3, a[8m+4+q] 0+2, 1+3]
-      d[m] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * m], c[2 * m + 1], 0x44), _mm512_shuffle_ps(c[2 * m], c[2 * m + 1], 0xEE));
+      d[m] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * m], c[2 * m + 1], 0x44),
+                           _mm512_shuffle_ps(c[2 * m], c[2 * m + 1], 0xEE));
     // lane 4q + s = the sum of a[4s + q]
     const V e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
     alignas(64) float t[16];
@@ -81,14 +87,16 @@ struct Simd {
       uint32_t lo, hi;
       std::memcpy(&lo, p, 4);
       std::memcpy(&hi, p + 4, 4);
-      const __m512i w = _mm512_inserti32x8(_mm512_set1_epi32(static_cast<int>(lo)), _mm256_set1_epi32(static_cast<int>(hi)), 1);
+      const __m512i w = _mm512_inserti32x8(_mm512_set1_epi32(static_cast<int>(lo)),
+                                           _mm256_set1_epi32(static_cast<int>(hi)), 1);
       const __m512i sh = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
       return _mm512_permutexvar_ps(_mm512_srlv_epi32(w, sh), t.t);
     } else if constexpr (B == 3) {  // lanes 0..9 at bits 3j of bytes 0..3, 10..15 at 3j-16 of bytes 2..5
       uint32_t lo, hi;
       std::memcpy(&lo, p, 4);
       std::memcpy(&hi, p + 2, 4);
-      const __m512i w = _mm512_mask_blend_epi32(0xFC00, _mm512_set1_epi32(static_cast<int>(lo)), _mm512_set1_epi32(static_cast<int>(hi)));
+      const __m512i w = _mm512_mask_blend_epi32(0xFC00, _mm512_set1_epi32(static_cast<int>(lo)),
+                                                _mm512_set1_epi32(static_cast<int>(hi)));
       const __m512i sh = _mm512_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 14, 17, 20, 23, 26, 29);
       return _mm512_permutexvar_ps(_mm512_srlv_epi32(w, sh), t.t);
     } else {  // B == 2: 4 bytes

@@ -113,13 +113,20 @@ struct Simd {
 
 const AttnKvOps* AttnKernels::get(DType t) const {
   const AttnKvOps* o = nullptr;
-  if (t == DType::F16) o = &f16;
-  else if (t == DType::Q8_0) o = &q8_0;
-  else if (t == DType::Q4_0) o = &q4_0;
-  else if (t == kKvTq2) o = &tq2;
-  else if (t == kKvTq3) o = &tq3;
-  else if (t == kKvTq4) o = &tq4;
-  else if (t == kKvTq8) o = &tq8;
+  if (t == DType::F16)
+    o = &f16;
+  else if (t == DType::Q8_0)
+    o = &q8_0;
+  else if (t == DType::Q4_0)
+    o = &q4_0;
+  else if (t == kKvTq2)
+    o = &tq2;
+  else if (t == kKvTq3)
+    o = &tq3;
+  else if (t == kKvTq4)
+    o = &tq4;
+  else if (t == kKvTq8)
+    o = &tq8;
   return o && o->scores ? o : nullptr;
 }
 

@@ -63,7 +63,8 @@ class CpuBackend final : public Backend {
       }
     }
     const bool direct = w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16;
-    if (!direct && !quant_supported(w.type)) fail("cpu backend: matmul on unsupported weight type ", dtype_name(w.type));
+    if (!direct && !quant_supported(w.type))
+      fail("cpu backend: matmul on unsupported weight type ", dtype_name(w.type));
 
     // Rows per work unit. Direct types read the weights in place, and so does the fused
     // one-token path of quantized types with a fast decoder; otherwise rows are decoded once
@@ -102,8 +103,7 @@ class CpuBackend final : public Backend {
       case DType::BF16:
         k_.gemm_bf16(reinterpret_cast<const uint16_t*>(wr), ldw_bytes / 2, nr, x, n_in, n_tok, n_in, y, ldy);
         return;
-      default:
-        break;
+      default: break;
     }
     if (qops && n_tok == 1) {
       qops->gemv(wr, ldw_bytes, nr, x, n_in, y);
@@ -137,8 +137,8 @@ class CpuBackend final : public Backend {
                       const uint8_t* xq, float* y, int thread) {
     if (op) {
       const size_t ldw_bytes = w.row_bytes();
-      op->gemm(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes, ldw_bytes, nr, xq, 0, 1, w.ne[0],
-               y, 1);
+      op->gemm(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes, ldw_bytes, nr, xq, 0, 1,
+               w.ne[0], y, 1);
       return;
     }
     float_rows(w, k_.quant(w.type), r0, nr, x, 1, y, 1, thread);
@@ -227,8 +227,8 @@ class CpuBackend final : public Backend {
     bool fusable = qg && qu && qd && qg->act == qu->act;
     for (const FfnExpertRows& e : ex)
       fusable = fusable && e.n >= 1 && e.gate->type == g0.type && e.up->type == u0.type && e.down->type == d0.type &&
-                e.gate->ne[0] == E && e.gate->ne[1] == F && e.up->ne[0] == E && e.up->ne[1] == F && e.down->ne[0] == F &&
-                e.down->ne[1] == E;
+                e.gate->ne[0] == E && e.gate->ne[1] == F && e.up->ne[0] == E && e.up->ne[1] == F &&
+                e.down->ne[0] == F && e.down->ne[1] == E;
     if (!fusable) return Backend::moe_ffn_batch(ex, x, out, n_tok, E);
     // Row i of expert j is row first[j] + i of every per-row buffer below.
     std::vector<int64_t> first(static_cast<size_t>(n) + 1, 0);
@@ -236,7 +236,8 @@ class CpuBackend final : public Backend {
     const int64_t rows = first[n];
     const size_t xb = dtype_row_bytes(qg->act, E), hb = dtype_row_bytes(qd->act, F);
     moe_act_.resize(xb * static_cast<size_t>(n_tok + rows) + hb * static_cast<size_t>(rows));
-    uint8_t *xq = moe_act_.data(), *xr = xq + xb * static_cast<size_t>(n_tok), *hq = xr + xb * static_cast<size_t>(rows);
+    uint8_t *xq = moe_act_.data(), *xr = xq + xb * static_cast<size_t>(n_tok),
+            *hq = xr + xb * static_cast<size_t>(rows);
     for (int64_t t = 0; t < n_tok; ++t) quantize_act(qg->act, x + t * E, xq + static_cast<size_t>(t) * xb, E);
     for (int64_t j = 0; j < n; ++j)  // each expert's token rows side by side, as the kernel reads them
       for (int64_t i = 0; i < ex[j].n; ++i)
@@ -268,7 +269,8 @@ class CpuBackend final : public Backend {
     }();
     std::fill(out, out + n_tok * E, 0.0f);
     run(nbE, rows * E * F, [&](int64_t i0, int64_t i1, int th) {
-      float* y = reinterpret_cast<float*>(scratch_aligned(th, static_cast<size_t>(max_m * kMoeDownRows) * sizeof(float)));
+      float* y = reinterpret_cast<float*>(
+          scratch_aligned(th, static_cast<size_t>(max_m * kMoeDownRows) * sizeof(float)));
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t r0 = i * B3, nr = std::min(B3, E - r0);
         for (int64_t j = 0; j < n; ++j) {
@@ -293,7 +295,8 @@ class CpuBackend final : public Backend {
     if (act_.size() < a_bytes * static_cast<size_t>(n_tok)) act_.resize(a_bytes * static_cast<size_t>(n_tok));
     uint8_t* act = act_.data();
     run(n_tok, n_tok * n_in * 4, [&](int64_t t0, int64_t t1, int) {
-      for (int64_t t = t0; t < t1; ++t) quantize_act(op.act, x + t * n_in, act + static_cast<size_t>(t) * a_bytes, n_in);
+      for (int64_t t = t0; t < t1; ++t)
+        quantize_act(op.act, x + t * n_in, act + static_cast<size_t>(t) * a_bytes, n_in);
     });
     if (q8_tiles_ && op.tile.gemm && n_tok >= q8_tile_min_tokens_) {
       // Prefill: each unit packs 16 rows into the thread's tile buffer once, then runs every
@@ -327,7 +330,8 @@ class CpuBackend final : public Backend {
   void get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) override {
     const int64_t n_embd = table.ne[0], n_rows = table.n_rows();
     for (int64_t r = 0; r < n; ++r)
-      if (ids[r] < 0 || ids[r] >= n_rows) fail("get_rows: id ", ids[r], " outside ", table.name, " (", n_rows, " rows)");
+      if (ids[r] < 0 || ids[r] >= n_rows)
+        fail("get_rows: id ", ids[r], " outside ", table.name, " (", n_rows, " rows)");
     run(n, n * n_embd, [&](int64_t r0, int64_t r1, int) {
       for (int64_t r = r0; r < r1; ++r) decode(table.type, table.row(ids[r]), out + r * n_embd, n_embd);
     });
@@ -352,7 +356,8 @@ class CpuBackend final : public Backend {
       for (int64_t t = t0; t < t1; ++t) {
         // Angles in double, as the reference: a float theta·pos loses ~pos·2^-24 radians.
         for (int64_t i = 0; i < half; ++i) {
-          const double theta = pos[t] * std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+          const double theta = pos[t] * std::pow(static_cast<double>(base),
+                                                 -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
           cs[i] = static_cast<float>(std::cos(theta));
           sn[i] = static_cast<float>(std::sin(theta));
         }
@@ -456,12 +461,12 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   const cpu::Kernels& k_;
-  const cpu::Q8Kernels* q8_;  // null: quantized weights are decoded to float (the exact path)
-  bool q8_tiles_;             // CpuBackendOptions::q8_tiles
-  int64_t q8_tile_min_tokens_;  // CpuBackendOptions::q8_tile_min_tokens
-  std::vector<uint8_t> act_;  // quantized activations of the current int8 matmul
-  std::vector<uint8_t> moe_act_;  // moe_ffn_token: x and the k hidden rows, quantized
-  std::vector<float> moe_gu_;     // moe_ffn_token: gate then up outputs, [2][k][F]
+  const cpu::Q8Kernels* q8_;                 // null: quantized weights are decoded to float (the exact path)
+  bool q8_tiles_;                            // CpuBackendOptions::q8_tiles
+  int64_t q8_tile_min_tokens_;               // CpuBackendOptions::q8_tile_min_tokens
+  std::vector<uint8_t> act_;                 // quantized activations of the current int8 matmul
+  std::vector<uint8_t> moe_act_;             // moe_ffn_token: x and the k hidden rows, quantized
+  std::vector<float> moe_gu_;                // moe_ffn_token: gate then up outputs, [2][k][F]
   std::vector<std::vector<float>> scratch_;  // per pool thread; a backend runs one op at a time
 };
 

@@ -38,10 +38,10 @@ struct Kernels {
   // three variants give identical results for the same values.
   void (*gemm_f32)(const float* w, size_t ldw, int64_t n_rows, const float* x, size_t ldx, int64_t n_tok, int64_t n,
                    float* y, size_t ldy);
-  void (*gemm_f16)(const uint16_t* w, size_t ldw, int64_t n_rows, const float* x, size_t ldx, int64_t n_tok,
-                   int64_t n, float* y, size_t ldy);
-  void (*gemm_bf16)(const uint16_t* w, size_t ldw, int64_t n_rows, const float* x, size_t ldx, int64_t n_tok,
-                    int64_t n, float* y, size_t ldy);
+  void (*gemm_f16)(const uint16_t* w, size_t ldw, int64_t n_rows, const float* x, size_t ldx, int64_t n_tok, int64_t n,
+                   float* y, size_t ldy);
+  void (*gemm_bf16)(const uint16_t* w, size_t ldw, int64_t n_rows, const float* x, size_t ldx, int64_t n_tok, int64_t n,
+                    float* y, size_t ldy);
   // Σ a[i]·b[i] (same accumulation as gemm), a F32 or F16.
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   float (*dot_f16)(const uint16_t* a, const float* b, int64_t n);

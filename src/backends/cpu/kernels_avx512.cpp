@@ -36,7 +36,8 @@ struct Simd {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
   static void store_f16(uint16_t* p, V a) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   static V load_bf16(const uint16_t* p) {
     const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -58,7 +59,8 @@ struct Simd {
   }
   static V ubits(const uint8_t* p, int shift, int mask) {
     const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, static_cast<unsigned>(shift)), _mm512_set1_epi32(mask)));
+    return _mm512_cvtepi32_ps(
+        _mm512_and_si512(_mm512_srli_epi32(v, static_cast<unsigned>(shift)), _mm512_set1_epi32(mask)));
   }
   static float half(uint16_t h) { return _cvtsh_ss(h); }
   static float reduce_add(V a) { return _mm512_reduce_add_ps(a); }
@@ -114,8 +116,6 @@ constexpr Q8Kernels kTable = q8_table("avx512-vnni");
 }  // namespace avx512_q8_vnni
 
 const Kernels& kernels_avx512() { return avx512_isa::kTable; }
-const Q8Kernels& q8_kernels_avx512() {
-  return cpu_features().avx512vnni ? avx512_q8_vnni::kTable : avx512_q8::kTable;
-}
+const Q8Kernels& q8_kernels_avx512() { return cpu_features().avx512vnni ? avx512_q8_vnni::kTable : avx512_q8::kTable; }
 
 }  // namespace sluice::cpu

@@ -71,11 +71,21 @@ struct Simd {
     for (int i = 0; i < W; ++i) r.v[i] = f(a.v[i], b.v[i]);
     return r;
   }
-  static V add(V a, V b) { return map2(a, b, [](float x, float y) { return x + y; }); }
-  static V sub(V a, V b) { return map2(a, b, [](float x, float y) { return x - y; }); }
-  static V mul(V a, V b) { return map2(a, b, [](float x, float y) { return x * y; }); }
-  static V div(V a, V b) { return map2(a, b, [](float x, float y) { return x / y; }); }
-  static V max(V a, V b) { return map2(a, b, [](float x, float y) { return x > y ? x : y; }); }
+  static V add(V a, V b) {
+    return map2(a, b, [](float x, float y) { return x + y; });
+  }
+  static V sub(V a, V b) {
+    return map2(a, b, [](float x, float y) { return x - y; });
+  }
+  static V mul(V a, V b) {
+    return map2(a, b, [](float x, float y) { return x * y; });
+  }
+  static V div(V a, V b) {
+    return map2(a, b, [](float x, float y) { return x / y; });
+  }
+  static V max(V a, V b) {
+    return map2(a, b, [](float x, float y) { return x > y ? x : y; });
+  }
   // Not fused without FMA hardware (two roundings); consistent within this level.
   static V fma(V a, V b, V c) {
     V r;

@@ -40,8 +40,7 @@ inline V load_tail(const typename L::T* p, int64_t k) {
 
 // R rows × TT tokens of dot products, one accumulator each (see the contract in kernels.h).
 template <class L, int R, int TT>
-inline void gemm_tile(const typename L::T* w, size_t ldw, const float* x, size_t ldx, int64_t n, float* y,
-                      size_t ldy) {
+inline void gemm_tile(const typename L::T* w, size_t ldw, const float* x, size_t ldx, int64_t n, float* y, size_t ldy) {
   V acc[R][TT];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < TT; ++t) acc[r][t] = Simd::zero();
@@ -205,7 +204,9 @@ float sum_sq(const float* x, int64_t n) {
 void scale_mul(const float* x, float s, const float* w, float* y, int64_t n) {
   const V sv = Simd::set1(s);
   if (w) {
-    for_each_vec(n, [&](int64_t i, int64_t k) { storen(y + i, Simd::mul(Simd::mul(loadn(x + i, k), sv), loadn(w + i, k)), k); });
+    for_each_vec(n, [&](int64_t i, int64_t k) {
+      storen(y + i, Simd::mul(Simd::mul(loadn(x + i, k), sv), loadn(w + i, k)), k);
+    });
   } else {
     for_each_vec(n, [&](int64_t i, int64_t k) { storen(y + i, Simd::mul(loadn(x + i, k), sv), k); });
   }
@@ -328,8 +329,10 @@ struct DecQ2_K {
       for (int shift = 0; shift < 8; shift += 2) {
         for (int k = 0; k < 2; ++k, ++is, y += 16) {
           const uint8_t sc = b.scales[is];
-          const V dl = Simd::set1(d * static_cast<float>(sc & 0xF)), ml = Simd::set1(dmin * static_cast<float>(sc >> 4));
-          for (int l = 0; l < 16; l += W) Simd::store(y + l, Simd::mul_sub(dl, Simd::ubits(q + 16 * k + l, shift, 3), ml));
+          const V dl = Simd::set1(d * static_cast<float>(sc & 0xF)),
+                  ml = Simd::set1(dmin * static_cast<float>(sc >> 4));
+          for (int l = 0; l < 16; l += W)
+            Simd::store(y + l, Simd::mul_sub(dl, Simd::ubits(q + 16 * k + l, shift, 3), ml));
         }
       }
     }

@@ -25,9 +25,7 @@ inline __m256i q8_dot_us(__m256i u, __m256i s) {
 #endif
 }
 // Signed·signed via |x|·sign(y, x) (x, y in [-127, 127]).
-inline __m256i q8_dot_ss(__m256i x, __m256i y) {
-  return q8_dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-}
+inline __m256i q8_dot_ss(__m256i x, __m256i y) { return q8_dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); }
 inline float q8_hsum(__m256 v) {
   const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
@@ -151,7 +149,8 @@ inline void q8_dot_k4(const void* w, const uint8_t* act, size_t astride, int64_t
       // Σ_j m_j·(bsums[2j] + bsums[2j+1]): pair sums by hadd, then one madd (exact in int32).
       const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[t]->bsums));
       const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[t]->bsums + 8));
-      __m128i pm = _mm_madd_epi16(_mm_hadd_epi16(b0, b1), _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m))));
+      __m128i pm = _mm_madd_epi16(_mm_hadd_epi16(b0, b1),
+                                  _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m))));
       pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
       pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1));
       const int32_t mins = _mm_cvtsi128_si32(pm);
@@ -233,7 +232,8 @@ inline void q8_dot_q4_K_512(const void* w, const uint8_t* act, size_t astride, i
     uint8_t sc[8], m[8];
     q8_scales_mins_k4(x[i].scales, sc, m);
     const float xd = q8_half(x[i].d), xdmin = q8_half(x[i].dmin);
-    const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+    const __m512i sc16 = _mm512_castsi128_si512(
+        _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
     const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
     const block_q8_K* a[NT];
     __m512i sumi[NT];
@@ -301,7 +301,8 @@ inline void q8_dot_q6_K(const void* w, const uint8_t* act, size_t astride, int64
     for (int t = 0; t < NT; ++t) {
       a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
       // The -32 offset: 32·Σ_s sc_s·bsums_s, exact in int32.
-      sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(q8_load(a[t]->bsums), sc16), 5));
+      sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                 _mm256_slli_epi32(_mm256_madd_epi16(q8_load(a[t]->bsums), sc16), 5));
     }
     for (int h = 0; h < 2; ++h) {
       const __m256i q0 = q8_load(x[i].ql + 64 * h), q1 = q8_load(x[i].ql + 64 * h + 32);
@@ -321,7 +322,8 @@ inline void q8_dot_q6_K(const void* w, const uint8_t* act, size_t astride, int64
       }
     }
     const float xd = q8_half(x[i].d);
-    for (int t = 0; t < NT; ++t) acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * xd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * xd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
   }
   for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]);
 #else
@@ -403,7 +405,8 @@ inline void q8_dot_q6_K_512(const void* w, const uint8_t* act, size_t astride, i
       }
     }
     const float xd = q8_half(x[i].d);
-    for (int t = 0; t < NT; ++t) acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(a[t]->d * xd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(a[t]->d * xd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
   }
   for (int t = 0; t < NT; ++t) out[t * ostride] = _mm512_reduce_add_ps(acc[t]);
 }
@@ -417,8 +420,8 @@ inline void q8_dot_q6_K_512(const void* w, const uint8_t* act, size_t astride, i
 // returns acc after that (super-)block with the vector code's integer sums and fused
 // multiply-adds, so twin and vector results are bitwise equal.
 template <class Tile, class Act, int QK, float (*Step)(const Tile&, const Act&, int64_t, float)>
-inline void q8_tile_gemm_scalar(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok, float* y,
-                                size_t ldy, int64_t nr) {
+inline void q8_tile_gemm_scalar(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok,
+                                float* y, size_t ldy, int64_t nr) {
   const auto* T = reinterpret_cast<const Tile*>(tile);
   for (int64_t t = 0; t < n_tok; ++t) {
     const auto* a = reinterpret_cast<const Act*>(static_cast<const uint8_t*>(act) + t * astride);
@@ -497,7 +500,8 @@ inline void q8_transpose16_epi32(const __m512i in[16], __m512i out[16]) {
     }
   for (int e = 0; e < 4; ++e) {
     const __m512i x0 = _mm512_shuffle_i32x4(v[e], v[4 + e], 0x44), x1 = _mm512_shuffle_i32x4(v[e], v[4 + e], 0xEE);
-    const __m512i x2 = _mm512_shuffle_i32x4(v[8 + e], v[12 + e], 0x44), x3 = _mm512_shuffle_i32x4(v[8 + e], v[12 + e], 0xEE);
+    const __m512i x2 = _mm512_shuffle_i32x4(v[8 + e], v[12 + e], 0x44),
+                  x3 = _mm512_shuffle_i32x4(v[8 + e], v[12 + e], 0xEE);
     out[e] = _mm512_shuffle_i32x4(x0, x2, 0x88);
     out[4 + e] = _mm512_shuffle_i32x4(x0, x2, 0xDD);
     out[8 + e] = _mm512_shuffle_i32x4(x1, x3, 0x88);
@@ -527,7 +531,8 @@ inline void q4_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
   const int64_t nb = n / QK_K;
   auto* T = reinterpret_cast<Q4KTile*>(tile);
   const auto* wb = static_cast<const uint8_t*>(w);
-  const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f), k03 = _mm512_set1_epi32(0x03030303);
+  const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f),
+                k03 = _mm512_set1_epi32(0x03030303);
   const __m512i kff = _mm512_set1_epi32(0xFF);
   for (int64_t i = 0; i < nb; ++i) {
     Q4KTile& b = T[i];
@@ -574,7 +579,8 @@ inline void q8_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t a
 // each token runs 8 vpdpbusd (16 rows × 4 inputs each) and one vpmulld by the scales.
 template <int NT>
 struct Q4KTileTokens {
-  static void run(const Q4KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy, __mmask16 rows) {
+  static void run(const Q4KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
+                  __mmask16 rows) {
     const __m512i m4 = _mm512_set1_epi8(0xF);
     __m512 acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
@@ -604,7 +610,8 @@ struct Q4KTileTokens {
       const __m512 dv = _mm512_loadu_ps(b.d), dmv = _mm512_loadu_ps(b.dmin);
       for (int t = 0; t < NT; ++t) {
         __m512i mins = _mm512_setzero_si512();
-        for (int j = 0; j < 8; ++j) mins = _mm512_dpwssd_epi32(mins, _mm512_loadu_si512(b.m2[j]), q8_bcst32(a[t]->bsums + 2 * j));
+        for (int j = 0; j < 8; ++j)
+          mins = _mm512_dpwssd_epi32(mins, _mm512_loadu_si512(b.m2[j]), q8_bcst32(a[t]->bsums + 2 * j));
         const __m512 ad = _mm512_set1_ps(a[t]->d);
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dv, ad), acc[t]);
         acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmv, ad), acc[t]);
@@ -614,7 +621,8 @@ struct Q4KTileTokens {
   }
 };
 
-#define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack_512, q8_tile_gemm<Q4KTile, QK_K, Q4KTileTokens>}
+#define SLUICE_Q8_Q4_K_TILE \
+  { q4_K_tile_bytes, q4_K_tile_pack_512, q8_tile_gemm<Q4KTile, QK_K, Q4KTileTokens> }
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: the same exact integer sums per super-block and the same two fused
 // multiply-adds per super-block as the vector code, so the results are bitwise equal.
@@ -633,9 +641,11 @@ inline float q4_K_tile_step(const Q4KTile& b, const block_q8_K& a, int64_t r, fl
   acc = std::fma(static_cast<float>(sumi), b.d[r] * a.d, acc);
   return std::fma(-static_cast<float>(mins), b.dmin[r] * a.d, acc);
 }
-#define SLUICE_Q8_Q4_K_TILE {q4_K_tile_bytes, q4_K_tile_pack, q8_tile_gemm_scalar<Q4KTile, block_q8_K, QK_K, q4_K_tile_step>}
+#define SLUICE_Q8_Q4_K_TILE \
+  { q4_K_tile_bytes, q4_K_tile_pack, q8_tile_gemm_scalar<Q4KTile, block_q8_K, QK_K, q4_K_tile_step> }
 #else
-#define SLUICE_Q8_Q4_K_TILE {}
+#define SLUICE_Q8_Q4_K_TILE \
+  {}
 #endif
 
 // ---- Q6_K prefill tiles ------------------------------------------------------------------
@@ -677,7 +687,8 @@ inline void q6_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t 
 #if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
 template <int NT>
 struct Q6KTileTokens {
-  static void run(const Q6KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy, __mmask16 rows) {
+  static void run(const Q6KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
+                  __mmask16 rows) {
     const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
     __m512 acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
@@ -711,13 +722,15 @@ struct Q6KTileTokens {
             __m512i s = _mm512_setzero_si512(), u = _mm512_setzero_si512();
             for (int g = 0; g < 4; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(aq + 4 * g));
             for (int g = 4; g < 8; ++g) u = _mm512_dpbusd_epi32(u, wv[g], q8_bcst32(aq + 4 * g));
-            sumi[t] = _mm512_add_epi32(sumi[t], _mm512_add_epi32(_mm512_mullo_epi32(s, sc0), _mm512_mullo_epi32(u, sc1)));
+            sumi[t] = _mm512_add_epi32(sumi[t],
+                                       _mm512_add_epi32(_mm512_mullo_epi32(s, sc0), _mm512_mullo_epi32(u, sc1)));
           }
         }
       const __m512 dv = _mm512_loadu_ps(b.d);
       for (int t = 0; t < NT; ++t) {
         __m512i offs = _mm512_setzero_si512();
-        for (int k = 0; k < 8; ++k) offs = _mm512_dpwssd_epi32(offs, _mm512_loadu_si512(b.sc2[k]), q8_bcst32(a[t]->bsums + 2 * k));
+        for (int k = 0; k < 8; ++k)
+          offs = _mm512_dpwssd_epi32(offs, _mm512_loadu_si512(b.sc2[k]), q8_bcst32(a[t]->bsums + 2 * k));
         const __m512 s = _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[t], offs));
         acc[t] = _mm512_fmadd_ps(s, _mm512_mul_ps(dv, _mm512_set1_ps(a[t]->d)), acc[t]);
       }
@@ -745,13 +758,15 @@ inline void q6_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
       return _mm512_slli_epi32(_mm512_srai_epi32(_mm512_slli_epi32(g[k / 4], 24 - 8 * (k % 4)), 24), 5);
     };
     for (int k = 0; k < 8; ++k)
-      _mm512_storeu_si512(b.sc2[k], _mm512_or_si512(_mm512_and_si512(x32(2 * k), k16), _mm512_slli_epi32(x32(2 * k + 1), 16)));
+      _mm512_storeu_si512(b.sc2[k],
+                          _mm512_or_si512(_mm512_and_si512(x32(2 * k), k16), _mm512_slli_epi32(x32(2 * k + 1), 16)));
     // d: the high half of the word that ends with it (scales[14], scales[15], d)
     const __m512i gd = q8_gather_rows(wb, row_bytes, nr, o + offsetof(block_q6_K, d) - 2);
     _mm512_storeu_ps(b.d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(gd, 16))));
   }
 }
-#define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack_512, q8_tile_gemm<Q6KTile, QK_K, Q6KTileTokens>}
+#define SLUICE_Q8_Q6_K_TILE \
+  { q6_K_tile_bytes, q6_K_tile_pack_512, q8_tile_gemm<Q6KTile, QK_K, Q6KTileTokens> }
 #elif !SLUICE_Q8_SIMD
 // The scalar twin, bitwise equal to the vector code (exact integer sums, one fma per super-block).
 inline float q6_K_tile_step(const Q6KTile& b, const block_q8_K& a, int64_t r, float acc) {
@@ -772,9 +787,11 @@ inline float q6_K_tile_step(const Q6KTile& b, const block_q8_K& a, int64_t r, fl
   for (int k = 0; k < 16; ++k) offs += 32 * b.sc[k][r] * a.bsums[k];
   return std::fma(static_cast<float>(sumi - offs), b.d[r] * a.d, acc);
 }
-#define SLUICE_Q8_Q6_K_TILE {q6_K_tile_bytes, q6_K_tile_pack, q8_tile_gemm_scalar<Q6KTile, block_q8_K, QK_K, q6_K_tile_step>}
+#define SLUICE_Q8_Q6_K_TILE \
+  { q6_K_tile_bytes, q6_K_tile_pack, q8_tile_gemm_scalar<Q6KTile, block_q8_K, QK_K, q6_K_tile_step> }
 #else
-#define SLUICE_Q8_Q6_K_TILE {}
+#define SLUICE_Q8_Q6_K_TILE \
+  {}
 #endif
 
 // ---- Q8_0 prefill tiles ------------------------------------------------------------------
@@ -815,7 +832,8 @@ inline void q8_0_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
   auto* T = reinterpret_cast<Q80Tile*>(tile);
   const auto* wb = static_cast<const uint8_t*>(w);
   const __m512i k80 = _mm512_set1_epi32(static_cast<int32_t>(0x80808080u));
-  const __m512i lo_idx = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), hi_idx = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+  const __m512i lo_idx = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0),
+                hi_idx = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
   for (int64_t i = 0; i < nb; ++i) {
     const size_t o = static_cast<size_t>(i) * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
     auto row = [&](int64_t r) { return r < nr ? q8_load(wb + r * row_bytes + o) : _mm256_setzero_si256(); };
@@ -831,12 +849,14 @@ inline void q8_0_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
         v[4 * q + 2 * h + 1] = _mm512_unpackhi_epi64(t[4 * q + h], t[4 * q + 2 + h]);
       }
     for (int e = 0; e < 4; ++e) {
-      const __m512i w0 = _mm512_permutex2var_epi64(v[e], lo_idx, v[4 + e]), w1 = _mm512_permutex2var_epi64(v[e], hi_idx, v[4 + e]);
+      const __m512i w0 = _mm512_permutex2var_epi64(v[e], lo_idx, v[4 + e]),
+                    w1 = _mm512_permutex2var_epi64(v[e], hi_idx, v[4 + e]);
       _mm512_storeu_si512(T[i].qs[e], _mm512_xor_si512(w0, k80));
       _mm512_storeu_si512(T[i].qs[4 + e], _mm512_xor_si512(w1, k80));
     }
     // d is the low half of the block's first word.
-    _mm512_storeu_ps(T[i].d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(q8_gather_rows(wb, row_bytes, nr, o - offsetof(block_q8_0, qs)))));
+    _mm512_storeu_ps(T[i].d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
+                                 q8_gather_rows(wb, row_bytes, nr, o - offsetof(block_q8_0, qs)))));
   }
   if (nr < kQ8TileRows) {  // rows past nr loaded 0, which the xor made 0x80: zero, as the scalar pack
     const __mmask16 gone = static_cast<__mmask16>(~((1u << nr) - 1));
@@ -847,7 +867,8 @@ inline void q8_0_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
 
 template <int NT>
 struct Q80TileTokens {
-  static void run(const Q80Tile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy, __mmask16 rows) {
+  static void run(const Q80Tile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
+                  __mmask16 rows) {
     const __m256i k80 = _mm256_set1_epi8(static_cast<char>(0x80));
     __m512 acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
@@ -873,7 +894,8 @@ struct Q80TileTokens {
   }
 };
 
-#define SLUICE_Q8_Q8_0_TILE {q8_0_tile_bytes, q8_0_tile_pack_512, q8_tile_gemm<Q80Tile, QK8_0, Q80TileTokens>}
+#define SLUICE_Q8_Q8_0_TILE \
+  { q8_0_tile_bytes, q8_0_tile_pack_512, q8_tile_gemm<Q80Tile, QK8_0, Q80TileTokens> }
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: Σ q·a is exact either way; one fma per block as the vector code.
 inline float q8_0_tile_step(const Q80Tile& b, const block_q8_0& a, int64_t r, float acc) {
@@ -884,9 +906,11 @@ inline float q8_0_tile_step(const Q80Tile& b, const block_q8_0& a, int64_t r, fl
   }
   return std::fma(static_cast<float>(sumi), b.d[r] * q8_half(a.d), acc);
 }
-#define SLUICE_Q8_Q8_0_TILE {q8_0_tile_bytes, q8_0_tile_pack, q8_tile_gemm_scalar<Q80Tile, block_q8_0, QK8_0, q8_0_tile_step>}
+#define SLUICE_Q8_Q8_0_TILE \
+  { q8_0_tile_bytes, q8_0_tile_pack, q8_tile_gemm_scalar<Q80Tile, block_q8_0, QK8_0, q8_0_tile_step> }
 #else
-#define SLUICE_Q8_Q8_0_TILE {}
+#define SLUICE_Q8_Q8_0_TILE \
+  {}
 #endif
 
 // Rows outside, tokens inside, up to 4 tokens per weight pass: a weight row (≤ a few KiB) stays

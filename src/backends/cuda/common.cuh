@@ -51,30 +51,64 @@ SLUICE_DEV float ld_f16(const uint8_t* p) { return h2f(ld_u16(p)); }
 
 #ifndef SLUICE_CUDA_HOST_EMULATION
 __device__ __forceinline__ float warp_sum(float v) {
-SLUICE_UNROLL
+  SLUICE_UNROLL
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 __device__ __forceinline__ float warp_max(float v) {
-SLUICE_UNROLL
+  SLUICE_UNROLL
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 #endif
 
 // Block geometry of the quantized weight types (dtype.h's traits, as constants).
-template <DType T> struct QBlock;
-template <> struct QBlock<DType::Q4_0> { static constexpr int QK = 32, BB = 18; };
-template <> struct QBlock<DType::Q4_1> { static constexpr int QK = 32, BB = 20; };
-template <> struct QBlock<DType::Q5_0> { static constexpr int QK = 32, BB = 22; };
-template <> struct QBlock<DType::Q5_1> { static constexpr int QK = 32, BB = 24; };
-template <> struct QBlock<DType::Q8_0> { static constexpr int QK = 32, BB = 34; };
-template <> struct QBlock<DType::Q2_K> { static constexpr int QK = 256, BB = 84; };
-template <> struct QBlock<DType::Q3_K> { static constexpr int QK = 256, BB = 110; };
-template <> struct QBlock<DType::Q4_K> { static constexpr int QK = 256, BB = 144; };
-template <> struct QBlock<DType::Q5_K> { static constexpr int QK = 256, BB = 176; };
-template <> struct QBlock<DType::Q6_K> { static constexpr int QK = 256, BB = 210; };
-template <> struct QBlock<DType::Q8_K> { static constexpr int QK = 256, BB = 292; };
+template <DType T>
+struct QBlock;
+template <>
+struct QBlock<DType::Q4_0> {
+  static constexpr int QK = 32, BB = 18;
+};
+template <>
+struct QBlock<DType::Q4_1> {
+  static constexpr int QK = 32, BB = 20;
+};
+template <>
+struct QBlock<DType::Q5_0> {
+  static constexpr int QK = 32, BB = 22;
+};
+template <>
+struct QBlock<DType::Q5_1> {
+  static constexpr int QK = 32, BB = 24;
+};
+template <>
+struct QBlock<DType::Q8_0> {
+  static constexpr int QK = 32, BB = 34;
+};
+template <>
+struct QBlock<DType::Q2_K> {
+  static constexpr int QK = 256, BB = 84;
+};
+template <>
+struct QBlock<DType::Q3_K> {
+  static constexpr int QK = 256, BB = 110;
+};
+template <>
+struct QBlock<DType::Q4_K> {
+  static constexpr int QK = 256, BB = 144;
+};
+template <>
+struct QBlock<DType::Q5_K> {
+  static constexpr int QK = 256, BB = 176;
+};
+template <>
+struct QBlock<DType::Q6_K> {
+  static constexpr int QK = 256, BB = 210;
+};
+template <>
+struct QBlock<DType::Q8_K> {
+  static constexpr int QK = 256, BB = 292;
+};
 
 // The 4-bit element j (0..31) of a q4_0/q4_1/q5 block's qs: low nibbles hold 0..15, high 16..31.
 SLUICE_DEV int nib32(const uint8_t* qs, int j) { return j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4); }
@@ -96,16 +130,16 @@ SLUICE_DEV void dequant8(const uint8_t* b, int j8, float* y) {
   const int e0 = 8 * j8;
   if constexpr (T == DType::Q4_0) {  // d | qs[16]; x = (q - 8) * d
     const float d = ld_f16(b);
-SLUICE_UNROLL
+    SLUICE_UNROLL
     for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(static_cast<float>(nib32(b + 2, e0 + k) - 8), d);
   } else if constexpr (T == DType::Q4_1) {  // d | m | qs[16]; x = q * d + m
     const float d = ld_f16(b), m = ld_f16(b + 2);
-SLUICE_UNROLL
+    SLUICE_UNROLL
     for (int k = 0; k < 8; ++k) y[k] = __fadd_rn(__fmul_rn(static_cast<float>(nib32(b + 4, e0 + k)), d), m);
   } else if constexpr (T == DType::Q5_0) {  // d | qh[4] | qs[16]; x = (q - 16) * d
     const float d = ld_f16(b);
     const uint32_t qh = ld_u32(b + 2);
-SLUICE_UNROLL
+    SLUICE_UNROLL
     for (int k = 0; k < 8; ++k) {
       const int e = e0 + k;
       const int q = (nib32(b + 6, e) | static_cast<int>(((qh >> e) & 1u) << 4)) - 16;
@@ -114,7 +148,7 @@ SLUICE_UNROLL
   } else if constexpr (T == DType::Q5_1) {  // d | m | qh[4] | qs[16]; x = q * d + m
     const float d = ld_f16(b), m = ld_f16(b + 2);
     const uint32_t qh = ld_u32(b + 4);
-SLUICE_UNROLL
+    SLUICE_UNROLL
     for (int k = 0; k < 8; ++k) {
       const int e = e0 + k;
       const int q = nib32(b + 8, e) | static_cast<int>(((qh >> e) & 1u) << 4);
@@ -122,7 +156,7 @@ SLUICE_UNROLL
     }
   } else if constexpr (T == DType::Q8_0) {  // d | qs[32] int8; x = q * d
     const float d = ld_f16(b);
-SLUICE_UNROLL
+    SLUICE_UNROLL
     for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(static_cast<float>(static_cast<int8_t>(b[2 + e0 + k])), d);
   } else if constexpr (T == DType::Q2_K) {  // scales[16] | qs[64] | d | dmin
     const float d = ld_f16(b + 80), dmin = ld_f16(b + 82);
@@ -130,7 +164,7 @@ SLUICE_UNROLL
     const float dl = __fmul_rn(d, static_cast<float>(sc & 0xF)), ml = __fmul_rn(dmin, static_cast<float>(sc >> 4));
     const int half = e0 / 128, shift = ((e0 % 128) / 32) * 2;
     const uint8_t* q = b + 16 + 32 * half;
-SLUICE_UNROLL
+    SLUICE_UNROLL
     for (int k = 0; k < 8; ++k) {
       const int l = (e0 + k) % 32;
       y[k] = __fsub_rn(__fmul_rn(dl, static_cast<float>((q[l] >> shift) & 3)), ml);
@@ -143,7 +177,7 @@ SLUICE_UNROLL
     const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
     const float dl = __fmul_rn(d_all, static_cast<float>((lo | (hi << 4)) - 32));
     const int h = e0 / 128, p = (e0 % 128) / 32;
-SLUICE_UNROLL
+    SLUICE_UNROLL
     for (int k = 0; k < 8; ++k) {
       const int e = e0 + k, l = e % 32;
       const int low = (b[32 + 32 * h + l] >> (2 * p)) & 3;
@@ -159,7 +193,7 @@ SLUICE_UNROLL
     scale_min_k4(2 * c + hi_nib, b + 4, &sc, &m);
     const float d1 = __fmul_rn(d, static_cast<float>(sc)), m1 = __fmul_rn(dmin, static_cast<float>(m));
     const uint8_t* qs = b + (T == DType::Q4_K ? 16 : 48) + 32 * c;
-SLUICE_UNROLL
+    SLUICE_UNROLL
     for (int k = 0; k < 8; ++k) {
       const int l = (r0 + k) % 32;
       int q = hi_nib ? (qs[l] >> 4) : (qs[l] & 0xF);
@@ -172,7 +206,7 @@ SLUICE_UNROLL
     const uint8_t* ql = b + 64 * half;
     const uint8_t* qh = b + 128 + 32 * half;
     const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192) + 8 * half;
-SLUICE_UNROLL
+    SLUICE_UNROLL
     for (int k = 0; k < 8; ++k) {
       const int l = (r0 + k) % 32, is = l / 16;
       const int low = quad & 1 ? ql[l + 32] : ql[l];
@@ -181,7 +215,7 @@ SLUICE_UNROLL
     }
   } else if constexpr (T == DType::Q8_K) {  // d (float) | qs[256] int8 | bsums[16]
     const float d = __uint_as_float(ld_u32(b));
-SLUICE_UNROLL
+    SLUICE_UNROLL
     for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(d, static_cast<float>(static_cast<int8_t>(b[4 + e0 + k])));
   }
 }
@@ -189,9 +223,12 @@ SLUICE_UNROLL
 // Element i of a plain (F32/F16/BF16) row.
 template <DType T>
 SLUICE_DEV float load_plain(const uint8_t* row, int64_t i) {
-  if constexpr (T == DType::F32) return reinterpret_cast<const float*>(row)[i];
-  else if constexpr (T == DType::F16) return h2f(reinterpret_cast<const uint16_t*>(row)[i]);
-  else return bf2f(reinterpret_cast<const uint16_t*>(row)[i]);
+  if constexpr (T == DType::F32)
+    return reinterpret_cast<const float*>(row)[i];
+  else if constexpr (T == DType::F16)
+    return h2f(reinterpret_cast<const uint16_t*>(row)[i]);
+  else
+    return bf2f(reinterpret_cast<const uint16_t*>(row)[i]);
 }
 
 // Element i of a KV-cache row of a plain or 32-block type (attention reads single elements,

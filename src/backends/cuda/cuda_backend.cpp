@@ -42,9 +42,9 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/moe_plan.h"
 #include "core/error.h"
+#include "core/expert_cache.h"
 #include "kvcodec/kvcodec.h"
 #include "quant/quant.h"
-#include "core/expert_cache.h"
 
 namespace sluice {
 namespace {
@@ -157,7 +157,7 @@ struct CudaBackend::Impl {
   };
   struct Weight {
     DevBuf buf;
-    size_t bytes = 0;        // device bytes
+    size_t bytes = 0;         // device bytes
     DType type = DType::F32;  // as stored on the device (F32 for a host-decoded fallback)
     DType host_type = DType::F32;
     uint64_t fp = 0, gen = 0;
@@ -180,7 +180,7 @@ struct CudaBackend::Impl {
   std::unique_ptr<CudaExpertTier> tier;  // routed experts, when opt.expert_cache_bytes > 0
   DevBuf overflow;                       // experts the tier had no room for, this call only
   uint64_t overflow_experts = 0;
-  DevBuf transient;                      // matmul of a routed expert with a budget: not cached
+  DevBuf transient;  // matmul of a routed expert with a budget: not cached
   uint64_t transient_uploads = 0, transient_bytes = 0;
 
   ~Impl() {

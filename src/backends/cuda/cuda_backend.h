@@ -55,9 +55,9 @@ struct CudaExpertStats {
 };
 
 struct CudaWeightCacheStats {
-  size_t bytes = 0;         // VRAM held by cached weights
+  size_t bytes = 0;  // VRAM held by cached weights
   size_t entries = 0;
-  uint64_t uploads = 0;     // weights copied host -> device (first uses and refills)
+  uint64_t uploads = 0;  // weights copied host -> device (first uses and refills)
   uint64_t hits = 0;
   uint64_t evictions = 0;
   uint64_t bytes_uploaded = 0;

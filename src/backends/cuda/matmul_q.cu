@@ -69,7 +69,8 @@ __device__ __forceinline__ void row_dot_lane(const uint8_t* __restrict__ wr, int
         if (t < n_tok) {
           const float4* xp = reinterpret_cast<const float4*>(x + t * n_in + col);  // 32-byte aligned: K % 32 == 0
           const float4 a = xp[0], c = xp[1];
-          acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w + v[4] * c.x + v[5] * c.y + v[6] * c.z + v[7] * c.w;
+          acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w + v[4] * c.x + v[5] * c.y + v[6] * c.z +
+                    v[7] * c.w;
         }
       }
     }
@@ -110,7 +111,8 @@ __global__ void matvec_batch_kernel(const MatvecJob* __restrict__ jobs) {
 // and the sum separately rounded (as the default moe_ffn_token's `out += weight * y` without
 // contraction), so moe_down equals matvec_batch + moe_combine bit for bit.
 template <DType T>
-__global__ void moe_down_kernel(const MatvecJob* __restrict__ jobs, int n_jobs, int64_t n_out, float* __restrict__ out) {
+__global__ void moe_down_kernel(const MatvecJob* __restrict__ jobs, int n_jobs, int64_t n_out,
+                                float* __restrict__ out) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n_out) return;
@@ -124,7 +126,8 @@ __global__ void moe_down_kernel(const MatvecJob* __restrict__ jobs, int n_jobs, 
   if (lane == 0) out[row] = sum;
 }
 
-__global__ void moe_combine_kernel(const MatvecJob* __restrict__ jobs, int n_jobs, int64_t n_out, float* __restrict__ out) {
+__global__ void moe_combine_kernel(const MatvecJob* __restrict__ jobs, int n_jobs, int64_t n_out,
+                                   float* __restrict__ out) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= n_out) return;
   float sum = 0.0f;
@@ -135,9 +138,9 @@ __global__ void moe_combine_kernel(const MatvecJob* __restrict__ jobs, int n_job
 constexpr int kBM = 64, kBN = 64, kBK = 32;  // GEMM tile: rows of W, tokens, K step
 
 template <DType T>
-__global__ void __launch_bounds__(256) gemm_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in,
-                                                   int64_t n_out, const float* __restrict__ x, float* __restrict__ y,
-                                                   int64_t n_tok) {
+__global__ void __launch_bounds__(256)
+    gemm_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
+                const float* __restrict__ x, float* __restrict__ y, int64_t n_tok) {
   __shared__ float ws[kBK][kBM + 4];
   __shared__ float xs[kBK][kBN + 4];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -221,7 +224,8 @@ void launch_matmul(const void* w, size_t row_bytes, int64_t n_in, int64_t n_out,
 template <DType T>
 void launch_get_rows(const void* w, size_t row_bytes, int64_t n_embd, const int32_t* ids, int64_t n, float* out,
                      cudaStream_t s) {
-  get_rows_kernel<T><<<static_cast<unsigned>(n), 256, 0, s>>>(static_cast<const uint8_t*>(w), row_bytes, n_embd, ids, out);
+  get_rows_kernel<T>
+      <<<static_cast<unsigned>(n), 256, 0, s>>>(static_cast<const uint8_t*>(w), row_bytes, n_embd, ids, out);
 }
 
 // Calls f.template operator()<T>() for the weight type t; false if t has no device kernel.
@@ -255,9 +259,7 @@ unsigned row_blocks(int64_t n_out) { return static_cast<unsigned>((n_out + kWarp
 
 }  // namespace
 
-bool weight_type_supported(DType t) {
-  return dispatch_weight_type(t, Nothing{});
-}
+bool weight_type_supported(DType t) { return dispatch_weight_type(t, Nothing{}); }
 
 void matmul(DType t, const void* w, size_t row_bytes, int64_t n_in, int64_t n_out, const float* x, float* y,
             int64_t n_tok, cudaStream_t s) {

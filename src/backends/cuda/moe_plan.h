@@ -48,9 +48,9 @@ struct MoePlan {
   // h_off[j] of the gate and up scratch buffers (the hidden result overwrites gate). Offsets
   // are multiples of 64 floats (256 bytes): the matvec kernels read x with 32-byte loads.
   std::vector<int64_t> h_off;
-  int64_t h_floats = 0;       // floats of each of the gate and up scratch buffers
-  int64_t y_floats = 0;       // floats of the per-expert down outputs (0 when fused)
-  int64_t y_stride = 0;       // floats between expert rows of those outputs
+  int64_t h_floats = 0;         // floats of each of the gate and up scratch buffers
+  int64_t y_floats = 0;         // floats of the per-expert down outputs (0 when fused)
+  int64_t y_stride = 0;         // floats between expert rows of those outputs
   std::vector<int> job_matrix;  // job i multiplies matrix job_matrix[i]
   std::vector<MoeLaunch> launches;
 };
@@ -74,7 +74,8 @@ inline MoePlan moe_plan(std::span<const MoeMatrix> m, int64_t E) {
       const MoeMatrix& x = m[3 * j + i];
       const int64_t bs = dtype_traits(x.type).block_size;
       if (x.n_in % bs != 0)
-        fail("moe_ffn_token: expert ", j, ": rows of ", x.n_in, " elements are not whole ", dtype_name(x.type), " blocks");
+        fail("moe_ffn_token: expert ", j, ": rows of ", x.n_in, " elements are not whole ", dtype_name(x.type),
+             " blocks");
     }
     p.h_off[static_cast<size_t>(j)] = p.h_floats;
     p.h_floats += moe_round64(g.n_out);

@@ -75,7 +75,8 @@ __global__ void rope_kernel(float* x, const int32_t* pos, int64_t n_tok, int64_t
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = k % half, th = k / half, t = th / n_head;
     float* v = x + th * head_dim;
-    const double theta = pos[t] * pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+    const double theta = pos[t] *
+                         pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
     double s, c;
     sincos(theta, &s, &c);
     const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
@@ -170,7 +171,8 @@ void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t h
           RopeMode mode, cudaStream_t s) {
   const int64_t total = n_tok * n_head * (n_rot / 2);
   if (total > 0)
-    rope_kernel<<<grid_for(total), kThreads, 0, s>>>(x, pos, n_tok, n_head, head_dim, n_rot, base, mode == RopeMode::neox);
+    rope_kernel<<<grid_for(total), kThreads, 0, s>>>(x, pos, n_tok, n_head, head_dim, n_rot, base,
+                                                     mode == RopeMode::neox);
 }
 
 void softmax(float* x, int64_t n_rows, int64_t n, cudaStream_t s) {
@@ -194,7 +196,8 @@ void argmax(const float* x, int64_t n, int32_t* out, cudaStream_t s) { argmax_ke
 void copy_f32(const float* src, float* dst, int64_t n, cudaStream_t s) {
   const int64_t n4 = n / 4;
   if (n4 > 0)
-    copy_kernel<<<grid_for(n4), kThreads, 0, s>>>(reinterpret_cast<const float4*>(src), reinterpret_cast<float4*>(dst), n4);
+    copy_kernel<<<grid_for(n4), kThreads, 0, s>>>(reinterpret_cast<const float4*>(src), reinterpret_cast<float4*>(dst),
+                                                  n4);
 }
 
 }  // namespace sluice::cuda

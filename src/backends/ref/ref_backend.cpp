@@ -58,7 +58,8 @@ class RefBackend final : public Backend {
   void get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) override {
     const int64_t n_embd = table.ne[0], n_rows = table.n_rows();
     for (int64_t r = 0; r < n; ++r) {
-      if (ids[r] < 0 || ids[r] >= n_rows) fail("get_rows: id ", ids[r], " outside ", table.name, " (", n_rows, " rows)");
+      if (ids[r] < 0 || ids[r] >= n_rows)
+        fail("get_rows: id ", ids[r], " outside ", table.name, " (", n_rows, " rows)");
       decode_row(table.type, table.row(ids[r]), out + r * n_embd, n_embd);
     }
   }
@@ -80,8 +81,8 @@ class RefBackend final : public Backend {
       for (int64_t h = 0; h < n_head; ++h) {
         float* v = x + (t * n_head + h) * head_dim;
         for (int64_t i = 0; i < n_rot / 2; ++i) {
-          const double theta =
-              pos[t] * std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+          const double theta = pos[t] * std::pow(static_cast<double>(base),
+                                                 -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
           const double c = std::cos(theta), s = std::sin(theta);
           const int64_t i0 = mode == RopeMode::normal ? 2 * i : i;
           const int64_t i1 = mode == RopeMode::normal ? 2 * i + 1 : i + n_rot / 2;
@@ -143,8 +144,10 @@ class RefBackend final : public Backend {
     for (int64_t p = 0; p < N; ++p) {
       const uint8_t* kr = static_cast<const uint8_t*>(a.k) + p * a.k_row_bytes;
       const uint8_t* vr = static_cast<const uint8_t*>(a.v) + p * a.v_row_bytes;
-      a.k_tq ? a.k_tq->decode_row(kr, k.data() + p * Hkv * Dk) : decode_row(a.k_type, kr, k.data() + p * Hkv * Dk, Hkv * Dk);
-      a.v_tq ? a.v_tq->decode_row(vr, v.data() + p * Hkv * Dv) : decode_row(a.v_type, vr, v.data() + p * Hkv * Dv, Hkv * Dv);
+      a.k_tq ? a.k_tq->decode_row(kr, k.data() + p * Hkv * Dk)
+             : decode_row(a.k_type, kr, k.data() + p * Hkv * Dk, Hkv * Dk);
+      a.v_tq ? a.v_tq->decode_row(vr, v.data() + p * Hkv * Dv)
+             : decode_row(a.v_type, vr, v.data() + p * Hkv * Dv, Hkv * Dv);
     }
     const int64_t group = H / Hkv;
     std::vector<double> score(static_cast<size_t>(N)), acc(static_cast<size_t>(Dv));
