@@ -265,6 +265,52 @@ TEST_P(MultiSequence, BadBatchesAreRefusedBeforeAnyWork) {
   EXPECT_THROW(m_->forward(*be_, mem, freed, logits.data(), nullptr), Error);
 }
 
+// Several sequences per step under every expert store: resident and mmap send a few tokens to
+// Backend::moe_ffn_batch, stream (whose views do not outlive the next one) to the grouped
+// path; all must give the same bits (the cpu fused pass is bitwise its default below the tile
+// size), with evictions on every layer for stream.
+TEST(MultiSequenceStreaming, EveryExpertPolicyGivesTheSameBits) {
+  SLUICE_REQUIRE_SHARED();
+  for (const char* rel : {"golden/qwen3moe/model.gguf", "golden/qwen3moe-Q4_K_M/model.gguf"}) {
+    SCOPED_TRACE(rel);
+    const std::string path = test::shared_dir() + "/" + rel;
+    auto be = make_backend("cpu", 2);
+    auto run = [&](const ExpertStoreOptions& eo) {
+      ModelOptions mo;
+      mo.experts = eo;
+      auto m = Model::load(path, mo);
+      const int64_t V = m->hparams().n_vocab;
+      auto traces = together(*m, *be, {prompt_of(4, 0, V), prompt_of(9, 1, V), prompt_of(2, 2, V), prompt_of(6, 3, V)},
+                             {0, 0, 1, 3}, 6);
+      return std::pair{traces, m->experts().stats()};
+    };
+    const auto want = run(ExpertStoreOptions{}).first;
+    ExpertStoreOptions mm;
+    mm.policy = ExpertPolicy::mmap;
+    ExpertStoreOptions st;
+    st.policy = ExpertPolicy::stream;
+    st.cache_bytes = size_t{1} << 30;
+    {
+      ModelOptions probe;
+      probe.experts = st;
+      st.cache_bytes = Model::load(path, probe)->experts().stats().max_bundle_bytes * 5 / 2;  // evicts on every layer
+    }
+    for (const auto& [what, eo] : {std::pair{"mmap", mm}, std::pair{"stream", st}}) {
+      SCOPED_TRACE(what);
+      const auto [got, stats] = run(eo);
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(got[i].tokens, want[i].tokens) << "sequence " << i;
+        for (size_t j = 0; j < want[i].logits.size(); ++j)
+          ASSERT_EQ(0, std::memcmp(got[i].logits[j].data(), want[i].logits[j].data(), want[i].logits[j].size() * 4))
+              << "sequence " << i << " step " << j;
+      }
+      if (eo.policy == ExpertPolicy::stream) {
+        EXPECT_GT(stats.evictions, 0u);
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, MultiSequence,
     ::testing::Values(BatchCase{"golden/qwen3moe/model.gguf", "ref"}, BatchCase{"golden/qwen3moe/model.gguf", "cpu"},
