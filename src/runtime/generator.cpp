@@ -75,6 +75,48 @@ std::string TextStream::flush() {
   return out;
 }
 
+Generation::Generation(const Tokenizer& tok, const GenerateParams& p, std::span<const int32_t> prompt, TextFn on_text)
+    : tok_(tok), p_(p), sampler_(p.sampler), stream_(p.stop), on_text_(std::move(on_text)) {
+  for (int32_t id : prompt) sampler_.accept(id);  // penalties look at the prompt too, as llama-cli's do
+  st_.n_prompt = static_cast<int>(prompt.size());
+}
+
+void Generation::emit(const std::string& t) {
+  if (!keep_ || t.empty()) return;
+  text_ += t;
+  if (on_text_) keep_ = on_text_(t);
+}
+
+void Generation::end(StopReason why) {
+  if (ended()) return;
+  st_.stop = why;
+  emit(stream_.flush());
+}
+
+int32_t Generation::next(const float* logits, int32_t n_vocab) {
+  if (ended()) return -1;
+  if (st_.n_generated >= p_.n_predict) {
+    end(StopReason::max_tokens);
+    return -1;
+  }
+  const int32_t id = sampler_.sample(logits, n_vocab);
+  sampler_.accept(id);
+  if (!p_.ignore_eos && tok_.is_eog(id)) {
+    end(StopReason::eos);
+    return -1;
+  }
+  ++st_.n_generated;
+  st_.tokens.push_back(id);
+  emit(stream_.push(tok_.token_to_piece(id)));
+  if (stream_.stopped())
+    end(StopReason::stop_string);
+  else if (!keep_)
+    end(StopReason::callback);
+  else if (st_.n_generated >= p_.n_predict)
+    end(StopReason::max_tokens);
+  return id;
+}
+
 GenerationStats Generator::run(std::string_view prompt, const GenerateParams& p, const TextFn& on_text,
                                const StepFn& on_step) {
   using Clock = std::chrono::steady_clock;
@@ -87,53 +129,28 @@ GenerationStats Generator::run(std::string_view prompt, const GenerateParams& p,
   if (static_cast<int64_t>(ids.size()) > s_.n_ctx())
     fail("prompt of ", ids.size(), " tokens does not fit the context of ", s_.n_ctx());
 
-  // Penalties look at the prompt too, as llama-cli's do.
-  Sampler sampler(p.sampler);
-  for (int32_t id : ids) sampler.accept(id);
-  TextStream text(p.stop);
-  bool keep = true;  // false once on_text asked to stop; it is not called again after that
-  auto emit = [&](const std::string& t) {
-    if (keep && !t.empty() && on_text) keep = on_text(t);
-  };
-
-  GenerationStats st;
-  st.n_prompt = static_cast<int>(ids.size());
+  Generation g(tok, p, ids, on_text);
   const auto t0 = Clock::now();
   std::span<const float> logits = s_.eval(ids);
   const auto t1 = Clock::now();
-  st.prompt_seconds = secs(t0, t1);
-  while (st.stop == StopReason::none) {
-    if (st.n_generated >= p.n_predict) {
-      st.stop = StopReason::max_tokens;
-      break;
-    }
-    if (on_step) on_step(st.n_generated);
-    const int32_t id = sampler.sample(logits.data(), n_vocab);
-    sampler.accept(id);
-    if (!p.ignore_eos && tok.is_eog(id)) {
-      st.stop = StopReason::eos;
-      break;
-    }
-    ++st.n_generated;
-    st.tokens.push_back(id);
-    emit(text.push(tok.token_to_piece(id)));
-    if (text.stopped()) {
-      st.stop = StopReason::stop_string;
-    } else if (!keep) {
-      st.stop = StopReason::callback;
-    } else if (s_.n_past() >= s_.n_ctx()) {
+  g.stats().prompt_seconds = secs(t0, t1);
+  while (!g.ended()) {
+    if (on_step && g.stats().n_generated < p.n_predict) on_step(g.stats().n_generated);
+    const int32_t id = g.next(logits.data(), n_vocab);
+    // Stop strings and the callback end here; a last token (max tokens) is still evaluated,
+    // so the session holds the whole generation (a caller could continue it) and the CLI's
+    // routing figures count one pass per token.
+    if (id < 0 || (g.ended() && g.stats().stop != StopReason::max_tokens)) break;
+    if (s_.n_past() >= s_.n_ctx()) {
       // No room to evaluate this token; it was still sampled from valid logits, so it stays.
-      st.stop = st.n_generated >= p.n_predict ? StopReason::max_tokens : StopReason::context_full;
-    } else {
-      // Evaluated even after the last token: the session then holds the whole generation (a
-      // caller could continue it), and the CLI's routing figures count one pass per token.
-      const int32_t one[1] = {id};
-      logits = s_.eval(one);
+      g.end(StopReason::context_full);
+      break;
     }
+    const int32_t one[1] = {id};
+    logits = s_.eval(one);
   }
-  emit(text.flush());
-  st.generate_seconds = secs(t1, Clock::now());
-  return st;
+  g.stats().generate_seconds = secs(t1, Clock::now());
+  return g.stats();
 }
 
 }  // namespace sluice

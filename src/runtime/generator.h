@@ -1,9 +1,11 @@
 // runtime/generator: the one decode loop of the library — tokenize, evaluate the prompt, sample,
 // turn tokens into text that never splits a UTF-8 character, stop, and time it. `sluice run`
-// (apps/cli) and Engine::generate (api/) both call Generator::run, so they print the same text.
+// (apps/cli) and Engine::generate (api/) both call Generator::run, so they print the same text;
+// the per-token rules (Generation) are the Scheduler's too (runtime/scheduler.h).
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,6 +58,38 @@ class TextStream {
   std::vector<std::string> stop_;
   std::string held_;  // text not yet final
   bool stopped_ = false;
+};
+
+// One generation's per-token rules: the sampler (penalties primed with the prompt), end-of-
+// generation tokens, the text stream and its callback, stop strings, max tokens. Whoever owns
+// the evaluation (Generator: one Session; Scheduler: many sequences in one Memory) feeds it
+// logits and decides what only it knows (context full, cancel).
+class Generation {
+ public:
+  using TextFn = std::function<bool(std::string_view text)>;
+  Generation(const Tokenizer& tok, const GenerateParams& p, std::span<const int32_t> prompt, TextFn on_text);
+  // Samples from `logits` [n_vocab] and applies the rules. Returns the token when one was kept
+  // (-1: none, the generation ended on an end-of-generation token or had nothing left to
+  // make); ended() then says whether it goes on (evaluate the token, call next again).
+  int32_t next(const float* logits, int32_t n_vocab);
+  // Ends the generation for a reason the caller decides; emits what is held back.
+  void end(StopReason why);
+  bool ended() const { return st_.stop != StopReason::none; }
+  GenerationStats& stats() { return st_; }  // the caller fills the timing fields
+  const GenerationStats& stats() const { return st_; }
+  const std::string& text() const { return text_; }  // everything passed to on_text
+
+ private:
+  void emit(const std::string& t);
+
+  const Tokenizer& tok_;
+  GenerateParams p_;
+  Sampler sampler_;
+  TextStream stream_;
+  TextFn on_text_;
+  bool keep_ = true;  // false once on_text asked to stop; it is not called again after that
+  GenerationStats st_;
+  std::string text_;
 };
 
 // The loop over one Session. run() starts from an empty context (Session::reset) each time.

@@ -12,25 +12,15 @@ namespace sluice {
 using Clock = std::chrono::steady_clock;
 
 struct Scheduler::Request {
-  Request(const GenerateParams& p, TextFn fn) : params(p), sampler(p.sampler), stream(p.stop), on_text(std::move(fn)) {}
-  GenerateParams params;
-  Sampler sampler;
-  TextStream stream;
-  TextFn on_text;
-  int32_t seq = -1;
+  Request(const Tokenizer& tok, const GenerateParams& p, std::vector<int32_t> ids, TextFn fn)
+      : prompt(std::move(ids)), gen(tok, p, prompt, std::move(fn)) {}
   std::vector<int32_t> prompt;
+  Generation gen;  // sampling, text and stop rules (runtime/generator.h)
+  int32_t seq = -1;
   size_t prompt_done = 0;  // prompt tokens evaluated
   int32_t next = -1;       // sampled, not yet evaluated (decode)
-  bool done = false, keep = true;
-  GenerationStats st;
-  std::string text;
+  bool logits_seen = false;
   Clock::time_point t_submit, t_first;
-
-  void emit(const std::string& t) {
-    if (t.empty()) return;
-    text += t;
-    if (keep && on_text) keep = on_text(t);
-  }
 };
 
 Scheduler::Scheduler(const Model& model, Backend& backend, const MemoryOptions& mem_opt, int64_t max_batch_tokens)
@@ -41,14 +31,12 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const MemoryOptions& 
 Scheduler::~Scheduler() = default;
 
 int64_t Scheduler::submit(std::string_view prompt, const GenerateParams& p, TextFn on_text) {
-  auto r = std::make_unique<Request>(p, std::move(on_text));
-  r->prompt = model_.tokenizer().encode(prompt, /*add_special=*/true);
-  if (r->prompt.empty()) fail("scheduler: the prompt has no tokens");
-  if (static_cast<int64_t>(r->prompt.size()) > mem_.n_ctx())
-    fail("scheduler: prompt of ", r->prompt.size(), " tokens does not fit the context of ", mem_.n_ctx());
+  std::vector<int32_t> ids = model_.tokenizer().encode(prompt, /*add_special=*/true);
+  if (ids.empty()) fail("scheduler: the prompt has no tokens");
+  if (static_cast<int64_t>(ids.size()) > mem_.n_ctx())
+    fail("scheduler: prompt of ", ids.size(), " tokens does not fit the context of ", mem_.n_ctx());
+  auto r = std::make_unique<Request>(model_.tokenizer(), p, std::move(ids), std::move(on_text));
   r->seq = mem_.seq_new();
-  for (int32_t id : r->prompt) r->sampler.accept(id);  // penalties see the prompt, as Generator's
-  r->st.n_prompt = static_cast<int>(r->prompt.size());
   r->t_submit = Clock::now();
   const int64_t id = next_id_++;
   reqs_.emplace(id, std::move(r));
@@ -67,28 +55,27 @@ const Scheduler::Request& Scheduler::req(int64_t id) const {
   return *it->second;
 }
 
-bool Scheduler::done(int64_t id) const { return req(id).done; }
-const GenerationStats& Scheduler::stats(int64_t id) const { return req(id).st; }
-const std::string& Scheduler::text(int64_t id) const { return req(id).text; }
+bool Scheduler::done(int64_t id) const { return req(id).gen.ended(); }
+const GenerationStats& Scheduler::stats(int64_t id) const { return req(id).gen.stats(); }
+const std::string& Scheduler::text(int64_t id) const { return req(id).gen.text(); }
 
 int Scheduler::n_active() const {
   int n = 0;
-  for (const auto& [id, r] : reqs_) n += r->done ? 0 : 1;
+  for (const auto& [id, r] : reqs_) n += r->gen.ended() ? 0 : 1;
   return n;
 }
 
-void Scheduler::finish(Request& r, StopReason why) {
-  r.st.stop = why;
-  r.emit(r.stream.flush());
-  r.done = true;
+void Scheduler::finish(Request& r) {
   const auto now = Clock::now();
-  r.st.generate_seconds = std::chrono::duration<double>(now - (r.st.n_generated ? r.t_first : now)).count();
+  r.gen.stats().generate_seconds = std::chrono::duration<double>(now - (r.logits_seen ? r.t_first : now)).count();
   mem_.seq_free(r.seq);
 }
 
 void Scheduler::cancel(int64_t id) {
   Request& r = req(id);
-  if (!r.done) finish(r, StopReason::callback);
+  if (r.gen.ended()) return;
+  r.gen.end(StopReason::callback);
+  finish(r);
 }
 
 bool Scheduler::step() {
@@ -96,13 +83,13 @@ bool Scheduler::step() {
   batch_.clear();
   std::vector<Request*> out;  // the request of each logits row, in batch order
   for (auto& [id, r] : reqs_)
-    if (!r->done && r->next >= 0 && batch_.size() < max_batch_) {
+    if (!r->gen.ended() && r->next >= 0 && batch_.size() < max_batch_) {
       batch_.add(r->next, r->seq, static_cast<int32_t>(mem_.seq_len(r->seq)), true);
       out.push_back(r.get());
     }
   std::vector<std::pair<Request*, size_t>> chunks;  // prompt tokens each request adds this step
   for (auto& [id, r] : reqs_) {
-    if (r->done || r->prompt_done == r->prompt.size()) continue;
+    if (r->gen.ended() || r->prompt_done == r->prompt.size()) continue;
     const int64_t room = max_batch_ - batch_.size();
     if (room <= 0) break;
     const int64_t n = std::min<int64_t>(room, static_cast<int64_t>(r->prompt.size() - r->prompt_done));
@@ -122,35 +109,19 @@ bool Scheduler::step() {
   ++steps_;
   for (auto& [r, n] : chunks) r->prompt_done += n;
 
-  const Tokenizer& tok = model_.tokenizer();
   for (size_t o = 0; o < out.size(); ++o) {
     Request& r = *out[o];
     r.next = -1;
-    if (r.st.n_generated == 0 && r.st.prompt_seconds == 0) {
+    if (!r.logits_seen) {
+      r.logits_seen = true;
       r.t_first = Clock::now();
-      r.st.prompt_seconds = std::chrono::duration<double>(r.t_first - r.t_submit).count();
+      r.gen.stats().prompt_seconds = std::chrono::duration<double>(r.t_first - r.t_submit).count();
     }
-    if (r.st.n_generated >= r.params.n_predict) {
-      finish(r, StopReason::max_tokens);
-      continue;
-    }
-    const int32_t id = r.sampler.sample(logits_.data() + o * V, static_cast<int32_t>(V));
-    r.sampler.accept(id);
-    if (!r.params.ignore_eos && tok.is_eog(id)) {
-      finish(r, StopReason::eos);
-      continue;
-    }
-    ++r.st.n_generated;
-    r.st.tokens.push_back(id);
-    r.emit(r.stream.push(tok.token_to_piece(id)));
-    if (r.stream.stopped())
-      finish(r, StopReason::stop_string);
-    else if (!r.keep)
-      finish(r, StopReason::callback);
-    else if (r.st.n_generated >= r.params.n_predict)
-      finish(r, StopReason::max_tokens);
-    else if (mem_.seq_len(r.seq) >= mem_.n_ctx())
-      finish(r, StopReason::context_full);
+    const int32_t id = r.gen.next(logits_.data() + o * V, static_cast<int32_t>(V));
+    if (!r.gen.ended() && mem_.seq_len(r.seq) >= mem_.n_ctx())
+      r.gen.end(StopReason::context_full);  // the token was sampled from valid logits: it stays
+    if (r.gen.ended())
+      finish(r);
     else
       r.next = id;
   }

@@ -18,13 +18,12 @@
 #include "memory/memory.h"
 #include "models/model.h"
 #include "runtime/generator.h"
-#include "sampling/sampler.h"
 
 namespace sluice {
 
 class Scheduler {
  public:
-  using TextFn = Generator::TextFn;
+  using TextFn = Generation::TextFn;
   // mem_opt: each sequence's context and the budget of all of them (memory/memory.h).
   Scheduler(const Model& model, Backend& backend, const MemoryOptions& mem_opt, int64_t max_batch_tokens = 512);
   ~Scheduler();
@@ -52,7 +51,8 @@ class Scheduler {
   struct Request;
   Request& req(int64_t id);
   const Request& req(int64_t id) const;
-  void finish(Request& r, StopReason why);
+  // Frees the sequence of a request whose generation ended, and times it.
+  void finish(Request& r);
 
   const Model& model_;
   Backend& be_;

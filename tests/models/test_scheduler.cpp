@@ -88,6 +88,16 @@ TEST_F(SchedulerTest, RequestsSteppedTogetherEqualEachAlone) {
   EXPECT_TRUE(sch.memory().sequences().empty());  // finished requests free their sequences
 }
 
+TEST_F(SchedulerTest, NoStepIsSpentAfterTheLastToken) {
+  // The prompt step samples token 1, each later step one more: 5 tokens take 5 steps, and the
+  // fifth is never evaluated (Generator evaluates it; a server would waste a batch row).
+  Scheduler sch(*m_, *be_, mem(), 64);
+  const int64_t a = sch.submit("Once upon a time", greedy(5));
+  sch.run();
+  EXPECT_EQ(sch.stats(a).n_generated, 5);
+  EXPECT_EQ(sch.steps(), 5);
+}
+
 TEST_F(SchedulerTest, StopStringCancelAndContextFullEndOneRequestOnly) {
   const std::string p = "Once upon a time";
   const Alone full = alone(*m_, *be_, p, greedy(30));
