@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <numeric>
 
 #include "core/error.h"
@@ -66,30 +65,73 @@ std::vector<ExpertUse> moe_expert_uses(const MoeRouting& r) {
 
 namespace {
 
+// The routing inverted: each chosen expert (ascending id) with the tokens sent to it
+// (ascending) and their weights, in flat arrays — group i is tokens[first[i]..first[i+1]).
+// The order is the order of the weighted sum, the same for every path below.
+struct ExpertGroups {
+  std::vector<int32_t> expert;
+  std::vector<int64_t> first{0};
+  std::vector<int64_t> tokens;
+  std::vector<float> weights;
+  size_t size() const { return expert.size(); }
+  int64_t count(size_t i) const { return first[i + 1] - first[i]; }
+  // Group index of expert e, or -1.
+  int64_t find(int32_t e) const {
+    const auto it = std::lower_bound(expert.begin(), expert.end(), e);
+    return it != expert.end() && *it == e ? it - expert.begin() : -1;
+  }
+};
+
+ExpertGroups group_by_expert(const MoeRouting& r, int64_t n_tok) {
+  ExpertGroups g;
+  const std::vector<ExpertUse> uses = moe_expert_uses(r);  // ascending, with counts
+  std::vector<int64_t> at(uses.empty() ? 0 : static_cast<size_t>(uses.back().expert) + 1, -1);
+  for (const ExpertUse& u : uses) {
+    at[static_cast<size_t>(u.expert)] = g.first.back();
+    g.expert.push_back(u.expert);
+    g.first.push_back(g.first.back() + u.n_tokens);
+  }
+  g.tokens.resize(static_cast<size_t>(g.first.back()));
+  g.weights.resize(g.tokens.size());
+  for (int64_t t = 0; t < n_tok; ++t)  // tokens ascending within each group
+    for (int64_t j = 0; j < r.k; ++j) {
+      int64_t& slot = at[static_cast<size_t>(r.experts[t * r.k + j])];
+      g.tokens[static_cast<size_t>(slot)] = t;
+      g.weights[static_cast<size_t>(slot)] = r.weights[t * r.k + j];
+      ++slot;
+    }
+  return g;
+}
+
+// Takes every view `batch` serves into views[group]; fails on an expert it did not ask for,
+// one served twice, or one never served.
+void take_views(ExpertBatch& batch, const ExpertGroups& g, std::vector<ExpertWeights>& views) {
+  views.assign(g.size(), ExpertWeights{});
+  std::vector<bool> served(g.size(), false);
+  int32_t e = 0;
+  ExpertWeights w;
+  while (batch.next(&e, &w)) {
+    const int64_t i = g.find(e);
+    if (i < 0 || served[static_cast<size_t>(i)])
+      fail("moe: the expert store served expert ", e, ", which this batch did not ask for (or twice)");
+    views[static_cast<size_t>(i)] = w;
+    served[static_cast<size_t>(i)] = true;
+  }
+  for (size_t i = 0; i < g.size(); ++i)
+    if (!served[i]) fail("moe: the expert store never served expert ", g.expert[i]);
+}
+
 // Decode (one token) with views that outlive next(): every chosen expert in one backend call,
 // in ascending expert order (the order of the sum below, so the result is the same).
 void moe_experts_one_token(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x, float* out,
                            int64_t n_embd) {
-  std::vector<std::pair<int32_t, float>> chosen(static_cast<size_t>(r.k));
-  for (int64_t j = 0; j < r.k; ++j) chosen[static_cast<size_t>(j)] = {r.experts[j], r.weights[j]};
-  std::sort(chosen.begin(), chosen.end());
-  std::vector<ExpertWeights> w(chosen.size());
-  std::vector<bool> got(chosen.size(), false);
-  int32_t e = 0;
-  ExpertWeights ew;
-  while (batch.next(&e, &ew)) {
-    auto it = std::lower_bound(chosen.begin(), chosen.end(), std::pair{e, -INFINITY});
-    const size_t i = static_cast<size_t>(it - chosen.begin());
-    if (it == chosen.end() || it->first != e || got[i])
-      fail("moe: the expert store served expert ", e, ", which this batch did not ask for (or twice)");
-    w[i] = ew;
-    got[i] = true;
-  }
-  std::vector<FfnExpert> ex(chosen.size());
-  for (size_t i = 0; i < chosen.size(); ++i) {
-    if (!got[i]) fail("moe: the expert store never served expert ", chosen[i].first);
-    ex[i] = {&w[i].gate, &w[i].up, &w[i].down, chosen[i].second, layer, chosen[i].first};
-  }
+  const ExpertGroups g = group_by_expert(r, 1);
+  std::vector<ExpertWeights> views;
+  take_views(batch, g, views);
+  std::vector<FfnExpert> ex(g.size());
+  for (size_t i = 0; i < g.size(); ++i)
+    ex[i] = {&views[i].gate, &views[i].up, &views[i].down, g.weights[static_cast<size_t>(g.first[i])],
+             layer,          g.expert[i]};
   be.moe_ffn_token(ex, x, out, n_embd);
 }
 
@@ -98,34 +140,14 @@ void moe_experts_one_token(Backend& be, ExpertBatch& batch, int layer, const Moe
 // of the grouped path's sum below, so the result is the same).
 void moe_experts_small_batch(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x,
                              float* out, int64_t n_tok, int64_t n_embd) {
-  struct Routed {
-    ExpertWeights w;
-    std::vector<int64_t> tokens;
-    std::vector<float> weights;
-    bool served = false;
-  };
-  std::map<int32_t, Routed> by_expert;  // ascending expert id
-  for (int64_t t = 0; t < n_tok; ++t)
-    for (int64_t j = 0; j < r.k; ++j) {
-      Routed& e = by_expert[r.experts[t * r.k + j]];
-      e.tokens.push_back(t);
-      e.weights.push_back(r.weights[t * r.k + j]);
-    }
-  int32_t id = 0;
-  ExpertWeights ew;
-  while (batch.next(&id, &ew)) {
-    auto it = by_expert.find(id);
-    if (it == by_expert.end() || it->second.served)
-      fail("moe: the expert store served expert ", id, ", which this batch did not ask for (or twice)");
-    it->second.w = ew;
-    it->second.served = true;
-  }
-  std::vector<FfnExpertRows> rows;
-  for (auto& [e, ro] : by_expert) {
-    if (!ro.served) fail("moe: the expert store never served expert ", e);
-    rows.push_back({&ro.w.gate, &ro.w.up, &ro.w.down, ro.tokens.data(), ro.weights.data(),
-                    static_cast<int64_t>(ro.tokens.size()), layer, e});
-  }
+  const ExpertGroups g = group_by_expert(r, n_tok);
+  std::vector<ExpertWeights> views;
+  take_views(batch, g, views);
+  std::vector<FfnExpertRows> rows(g.size());
+  for (size_t i = 0; i < g.size(); ++i)
+    rows[i] = {
+        &views[i].gate, &views[i].up, &views[i].down, g.tokens.data() + g.first[i], g.weights.data() + g.first[i],
+        g.count(i),     layer,        g.expert[i]};
   be.moe_ffn_batch(rows, x, out, n_tok, n_embd);
 }
 
@@ -136,40 +158,28 @@ void moe_experts(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r
   if (n_tok == 1 && batch.views_outlive_next()) return moe_experts_one_token(be, batch, layer, r, x, out, n_embd);
   if (n_tok <= kMoeSmallBatch && batch.views_outlive_next())
     return moe_experts_small_batch(be, batch, layer, r, x, out, n_tok, n_embd);
-  // Invert the routing: for each expert, the tokens sent to it and their weights.
-  int32_t n_expert = 0;
-  for (int32_t e : r.experts) n_expert = std::max(n_expert, e + 1);
-  std::vector<std::vector<int64_t>> toks(static_cast<size_t>(n_expert));
-  std::vector<std::vector<float>> wts(static_cast<size_t>(n_expert));
-  for (int64_t t = 0; t < n_tok; ++t)
-    for (int64_t j = 0; j < r.k; ++j) {
-      const auto e = static_cast<size_t>(r.experts[t * r.k + j]);
-      toks[e].push_back(t);
-      wts[e].push_back(r.weights[t * r.k + j]);
-    }
-
-  // Expert e's output rows (in toks[e] order) start at row first[e] of one buffer.
-  std::vector<int64_t> first(static_cast<size_t>(n_expert) + 1, 0);
-  for (int32_t i = 0; i < n_expert; ++i) first[i + 1] = first[i] + static_cast<int64_t>(toks[i].size());
-  float* y = grown(t_scratch.y, first[n_expert] * n_embd);
-  std::vector<bool> served(static_cast<size_t>(n_expert), false);
+  // Each expert's output rows (in its group's token order) start at row first[i] of one
+  // buffer. Experts come in the order the store has them ready; the sum waits for all.
+  const ExpertGroups g = group_by_expert(r, n_tok);
+  float* y = grown(t_scratch.y, g.first.back() * n_embd);
+  std::vector<bool> served(g.size(), false);
   int32_t e = 0;
   ExpertWeights w;
   while (batch.next(&e, &w)) {
-    if (e < 0 || e >= n_expert || toks[e].empty() || served[e])
+    const int64_t i = g.find(e);
+    if (i < 0 || served[static_cast<size_t>(i)])
       fail("moe: the expert store served expert ", e, ", which this batch did not ask for (or twice)");
-    served[e] = true;
-    const int64_t m = static_cast<int64_t>(toks[e].size());
+    served[static_cast<size_t>(i)] = true;
+    const int64_t m = g.count(static_cast<size_t>(i));
     float* xg = grown(t_scratch.xg, m * n_embd);
-    be.gather_rows(x, n_embd, toks[e].data(), m, xg);
-    ffn_swiglu(be, w, xg, y + first[e] * n_embd, m);
+    be.gather_rows(x, n_embd, g.tokens.data() + g.first[i], m, xg);
+    ffn_swiglu(be, w, xg, y + g.first[i] * n_embd, m);
   }
   be.fill(out, n_tok * n_embd, 0.0f);
-  for (e = 0; e < n_expert; ++e) {
-    if (toks[e].empty()) continue;
-    if (!served[e]) fail("moe: the expert store never served expert ", e);
-    be.add_rows_weighted(y + first[e] * n_embd, n_embd, toks[e].data(), wts[e].data(),
-                         static_cast<int64_t>(toks[e].size()), out);
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!served[i]) fail("moe: the expert store never served expert ", g.expert[i]);
+    be.add_rows_weighted(y + g.first[i] * n_embd, n_embd, g.tokens.data() + g.first[i], g.weights.data() + g.first[i],
+                         g.count(i), out);
   }
 }
 
