@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "memory/io_engine.h"
 #include "models/model.h"
+#include "runtime/session.h"
 
 namespace sluice {
 namespace {
@@ -230,7 +231,7 @@ double decode_together(const Model& m, Backend& be, Memory& mem, const std::vect
     m.forward(be, mem, b, logits.data(), nullptr);
     for (int64_t i = 0; i < n; ++i) {
       const float* row = logits.data() + i * V;
-      next[i] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+      next[i] = argmax(std::span<const float>(row, static_cast<size_t>(V)));
     }
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
