@@ -77,8 +77,10 @@ void KvCache::init(const KvGeometry& g, const KvCacheOptions& opt) {
     v_tq_ = std::make_unique<TqCodec>(b, g.n_head_kv, g.head_dim_v, opt.seed + 1);
   k_row_bytes_ = kv_type_row_bytes(type_k_, g.n_head_kv, g.head_dim_k);
   v_row_bytes_ = kv_type_row_bytes(type_v_, g.n_head_kv, g.head_dim_v);
-  k_.resize(g.n_layer);
-  v_.resize(g.n_layer);
+  for (int64_t l = 0; l < g.n_layer; ++l) {
+    k_.emplace_back(k_row_bytes_ * static_cast<size_t>(n_ctx_));
+    v_.emplace_back(v_row_bytes_ * static_cast<size_t>(n_ctx_));
+  }
 }
 
 int64_t KvCache::rows_for(int64_t n_pos) const {
@@ -92,17 +94,7 @@ size_t KvCache::bytes_for(int64_t n_pos) const {
 
 void KvCache::reserve(int64_t n_pos) {
   if (n_pos > n_ctx_) fail("kv cache: ", n_pos, " positions do not fit in a context of ", n_ctx_, " (use --ctx)");
-  const int64_t rows = rows_for(n_pos);
-  if (rows == capacity_) return;
-  // reserve() then resize(): the vectors hold exactly `rows` rows, so bytes() is what they cost.
-  for (auto* side : {&k_, &v_}) {
-    const size_t row = side == &k_ ? k_row_bytes_ : v_row_bytes_;
-    for (auto& buf : *side) {
-      buf.reserve(row * static_cast<size_t>(rows));
-      buf.resize(row * static_cast<size_t>(rows), 0);
-    }
-  }
-  capacity_ = rows;
+  capacity_ = rows_for(n_pos);
 }
 
 void KvCache::copy_prefix(const KvCache& src, int64_t n_pos) {

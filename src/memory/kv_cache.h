@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "core/anon_map.h"
 #include "core/dtype.h"
 #include "kvcodec/kvcodec.h"
 
@@ -54,15 +55,15 @@ class KvCache {
   // without a head structure.
   KvCache(int64_t n_layer, int64_t k_width, int64_t v_width, const KvCacheOptions& opt);
 
-  // The most positions the cache may hold. Rows are allocated as positions are reached
-  // (reserve, or store past the allocated rows), in steps of kRowStep, never beyond n_ctx.
+  // The most positions the cache may hold. Each layer's rows are one mapping of n_ctx rows
+  // whose pages the kernel provides when written (core/anon_map.h), so nothing is copied as
+  // a sequence grows; capacity() counts the rows in use for budgets, in steps of kRowStep.
   int64_t n_ctx() const { return n_ctx_; }
   static constexpr int64_t kRowStep = 256;
   int64_t capacity() const { return capacity_; }
-  // Allocates rows for positions 0..n_pos-1 (rounded up to kRowStep, at most n_ctx); the
-  // rows already written keep their bytes.
+  // Counts rows for positions 0..n_pos-1 as in use (rounded up to kRowStep, at most n_ctx).
   void reserve(int64_t n_pos);
-  // Bytes the cache would take once reserve(n_pos) ran (for budgets checked before growing).
+  // Bytes the cache counts once reserve(n_pos) ran (for budgets checked before growing).
   size_t bytes_for(int64_t n_pos) const;
   // Copies rows 0..n_pos-1 of every layer from `src`, which must have this cache's geometry
   // and types (Memory::seq_fork).
@@ -78,7 +79,7 @@ class KvCache {
   // The tq codecs (null for the other types).
   const TqCodec* k_codec() const { return k_tq_.get(); }
   const TqCodec* v_codec() const { return v_tq_.get(); }
-  size_t bytes() const;  // allocated now
+  size_t bytes() const;  // the rows in use (capacity()), K and V, every layer
   // Bytes per position over all layers (K + V): the number to compare codecs by.
   size_t bytes_per_token() const { return (k_row_bytes_ + v_row_bytes_) * k_.size(); }
 
@@ -99,7 +100,7 @@ class KvCache {
   DType type_k_ = DType::F16, type_v_ = DType::F16;
   size_t k_row_bytes_ = 0, v_row_bytes_ = 0;
   std::unique_ptr<TqCodec> k_tq_, v_tq_;
-  std::vector<std::vector<uint8_t>> k_, v_;
+  std::vector<AnonMap> k_, v_;  // per layer, n_ctx rows each
 };
 
 }  // namespace sluice
