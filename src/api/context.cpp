@@ -60,9 +60,7 @@ std::vector<std::vector<float>> Context::decode(const std::vector<Input>& inputs
       all.add(in.tokens[t], in.seq, static_cast<int32_t>(it->second++), in.want_logits && t + 1 == in.tokens.size());
     }
   }
-  for (const auto& [seq, end] : next)
-    if (end > mem.n_ctx())
-      fail("decode: sequence ", seq, " would hold ", end, " positions; the context holds ", mem.n_ctx());
+  mem.check(all);  // the whole step as one batch (the context too) before any chunk runs
   std::vector<std::vector<float>> out;
   Batch chunk;
   std::vector<float> logits;
