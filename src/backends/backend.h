@@ -85,6 +85,32 @@ struct FfnExpertRows {
   int32_t layer = -1, expert = -1;   // as FfnExpert
 };
 
+// The gated delta rule over one sequence's run of T tokens (Gated DeltaNet, arXiv:2412.06464;
+// with a per-channel decay, Kimi Delta Attention, arXiv:2510.26692). Per value head h, with
+// key head kh = h % Hk (heads tiled, as Qwen3.5/Qwen3-Next GGUFs are laid out) and the
+// state S [Dv][Dk] carried between calls:
+//   S ← S · diag(exp(g_t))              (g_t: one log-decay per head, or one per key channel)
+//   u = β_t · (v_t − S·k_t)              (the delta: what the state gets wrong about v_t)
+//   S ← S + u·k_tᵀ
+//   o_t = S · (scale · q_t)
+// q, k: [T] rows of `qk_stride` floats, head kh at kh*Dk; v: [T] rows of v_stride, head h at
+// h*Dv; g: [T][Hv] (or [T][Hv][Dk] with per_channel_decay); beta: [T][Hv]; out: [T][Hv][Dv];
+// state: [Hv][Dv][Dk], updated in place. A backend may evaluate a long run in chunks (the
+// WY/UT form); it must equal the recurrence within float rounding (tests/kernels).
+struct DeltaRuleArgs {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t qk_stride = 0, v_stride = 0;
+  const float* g = nullptr;
+  const float* beta = nullptr;
+  float* state = nullptr;
+  float* out = nullptr;
+  int64_t n_tok = 0, n_head_k = 0, n_head_v = 0, dim_k = 0, dim_v = 0;
+  bool per_channel_decay = false;
+  float scale = 1.0f;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -154,6 +180,28 @@ class Backend {
   // renormalised and scaled as opt says) into weights[t*k + j]. llama.cpp's build_moe_ffn.
   virtual void moe_route(const MoeOptions& opt, const float* logits, float* probs, int64_t n_tok,
                          const float* selection_bias, int32_t* experts, float* weights);
+
+  // Linear-attention ops (the defaults, backends/linear_attn_ops.cpp, are the float64 ref
+  // twins; the cpu backend overrides them).
+  //
+  // Causal depthwise convolution of one sequence's run: with xs = state ++ x (the last K-1
+  // inputs of the previous calls, oldest first, then the run's T rows),
+  // out[t][c] = Σ_j w[c][j]·xs[t+j][c], then silu when `silu`; state becomes the last K-1 rows
+  // of xs. x, out: [T][C]; w: [C][K] (ggml ne = [K, C]); state: [K-1][C].
+  virtual void conv1d_causal(const float* x, const float* w, float* state, float* out, int64_t n_tok, int64_t n_ch,
+                             int64_t kernel, bool silu);
+  // y[r] = x[r] / max(‖x[r]‖₂, eps), n_rows rows of n. y may alias x.
+  virtual void l2_norm(const float* x, float* y, int64_t n_rows, int64_t n, float eps);
+  // See DeltaRuleArgs.
+  virtual void delta_rule(const DeltaRuleArgs& a);
+  // The Gated DeltaNet gates of n_tok tokens × n channels: g = a ⊙ softplus(alpha + bias)
+  // (a = −exp(A_log): a log-decay ≤ 0) and beta = sigmoid(beta_logit); a and bias are [n].
+  virtual void delta_gates(const float* alpha, const float* beta_logit, const float* bias, const float* a, float* g,
+                           float* beta, int64_t n_tok, int64_t n);
+  // out = x ⊙ sigmoid(gate), n elements (gated attention's output gate). out may alias x.
+  virtual void sigmoid_mul(const float* x, const float* gate, float* out, int64_t n);
+  // out[i] = sigmoid(x[i]). out may alias x.
+  virtual void sigmoid(const float* x, float* out, int64_t n);
 };
 
 struct BackendOptions {

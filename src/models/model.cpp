@@ -4,6 +4,7 @@
 #include "models/model.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/error.h"
 #include "memory/batch.h"
@@ -81,7 +82,7 @@ void bind_norms_and_ffn(const GgufFile& f, const Hparams& hp, int64_t l, LayerWe
   const std::string p = "blk." + std::to_string(l) + ".";
   const int64_t E = hp.n_embd;
   w.attn_norm = bind_tensor(f, p + "attn_norm.weight", {E});
-  w.ffn_norm = bind_tensor(f, p + "ffn_norm.weight", {E});
+  if (!w.ffn_norm) w.ffn_norm = bind_tensor(f, p + "ffn_norm.weight", {E});
   if (hp.moe.n_expert > 0 && l >= hp.n_layer_dense_lead) {
     const int64_t ne = hp.moe.n_expert, fe = hp.n_ff_exp;
     w.ffn_gate_inp = bind_tensor(f, p + "ffn_gate_inp.weight", {E, ne});
@@ -92,10 +93,11 @@ void bind_norms_and_ffn(const GgufFile& f, const Hparams& hp, int64_t l, LayerWe
     }
     w.exp_probs_b = bind_tensor(f, p + "exp_probs_b.bias", {ne}, /*required=*/false);
     if (hp.n_expert_shared > 0) {
-      const int64_t fs = fe * hp.n_expert_shared;
+      const int64_t fs = hp.n_ff_shexp > 0 ? hp.n_ff_shexp : fe * hp.n_expert_shared;
       w.ffn_gate_shexp = bind_tensor(f, p + "ffn_gate_shexp.weight", {E, fs});
       w.ffn_up_shexp = bind_tensor(f, p + "ffn_up_shexp.weight", {E, fs});
       w.ffn_down_shexp = bind_tensor(f, p + "ffn_down_shexp.weight", {fs, E});
+      w.ffn_gate_inp_shexp = bind_tensor(f, p + "ffn_gate_inp_shexp.weight", {E}, /*required=*/false);
     }
     layout.layers.push_back(expert_layer_from_gguf(f, l, E, fe, ne));
   } else {
@@ -260,11 +262,21 @@ void Model::ffn_block(Backend& be, int64_t l, const float* h, float* out, int64_
   moe_experts(be, *batch, il, r, h, out, T, E);
   report("ffn_moe_out", out, T, E);
   if (w.ffn_gate_shexp) {
-    // Shared experts: always on, weight 1.
+    // Shared experts: always on, weight 1, or sigmoid(gate·x) per token where gated.
     std::vector<float> sh(T * E);
     ffn_swiglu(be, {*w.ffn_gate_shexp, *w.ffn_up_shexp, *w.ffn_down_shexp}, h, sh.data(), T);
     report("ffn_shexp", sh.data(), T, E);
-    be.add(out, sh.data(), out, T * E);
+    if (w.ffn_gate_inp_shexp) {
+      std::vector<float> gate(T);
+      std::vector<int64_t> rows(T);
+      std::iota(rows.begin(), rows.end(), 0);
+      be.matmul(*w.ffn_gate_inp_shexp, h, gate.data(), T);
+      be.sigmoid(gate.data(), gate.data(), T);
+      report("shared_expert_gate_sigmoid", gate.data(), T, 1);
+      be.add_rows_weighted(sh.data(), E, rows.data(), gate.data(), T, out);
+    } else {
+      be.add(out, sh.data(), out, T * E);
+    }
   }
 }
 

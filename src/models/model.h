@@ -57,6 +57,7 @@ struct Hparams {
   MoeOptions moe;                         // experts (moe.n_expert == 0 for dense models)
   int64_t n_ff_exp = 0;                   // {arch}.expert_feed_forward_length: hidden width of one expert
   int64_t n_expert_shared = 0;     // {arch}.expert_shared_count: always-on experts (*_shexp), width n_ff_exp each
+  int64_t n_ff_shexp = 0;          // {arch}.expert_shared_feed_forward_length: their total width (0: n_ff_exp each)
   int64_t n_layer_dense_lead = 0;  // {arch}.leading_dense_block_count: first layers with a dense FFN
   const Arch* module = nullptr;    // the architecture module that runs this model
   std::shared_ptr<const ArchHparams> ext;  // the module's own hyperparameters (null: none)
@@ -68,6 +69,8 @@ struct Hparams {
 };
 
 // Weights of one transformer block. Shapes in ggml order [ne0, ne1] = [in, out].
+// The module's bind_attention may bind ffn_norm itself (a family that names it otherwise) and
+// reuse wo for its own output projection (a linear-attention layer's).
 struct LayerWeights {
   const TensorView* attn_norm = nullptr;  // [n_embd]
   const TensorView* wq = nullptr;         // [n_embd, n_head*head_dim_k]
@@ -83,14 +86,15 @@ struct LayerWeights {
   // MoE layers (expert weights are reached through the ExpertSource only: the stacked tensors
   // below are null in a `sluice pack`ed file, and under --experts stream their data must never
   // be read, or the pages would count against the process's RSS):
-  const TensorView* ffn_gate_inp = nullptr;    // [n_embd, n_expert] router
-  const TensorView* exp_probs_b = nullptr;     // [n_expert] selection bias (deepseek2)
-  const TensorView* ffn_gate_exps = nullptr;   // [n_embd, n_ff_exp, n_expert]
-  const TensorView* ffn_up_exps = nullptr;     // [n_embd, n_ff_exp, n_expert]
-  const TensorView* ffn_down_exps = nullptr;   // [n_ff_exp, n_embd, n_expert]
-  const TensorView* ffn_gate_shexp = nullptr;  // [n_embd, n_ff_exp*n_expert_shared] shared expert
-  const TensorView* ffn_up_shexp = nullptr;    // [n_embd, n_ff_exp*n_expert_shared]
-  const TensorView* ffn_down_shexp = nullptr;  // [n_ff_exp*n_expert_shared, n_embd]
+  const TensorView* ffn_gate_inp = nullptr;        // [n_embd, n_expert] router
+  const TensorView* exp_probs_b = nullptr;         // [n_expert] selection bias (deepseek2)
+  const TensorView* ffn_gate_exps = nullptr;       // [n_embd, n_ff_exp, n_expert]
+  const TensorView* ffn_up_exps = nullptr;         // [n_embd, n_ff_exp, n_expert]
+  const TensorView* ffn_down_exps = nullptr;       // [n_ff_exp, n_embd, n_expert]
+  const TensorView* ffn_gate_shexp = nullptr;      // [n_embd, n_ff_exp*n_expert_shared] shared expert
+  const TensorView* ffn_up_shexp = nullptr;        // [n_embd, n_ff_exp*n_expert_shared]
+  const TensorView* ffn_down_shexp = nullptr;      // [n_ff_exp*n_expert_shared, n_embd]
+  const TensorView* ffn_gate_inp_shexp = nullptr;  // [n_embd]: shared output scaled by sigmoid(this·x) (qwen35moe)
   bool is_moe() const { return ffn_gate_inp != nullptr; }
   // The module's own tensors of this layer (e.g. deepseek2's MLA projections); null: none.
   std::shared_ptr<const ArchLayerWeights> ext;

@@ -51,6 +51,7 @@ std::vector<GoldenCase> golden_cases() {
       {"mixtral", "greedy32.json", "golden/mixtral/model.gguf", 0.03, 0.005},
       {"olmoe", "greedy32.json", "golden/olmoe/model.gguf", 0.03, 0.005},
       {"deepseek2", "greedy32.json", "golden/deepseek2/model.gguf", 0.03, 0.005},
+      {"qwen35moe", "greedy32.json", "golden/qwen35moe/model.gguf", 0.03, 0.005},
       {"stories260K/prompt1", "greedy64.json", "models/stories260K.gguf", 0.05, 0},
       {"stories260K/prompt2", "greedy64.json", "models/stories260K.gguf", 0.05, 0},
       {"stories260K/prompt3", "greedy64.json", "models/stories260K.gguf", 0.05, 0},
