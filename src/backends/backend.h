@@ -87,8 +87,8 @@ struct FfnExpertRows {
 
 // The gated delta rule over one sequence's run of T tokens (Gated DeltaNet, arXiv:2412.06464;
 // with a per-channel decay, Kimi Delta Attention, arXiv:2510.26692). Per value head h, with
-// key head kh = h % Hk (heads tiled, as Qwen3.5/Qwen3-Next GGUFs are laid out) and the
-// state S [Dv][Dk] carried between calls:
+// key head kh = h % Hk (heads tiled, as Qwen3.5/Qwen3-Next GGUFs are laid out; h / (Hv/Hk)
+// with grouped_heads) and the state S [Dv][Dk] carried between calls:
 //   S ← S · diag(exp(g_t))              (g_t: one log-decay per head, or one per key channel)
 //   u = β_t · (v_t − S·k_t)              (the delta: what the state gets wrong about v_t)
 //   S ← S + u·k_tᵀ
@@ -108,7 +108,9 @@ struct DeltaRuleArgs {
   float* out = nullptr;
   int64_t n_tok = 0, n_head_k = 0, n_head_v = 0, dim_k = 0, dim_v = 0;
   bool per_channel_decay = false;
+  bool grouped_heads = false;
   float scale = 1.0f;
+  int64_t key_head(int64_t h) const { return grouped_heads ? h / (n_head_v / n_head_k) : h % n_head_k; }
 };
 
 class Backend {

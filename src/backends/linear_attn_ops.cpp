@@ -51,7 +51,7 @@ void Backend::delta_rule(const DeltaRuleArgs& a) {
   if (Hk <= 0 || Hv % Hk != 0) fail("delta_rule: ", Hv, " value heads are not a multiple of ", Hk, " key heads");
   std::vector<double> S(static_cast<size_t>(Dv * Dk)), sk(static_cast<size_t>(Dv));
   for (int64_t h = 0; h < Hv; ++h) {
-    const int64_t kh = h % Hk;
+    const int64_t kh = a.key_head(h);
     float* st = a.state + h * Dv * Dk;
     std::copy(st, st + Dv * Dk, S.begin());
     for (int64_t t = 0; t < T; ++t) {
@@ -79,6 +79,9 @@ void Backend::delta_rule(const DeltaRuleArgs& a) {
         }
         o[i] = static_cast<float>(acc * a.scale);
       }
+      // The state is float32 between tokens, as it is between calls: so a token's result
+      // does not depend on where its run was split into calls.
+      for (double& x : S) x = static_cast<float>(x);
     }
     for (int64_t i = 0; i < Dv * Dk; ++i) st[i] = static_cast<float>(S[i]);
   }

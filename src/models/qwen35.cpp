@@ -23,19 +23,10 @@
 #include "models/arch.h"
 #include "models/blocks.h"
 #include "models/model.h"
+#include "models/qwen35.h"
 
 namespace sluice {
 namespace {
-
-struct DeltaNetHparams final : ArchHparams {
-  int64_t conv_kernel = 0;   // {arch}.ssm.conv_kernel
-  int64_t n_head_k = 0;      // {arch}.ssm.group_count: key heads
-  int64_t n_head_v = 0;      // {arch}.ssm.time_step_rank: value heads
-  int64_t dim_k = 0;         // {arch}.ssm.state_size: key head dim
-  int64_t dim_v = 0;         // {arch}.ssm.inner_size / n_head_v: value head dim
-  std::vector<bool> linear;  // per layer: a Gated DeltaNet layer (else full attention)
-  int64_t conv_dim() const { return 2 * n_head_k * dim_k + n_head_v * dim_v; }
-};
 
 struct DeltaNetWeights final : ArchLayerWeights {
   const TensorView* wqkv = nullptr;     // [n_embd, conv_dim]: [q | k | v]
@@ -214,6 +205,7 @@ void gated_deltanet(const Model& m, Backend& be, Memory& mem, const Batch& b, co
     a.n_head_v = Hv;
     a.dim_k = Dk;
     a.dim_v = Dv;
+    a.grouped_heads = dn.grouped_heads;
     a.scale = 1.0f / std::sqrt(static_cast<float>(Dk));
     be.delta_rule(a);
   }

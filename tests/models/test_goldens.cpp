@@ -18,6 +18,7 @@
 #include "backends/backend.h"
 #include "kernels/cuda_test_util.h"
 #include "models/model.h"
+#include "models/qwen35.h"
 #include "runtime/session.h"
 #include "test_util.h"
 
@@ -259,6 +260,26 @@ TEST(GoldenNegative, Qwen3MoeWithoutRenormalisationFails) {
   const std::string g = shared_dir() + "/golden/qwen3moe";
   auto model = Model::load(g + "/model.gguf");
   model->mutable_hparams().moe.norm_weights = false;
+  EXPECT_GT(max_logit_error_vs_golden(*model, g), 0.03);
+}
+
+// qwen35moe: H_v = 4 value heads over H_k = 2 key heads, so the head mapping is visible.
+TEST(GoldenNegative, Qwen35MoeWithGroupedKeyHeadsFails) {
+  SLUICE_REQUIRE_SHARED();
+  const std::string g = shared_dir() + "/golden/qwen35moe";
+  auto model = Model::load(g + "/model.gguf");
+  ASSERT_LE(max_logit_error_vs_golden(*model, g), 0.03);
+  auto dn = std::make_shared<DeltaNetHparams>(model->hparams().ext_as<DeltaNetHparams>());
+  dn->grouped_heads = true;
+  model->mutable_hparams().ext = dn;
+  EXPECT_GT(max_logit_error_vs_golden(*model, g), 0.03);
+}
+
+TEST(GoldenNegative, Qwen35MoeWithUngatedSharedExpertFails) {
+  SLUICE_REQUIRE_SHARED();
+  const std::string g = shared_dir() + "/golden/qwen35moe";
+  auto model = Model::load(g + "/model.gguf");
+  for (auto& l : model->mutable_layers()) l.ffn_gate_inp_shexp = nullptr;
   EXPECT_GT(max_logit_error_vs_golden(*model, g), 0.03);
 }
 

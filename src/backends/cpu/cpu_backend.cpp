@@ -17,6 +17,7 @@
 
 #include "backends/cpu/attention.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/linear_attn.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "quant/quant.h"
@@ -413,6 +414,38 @@ class CpuBackend final : public Backend {
 
   // Lives in backends/cpu/attention.cpp (KV codecs, split-KV).
   void attention(const AttentionArgs& a) override { cpu::attention(k_, pool_, kMinParallelWork, a); }
+
+  void delta_rule(const DeltaRuleArgs& a) override { cpu::delta_rule(k_, pool_, kMinParallelWork, a); }
+  void conv1d_causal(const float* x, const float* w, float* state, float* out, int64_t n_tok, int64_t n_ch,
+                     int64_t kernel, bool silu) override {
+    cpu::conv1d_causal(k_, x, w, state, out, n_tok, n_ch, kernel, silu);
+  }
+  void l2_norm(const float* x, float* y, int64_t n_rows, int64_t n, float eps) override {
+    run(n_rows, n_rows * n, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float scale = 1.0f / std::max(std::sqrt(k_.sum_sq(x + r * n, n)), eps);
+        k_.scale_mul(x + r * n, scale, nullptr, y + r * n, n);
+      }
+    });
+  }
+  void delta_gates(const float* alpha, const float* beta_logit, const float* bias, const float* a, float* g,
+                   float* beta, int64_t n_tok, int64_t n) override {
+    for (int64_t t = 0; t < n_tok; ++t)
+      for (int64_t c = 0; c < n; ++c) {
+        const int64_t i = t * n + c;
+        const float z = alpha[i] + bias[c];
+        g[i] = a[c] * (z > 20.0f ? z : std::log1p(std::exp(z)));
+        beta[i] = 1.0f / (1.0f + std::exp(-beta_logit[i]));
+      }
+  }
+  void sigmoid_mul(const float* x, const float* gate, float* out, int64_t n) override {
+    elementwise(n, [&](int64_t i0, int64_t m) {
+      for (int64_t i = i0; i < i0 + m; ++i) out[i] = x[i] / (1.0f + std::exp(-gate[i]));
+    });
+  }
+  void sigmoid(const float* x, float* out, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / (1.0f + std::exp(-x[i]));
+  }
 
  private:
   void decode(DType t, const void* src, float* dst, int64_t n) const {
