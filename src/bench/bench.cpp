@@ -241,6 +241,7 @@ std::string_view bench_stage_name(BenchStage s) {
   switch (s) {
     case BenchStage::embed: return "embed";
     case BenchStage::attention: return "attention";
+    case BenchStage::linear_attn: return "linear_attn";
     case BenchStage::router: return "router";
     case BenchStage::experts: return "experts";
     case BenchStage::dense_ffn: return "dense_ffn";
@@ -254,6 +255,8 @@ std::string_view bench_stage_name(BenchStage s) {
 BenchStage bench_stage_of(std::string_view n) {
   auto has = [&](std::string_view s) { return n.find(s) != std::string_view::npos; };
   if (has("token_embd")) return BenchStage::embed;
+  // Gated DeltaNet layers: their input projections (attn_qkv, attn_gate) and ssm_* weights.
+  if (has("ssm_") || has("attn_qkv") || has("attn_gate")) return BenchStage::linear_attn;
   if (has("attn_")) return BenchStage::attention;
   if (has("ffn_gate_inp")) return BenchStage::router;
   if (has("_exps") || has("_shexp")) return has("_exps") ? BenchStage::experts : BenchStage::dense_ffn;
@@ -348,6 +351,28 @@ void CountingBackend::moe_ffn_batch(std::span<const FfnExpertRows> experts, cons
     }
   last_ = BenchStage::experts;
   timed(BenchStage::experts, bytes, [&] { in_.moe_ffn_batch(experts, x, out, n_tok, n_embd); });
+}
+
+void CountingBackend::conv1d_causal(const float* x, const float* w, float* state, float* out, int64_t n_tok,
+                                    int64_t n_ch, int64_t kernel, bool silu) {
+  timed(BenchStage::linear_attn, 0, [&] { in_.conv1d_causal(x, w, state, out, n_tok, n_ch, kernel, silu); });
+}
+void CountingBackend::l2_norm(const float* x, float* y, int64_t n_rows, int64_t n, float eps) {
+  timed(BenchStage::linear_attn, 0, [&] { in_.l2_norm(x, y, n_rows, n, eps); });
+}
+void CountingBackend::delta_rule(const DeltaRuleArgs& a) {
+  const uint64_t state = static_cast<uint64_t>(a.n_head_v * a.dim_v * a.dim_k) * sizeof(float);
+  timed(BenchStage::linear_attn, 2 * state, [&] { in_.delta_rule(a); });
+}
+void CountingBackend::delta_gates(const float* alpha, const float* beta_logit, const float* bias, const float* a,
+                                  float* g, float* beta, int64_t n_tok, int64_t n) {
+  timed(BenchStage::linear_attn, 0, [&] { in_.delta_gates(alpha, beta_logit, bias, a, g, beta, n_tok, n); });
+}
+void CountingBackend::sigmoid_mul(const float* x, const float* gate, float* out, int64_t n) {
+  timed(last_, 0, [&] { in_.sigmoid_mul(x, gate, out, n); });
+}
+void CountingBackend::sigmoid(const float* x, float* out, int64_t n) {
+  timed(last_, 0, [&] { in_.sigmoid(x, out, n); });
 }
 
 double disk_read_bandwidth(const std::string& path, size_t bytes, size_t block, unsigned depth, int reps) {

@@ -51,7 +51,7 @@ void kv_fill_synthetic(KvCache& kv, Backend& be, int64_t n_layer, int64_t n_pos,
 double decode_together(const Model& m, Backend& be, Memory& mem, const std::vector<int32_t>& seqs,
                        std::vector<int32_t> next, int n_steps);
 
-enum class BenchStage { embed, attention, router, experts, dense_ffn, output, other, count };
+enum class BenchStage { embed, attention, linear_attn, router, experts, dense_ffn, output, other, count };
 std::string_view bench_stage_name(BenchStage s);
 // The stage a weight belongs to, from its GGUF name (blk.N.attn_q.weight, ..._exps, ...).
 BenchStage bench_stage_of(std::string_view tensor_name);
@@ -107,6 +107,16 @@ class CountingBackend final : public Backend {
     in_.add_rows_weighted(y, width, idx, w, n, out);
   }
   void fill(float* x, int64_t n, float v) override { in_.fill(x, n, v); }
+  // Linear attention (the linear_attn stage): the delta rule counts its state, read and
+  // written once per call (a chunked backend may read it more, from cache).
+  void conv1d_causal(const float* x, const float* w, float* state, float* out, int64_t n_tok, int64_t n_ch,
+                     int64_t kernel, bool silu) override;
+  void l2_norm(const float* x, float* y, int64_t n_rows, int64_t n, float eps) override;
+  void delta_rule(const DeltaRuleArgs& a) override;
+  void delta_gates(const float* alpha, const float* beta_logit, const float* bias, const float* a, float* g,
+                   float* beta, int64_t n_tok, int64_t n) override;
+  void sigmoid_mul(const float* x, const float* gate, float* out, int64_t n) override;
+  void sigmoid(const float* x, float* out, int64_t n) override;
   void moe_route(const MoeOptions& opt, const float* logits, float* probs, int64_t n_tok, const float* bias,
                  int32_t* experts, float* weights) override {
     in_.moe_route(opt, logits, probs, n_tok, bias, experts, weights);
