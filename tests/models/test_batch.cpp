@@ -274,7 +274,8 @@ TEST_P(MultiSequence, BadBatchesAreRefusedBeforeAnyWork) {
 // size), with evictions on every layer for stream.
 TEST(MultiSequenceStreaming, EveryExpertPolicyGivesTheSameBits) {
   SLUICE_REQUIRE_SHARED();
-  for (const char* rel : {"golden/qwen3moe/model.gguf", "golden/qwen3moe-Q4_K_M/model.gguf"}) {
+  for (const char* rel :
+       {"golden/qwen3moe/model.gguf", "golden/qwen3moe-Q4_K_M/model.gguf", "golden/qwen35moe/model.gguf"}) {
     SCOPED_TRACE(rel);
     const std::string path = test::shared_dir() + "/" + rel;
     auto be = make_backend("cpu", 2);

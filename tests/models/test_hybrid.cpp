@@ -132,6 +132,30 @@ TEST_P(Hybrid, NegativeControlStateNotCarried) {
   EXPECT_GT(test::nmse(want, got), 1e-3);
 }
 
+// A compressed KV cache on the attention layer: the golden within its README's q8_0 allowance
+// (F16 bound 0.03 + 0.15), and the recurrent layers untouched by the cache type.
+TEST_P(Hybrid, Q8KvCacheStaysWithinTheGoldensAllowance) {
+  const std::string g = test::shared_dir() + "/golden/qwen35moe";
+  const std::vector<float> want = test::read_f32_file(g + "/logits.f32.bin");
+  const std::vector<int32_t> ids = {1,   403, 407, 261, 378, 432, 383, 286, 261, 376, 400, 428,
+                                    395, 392, 412, 444, 263, 415, 414, 401, 396, 267, 352, 379};
+  Session f16(*m_, *be_, KvCacheOptions{.n_ctx = 64});
+  auto lf = f16.eval(ids, true);
+  const std::vector<float> base(lf.begin(), lf.end());
+  for (DType t : {DType::Q8_0, DType::Q4_0}) {
+    Session s(*m_, *be_, KvCacheOptions{.n_ctx = 64, .type_k = t, .type_v = t});
+    auto l = s.eval(ids, true);
+    ASSERT_EQ(l.size(), want.size());
+    double mx = 0;
+    for (size_t i = 0; i < want.size(); ++i) mx = std::max(mx, std::fabs(static_cast<double>(l[i]) - want[i]));
+    std::printf("[ %s ] KV %s: max |Δlogit| vs golden %.4f\n", GetParam().c_str(), dtype_name(t).data(), mx);
+    if (t == DType::Q8_0) {
+      EXPECT_LE(mx, 0.03 + 0.15);
+    }
+    EXPECT_NE(std::vector<float>(l.begin(), l.end()), base) << "the cache type must reach the attention layer";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Qwen35Moe, Hybrid, ::testing::Values("ref", "cpu"));
 
 }  // namespace
