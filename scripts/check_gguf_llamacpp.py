@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """check_gguf_llamacpp: reads a GGUF with gguf-py (llama.cpp's own Python reader, PyPI `gguf`)
 and checks it against what llama.cpp's loader expects for the architectures `sluice synth`
-writes (llama with or without experts, qwen3, qwen3moe, olmoe, deepseek2):
+writes (llama with or without experts, qwen3, qwen3moe, olmoe, deepseek2, qwen35moe):
 
   * metadata value types exactly as llama_model_loader::get_key accepts them: u32 for counts
     and lengths, f32 for eps / freq_base / expert_weights_scale, bool for expert_weights_norm;
@@ -30,7 +30,8 @@ U32_KEYS = ["vocab_size", "context_length", "embedding_length", "block_count", "
             "rope.dimension_count", "expert_count", "expert_used_count", "expert_feed_forward_length",
             "expert_shared_count", "leading_dense_block_count", "attention.q_lora_rank", "attention.kv_lora_rank",
             "attention.key_length_mla", "attention.value_length_mla", "expert_gating_func", "expert_group_count",
-            "expert_group_used_count"]
+            "expert_group_used_count", "expert_shared_feed_forward_length", "ssm.conv_kernel", "ssm.state_size",
+            "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size", "full_attention_interval"]
 F32_KEYS = ["attention.layer_norm_rms_epsilon", "rope.freq_base", "expert_weights_scale"]
 BOOL_KEYS = ["expert_weights_norm"]
 
@@ -80,18 +81,28 @@ class Checker:
             self.check_type(a + k, VT.FLOAT32)
         for k in BOOL_KEYS:
             self.check_type(a + k, VT.BOOL)
+        # get_key_or_arr(LLM_KV_ROPE_DIMENSION_SECTIONS, hparams.rope_sections, 4): int32 array of 4.
+        sec = self.types(a + "rope.dimension_sections")
+        if sec is not None:
+            if sec != [VT.ARRAY, VT.INT32]:
+                self.err(f"{a}rope.dimension_sections: {[x.name for x in sec]}, llama.cpp expects an INT32 array")
+            elif len(self.fields[a + "rope.dimension_sections"].data) != 4:
+                self.err(f"{a}rope.dimension_sections: not 4 entries")
         for k in ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
                   "tokenizer.ggml.padding_token_id", "tokenizer.ggml.seperator_token_id"):
             self.check_type(k, VT.UINT32)
 
         required = ["context_length", "embedding_length", "block_count", "attention.head_count",
                     "attention.layer_norm_rms_epsilon", "feed_forward_length"]
-        if arch not in ("llama", "qwen3", "qwen3moe", "olmoe", "deepseek2"):
+        if arch not in ("llama", "qwen3", "qwen3moe", "olmoe", "deepseek2", "qwen35moe"):
             self.err(f"architecture {arch} is not one synth writes")
             return self.errors
         n_layer = self.val(a + "block_count", 0)
-        if arch in ("qwen3moe", "olmoe", "deepseek2"):
+        if arch in ("qwen3moe", "olmoe", "deepseek2", "qwen35moe"):
             required += ["expert_count", "expert_used_count"]
+        if arch == "qwen35moe":
+            required += ["ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank", "ssm.group_count",
+                         "rope.dimension_sections"]
         if arch == "deepseek2":
             required += ["attention.kv_lora_rank", "expert_feed_forward_length", "expert_shared_count",
                          "attention.key_length_mla", "attention.value_length_mla", "expert_gating_func"]
@@ -124,6 +135,9 @@ class Checker:
         for l in range(L):
             p = f"blk.{l}."
             exp[p + "attn_norm.weight"] = (E,)
+            if arch == "qwen35moe":
+                self.expected_qwen35moe_layer(exp, a, l, E, H, Hkv, n_exp)
+                continue
             exp[p + "ffn_norm.weight"] = (E,)
             if arch == "deepseek2":
                 rope = g("rope.dimension_count")
@@ -187,6 +201,42 @@ class Checker:
                 exp[p + "ffn_down.weight"] = (n_ff, E)
         return exp
 
+    def expected_qwen35moe_layer(self, exp, a, l, E, H, Hkv, n_exp):
+        # create_tensors, LLM_ARCH_QWEN35MOE: recurrent_layer_arr[l] = (l + 1) % full_attention_interval != 0.
+        g = lambda k, d=None: self.val(a + k, d)
+        p = f"blk.{l}."
+        exp[p + "post_attention_norm.weight"] = (E,)
+        if (l + 1) % g("full_attention_interval", 4) == 0:
+            hk = g("attention.key_length", E // H)
+            hv = g("attention.value_length", hk)
+            exp[p + "attn_q.weight"] = (E, hk * H * 2)  # q and its output gate
+            exp[p + "attn_k.weight"] = (E, Hkv * hk)
+            exp[p + "attn_v.weight"] = (E, Hkv * hv)
+            exp[p + "attn_output.weight"] = (hk * H, E)
+            exp[p + "attn_q_norm.weight"] = (hk,)
+            exp[p + "attn_k_norm.weight"] = (hk,)
+        else:
+            dk, inner, hv_n, hk_n = g("ssm.state_size"), g("ssm.inner_size"), g("ssm.time_step_rank"), g("ssm.group_count")
+            conv_dim = 2 * dk * hk_n + inner
+            exp[p + "attn_qkv.weight"] = (E, conv_dim)
+            exp[p + "attn_gate.weight"] = (E, inner)
+            exp[p + "ssm_conv1d.weight"] = (g("ssm.conv_kernel"), conv_dim)
+            exp[p + "ssm_dt.bias"] = (hv_n,)
+            exp[p + "ssm_a"] = (hv_n,)
+            exp[p + "ssm_beta.weight"] = (E, hv_n)
+            exp[p + "ssm_alpha.weight"] = (E, hv_n)
+            exp[p + "ssm_norm.weight"] = (inner // hv_n,)
+            exp[p + "ssm_out.weight"] = (inner, E)
+        fe, fs = g("expert_feed_forward_length"), g("expert_shared_feed_forward_length")
+        exp[p + "ffn_gate_inp.weight"] = (E, n_exp)
+        exp[p + "ffn_gate_exps.weight"] = (E, fe, n_exp)
+        exp[p + "ffn_up_exps.weight"] = (E, fe, n_exp)
+        exp[p + "ffn_down_exps.weight"] = (fe, E, n_exp)
+        exp[p + "ffn_gate_inp_shexp.weight"] = (E,)
+        exp[p + "ffn_gate_shexp.weight"] = (E, fs)
+        exp[p + "ffn_up_shexp.weight"] = (E, fs)
+        exp[p + "ffn_down_shexp.weight"] = (fs, E)
+
     def check_tensors(self, arch, a):
         exp = self.expected_tensors(arch, a)
         got = {t.name: t for t in self.r.tensors}
@@ -211,6 +261,8 @@ class Checker:
             one_d = len(t.shape) == 1
             if (one_d or "_norm.weight" in t.name or "ffn_gate_inp" in t.name) and tname != "F32":
                 self.err(f"tensor {t.name}: {tname}, llama.cpp/llama-quantize keep norms, biases and routers F32")
+            if "ssm_conv1d.weight" in t.name and tname != "F32":
+                self.err(f"tensor {t.name}: {tname}, llama-quantize never quantizes ssm_conv1d (F32 from the converter)")
             if t.data_offset % align:
                 self.err(f"tensor {t.name}: data at {t.data_offset} is not {align}-aligned")
             if t.data_offset + t.n_bytes > size:

@@ -16,6 +16,8 @@ bool contains(const std::string& s, const char* part) { return s.find(part) != s
 // Weight scales (see synth.h): σ = gain / sqrt(fan_in), fan_in = ne[0] (y = W·x contracts ne[0]).
 float gain_of(const std::string& name, uint32_t gating_func, int64_t n_layer) {
   if (name == "output.weight") return 4.0f;
+  // Conv taps N(0, 1/K): each channel's K-tap causal filter keeps its input's scale.
+  if (contains(name, "ssm_conv1d")) return 1.0f;
   if (contains(name, "ffn_gate_inp")) return gating_func == 2 ? 1.5f : 4.0f;
   // The query/key path: gain 1 gives q·k/sqrt(d) a spread of ~1, so attention is not uniform.
   for (const char* qk : {".attn_q.", ".attn_k.", ".attn_q_a.", ".attn_q_b.", ".attn_kv_a_mqa.", ".attn_k_b."})
@@ -27,7 +29,8 @@ float gain_of(const std::string& name, uint32_t gating_func, int64_t n_layer) {
   // context), and deep routers all pick the same few experts: 48 unscaled qwen3-30b-a3b layers
   // sent 64-70% of their routing to 8 of 128 experts at layers 40-47 (16-20% at layer 0), which
   // no trained, load-balanced model does and which makes any expert cache look perfect.
-  if (contains(name, ".attn_output.") || contains(name, ".ffn_down"))
+  // qwen35moe's ssm_out is its DeltaNet layers' output projection, the same residual writer.
+  if (contains(name, ".attn_output.") || contains(name, ".ffn_down") || contains(name, ".ssm_out."))
     return 0.5f / std::sqrt(static_cast<float>(std::max<int64_t>(1, n_layer)));
   return 0.5f;
 }
@@ -79,8 +82,19 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& typ
     TensorPlan t;
     t.name = name;
     t.ne = std::move(ne);
-    t.type = synth_tensor_type(type, name, t.ne, s.n_layer, s.n_expert);
-    if (t.ne.size() == 1) {
+    t.type = synth_tensor_type(type, name, t.ne, s.n_layer, s.n_expert,
+                               std::max<int64_t>(1, s.full_attention_interval));
+    if (name.size() > 6 && name.compare(name.size() - 6, 6, ".ssm_a") == 0) {  // not ssm_alpha
+      // ssm_a = −exp(A_log), A_log ~ log U(1, 16) (the HF init draws A ~ U(0, 16)): per value
+      // head decay rates from 1 to 16, so the state forgets at e^{−A·softplus(·)} per token.
+      t.init.uniform = true, t.init.lo = -16.0f, t.init.hi = -1.0f;
+    } else if (contains(name, ".ssm_dt.bias")) {
+      // Small: softplus(alpha + dt_bias) stays near ln 2 and the decay is set by ssm_a.
+      t.init.mean = 0.0f, t.init.std = 0.1f;
+    } else if (contains(name, "ffn_gate_inp_shexp")) {
+      // The shared expert's sigmoid gate, a 1-D router: logit std ~1, gates spread over 0.27-0.73.
+      t.init.mean = 0.0f, t.init.std = 1.0f / std::sqrt(static_cast<float>(t.ne[0]));
+    } else if (t.ne.size() == 1) {
       // Norm weights 1 + N(0, 0.05²); exp_probs_b, the only 1-D bias, N(0, 0.1²).
       t.init.mean = contains(name, "exp_probs_b") ? 0.0f : 1.0f;
       t.init.std = contains(name, "exp_probs_b") ? 0.1f : 0.05f;
@@ -100,7 +114,8 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& typ
       // Flatter attention: the query side scaled by 1 - 0.75X scales every q·k score by it.
       // With q/k RMSNorm (qwen3, olmoe) the query matrix's scale cancels, so the q norm
       // weights carry it; with a low-rank q (deepseek2 V3 style) attn_q_b does.
-      const bool qk_norm = s.gguf_arch == "qwen3" || s.gguf_arch == "qwen3moe" || s.gguf_arch == "olmoe";
+      const bool qk_norm = s.gguf_arch == "qwen3" || s.gguf_arch == "qwen3moe" || s.gguf_arch == "olmoe" ||
+                           s.gguf_arch == "qwen35moe";
       const bool q_side = qk_norm ? contains(name, "attn_q_norm.")
                                   : contains(name, s.q_lora_rank > 0 ? "attn_q_b." : "attn_q.");
       if (q_side) in.mean *= 1.0f - 0.75f * X, in.std *= 1.0f - 0.75f * X;
@@ -108,7 +123,7 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& typ
         in.ctx_begin = ctx_begin, in.col_scale_ctx = 1.0f - X;
       } else if (contains(name, "ffn_down")) {
         in.ctx_begin = ctx_begin, in.row_scale_ctx = 1.0f - X;
-      } else if (contains(name, "attn_output")) {
+      } else if (contains(name, "attn_output") || contains(name, "ssm_out")) {  // ssm_out: DeltaNet's context read-out
         in.ctx_begin = ctx_begin, in.row_scale_ctx = 1.0f + 3.0f * X;
       } else if (contains(name, "ffn_gate_inp")) {
         in.ctx_begin = ctx_begin, in.col_scale = 1.0f - X, in.col_scale_ctx = 1.0f + X;
@@ -122,6 +137,42 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& typ
   add("output.weight", {E, V});
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
+    if (s.hybrid()) {
+      // qwen35moe (models/qwen35.cpp; llama.cpp's converter order): post_attention_norm is the
+      // pre-FFN norm; a Gated DeltaNet or a gated attention block; MoE + one gated shared expert.
+      add(p + "attn_norm.weight", {E});
+      add(p + "post_attention_norm.weight", {E});
+      if (s.is_attention_layer(l)) {
+        const int64_t q_w = H * s.head_dim, kv_w = s.n_head_kv * s.head_dim;
+        add(p + "attn_q.weight", {E, 2 * q_w});  // [q | gate] per head
+        add(p + "attn_k.weight", {E, kv_w});
+        add(p + "attn_v.weight", {E, kv_w});
+        add(p + "attn_output.weight", {q_w, E});
+        add(p + "attn_q_norm.weight", {s.head_dim});
+        add(p + "attn_k_norm.weight", {s.head_dim});
+      } else {
+        const int64_t Hv = s.ssm_dt_rank, vd = s.ssm_d_inner, C = s.ssm_conv_dim();
+        add(p + "attn_qkv.weight", {E, C});    // [q | k | v] into the conv
+        add(p + "attn_gate.weight", {E, vd});  // z
+        add(p + "ssm_conv1d.weight", {s.ssm_conv_kernel, C});
+        add(p + "ssm_dt.bias", {Hv});
+        add(p + "ssm_a", {Hv});
+        add(p + "ssm_beta.weight", {E, Hv});
+        add(p + "ssm_alpha.weight", {E, Hv});
+        add(p + "ssm_norm.weight", {vd / Hv});
+        add(p + "ssm_out.weight", {vd, E});
+      }
+      const int64_t ne = s.n_expert, fe = s.n_ff_exp, fs = s.n_ff_shexp;
+      add(p + "ffn_gate_inp.weight", {E, ne});
+      add(p + "ffn_gate_exps.weight", {E, fe, ne});
+      add(p + "ffn_up_exps.weight", {E, fe, ne});
+      add(p + "ffn_down_exps.weight", {fe, E, ne});
+      add(p + "ffn_gate_inp_shexp.weight", {E});
+      add(p + "ffn_gate_shexp.weight", {E, fs});
+      add(p + "ffn_up_shexp.weight", {E, fs});
+      add(p + "ffn_down_shexp.weight", {fs, E});
+      continue;
+    }
     add(p + "attn_norm.weight", {E});
     if (mla) {
       const int64_t q_w = H * (s.qk_nope + s.qk_rope);

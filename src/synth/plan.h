@@ -23,6 +23,9 @@ struct TensorInit {
   float col_scale_ctx = 1.0f;   // applied to columns >= ctx_begin
   float row_scale_ctx = 1.0f;   // applied to rows (mod ne[1]) >= ctx_begin
   int64_t zero_rows_from = -1;  // rows >= this are all zero (-1: none)
+  // uniform: values lo + (hi - lo)·u, u ~ U(0, 1), instead of the Gaussian (no scaling).
+  bool uniform = false;
+  float lo = 0.0f, hi = 1.0f;
 };
 
 struct TensorPlan {

@@ -18,6 +18,14 @@ SynthShape dense(std::string arch, std::string preset, std::string gguf_arch, st
   return s;
 }
 
+// Qwen3.5 MoE hybrid: rms eps 1e-6, rope base 1e7, a gated attention layer every 4th layer, one
+// sigmoid-gated shared expert (the rest set per preset).
+SynthShape qwen35(std::string preset, std::string note) {
+  SynthShape s = dense("qwen35moe", std::move(preset), "qwen35moe", std::move(note));
+  s.rms_eps = 1e-6f, s.rope_base = 1e7f, s.full_attention_interval = 4, s.n_expert_shared = 1;
+  return s;
+}
+
 // Full-size shapes are from the models' public config.json (Hugging Face): hidden_size,
 // num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
 // moe_intermediate_size, num_experts(_per_tok), vocab_size, rope_theta, rms_norm_eps,
@@ -88,6 +96,18 @@ std::vector<SynthShape> make_presets() {
     p.push_back(s);
   }
   {
+    // The golden qwen35moe's config (../shared/golden/manifest.json): 3 Gated DeltaNet layers and
+    // one gated attention layer, H_v = 2·H_k (value head h reads key head h % H_k), partial rotary.
+    SynthShape s = qwen35("tiny",
+                          "hybrid: n_embd 128, 4 layers (attention every 4th), 2x64 heads, 1 kv, rope 32; DeltaNet "
+                          "2 k / 4 v heads, state 32; 8 experts top-2 + shared (FFN 64)");
+    s.n_ctx_train = 2048, s.n_embd = 128, s.n_layer = 4, s.n_head = 2, s.n_head_kv = 1, s.head_dim = 64, s.n_ff = 256;
+    s.n_rot = 32, s.rope_sections = {6, 5, 5, 0};
+    s.ssm_conv_kernel = 4, s.ssm_n_group = 2, s.ssm_dt_rank = 4, s.ssm_d_state = 32, s.ssm_d_inner = 4 * 32;
+    s.n_expert = 8, s.n_expert_used = 2, s.n_ff_exp = 64, s.n_ff_shexp = 64;
+    p.push_back(s);
+  }
+  {
     SynthShape s = dense("llama", "llama2-7b", "llama",
                          "Llama-2-7B: n_embd 4096, 32 layers, 32 heads, FFN 11008, vocab 32000");
     s.n_vocab = 32000, s.n_ctx_train = 4096, s.n_embd = 4096, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 32;
@@ -127,6 +147,24 @@ std::vector<SynthShape> make_presets() {
     s.n_vocab = 50304, s.n_ctx_train = 4096, s.n_embd = 2048, s.n_layer = 16, s.n_head = 16, s.n_head_kv = 16;
     s.head_dim = 128, s.n_expert = 64, s.n_expert_used = 8, s.n_ff = s.n_ff_exp = 1024;
     s.rms_eps = 1e-5f, s.rope_base = 1e4f;
+    p.push_back(s);
+  }
+  {
+    // Qwen3.5-35B-A3B (config.json text_config): layer_types linear_attention x3 + full_attention,
+    // full_attention_interval 4; attention 16 heads x 256, 2 kv, partial_rotary_factor 0.25 (64
+    // dims), mrope_section [11, 11, 10]; linear_num_key_heads 16, linear_num_value_heads 32,
+    // linear_key/value_head_dim 128, linear_conv_kernel_dim 4; 256 experts top-8,
+    // moe_intermediate_size 512, shared_expert_intermediate_size 512; vocab_size 248320. The
+    // config has no dense intermediate_size; feed_forward_length is written as the shared
+    // expert's width (Sluice reads the key; llama.cpp's qwen35moe path does not use it).
+    SynthShape s =
+        qwen35("qwen3.5-35b-a3b",
+               "Qwen3.5-35B-A3B: n_embd 2048, 40 layers (attention every 4th), 16 heads x 256, 2 kv; DeltaNet "
+               "16 k / 32 v heads x 128; 256 experts top-8 + shared (FFN 512), vocab 248320");
+    s.n_vocab = 248320, s.n_ctx_train = 262144, s.n_embd = 2048, s.n_layer = 40, s.n_head = 16, s.n_head_kv = 2;
+    s.head_dim = 256, s.n_ff = 512, s.n_rot = 64, s.rope_sections = {11, 11, 10, 0};
+    s.ssm_conv_kernel = 4, s.ssm_n_group = 16, s.ssm_dt_rank = 32, s.ssm_d_state = 128, s.ssm_d_inner = 32 * 128;
+    s.n_expert = 256, s.n_expert_used = 8, s.n_ff_exp = 512, s.n_ff_shexp = 512;
     p.push_back(s);
   }
   {
@@ -195,6 +233,11 @@ SynthShape synth_resolve_shape(const SynthOptions& opt, int64_t tokenizer_vocab)
     if (opt.layers <= s.n_layer_dense_lead)
       fail("synth: --layers ", opt.layers, " leaves no MoE layer (", s.preset, " has ", s.n_layer_dense_lead,
            " leading dense layer", s.n_layer_dense_lead == 1 ? "" : "s", ")");
+    // Sluice (like llama.cpp, whose recurrent_layer_arr would mark every layer) wants at least
+    // one attention layer: the interval must not exceed block_count.
+    if (s.hybrid() && opt.layers < s.full_attention_interval)
+      fail("synth: --layers ", opt.layers, " leaves no attention layer (", s.preset, " has one every ",
+           s.full_attention_interval, " layers)");
     s.n_layer = opt.layers;
   }
   if (tokenizer_vocab <= 0) fail("synth: the tokenizer has no tokens");

@@ -114,4 +114,13 @@ inline void gauss_fill(uint64_t key, uint64_t first, float* out, int64_t n) {
   }
 }
 
+// out[j] = U(0, 1) element (first + j) of stream `key` (24-bit, never 0 or 1): a separate
+// counter stream from gauss_fill's pairs, one 64-bit hash per element.
+inline void uniform_fill(uint64_t key, uint64_t first, float* out, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    const uint64_t x = mix64(~key + (first + static_cast<uint64_t>(j)) * 0x9E3779B97F4A7C15ull);
+    out[j] = (static_cast<float>(x >> 40) + 0.5f) * (1.0f / 16777216.0f);
+  }
+}
+
 }  // namespace sluice::synth

@@ -1,5 +1,6 @@
 // synth/synth: `sluice synth` as a library. Writes random-weight GGUF models of every supported
-// architecture (llama dense, mixtral = llama + experts, qwen3, qwen3moe, olmoe, deepseek2) with
+// architecture (llama dense, mixtral = llama + experts, qwen3, qwen3moe, olmoe, deepseek2, and the
+// qwen35moe Gated DeltaNet + gated attention hybrid) with
 // llama.cpp's metadata keys, value types, tensor names and layouts, a tokenizer copied from
 // another GGUF, deterministic weights (seed, tensor name, index) and llama-quantize-like
 // output types. Data is generated, quantized and written one tensor at a time (row chunks
@@ -19,7 +20,7 @@ namespace sluice {
 // One model shape: a row of the preset table, after --layers / --vocab overrides. Field names
 // follow models/model.h's Hparams and llama.cpp's metadata keys ({arch} = gguf_arch).
 struct SynthShape {
-  std::string arch;         // synth's name: llama | mixtral | qwen3 | qwen3moe | olmoe | deepseek2
+  std::string arch;         // synth's name: llama | mixtral | qwen3 | qwen3moe | olmoe | deepseek2 | qwen35moe
   std::string preset;       // "tiny", "qwen3-30b-a3b", ...
   std::string gguf_arch;    // general.architecture (mixtral is written as "llama" with experts)
   std::string note;         // one line for --list-presets
@@ -49,6 +50,20 @@ struct SynthShape {
   int64_t qk_nope = 0;
   int64_t qk_rope = 0;  // {arch}.rope.dimension_count
   int64_t v_head = 0;
+  // Qwen3.5 hybrid (qwen35moe only): Gated DeltaNet layers with every
+  // full_attention_interval-th layer (l + 1 divisible by it) a gated full-attention layer.
+  int64_t n_rot = 0;                    // {arch}.rope.dimension_count (0: head_dim; partial rotary below it)
+  std::vector<int32_t> rope_sections;   // {arch}.rope.dimension_sections (4 ints; empty: not written)
+  int64_t n_ff_shexp = 0;               // {arch}.expert_shared_feed_forward_length (one sigmoid-gated shared expert)
+  int64_t full_attention_interval = 0;  // {arch}.full_attention_interval (0: not a hybrid)
+  int64_t ssm_conv_kernel = 0;          // {arch}.ssm.conv_kernel: causal conv taps K
+  int64_t ssm_n_group = 0;              // {arch}.ssm.group_count: key heads H_k
+  int64_t ssm_dt_rank = 0;              // {arch}.ssm.time_step_rank: value heads H_v (a multiple of H_k)
+  int64_t ssm_d_state = 0;              // {arch}.ssm.state_size: key head dim D_k
+  int64_t ssm_d_inner = 0;              // {arch}.ssm.inner_size: H_v * D_v
+  bool hybrid() const { return full_attention_interval > 0; }
+  bool is_attention_layer(int64_t l) const { return !hybrid() || (l + 1) % full_attention_interval == 0; }
+  int64_t ssm_conv_dim() const { return 2 * ssm_n_group * ssm_d_state + ssm_d_inner; }  // [q | k | v] channels
 };
 
 // The preset table (tiny presets first, one per arch, then full-size shapes of real models).
@@ -100,7 +115,7 @@ struct SynthResult {
 // The shape synth_write would use: the preset row for (arch, preset) with --layers/--vocab
 // applied and a 0 vocab replaced by `tokenizer_vocab`. Throws Error for an unknown arch,
 // preset or a mismatch, and for overrides that make no model (layers below the dense lead,
-// a vocab smaller than the tokenizer's).
+// a vocab smaller than the tokenizer's, a hybrid with fewer layers than its attention interval).
 SynthShape synth_resolve_shape(const SynthOptions& opt, int64_t tokenizer_vocab);
 
 // The tensor type of weight `name` (ggml shape `ne`) in a model of `n_layer` layers and
@@ -117,8 +132,15 @@ SynthShape synth_resolve_shape(const SynthOptions& opt, int64_t tokenizer_vocab)
 //    (tensor_type_fallback): Q4_K -> Q5_0, Q6_K -> Q8_0, Q5_K -> Q5_1, and F16 when even that
 //    block (32) does not divide the row; output.weight falls back to Q8_0 directly. Q4_0/Q8_0
 //    rows that 32 does not divide become F16 (llama.cpp has no fallback for them and refuses).
+//  - ssm_conv1d.weight (Mamba / Gated DeltaNet conv taps) stays F32 in every type: llama-quantize
+//    never quantizes it (is_quantizable) and Sluice's conv1d_causal reads it as floats.
+//  - q4_k_m: attn_qkv (qwen35moe's DeltaNet [q|k|v] projection) Q5_K, llama.cpp's attn_qkv
+//    rule; on a hybrid (attn_interval > 1, qwen35moe) llama.cpp's attn_v counter i_attention_wv
+//    counts only the attention layers' attn_v (layer l is the l/attn_interval-th), while
+//    n_attention_wv counts attn_v and attn_qkv alike (n_layer), so use_more_bits(l / interval,
+//    n_layer) picks attn_v's Q6_K layers.
 DType synth_tensor_type(std::string_view type, std::string_view name, const std::vector<int64_t>& ne, int64_t n_layer,
-                        int64_t n_expert);
+                        int64_t n_expert, int64_t attn_interval = 1);
 
 // Writes the model to `path`. Weights are N(0, σ²) from a counter-based generator keyed by
 // (seed, tensor name, element index), σ = gain/sqrt(fan_in) with fan_in = ne[0]:
@@ -130,6 +152,9 @@ DType synth_tensor_type(std::string_view type, std::string_view name, const std:
 //   of the spread of the sigmoid probabilities it is added to, so it tilts the selection
 //   without deciding it). With a padded vocabulary the output.weight rows of the padding ids
 //   are zero, so their logit is exactly 0 and decoding yields the tokenizer's real tokens.
+//   qwen35moe (see plan.cpp): ssm_out is a residual writer like attn_output; ssm_a = −U(1, 16)
+//   (−exp(A_log), A_log ~ log U(1, 16)); ssm_dt.bias N(0, 0.1²); ssm_conv1d N(0, 1/K);
+//   ffn_gate_inp_shexp (the shared expert's sigmoid gate) N(0, 1/n_embd).
 // routing_locality X in [0, 1] gives MoE routers temporal structure; see plan.cpp for the
 // exact construction. X = 0 writes the plain model (same bytes as without the option).
 // Memory: tensors are produced one at a time in chunks of ~4M elements spread over `threads`

@@ -1,6 +1,7 @@
 // synth/type_rules: which ggml type each tensor gets for a `--type`, following llama.cpp's
 // llama-quantize (src/llama-quant.cpp: tensor_allows_quantization, llama_tensor_get_type_impl,
 // tensor_type_fallback), so a synth q4_k_m file has the tensor types a real Q4_K_M has.
+#include <algorithm>
 #include <cstdio>
 
 #include "core/error.h"
@@ -44,11 +45,12 @@ DType fallback(DType t, int64_t ne0) {
 }  // namespace
 
 DType synth_tensor_type(std::string_view type, std::string_view name, const std::vector<int64_t>& ne, int64_t n_layer,
-                        int64_t n_expert) {
-  // What llama-quantize never touches: 1-D tensors, anything not ending in "weight" (biases),
-  // norms and routers.
+                        int64_t n_expert, int64_t attn_interval) {
+  // What llama-quantize never touches: 1-D tensors, anything not ending in "weight" (biases,
+  // ssm_a), norms, routers and the conv taps (is_quantizable: "Mamba's small yet 2D weights";
+  // llama.cpp's converter writes them F32 too, and Sluice requires it).
   if (ne.size() < 2 || !ends_with(name, "weight") || contains(name, "_norm.weight") ||
-      contains(name, "ffn_gate_inp.weight"))
+      contains(name, "ffn_gate_inp.weight") || contains(name, "ssm_conv1d.weight"))
     return DType::F32;
   if (type == "f32") return DType::F32;
   if (type == "f16") return DType::F16;
@@ -67,12 +69,16 @@ DType synth_tensor_type(std::string_view type, std::string_view name, const std:
     // Untied output (synth always writes output.weight, so token_embd keeps the default).
     return ne[0] % 256 != 0 ? DType::Q8_0 : DType::Q6_K;
   } else if (contains(name, "attn_v.weight")) {
-    if (use_more_bits(layer, n_layer)) t = DType::Q6_K;
+    // i_attention_wv: the index among the attn_v tensors (every attn_interval-th layer of a
+    // hybrid); n_attention_wv counts attn_qkv too, so it stays n_layer.
+    if (use_more_bits(layer / std::max<int64_t>(1, attn_interval), n_layer)) t = DType::Q6_K;
     if (n_expert == 8) t = DType::Q8_0;  // "for the 8-expert model, bumping this to Q8_0 trades just ~128MB"
   } else if (contains(name, "attn_k.weight")) {
     if (n_expert == 8) t = DType::Q8_0;
   } else if (contains(name, "attn_output.weight")) {
     if (n_expert == 8) t = DType::Q5_K;
+  } else if (contains(name, "attn_qkv.weight")) {
+    t = DType::Q5_K;  // llama.cpp: "else if (ftype == LLAMA_FTYPE_MOSTLY_Q4_K_M) new_type = GGML_TYPE_Q5_K"
   } else if (contains(name, "ffn_down")) {
     // ffn_down, ffn_down_exps and ffn_down_shexp alike (llama.cpp matches the substring).
     if (use_more_bits(layer, n_layer)) t = DType::Q6_K;

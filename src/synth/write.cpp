@@ -70,13 +70,25 @@ void write_hparams(GgufWriter& w, const SynthShape& s) {
     u32("attention.head_count_kv", s.n_head_kv);
     u32("attention.key_length", s.head_dim);
     u32("attention.value_length", s.head_dim);
-    u32("rope.dimension_count", s.head_dim);
+    u32("rope.dimension_count", s.n_rot > 0 ? s.n_rot : s.head_dim);
   }
+  // llama.cpp reads the sections with get_key_or_arr into int rope_sections[4]: an i32 array.
+  if (!s.rope_sections.empty()) w.set_i32_array(a + "rope.dimension_sections", s.rope_sections);
   if (moe) {
     u32("expert_count", s.n_expert);
     u32("expert_used_count", s.n_expert_used);
   }
-  if (s.gguf_arch == "qwen3moe") u32("expert_feed_forward_length", s.n_ff_exp);
+  if (s.gguf_arch == "qwen3moe" || s.gguf_arch == "qwen35moe") u32("expert_feed_forward_length", s.n_ff_exp);
+  if (s.gguf_arch == "qwen35moe") {
+    // The key order of llama.cpp's converter (and the golden qwen35moe).
+    u32("expert_shared_feed_forward_length", s.n_ff_shexp);
+    u32("ssm.conv_kernel", s.ssm_conv_kernel);
+    u32("ssm.state_size", s.ssm_d_state);
+    u32("ssm.group_count", s.ssm_n_group);
+    u32("ssm.time_step_rank", s.ssm_dt_rank);
+    u32("ssm.inner_size", s.ssm_d_inner);
+    u32("full_attention_interval", s.full_attention_interval);
+  }
   if (mla) {
     u32("expert_shared_count", s.n_expert_shared);
     u32("expert_feed_forward_length", s.n_ff_exp);
@@ -158,6 +170,12 @@ void fill_rows(const synth::TensorPlan& t, uint64_t key, int64_t r0, int64_t r1,
   const int64_t ne0 = t.ne[0], ne1 = t.ne.size() > 1 ? t.ne[1] : 1;
   const synth::TensorInit& in = t.init;
   for (int64_t r = r0; r < r1; ++r) {
+    if (in.uniform) {
+      synth::uniform_fill(key, static_cast<uint64_t>(r) * static_cast<uint64_t>(ne0), row, ne0);
+      for (int64_t c = 0; c < ne0; ++c) row[c] = in.lo + (in.hi - in.lo) * row[c];
+      quantize_row(t.type, row, dst + static_cast<size_t>(r - r0) * row_bytes, ne0);
+      continue;
+    }
     synth::gauss_fill(key, static_cast<uint64_t>(r) * static_cast<uint64_t>(ne0), row, ne0);
     if (in.zero_rows_from >= 0 && r >= in.zero_rows_from) {
       std::fill(row, row + ne0, 0.0f);

@@ -2,7 +2,8 @@
 // loads and runs (ref vs cpu parity on every intermediate), gives non-degenerate logits, is
 // deterministic in the seed and not in the thread count, quantized stays near F16, the padded
 // vocabulary works, q4_k_m picks llama.cpp's types, routing locality raises expert reuse, the
-// files pass the independent gguf-py check of llama.cpp's rules, and the CLI works end to end.
+// files pass the independent gguf-py check of llama.cpp's rules, the qwen35moe hybrid has the
+// golden's exact layout, and the CLI works end to end.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,9 +55,9 @@ struct Tiny {
 std::string tiny_name(const Tiny& t) { return t.arch + (t.preset == "tiny" ? "" : "_" + t.preset); }
 void PrintTo(const Tiny& t, std::ostream* os) { *os << tiny_name(t); }  // readable ctest names
 
-const std::vector<Tiny> kTinies = {{"llama", "tiny"},       {"mixtral", "tiny"}, {"qwen3", "tiny"},
-                                   {"qwen3moe", "tiny"},    {"olmoe", "tiny"},   {"deepseek2", "tiny"},
-                                   {"deepseek2", "tiny-v3"}};
+const std::vector<Tiny> kTinies = {{"llama", "tiny"},        {"mixtral", "tiny"},  {"qwen3", "tiny"},
+                                   {"qwen3moe", "tiny"},     {"olmoe", "tiny"},    {"deepseek2", "tiny"},
+                                   {"deepseek2", "tiny-v3"}, {"qwen35moe", "tiny"}};
 
 std::string write_synth(const Tiny& t, const std::string& type, uint64_t seed = 1, int threads = 2,
                         float locality = 0.0f, int64_t vocab = 0, const std::string& tag = "", bool fast = false) {
@@ -309,6 +310,97 @@ TEST(Synth, Q4KMTypesMatchLlamaQuantize) {
   EXPECT_EQ(synth_tensor_type("q4_k_m", "blk.0.attn_norm.weight", {256}, 2, 8), DType::F32);
 }
 
+// The tiny qwen35moe preset is the golden qwen35moe's config (manifest.json models.qwen35moe),
+// and the golden was written for llama.cpp (its logits are llama.cpp's): same metadata keys in
+// the same order with the same value types and values (but name and description), and the same
+// tensors in the same order with the same shapes and types (F16 file: norms, biases, ssm_a,
+// ssm_conv1d and routers F32, every other matrix F16).
+TEST(Synth, Qwen35MoeTinyMatchesGoldenLayout) {
+  SLUICE_REQUIRE_SHARED();
+  const GgufFile golden(test::shared_dir() + "/golden/qwen35moe/model.gguf");
+  const GgufFile synth(write_synth({"qwen35moe", "tiny"}, "f16"));
+  std::vector<std::string> gk, sk;
+  for (const auto& [k, v] : golden.metadata()) gk.push_back(k);
+  for (const auto& [k, v] : synth.metadata()) sk.push_back(k);
+  EXPECT_EQ(sk, gk);
+  for (const auto& [k, v] : golden.metadata()) {
+    if (k == "general.name" || k == "general.description" || !synth.has(k)) continue;
+    const GgufValue& mine = *synth.find(k);
+    EXPECT_EQ(gguf_type_name(mine.type), gguf_type_name(v.type)) << k;
+    EXPECT_EQ(mine.to_string(1 << 20), v.to_string(1 << 20)) << k;
+  }
+  ASSERT_EQ(synth.tensors().size(), golden.tensors().size());
+  for (size_t i = 0; i < golden.tensors().size(); ++i) {
+    const TensorView &g = golden.tensors()[i], &t = synth.tensors()[i];
+    EXPECT_EQ(t.name, g.name) << "tensor " << i;
+    EXPECT_EQ(std::vector<int64_t>(t.ne, t.ne + t.n_dims), std::vector<int64_t>(g.ne, g.ne + g.n_dims)) << g.name;
+    EXPECT_EQ(dtype_name(t.type), dtype_name(g.type)) << g.name;
+  }
+  // Value ranges that keep the recurrence sane: decays −exp(A_log) in [−16, −1], a small dt bias,
+  // conv taps N(0, 1/K).
+  const TensorView& a = synth.tensor("blk.0.ssm_a");
+  for (int64_t i = 0; i < a.ne[0]; ++i) {
+    const float v = static_cast<const float*>(a.data)[i];
+    EXPECT_TRUE(v >= -16.0f && v <= -1.0f) << v;
+  }
+  const TensorView& dt = synth.tensor("blk.0.ssm_dt.bias");
+  for (int64_t i = 0; i < dt.ne[0]; ++i) EXPECT_LT(std::fabs(static_cast<const float*>(dt.data)[i]), 0.6f);
+  const TensorView& conv = synth.tensor("blk.1.ssm_conv1d.weight");
+  double ss = 0;
+  for (int64_t i = 0; i < conv.ne[0] * conv.ne[1]; ++i)
+    ss += double(static_cast<const float*>(conv.data)[i]) * static_cast<const float*>(conv.data)[i];
+  EXPECT_NEAR(ss / double(conv.ne[0] * conv.ne[1]), 1.0 / 4, 0.05) << "conv taps: variance 1/K";
+}
+
+// --layers on the hybrid keeps the attention layer every full_attention_interval layers
+// (12 layers: 3, 7, 11), and the 40-layer preset's q4_k_m types follow llama.cpp's counters:
+// attn_v's use_more_bits index is the attention-layer index (0-9) over n_layer 40, attn_qkv
+// Q5_K, ssm_conv1d F32.
+TEST(Synth, Qwen35MoeLayersAndQ4KMTypes) {
+  SLUICE_REQUIRE_SHARED();
+  SynthOptions o;
+  o.arch = "qwen35moe", o.preset = "tiny", o.type = "q4_k_m", o.layers = 12, o.threads = 2;
+  o.tokenizer = tokenizer_path();
+  const std::string path = (tmp_dir() / "qwen35moe-tiny-12l.gguf").string();
+  const SynthResult r = synth_write(o, path);
+  EXPECT_EQ(r.shape.n_layer, 12);
+  auto m = Model::load(path);
+  EXPECT_EQ(m->hparams().n_layer, 12);
+  EXPECT_EQ(m->file().get_u32("qwen35moe.block_count"), 12u);
+  std::vector<int> attn, linear;
+  for (int l = 0; l < 12; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    if (m->file().find_tensor(p + "attn_q.weight")) attn.push_back(l);
+    if (m->file().find_tensor(p + "attn_qkv.weight")) linear.push_back(l);
+  }
+  EXPECT_EQ(attn, (std::vector<int>{3, 7, 11}));
+  EXPECT_EQ(linear, (std::vector<int>{0, 1, 2, 4, 5, 6, 8, 9, 10}));
+  EXPECT_EQ(m->file().tensor("blk.1.ssm_conv1d.weight").type, DType::F32);
+  const std::vector<float> l = prompt_logits(*m, kPrompt);
+  for (float x : l) ASSERT_TRUE(std::isfinite(x));
+
+  std::vector<int> q6;
+  for (int l = 3; l < 40; l += 4)
+    if (synth_tensor_type("q4_k_m", "blk." + std::to_string(l) + ".attn_v.weight", {2048, 512}, 40, 256, 4) ==
+        DType::Q6_K)
+      q6.push_back(l);
+  EXPECT_EQ(q6, (std::vector<int>{3, 7, 11, 15, 19, 31}));  // attention-layer indices 0-4 and 7
+  EXPECT_EQ(synth_tensor_type("q4_k_m", "blk.0.attn_qkv.weight", {2048, 8192}, 40, 256, 4), DType::Q5_K);
+  EXPECT_EQ(synth_tensor_type("q4_k_m", "blk.0.ssm_conv1d.weight", {4, 8192}, 40, 256, 4), DType::F32);
+  EXPECT_EQ(synth_tensor_type("f16", "blk.0.ssm_conv1d.weight", {4, 8192}, 40, 256, 4), DType::F32);
+  EXPECT_EQ(synth_tensor_type("q4_k_m", "blk.0.ssm_alpha.weight", {2048, 32}, 40, 256, 4), DType::Q4_K);
+  EXPECT_EQ(synth_tensor_type("q4_k_m", "blk.0.ssm_out.weight", {4096, 2048}, 40, 256, 4), DType::Q4_K);
+  EXPECT_EQ(synth_tensor_type("q4_k_m", "blk.0.ffn_down_shexp.weight", {512, 2048}, 40, 256, 4), DType::Q6_K);
+  // The full-size shape as written.
+  SynthOptions big;
+  big.preset = "qwen3.5-35b-a3b";
+  const SynthShape s = synth_resolve_shape(big, 512);
+  EXPECT_EQ(s.arch, "qwen35moe");
+  EXPECT_EQ(s.n_layer, 40);
+  EXPECT_EQ(s.ssm_conv_dim(), 2 * 16 * 128 + 4096);
+  EXPECT_EQ(s.ssm_d_inner, s.ssm_dt_rank * 128);
+}
+
 // Fraction of each token's experts that the previous token also used, over MoE layers.
 double expert_reuse(const Model& m, const std::vector<int32_t>& tokens) {
   auto cpu = make_backend("cpu-exact", 2);
@@ -425,6 +517,8 @@ TEST(Synth, ClearErrors) {
   expect_error(a, "more than the model's vocabulary");
   a = o, a.arch = "deepseek2", a.layers = 1;
   expect_error(a, "leaves no MoE layer");
+  a = o, a.arch = "qwen35moe", a.layers = 3;
+  expect_error(a, "leaves no attention layer");
   a = o, a.arch = "mixtral", a.routing_locality = 1.5f;
   expect_error(a, "outside 0..1");
   a = o, a.arch = "llama";
