@@ -102,6 +102,11 @@ class Context {
   // model with recurrent state, which rewinds to its latest checkpoint at or before n_keep:
   // evaluate the tokens from there again).
   int64_t rewind(int32_t seq, int64_t n_keep);
+  // Snapshots the recurrent state of `seq` at its current length, so a later rewind can land
+  // there instead of at 0 (a prompt cache takes one where a shared prefix ends). A no-op for
+  // a model without recurrent layers, whose every position can be rewound to. Counts against
+  // the memory budget; the oldest of a sequence's checkpoints is dropped beyond 8.
+  void checkpoint(int32_t seq);
   void free(int32_t seq);
   int64_t length(int32_t seq) const;
   int64_t n_vocab() const;

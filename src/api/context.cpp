@@ -35,6 +35,7 @@ std::unique_ptr<Context> Context::create(Engine& engine, const ContextOptions& o
 int32_t Context::new_sequence() { return impl_->memory->seq_new(); }
 int32_t Context::fork(int32_t seq) { return impl_->memory->seq_fork(seq); }
 int64_t Context::rewind(int32_t seq, int64_t n_keep) { return impl_->memory->seq_rewind(seq, n_keep); }
+void Context::checkpoint(int32_t seq) { impl_->memory->seq_checkpoint(seq); }
 void Context::free(int32_t seq) { impl_->memory->seq_free(seq); }
 int64_t Context::length(int32_t seq) const { return impl_->memory->seq_len(seq); }
 int64_t Context::n_vocab() const { return impl_->model->hparams().n_vocab; }

@@ -189,6 +189,27 @@ TEST(PublicApiContext, ForkRewindAndErrors) {
   EXPECT_THROW(c->length(a), std::runtime_error);
 }
 
+// A hybrid model (qwen35moe golden: recurrent Gated DeltaNet layers): a rewind lands on the
+// latest checkpoint, and a prefix resumed from one continues exactly as it did (a prompt
+// cache's reuse); without one, the sequence restarts at 0.
+TEST(PublicApiContext, HybridModelResumesFromACheckpoint) {
+  SLUICE_REQUIRE_SHARED();
+  auto e = sluice::Engine::open(sluice::test::shared_dir() + "/golden/qwen35moe/model.gguf", {.backend = "ref"});
+  auto c = sluice::Context::create(*e, {.n_ctx = 64});
+  const int32_t a = c->new_sequence();
+  const std::vector<int32_t> prefix = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
+  c->decode({{a, prefix, false}});
+  c->checkpoint(a);
+  const std::vector<int32_t> rest = {400, 428, 395, 392};
+  const auto first = c->decode({{a, rest, true}});
+  EXPECT_EQ(c->rewind(a, static_cast<int64_t>(prefix.size()) + 2), static_cast<int64_t>(prefix.size()))
+      << "a recurrent state rewinds to its checkpoint, not to any position";
+  EXPECT_EQ(c->decode({{a, rest, true}}), first);
+  const int32_t b = c->new_sequence();
+  c->decode({{b, prefix, false}});
+  EXPECT_EQ(c->rewind(b, 5), 0) << "no checkpoint: back to the zero state";
+}
+
 TEST(PublicApiContext, MemoryBudgetIsEnforced) {
   SLUICE_REQUIRE_SHARED();
   auto e = sluice::Engine::open(sluice::test::shared_dir() + "/models/stories260K.gguf", {.backend = "ref"});
