@@ -36,9 +36,20 @@ Hparams read_core_hparams(const GgufFile& f) {
   for (size_t l = 1; l < heads.size(); ++l)
     if (heads[l] != heads[0]) fail(f.path(), ": per-layer ", a, "attention.head_count values differ (not supported)");
   hp.n_head = positive_key(f, a + "attention.head_count", heads[0], 4096);
-  hp.n_head_kv = f.has(a + "attention.head_count_kv")
-                     ? f.get_u32_per_layer(a + "attention.head_count_kv", hp.n_layer)[0]
-                     : hp.n_head;
+  // head_count_kv may be per layer, 0 marking a layer without attention (the linear-attention
+  // layers of Kimi Linear and Ling 3); the attention layers must agree.
+  if (f.has(a + "attention.head_count_kv")) {
+    for (uint32_t v : f.get_u32_per_layer(a + "attention.head_count_kv", hp.n_layer)) {
+      hp.n_head_kv_layer.push_back(v);
+      if (v == 0) continue;
+      if (hp.n_head_kv != 0 && v != hp.n_head_kv)
+        fail(f.path(), ": per-layer ", a, "attention.head_count_kv values differ (not supported)");
+      hp.n_head_kv = v;
+    }
+  } else {
+    hp.n_head_kv = hp.n_head;
+    hp.n_head_kv_layer.assign(static_cast<size_t>(hp.n_layer), hp.n_head);
+  }
   if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0)
     fail(f.path(), ": head_count ", hp.n_head, " must be a positive multiple of head_count_kv ", hp.n_head_kv);
   if (!f.has(a + "attention.key_length") && hp.n_embd % hp.n_head != 0)

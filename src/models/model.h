@@ -45,6 +45,7 @@ struct Hparams {
   int64_t n_layer = 0;                    // {arch}.block_count
   int64_t n_head = 0;                     // {arch}.attention.head_count: query heads
   int64_t n_head_kv = 0;                  // {arch}.attention.head_count_kv (can be < n_head: grouped-query attention)
+  std::vector<int64_t> n_head_kv_layer;   // the same per layer; 0: a layer without attention (linear attention)
   int64_t head_dim_k = 0;                 // {arch}.attention.key_length (default n_embd / n_head; qwen3 may differ)
   int64_t head_dim_v = 0;                 // {arch}.attention.value_length (default head_dim_k)
   std::vector<int64_t> n_ff;              // {arch}.feed_forward_length per layer: hidden width of the dense FFN

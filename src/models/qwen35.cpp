@@ -1,4 +1,5 @@
-// models/qwen35: the Qwen3.5 hybrid forward (GGUF qwen35moe, and dense qwen35): three of every
+// models/qwen35: the Qwen3.5 hybrid forward (GGUF qwen35moe, dense qwen35, and Qwen3-Next's
+// qwen3next, which differs in the three details marked below): three of every
 // four layers are Gated DeltaNet linear attention with a fixed-size state, the fourth is
 // gated full attention; every layer ends in a SwiGLU FFN (MoE + a sigmoid-gated shared
 // expert, or dense). Tensor names and layouts as llama.cpp's converter writes them.
@@ -36,15 +37,19 @@ struct DeltaNetWeights final : ArchLayerWeights {
   const TensorView* a = nullptr;        // [H_v]: −exp(A_log)
   const TensorView* wbeta = nullptr;    // [n_embd, H_v]
   const TensorView* walpha = nullptr;   // [n_embd, H_v]
-  const TensorView* norm = nullptr;     // [D_v]
+  // Qwen3-Next fuses the two: [n_embd, 2·H_v], per key-head group [beta (H_v/H_k) | alpha (H_v/H_k)].
+  const TensorView* wbeta_alpha = nullptr;
+  const TensorView* norm = nullptr;  // [D_v]
 };
 
 void read_hparams(const GgufFile& f, Hparams& hp) {
   const std::string a = hp.arch + ".";
   hp.rope_mode = RopeMode::neox;
   hp.qk_norm_per_head = true;
-  // llama.cpp requires the sections; with text positions they do not change the rotation.
-  if (f.get_i32_array(a + "rope.dimension_sections").size() != 4)
+  // Qwen3.5 rotates by sections (llama.cpp requires them; with text positions they do not
+  // change the rotation); Qwen3-Next by plain NEOX RoPE.
+  const bool next = hp.arch == "qwen3next";
+  if (!next && f.get_i32_array(a + "rope.dimension_sections").size() != 4)
     fail(f.path(), ": ", a, "rope.dimension_sections must hold 4 integers");
   if (hp.moe.n_expert > 0) {
     hp.n_ff_exp = f.get_u32_or(a + "expert_feed_forward_length",
@@ -52,7 +57,7 @@ void read_hparams(const GgufFile& f, Hparams& hp) {
     hp.n_ff_shexp = f.get_u32_or(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(hp.n_ff[0]));
     hp.n_expert_shared = 1;
     hp.moe.norm_weights = true;
-  } else if (hp.arch == "qwen35moe") {
+  } else if (hp.arch != "qwen35") {
     fail(f.path(), ": missing key '", a, "expert_count' (", hp.arch, " is a mixture-of-experts architecture)");
   }
   auto dn = std::make_shared<DeltaNetHparams>();
@@ -68,6 +73,9 @@ void read_hparams(const GgufFile& f, Hparams& hp) {
   const int64_t interval = positive_key(f, a + "full_attention_interval",
                                         f.get_u32_or(a + "full_attention_interval", 4), hp.n_layer);
   for (int64_t l = 0; l < hp.n_layer; ++l) dn->linear.push_back((l + 1) % interval != 0);
+  // Qwen3-Next repeats each key head for its group of value heads (repeat-interleave);
+  // Qwen3.5's converter orders the value heads so that they tile.
+  dn->grouped_heads = next;
   hp.ext = std::move(dn);
 }
 
@@ -88,13 +96,20 @@ void bind_attention(const GgufFile& f, const Hparams& hp, int64_t l, LayerWeight
   }
   const int64_t Hv = dn.n_head_v, vd = Hv * dn.dim_v;
   auto d = std::make_shared<DeltaNetWeights>();
+  if (f.find_tensor(p + "ssm_in.weight"))
+    fail(f.path(), ": tensor '", p, "ssm_in.weight' is the legacy fused q/k/v/z layout; convert the model again ",
+         "with a current llama.cpp (attn_qkv + attn_gate)");
   d->wqkv = bind_tensor(f, p + "attn_qkv.weight", {E, dn.conv_dim()});
   d->wgate = bind_tensor(f, p + "attn_gate.weight", {E, vd});
   d->conv = bind_tensor(f, p + "ssm_conv1d.weight", {dn.conv_kernel, dn.conv_dim()});
   d->dt_bias = bind_tensor(f, p + "ssm_dt.bias", {Hv});
   d->a = bind_tensor(f, p + "ssm_a", {Hv});
-  d->wbeta = bind_tensor(f, p + "ssm_beta.weight", {E, Hv});
-  d->walpha = bind_tensor(f, p + "ssm_alpha.weight", {E, Hv});
+  if (f.find_tensor(p + "ssm_beta_alpha.weight")) {
+    d->wbeta_alpha = bind_tensor(f, p + "ssm_beta_alpha.weight", {E, 2 * Hv});
+  } else {
+    d->wbeta = bind_tensor(f, p + "ssm_beta.weight", {E, Hv});
+    d->walpha = bind_tensor(f, p + "ssm_alpha.weight", {E, Hv});
+  }
   d->norm = bind_tensor(f, p + "ssm_norm.weight", {dn.dim_v});
   if (d->conv->type != DType::F32) fail(f.path(), ": tensor '", d->conv->name, "' must be f32");
   w.wo = bind_tensor(f, p + "ssm_out.weight", {vd, E});  // the layer's output projection
@@ -125,7 +140,7 @@ struct Scratch {
   // Gated attention.
   std::vector<float> qg, q, gate, k, v;
   // Gated DeltaNet.
-  std::vector<float> mixed, conv, qk, z, alpha, beta_logit, g, beta;
+  std::vector<float> mixed, conv, qk, z, ba, alpha, beta_logit, g, beta;
 };
 
 void gated_attention(const Model& m, Backend& be, Memory& mem, const Batch& b, const std::vector<BatchRun>& runs,
@@ -172,8 +187,17 @@ void gated_deltanet(const Model& m, Backend& be, Memory& mem, const Batch& b, co
   };
   be.matmul(*w.wqkv, s.h.data(), s.mixed.data(), T);
   be.matmul(*w.wgate, s.h.data(), s.z.data(), T);
-  be.matmul(*w.wbeta, s.h.data(), s.beta_logit.data(), T);
-  be.matmul(*w.walpha, s.h.data(), s.alpha.data(), T);
+  if (w.wbeta_alpha) {
+    be.matmul(*w.wbeta_alpha, s.h.data(), s.ba.data(), T);
+    const int64_t r = Hv / Hk;  // value heads per key-head group
+    for (int64_t g = 0; g < Hk; ++g) {
+      be.copy_2d(s.ba.data() + g * 2 * r, 2 * Hv, s.beta_logit.data() + g * r, Hv, T, r);
+      be.copy_2d(s.ba.data() + g * 2 * r + r, 2 * Hv, s.alpha.data() + g * r, Hv, T, r);
+    }
+  } else {
+    be.matmul(*w.wbeta, s.h.data(), s.beta_logit.data(), T);
+    be.matmul(*w.walpha, s.h.data(), s.alpha.data(), T);
+  }
   report("linear_attn_qkv_mixed", s.mixed.data(), T, C);
   report("z", s.z.data(), T, Hv * Dv);
   be.delta_gates(s.alpha.data(), s.beta_logit.data(), static_cast<const float*>(w.dt_bias->data),
@@ -228,7 +252,8 @@ void forward(const Model& m, Backend& be, Memory& mem, const Batch& b, const std
   s.qg.resize(T * 2 * H * Dk), s.q.resize(T * H * Dk), s.gate.resize(T * H * Dk);
   s.k.resize(T * Hkv * Dk), s.v.resize(T * Hkv * hp.head_dim_v);
   s.mixed.resize(T * C), s.conv.resize(T * C), s.qk.resize(T * 2 * dn.n_head_k * dn.dim_k), s.z.resize(T * vd);
-  s.alpha.resize(T * Hv), s.beta_logit.resize(T * Hv), s.g.resize(T * Hv), s.beta.resize(T * Hv);
+  s.ba.resize(T * 2 * Hv), s.alpha.resize(T * Hv), s.beta_logit.resize(T * Hv), s.g.resize(T * Hv),
+      s.beta.resize(T * Hv);
 
   m.embed(be, b.tokens.data(), T, s.x.data(), hook);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
@@ -245,7 +270,7 @@ void forward(const Model& m, Backend& be, Memory& mem, const Batch& b, const std
 }
 
 constexpr Arch entry(std::string_view name) { return {name, read_hparams, bind_attention, memory_layout, forward}; }
-constexpr Arch kArchs[] = {entry("qwen35moe"), entry("qwen35")};
+constexpr Arch kArchs[] = {entry("qwen35moe"), entry("qwen35"), entry("qwen3next")};
 
 }  // namespace
 
