@@ -4,13 +4,15 @@
 the stories260K vocabulary), so llama.cpp can make their goldens (scripts/golden/make_goldens.sh).
 
 - qwen3next: the same weights in Qwen3-Next's layout: ssm_beta and ssm_alpha fused into
-  ssm_beta_alpha, per key-head group [beta (H_v/H_k rows) | alpha (H_v/H_k rows)]; plain NEOX
+  ssm_ba, per key-head group [beta (H_v/H_k rows) | alpha (H_v/H_k rows)]; plain NEOX
   RoPE (no rope.dimension_sections). llama.cpp maps value head h to key head h / (H_v/H_k)
   there (repeat-interleave), not h % H_k as for qwen35moe, so the logits differ.
-- qwen35 (dense): each layer's FFN is the shared expert's SwiGLU alone (ffn_gate/up/down,
-  feed_forward_length = its width); router and routed experts dropped.
+- qwen35 (dense): each layer's FFN is one SwiGLU made of the shared expert followed by the
+  first K routed experts, side by side (ffn_gate/up/down of width 64·(1+K)); router dropped.
+  K is the "seed": scripts/golden/make_goldens.sh takes the first K whose greedy steps all
+  have a top-2 margin >= 0.05, as the shared goldens' seeds were chosen.
 
-Usage: derive_hybrid_models.py SRC.gguf OUT_DIR  (writes OUT_DIR/qwen3next.gguf, OUT_DIR/qwen35.gguf)
+Usage: derive_hybrid_models.py SRC.gguf OUT_DIR [K]  (writes OUT_DIR/qwen3next.gguf, OUT_DIR/qwen35.gguf)
 """
 import sys
 
@@ -30,7 +32,19 @@ def field_value(f):
     return f.parts[f.data[0]].tolist()[0], t, None
 
 
-def derive(src, path, arch, dense):
+def dense_ffn(tensors, layer, k):
+    """The layer's dense SwiGLU: shared expert, then routed experts 0..k-1 (gate/up rows, down columns)."""
+    p = f"blk.{layer}."
+    out = {}
+    for kind, axis in (("gate", 0), ("up", 0), ("down", 1)):
+        parts = [np.array(tensors[p + f"ffn_{kind}_shexp.weight"].data)]
+        stacked = np.array(tensors[p + f"ffn_{kind}_exps.weight"].data)  # [n_expert][out][in]
+        parts += [stacked[e] for e in range(k)]
+        out[p + f"ffn_{kind}.weight"] = np.concatenate(parts, axis=axis)
+    return out
+
+
+def derive(src, path, arch, dense, k=0):
     r = GGUFReader(src)
     old = r.fields["general.architecture"].parts[r.fields["general.architecture"].data[0]].tobytes().decode()
     w = GGUFWriter(path, arch)
@@ -47,8 +61,7 @@ def derive(src, path, arch, dense):
                                                "expert_shared_feed_forward_length"):
             continue
         if dense and key.endswith(".feed_forward_length"):
-            val = meta.get(arch + ".expert_shared_feed_forward_length") or int(
-                r.fields[old + ".expert_shared_feed_forward_length"].parts[-1][0])
+            val = int(r.fields[old + ".expert_shared_feed_forward_length"].parts[-1][0]) * (1 + k)
         if key == "general.name":
             val = "tiny-random-" + arch
         w.add_key_value(key, val, t, sub_type=sub)
@@ -58,10 +71,11 @@ def derive(src, path, arch, dense):
     tensors = {t.name: t for t in r.tensors}
     for t in r.tensors:
         name, data = t.name, np.array(t.data)
-        if dense and any(s in name for s in ("ffn_gate_inp", "_exps")):
+        if dense and any(s in name for s in ("ffn_gate_inp", "_exps", "_shexp")):
+            if name.endswith("ffn_gate_shexp.weight"):
+                for n, d in dense_ffn(tensors, int(name.split(".")[1]), k).items():
+                    w.add_tensor(n, d)
             continue
-        if dense and "_shexp" in name:
-            name = name.replace("_shexp", "")
         if arch == "qwen3next" and name.endswith("ssm_alpha.weight"):
             continue
         if arch == "qwen3next" and name.endswith("ssm_beta.weight"):
@@ -70,7 +84,7 @@ def derive(src, path, arch, dense):
             for g in range(hk):
                 rows.append(data[g * rep:(g + 1) * rep])
                 rows.append(alpha[g * rep:(g + 1) * rep])
-            data, name = np.concatenate(rows, axis=0), name.replace("ssm_beta", "ssm_beta_alpha")
+            data, name = np.concatenate(rows, axis=0), name.replace("ssm_beta", "ssm_ba")
         w.add_tensor(name, data)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -81,4 +95,4 @@ def derive(src, path, arch, dense):
 if __name__ == "__main__":
     src, out = sys.argv[1], sys.argv[2]
     derive(src, out + "/qwen3next.gguf", "qwen3next", dense=False)
-    derive(src, out + "/qwen35.gguf", "qwen35", dense=True)
+    derive(src, out + "/qwen35.gguf", "qwen35", dense=True, k=int(sys.argv[3]) if len(sys.argv) > 3 else 0)

@@ -104,8 +104,8 @@ void bind_attention(const GgufFile& f, const Hparams& hp, int64_t l, LayerWeight
   d->conv = bind_tensor(f, p + "ssm_conv1d.weight", {dn.conv_kernel, dn.conv_dim()});
   d->dt_bias = bind_tensor(f, p + "ssm_dt.bias", {Hv});
   d->a = bind_tensor(f, p + "ssm_a", {Hv});
-  if (f.find_tensor(p + "ssm_beta_alpha.weight")) {
-    d->wbeta_alpha = bind_tensor(f, p + "ssm_beta_alpha.weight", {E, 2 * Hv});
+  if (f.find_tensor(p + "ssm_ba.weight")) {
+    d->wbeta_alpha = bind_tensor(f, p + "ssm_ba.weight", {E, 2 * Hv});
   } else {
     d->wbeta = bind_tensor(f, p + "ssm_beta.weight", {E, Hv});
     d->walpha = bind_tensor(f, p + "ssm_alpha.weight", {E, Hv});

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# scripts/golden/make_goldens.sh: remakes the goldens under tests/data/golden (qwen3next,
+# qwen35) with llama.cpp. Not run by CI: llama.cpp takes ~15 minutes to build on 2 cores.
+#
+#   LLAMA_SRC: a llama.cpp source tree (the one vendored in llama-cpp-python 0.3.36 from PyPI,
+#              commit 0c1e57098bba43ac29e6e3b677cdceebdd22334f: `pip download --no-deps
+#              --no-binary :all: llama-cpp-python==0.3.36`, then vendor/llama.cpp)
+#   LLAMA_BUILD: its CMake build (Release, GGML_NATIVE=ON, target llama)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+: "${LLAMA_SRC:?set LLAMA_SRC to a llama.cpp source tree}"
+: "${LLAMA_BUILD:?set LLAMA_BUILD to its build directory}"
+lib=$(dirname "$(find "$LLAMA_BUILD" -name 'libllama.so' | head -1)")
+tool=$(mktemp -d)/llama_logits
+g++ -O2 -std=c++17 scripts/golden/llama_logits.cpp -I"$LLAMA_SRC/include" -I"$LLAMA_SRC/ggml/include" \
+  -L"$lib" -lllama -Wl,-rpath,"$lib" -o "$tool"
+# The prompt of the shared goldens: BOS + the first 23 ids of their text (stories260K vocab).
+prompt=$(.venv/bin/python -c "import json; print(','.join(map(str, json.load(open('../shared/golden/qwen35moe/input.json'))['tokens'])))")
+work=$(mktemp -d)
+min_margin() { .venv/bin/python -c "import json,sys; print(min(json.load(open(sys.argv[1]))['margins']))" "$1"; }
+# K (derive_hybrid_models.py) is the seed: the first whose 32 greedy steps all have margin >= 0.05.
+for k in 0 1 2 3 4 5 6 7; do
+  .venv/bin/python scripts/golden/derive_hybrid_models.py ../shared/golden/qwen35moe/model.gguf "$work" "$k"
+  for arch in qwen3next qwen35; do
+    out=tests/data/golden/$arch
+    [ "$arch" = qwen3next ] && [ "$k" != 0 ] && continue  # its weights do not depend on K
+    mkdir -p "$out"
+    cp "$work/$arch.gguf" "$out/model.gguf"
+    "$tool" "$out/model.gguf" "$out" 32 "$prompt" 2>/dev/null
+    echo "$arch (K=$k): min greedy margin $(min_margin "$out/greedy.json")"
+  done
+  .venv/bin/python -c "import json,sys; sys.exit(min(json.load(open('tests/data/golden/qwen35/greedy.json'))['margins']) < 0.05)" && break
+done

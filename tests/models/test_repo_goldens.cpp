@@ -1,0 +1,130 @@
+// tests/models/test_repo_goldens: goldens this project made with llama.cpp for architectures
+// ../shared/golden does not cover (tests/data/golden/<arch>/, each with a README naming the
+// llama.cpp commit and the commands). The same rules as the shared F16 goldens: all prompt
+// logits in one batch within max |Δlogit| 0.03 and RMS 0.005, the argmax equal wherever the
+// golden's top-2 margin is at least 0.05, and the greedy continuation (each token decoded
+// alone) equal up to its first step with a margin under 0.05.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "models/model.h"
+#include "models/qwen35.h"
+#include "runtime/session.h"
+#include "test_util.h"
+
+namespace sluice {
+namespace {
+
+using nlohmann::json;
+
+std::string golden_dir(const std::string& name) {
+  return std::string(SLUICE_SOURCE_DIR) + "/tests/data/golden/" + name;
+}
+
+float top2_margin(std::span<const float> l) {
+  float a = -INFINITY, b = -INFINITY;
+  for (float v : l) {
+    if (v > a) {
+      b = a;
+      a = v;
+    } else if (v > b) {
+      b = v;
+    }
+  }
+  return a - b;
+}
+
+struct RepoGoldenCase {
+  std::string name, backend;
+};
+void PrintTo(const RepoGoldenCase& c, std::ostream* os) { *os << c.name << " on " << c.backend; }
+
+class RepoGolden : public ::testing::TestWithParam<RepoGoldenCase> {};
+
+TEST_P(RepoGolden, MatchesLlamaCpp) {
+  const auto& [name, backend] = GetParam();
+  const std::string dir = golden_dir(name);
+  auto model = Model::load(dir + "/model.gguf");
+  auto be = make_backend(backend, 2);
+  const json greedy = json::parse(test::read_text_file(dir + "/greedy.json"));
+  const auto ids = greedy["prompt_tokens"].get<std::vector<int32_t>>();
+  const int64_t V = model->hparams().n_vocab;
+  const int n_gen = greedy["n_gen"];
+  Session s(*model, *be, KvCacheOptions{.n_ctx = static_cast<int64_t>(ids.size()) + n_gen + 1});
+  auto logits = s.eval(ids, /*all_logits=*/true);
+  const std::vector<float> ref = test::read_f32_file(dir + "/logits.f32.bin");
+  ASSERT_EQ(ref.size(), logits.size());
+  double mx = 0, sum2 = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(logits[i]) - ref[i]);
+    mx = std::max(mx, d);
+    sum2 += d * d;
+  }
+  const double rms = std::sqrt(sum2 / ref.size());
+  std::printf("[ %s / %s ] max |Δlogit| %.5f  rms %.6f\n", name.c_str(), backend.c_str(), mx, rms);
+  EXPECT_LE(mx, 0.03);
+  EXPECT_LE(rms, 0.005);
+  for (size_t t = 0; t < ids.size(); ++t) {
+    const auto want = std::span<const float>(ref).subspan(t * V, V);
+    if (top2_margin(want) < 0.05f) continue;
+    EXPECT_EQ(argmax(logits.subspan(t * V, V)), argmax(want)) << "argmax at position " << t;
+  }
+  const auto want = greedy["generated"].get<std::vector<int32_t>>();
+  const auto margins = greedy["margins"].get<std::vector<double>>();
+  int32_t next = argmax(logits.subspan(logits.size() - V));
+  int safe = 0;
+  for (int i = 0; i < n_gen && margins[i] >= 0.05; ++i, ++safe) {
+    ASSERT_EQ(next, want[i]) << "greedy step " << i;
+    next = argmax(s.eval(std::span(&next, 1)));
+  }
+  std::printf("[ %s / %s ] greedy %d/%d steps checked (the rest follow a margin < 0.05)\n", name.c_str(),
+              backend.c_str(), safe, n_gen);
+  EXPECT_GE(safe, 8) << "too few safe greedy steps to mean anything";
+}
+
+// Negative control: Qwen3-Next's grouped key heads read as Qwen3.5's tiled ones (the two
+// differ only when 1 < H_k < H_v, as here: 2 key heads, 4 value heads) must fail the golden.
+TEST(RepoGoldenNegative, Qwen3NextWithTiledKeyHeadsFails) {
+  const std::string dir = golden_dir("qwen3next");
+  auto model = Model::load(dir + "/model.gguf");
+  auto be = make_backend("cpu", 2);
+  const auto ids = json::parse(test::read_text_file(dir + "/greedy.json"))["prompt_tokens"].get<std::vector<int32_t>>();
+  const std::vector<float> ref = test::read_f32_file(dir + "/logits.f32.bin");
+  auto max_err = [&] {
+    Session s(*model, *be, KvCacheOptions{.n_ctx = 64});
+    auto l = s.eval(ids, true);
+    double mx = 0;
+    for (size_t i = 0; i < ref.size(); ++i) mx = std::max(mx, std::fabs(static_cast<double>(l[i]) - ref[i]));
+    return mx;
+  };
+  ASSERT_LE(max_err(), 0.03);
+  auto dn = std::make_shared<DeltaNetHparams>(model->hparams().ext_as<DeltaNetHparams>());
+  ASSERT_TRUE(dn->grouped_heads);
+  dn->grouped_heads = false;
+  model->mutable_hparams().ext = dn;
+  EXPECT_GT(max_err(), 0.03);
+}
+
+std::vector<RepoGoldenCase> cases() {
+  std::vector<RepoGoldenCase> v;
+  for (const char* n : {"qwen3next", "qwen35"})
+    for (const char* b : {"ref", "cpu", "cpu-exact"}) v.push_back({n, b});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Hybrids, RepoGolden, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<RepoGoldenCase>& i) {
+                           std::string n = i.param.name + "_" + i.param.backend;
+                           for (char& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace sluice
