@@ -161,7 +161,7 @@ TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
       }
     }
   }
-  EXPECT_EQ(tiled_types, 3) << "Q8_0, Q4_K and Q6_K have tiles";
+  EXPECT_EQ(tiled_types, 4) << "Q8_0, Q4_K, Q5_K and Q6_K have tiles";
 }
 
 // The vector Q8_K quantizers write quantize_row's bytes: Gaussian rows, rows whose largest

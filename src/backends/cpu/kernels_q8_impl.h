@@ -527,35 +527,42 @@ inline __m512i q8_gather_rows(const uint8_t* w, size_t row_bytes, int64_t nr, si
 // Byte k of each lane, as 16 bytes.
 inline __m128i q8_lane_byte(__m512i v, int k) { return _mm512_cvtepi32_epi8(_mm512_srli_epi32(v, 8 * k)); }
 
+// The d, dmin, scales and mins of the q4_K/q5_K super-block at byte o of nr rows (both blocks
+// start with d, dmin, scales[12]) into a tile's fields.
+template <class Tile>
+inline void q8_k4_tile_scales_512(const uint8_t* wb, size_t row_bytes, int64_t nr, size_t o, Tile& b) {
+  const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f),
+                k03 = _mm512_set1_epi32(0x03030303);
+  const __m512i kff = _mm512_set1_epi32(0xFF);
+  const __m512i dd = q8_gather_rows(wb, row_bytes, nr, o);  // d | dmin << 16
+  const __m512i u0 = q8_gather_rows(wb, row_bytes, nr, o + 4), u1 = q8_gather_rows(wb, row_bytes, nr, o + 8);
+  const __m512i u2 = q8_gather_rows(wb, row_bytes, nr, o + 12);
+  // q8_scales_mins_k4, 16 rows at once
+  const __m512i s_lo = _mm512_and_si512(u0, k3f), m_lo = _mm512_and_si512(u1, k3f);
+  const __m512i s_hi = _mm512_or_si512(_mm512_and_si512(u2, k0f),
+                                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k03), 4));
+  const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k0f),
+                                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k03), 4));
+  for (int j = 0; j < 8; ++j) {
+    const __m512i sv = j < 4 ? s_lo : s_hi, mv = j < 4 ? m_lo : m_hi;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(b.sc[j]), q8_lane_byte(sv, j % 4));
+    const __m512i m = _mm512_and_si512(_mm512_srli_epi32(mv, 8 * (j % 4)), kff);
+    _mm512_storeu_si512(b.m2[j], _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
+  }
+  _mm512_storeu_ps(b.d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+  _mm512_storeu_ps(b.dmin, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+}
+
 inline void q4_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
   const int64_t nb = n / QK_K;
   auto* T = reinterpret_cast<Q4KTile*>(tile);
   const auto* wb = static_cast<const uint8_t*>(w);
-  const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f),
-                k03 = _mm512_set1_epi32(0x03030303);
-  const __m512i kff = _mm512_set1_epi32(0xFF);
   for (int64_t i = 0; i < nb; ++i) {
     Q4KTile& b = T[i];
     const size_t o = static_cast<size_t>(i) * sizeof(block_q4_K);
     q8_pack_words16(wb, row_bytes, nr, o + offsetof(block_q4_K, qs), b.qs);
     q8_pack_words16(wb, row_bytes, nr, o + offsetof(block_q4_K, qs) + 64, b.qs + 16);
-    const __m512i dd = q8_gather_rows(wb, row_bytes, nr, o);  // d | dmin << 16
-    const __m512i u0 = q8_gather_rows(wb, row_bytes, nr, o + 4), u1 = q8_gather_rows(wb, row_bytes, nr, o + 8);
-    const __m512i u2 = q8_gather_rows(wb, row_bytes, nr, o + 12);
-    // q8_scales_mins_k4, 16 rows at once
-    const __m512i s_lo = _mm512_and_si512(u0, k3f), m_lo = _mm512_and_si512(u1, k3f);
-    const __m512i s_hi = _mm512_or_si512(_mm512_and_si512(u2, k0f),
-                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k03), 4));
-    const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k0f),
-                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k03), 4));
-    for (int j = 0; j < 8; ++j) {
-      const __m512i sv = j < 4 ? s_lo : s_hi, mv = j < 4 ? m_lo : m_hi;
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(b.sc[j]), q8_lane_byte(sv, j % 4));
-      const __m512i m = _mm512_and_si512(_mm512_srli_epi32(mv, 8 * (j % 4)), kff);
-      _mm512_storeu_si512(b.m2[j], _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
-    }
-    _mm512_storeu_ps(b.d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
-    _mm512_storeu_ps(b.dmin, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+    q8_k4_tile_scales_512(wb, row_bytes, nr, o, b);
   }
 }
 
@@ -645,6 +652,135 @@ inline float q4_K_tile_step(const Q4KTile& b, const block_q8_K& a, int64_t r, fl
   { q4_K_tile_bytes, q4_K_tile_pack, q8_tile_gemm_scalar<Q4KTile, block_q8_K, QK_K, q4_K_tile_step> }
 #else
 #define SLUICE_Q8_Q4_K_TILE \
+  {}
+#endif
+
+// ---- Q5_K prefill tiles ------------------------------------------------------------------
+// Q4KTile plus qh[g][r], the 4-byte word g of row r's qh: byte l of qh holds the fifth bit of
+// element 64c + l in bit 2c and of element 64c + 32 + l in bit 2c + 1, so sub-block j takes
+// bit j of the qh bytes that qs word 8(j/2) + g pairs with (elements 4g..4g+3 of the chunk).
+struct Q5KTile {
+  uint32_t qs[32][kQ8TileRows];
+  uint32_t qh[8][kQ8TileRows];
+  uint8_t sc[8][kQ8TileRows];
+  uint32_t m2[8][kQ8TileRows];
+  float d[kQ8TileRows], dmin[kQ8TileRows];
+};
+static_assert(sizeof(Q5KTile) % 64 == 0, "tiles are read as 64-byte vectors");
+
+inline size_t q5_K_tile_bytes(int64_t n) { return static_cast<size_t>(n / QK_K) * sizeof(Q5KTile); }
+
+inline void q5_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  const int64_t nb = n / QK_K;
+  auto* T = reinterpret_cast<Q5KTile*>(tile);
+  if (nr < kQ8TileRows) __builtin_memset(tile, 0, q5_K_tile_bytes(n));
+  for (int64_t r = 0; r < nr; ++r) {
+    const auto* x = reinterpret_cast<const block_q5_K*>(static_cast<const uint8_t*>(w) + r * row_bytes);
+    for (int64_t i = 0; i < nb; ++i) {
+      Q5KTile& b = T[i];
+      uint8_t sc[8], m[8];
+      q8_scales_mins_k4(x[i].scales, sc, m);
+      for (int j = 0; j < 8; ++j) {
+        b.sc[j][r] = sc[j];
+        b.m2[j][r] = m[j] * 0x10001u;
+      }
+      b.d[r] = q8_half(x[i].d);
+      b.dmin[r] = q8_half(x[i].dmin);
+      for (int k = 0; k < 32; ++k) __builtin_memcpy(&b.qs[k][r], x[i].qs + 4 * k, 4);
+      for (int k = 0; k < 8; ++k) __builtin_memcpy(&b.qh[k][r], x[i].qh + 4 * k, 4);
+    }
+  }
+}
+
+#if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
+inline void q5_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  const int64_t nb = n / QK_K;
+  auto* T = reinterpret_cast<Q5KTile*>(tile);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  uint32_t qh[16][kQ8TileRows];  // qh's 8 words and the first 8 of qs, which follow it
+  for (int64_t i = 0; i < nb; ++i) {
+    Q5KTile& b = T[i];
+    const size_t o = static_cast<size_t>(i) * sizeof(block_q5_K);
+    q8_pack_words16(wb, row_bytes, nr, o + offsetof(block_q5_K, qs), b.qs);
+    q8_pack_words16(wb, row_bytes, nr, o + offsetof(block_q5_K, qs) + 64, b.qs + 16);
+    q8_pack_words16(wb, row_bytes, nr, o + offsetof(block_q5_K, qh), qh);
+    __builtin_memcpy(b.qh, qh, sizeof(b.qh));
+    q8_k4_tile_scales_512(wb, row_bytes, nr, o, b);
+  }
+}
+
+// As Q4KTileTokens, each weight vector OR'd with its fifth bit (bit j of the qh bytes moved to
+// bit 4 by one 16-bit shift; the mask drops what crossed a byte).
+template <int NT>
+struct Q5KTileTokens {
+  static void run(const Q5KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
+                  __mmask16 rows) {
+    const __m512i m4 = _mm512_set1_epi8(0xF), m10 = _mm512_set1_epi8(0x10);
+    __m512 acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      const Q5KTile& b = T[i];
+      const block_q8_K* a[NT];
+      __m512i sumi[NT];
+      for (int t = 0; t < NT; ++t) {
+        a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
+        sumi[t] = _mm512_setzero_si512();
+      }
+      for (int j = 0; j < 8; ++j) {
+        const int c = j / 2, hi = j % 2;
+        __m512i wv[8];
+        for (int g = 0; g < 8; ++g) {
+          const __m512i raw = _mm512_loadu_si512(b.qs[8 * c + g]);
+          const __m512i h = _mm512_loadu_si512(b.qh[g]);
+          const __m512i hb = j < 4 ? _mm512_slli_epi16(h, 4 - j) : j == 4 ? h : _mm512_srli_epi16(h, j - 4);
+          wv[g] = _mm512_or_si512(_mm512_and_si512(hi ? _mm512_srli_epi16(raw, 4) : raw, m4),
+                                  _mm512_and_si512(hb, m10));
+        }
+        const __m512i scv = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[j])));
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* aq = a[t]->qs + 32 * j;
+          __m512i s = _mm512_setzero_si512();
+          for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(aq + 4 * g));
+          sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(s, scv));
+        }
+      }
+      const __m512 dv = _mm512_loadu_ps(b.d), dmv = _mm512_loadu_ps(b.dmin);
+      for (int t = 0; t < NT; ++t) {
+        __m512i mins = _mm512_setzero_si512();
+        for (int j = 0; j < 8; ++j)
+          mins = _mm512_dpwssd_epi32(mins, _mm512_loadu_si512(b.m2[j]), q8_bcst32(a[t]->bsums + 2 * j));
+        const __m512 ad = _mm512_set1_ps(a[t]->d);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dv, ad), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmv, ad), acc[t]);
+      }
+    }
+    for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
+  }
+};
+#define SLUICE_Q8_Q5_K_TILE \
+  { q5_K_tile_bytes, q5_K_tile_pack_512, q8_tile_gemm<Q5KTile, QK_K, Q5KTileTokens> }
+#elif !SLUICE_Q8_SIMD
+inline float q5_K_tile_step(const Q5KTile& b, const block_q8_K& a, int64_t r, float acc) {
+  int32_t sumi = 0, mins = 0;
+  for (int j = 0; j < 8; ++j) {
+    int32_t s = 0;
+    for (int k = 0; k < 32; ++k) {
+      const int g = k / 4, byte = k % 4;
+      const uint8_t q = reinterpret_cast<const uint8_t*>(&b.qs[8 * (j / 2) + g][r])[byte];
+      const uint8_t h = reinterpret_cast<const uint8_t*>(&b.qh[g][r])[byte];
+      const int v = ((j % 2) ? q >> 4 : q & 0xF) | (((h >> j) & 1) << 4);
+      s += v * a.qs[32 * j + k];
+    }
+    sumi += b.sc[j][r] * s;
+    mins += static_cast<int32_t>(b.m2[j][r] & 0xFFFF) * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
+  }
+  acc = std::fma(static_cast<float>(sumi), b.d[r] * a.d, acc);
+  return std::fma(-static_cast<float>(mins), b.dmin[r] * a.d, acc);
+}
+#define SLUICE_Q8_Q5_K_TILE \
+  { q5_K_tile_bytes, q5_K_tile_pack, q8_tile_gemm_scalar<Q5KTile, block_q8_K, QK_K, q5_K_tile_step> }
+#else
+#define SLUICE_Q8_Q5_K_TILE \
   {}
 #endif
 
@@ -1006,12 +1142,13 @@ constexpr Q8Kernels q8_table(const char* name) {
       .q4_0 = {DType::Q8_0, q8_gemm<Dot_q4_0, QK4_0>, {}},
       .q8_0 = {DType::Q8_0, q8_gemm<Dot_q8_0, QK8_0>, SLUICE_Q8_Q8_0_TILE},
       .q4_K = {DType::Q8_K, q8_gemm<Dot_q4_K, QK_K>, SLUICE_Q8_Q4_K_TILE},
-      .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, {}},
+      .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, SLUICE_Q8_Q5_K_TILE},
       .q6_K = {DType::Q8_K, q8_gemm<Dot_q6_K, QK_K>, SLUICE_Q8_Q6_K_TILE},
       .quantize_q8_K = SLUICE_Q8_QUANTIZE_Q8_K,
   };
 }
 #undef SLUICE_Q8_Q4_K_TILE
+#undef SLUICE_Q8_Q5_K_TILE
 #undef SLUICE_Q8_Q6_K_TILE
 #undef SLUICE_Q8_Q8_0_TILE
 #undef SLUICE_Q8_QUANTIZE_Q8_K

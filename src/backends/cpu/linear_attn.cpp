@@ -67,9 +67,10 @@ void recurrence(const Kernels& kk, const HeadIo& io, float* S, int64_t t0, int64
 
 // Scratch of one thread's chunked pass.
 struct ChunkScratch {
-  std::vector<float> gam, sk, sq, U, coef;
+  std::vector<float> gam, sk, sq, U, coef, kk, qk, decay;
   void size(int64_t n, int64_t Dv) {
     gam.resize(n), sk.resize(n * Dv), sq.resize(n * Dv), U.resize(n * Dv), coef.resize(n);
+    kk.resize(n * n), qk.resize(n * n), decay.resize(n);
   }
 };
 
@@ -79,38 +80,33 @@ void chunk_pass(const Kernels& kk, const HeadIo& io, float* S, int64_t t0, int64
   const int64_t Dk = a.dim_k, Dv = a.dim_v;
   double acc = 0;
   for (int64_t t = 0; t < n; ++t) c.gam[t] = static_cast<float>(acc += io.g(t0 + t));
-  // S0·k_t and S0·q_t for every token, row by row (each row of S0 read once, from L1).
-  for (int64_t i = 0; i < Dv; ++i) {
-    const float* row = S + i * Dk;
-    for (int64_t t = 0; t < n; ++t) {
-      c.sk[t * Dv + i] = kk.dot_f32(row, io.k(t0 + t), Dk);
-      c.sq[t * Dv + i] = kk.dot_f32(row, io.q(t0 + t), Dk);
-    }
-  }
+  // The chunk's products as tiled matrix products (each entry one dot, kernels.h): S0·k_t and
+  // S0·q_t [n][Dv], and every k_t·k_s and q_t·k_s [n][n] (only s <= t is used).
+  const size_t ldk = static_cast<size_t>(a.qk_stride);
+  kk.gemm_f32(S, Dk, Dv, io.k(t0), ldk, n, Dk, c.sk.data(), Dv);
+  kk.gemm_f32(S, Dk, Dv, io.q(t0), ldk, n, Dk, c.sq.data(), Dv);
+  kk.gemm_f32(io.k(t0), ldk, n, io.k(t0), ldk, n, Dk, c.kk.data(), n);  // kk[t][s] = k_s·k_t
+  kk.gemm_f32(io.k(t0), ldk, n, io.q(t0), ldk, n, Dk, c.qk.data(), n);  // qk[t][s] = k_s·q_t
   for (int64_t t = 0; t < n; ++t) {
-    const float* kt = io.k(t0 + t);
     const float* v = io.v(t0 + t);
     const float beta = io.beta(t0 + t), e = std::exp(c.gam[t]);
     float* ut = c.U.data() + t * Dv;
     for (int64_t i = 0; i < Dv; ++i) ut[i] = beta * (v[i] - e * c.sk[t * Dv + i]);
-    for (int64_t s = 0; s < t; ++s)
-      c.coef[s] = -beta * std::exp(c.gam[t] - c.gam[s]) * kk.dot_f32(kt, io.k(t0 + s), Dk);
+    for (int64_t s = 0; s < t; ++s) c.coef[s] = -beta * std::exp(c.gam[t] - c.gam[s]) * c.kk[t * n + s];
     if (t > 0) kk.axpy_rows_f32(c.coef.data(), c.U.data(), static_cast<size_t>(Dv), t, ut, Dv);
   }
   for (int64_t t = 0; t < n; ++t) {
-    const float* qt = io.q(t0 + t);
     float* o = io.out(t0 + t);
     kk.scale_mul(c.sq.data() + t * Dv, std::exp(c.gam[t]), nullptr, o, Dv);
-    for (int64_t s = 0; s <= t; ++s) c.coef[s] = std::exp(c.gam[t] - c.gam[s]) * kk.dot_f32(qt, io.k(t0 + s), Dk);
+    for (int64_t s = 0; s <= t; ++s) c.coef[s] = std::exp(c.gam[t] - c.gam[s]) * c.qk[t * n + s];
     kk.axpy_rows_f32(c.coef.data(), c.U.data(), static_cast<size_t>(Dv), t + 1, o, Dv);
     kk.scale_mul(o, a.scale, nullptr, o, Dv);
   }
   // The state leaving the chunk: row i gets Σ_s e^{γ_n−γ_s} u_s[i] k_s.
   const float e_n = std::exp(c.gam[n - 1]);
   std::vector<float>& w = c.coef;
-  std::vector<float> decay(n);
+  std::vector<float>& decay = c.decay;
   for (int64_t s = 0; s < n; ++s) decay[s] = std::exp(c.gam[n - 1] - c.gam[s]);
-  const size_t ldk = static_cast<size_t>(a.qk_stride);
   for (int64_t i = 0; i < Dv; ++i) {
     float* row = S + i * Dk;
     kk.scale_mul(row, e_n, nullptr, row, Dk);
