@@ -107,6 +107,7 @@ class CountingBackend final : public Backend {
     in_.add_rows_weighted(y, width, idx, w, n, out);
   }
   void fill(float* x, int64_t n, float v) override { in_.fill(x, n, v); }
+  void kv_rotate(const KvRotation& r, float* x, int64_t n, bool inverse) override { in_.kv_rotate(r, x, n, inverse); }
   void moe_route(const MoeOptions& opt, const float* logits, float* probs, int64_t n_tok, const float* bias,
                  int32_t* experts, float* weights) override {
     in_.moe_route(opt, logits, probs, n_tok, bias, experts, weights);

@@ -46,6 +46,10 @@ struct Simd {
     return r;
   }
   static void store(float* p, V a) { std::memcpy(p, a.v, sizeof a.v); }
+  static V add(V a, V b) {
+    for (int i = 0; i < W; ++i) a.v[i] += b.v[i];
+    return a;
+  }
   static V sub(V a, V b) {
     for (int i = 0; i < W; ++i) a.v[i] -= b.v[i];
     return a;

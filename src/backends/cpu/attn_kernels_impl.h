@@ -3,7 +3,7 @@
 // it has defined Simd (so this file includes nothing: the includer provides <cstring>,
 // <cstdint>, attn_kernels.h and quant/blocks.h).
 //
-// Simd provides: W (lanes), V, zero, set1, load, store, sub, mul, fma(a, b, c) = a·b + c,
+// Simd provides: W (lanes), V, zero, set1, load, store, add, sub, mul, fma(a, b, c) = a·b + c,
 // reduce_add (the same tree as that ISA's Kernels::dot_f32), reduce_n (out[k] =
 // reduce_add(a[k]) for kReduceN vectors at once, bit for bit; kReduceN 0: none), half
 // (fp16 -> float), load_f16
@@ -224,6 +224,35 @@ constexpr AttnKvOps attn_ops() {
   return {scores<F>, axpy<F>};
 }
 
+// attn_kernels.h's rotate. Stages whose pairs are W or more elements apart run on whole
+// vectors; the first log2(W) stages (pairs inside one vector) element by element.
+void rotate(float* x, int64_t n, int64_t B, const float* s, bool inverse, float scale) {
+  for (int64_t b0 = 0; b0 < n; b0 += B) {
+    float* y = x + b0;
+    if (s && !inverse)
+      for (int64_t i = 0; i < B; ++i) y[i] *= s[i];
+    int64_t len = 1;
+    for (; len < B && len < W; len *= 2)
+      for (int64_t i = 0; i < B; i += 2 * len)
+        for (int64_t j = i; j < i + len; ++j) {
+          const float a = y[j], c = y[j + len];
+          y[j] = a + c;
+          y[j + len] = a - c;
+        }
+    for (; len < B; len *= 2)  // len is a multiple of W here
+      for (int64_t i = 0; i < B; i += 2 * len)
+        for (int64_t j = i; j < i + len; j += W) {
+          const V a = Simd::load(y + j), c = Simd::load(y + j + len);
+          Simd::store(y + j, Simd::add(a, c));
+          Simd::store(y + j + len, Simd::sub(a, c));
+        }
+    int64_t i = 0;
+    if (!(s && inverse))
+      for (const V k = Simd::set1(scale); i + W <= B; i += W) Simd::store(y + i, Simd::mul(Simd::load(y + i), k));
+    for (; i < B; ++i) y[i] *= s && inverse ? scale * s[i] : scale;
+  }
+}
+
 // constexpr: constant-initialized, so no start-up code runs with this file's ISA flags.
 constexpr AttnKernels kAttnTable = {
     .name = kAttnName,
@@ -234,4 +263,5 @@ constexpr AttnKernels kAttnTable = {
     .tq3 = attn_ops<FmtTq<3>>(),
     .tq4 = attn_ops<FmtTq<4>>(),
     .tq8 = attn_ops<FmtTq<8>>(),
+    .rotate = rotate,
 };
