@@ -3,7 +3,8 @@
 // it has defined Simd (so this file includes nothing: the includer provides <cstring>,
 // <cstdint>, attn_kernels.h and quant/blocks.h).
 //
-// Simd provides: W (lanes), V, zero, set1, load, store, add, sub, mul, fma(a, b, c) = a·b + c,
+// Simd provides: W (lanes), V, zero, set1, load, store, add, sub, mul, swap<L> (lanes i and
+// i ^ L exchanged, L < W a power of two), fma(a, b, c) = a·b + c,
 // reduce_add (the same tree as that ISA's Kernels::dot_f32), reduce_n (out[k] =
 // reduce_add(a[k]) for kReduceN vectors at once, bit for bit; kReduceN 0: none), half
 // (fp16 -> float), load_f16
@@ -224,14 +225,42 @@ constexpr AttnKvOps attn_ops() {
   return {scores<F>, axpy<F>};
 }
 
-// attn_kernels.h's rotate. Stages whose pairs are W or more elements apart run on whole
-// vectors; the first log2(W) stages (pairs inside one vector) element by element.
+// One butterfly stage whose pairs (j, j + L) lie inside one vector: y = x·sgn + swap<L>(x)
+// with sgn = +1 on the lower lane of each pair and -1 on the upper, i.e. a + b and a - b,
+// each rounded once as the scalar butterfly rounds it (x·±1 is exact, fma rounds once).
+template <int L>
+inline void rotate_stage_in_vector(float* y, int64_t B) {
+  float sg[W];
+  for (int i = 0; i < W; ++i) sg[i] = (i & L) ? -1.0f : 1.0f;
+  const V sgn = Simd::load(sg);
+  for (int64_t j = 0; j < B; j += W) {
+    const V a = Simd::load(y + j);
+    Simd::store(y + j, Simd::fma(a, sgn, Simd::template swap<L>(a)));
+  }
+}
+
+// Stages L, 2L, ... < W.
+template <int L>
+inline void rotate_stages_in_vector(float* y, int64_t B) {
+  if constexpr (L < W) {
+    rotate_stage_in_vector<L>(y, B);
+    rotate_stages_in_vector<2 * L>(y, B);
+  }
+}
+
+// attn_kernels.h's rotate. Blocks of at least W elements run on whole vectors: the first
+// log2(W) stages (pairs inside one vector) with lane swaps, the rest on vector pairs; smaller
+// blocks element by element.
 void rotate(float* x, int64_t n, int64_t B, const float* s, bool inverse, float scale) {
   for (int64_t b0 = 0; b0 < n; b0 += B) {
     float* y = x + b0;
     if (s && !inverse)
       for (int64_t i = 0; i < B; ++i) y[i] *= s[i];
     int64_t len = 1;
+    if (B >= W) {
+      rotate_stages_in_vector<1>(y, B);
+      len = W;
+    }
     for (; len < B && len < W; len *= 2)
       for (int64_t i = 0; i < B; i += 2 * len)
         for (int64_t j = i; j < i + len; ++j) {
