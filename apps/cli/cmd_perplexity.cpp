@@ -91,8 +91,9 @@ CommandRunner add_perplexity_command(CLI::App& app) {
   cmd->add_option("--cache-type-k", a->cache_type_k, "K cache type: " + std::string(kv_type_names()));
   cmd->add_option("--cache-type-v", a->cache_type_v, "V cache type: " + std::string(kv_type_names()));
   cmd->add_flag("--no-auto-asymmetric", a->no_auto_asymmetric, "keep a K type below 8 bits even with GQA >= 6");
-  cmd->add_flag("--no-kv-rotation", a->no_kv_rotation,
-                "store q8_0/q4_0 K/V unrotated (default: Hadamard-rotated where the head dim is a multiple of 64)");
+  cmd->add_flag(
+      "--no-kv-rotation", a->no_kv_rotation,
+      "store q8_0/q4_0 K/V unrotated (default: Hadamard-rotated in blocks of 64, or of the largest power of two >= 16 dividing the head dim)");
   cmd->add_option("--kld-base", a->kld_base, "write the base log-probs to FILE");
   cmd->add_option("--kld", a->kld, "compare against the base log-probs in FILE");
   return [a] { return run(*a); };

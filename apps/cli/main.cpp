@@ -96,8 +96,9 @@ struct CommonOpts {
     app->add_option("--cache-type-k", cache_type_k, "K cache type: " + std::string(kv_type_names()));
     app->add_option("--cache-type-v", cache_type_v, "V cache type: " + std::string(kv_type_names()));
     app->add_flag("--no-auto-asymmetric", no_auto_asymmetric, "keep a K type below 8 bits even with GQA >= 6");
-    app->add_flag("--no-kv-rotation", no_kv_rotation,
-                  "store q8_0/q4_0 K/V unrotated (default: Hadamard-rotated where the head dim is a multiple of 64)");
+    app->add_flag(
+        "--no-kv-rotation", no_kv_rotation,
+        "store q8_0/q4_0 K/V unrotated (default: Hadamard-rotated in blocks of 64, or of the largest power of two >= 16 dividing the head dim)");
     app->add_option("--experts", experts, "where experts live: resident | mmap (page cache) | stream (bounded cache)")
         ->capture_default_str();
     app->add_option(

@@ -35,8 +35,11 @@ KvRotation rotation_for(const KvCacheOptions& opt, DType t, int64_t D, uint64_t 
   const bool wanted = opt.rotation == R::all         ? !kv_type_is_tq(t)
                       : opt.rotation == R::quantized ? (t == DType::Q8_0 || t == DType::Q4_0)
                                                      : false;
-  if (!wanted || opt.rotation_block <= 0 || D % opt.rotation_block != 0) return {};
-  return kv_rotation_make(opt.rotation_block, opt.rotation_signs ? seed : 0);
+  if (!wanted || opt.rotation_block <= 0 || D <= 0) return {};
+  int64_t b = opt.rotation_block;  // the largest power of two <= rotation_block dividing D
+  while (b > 1 && D % b != 0) b /= 2;
+  if (D % b != 0 || b < std::min<int64_t>(16, opt.rotation_block)) return {};
+  return kv_rotation_make(b, opt.rotation_signs ? seed : 0);
 }
 
 }  // namespace

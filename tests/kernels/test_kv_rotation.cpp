@@ -156,7 +156,10 @@ TEST(KvRotation, PolicyRotatesOnlyBlockQuantizedSidesWithWholeBlocks) {
   EXPECT_EQ(heads(DType::Q4_0, DType::Q8_0, 128, Rotation::quantized), (std::pair<int64_t, int64_t>{64, 64}));
   EXPECT_EQ(heads(DType::Q8_0, DType::F16, 64, Rotation::quantized), (std::pair<int64_t, int64_t>{64, 0}));
   EXPECT_EQ(heads(DType::Q8_0, kKvTq4, 64, Rotation::quantized), (std::pair<int64_t, int64_t>{64, 0}));
-  EXPECT_EQ(heads(DType::Q4_0, DType::Q4_0, 96, Rotation::quantized), (std::pair<int64_t, int64_t>{0, 0}));
+  // Not a multiple of 64: the largest power-of-two block dividing D, down to 16.
+  EXPECT_EQ(heads(DType::Q4_0, DType::Q4_0, 96, Rotation::quantized), (std::pair<int64_t, int64_t>{32, 32}));
+  EXPECT_EQ(heads(DType::Q4_0, DType::Q4_0, 80, Rotation::quantized), (std::pair<int64_t, int64_t>{16, 16}));
+  EXPECT_EQ(heads(DType::Q4_0, DType::Q4_0, 72, Rotation::quantized), (std::pair<int64_t, int64_t>{0, 0}));
   EXPECT_EQ(heads(DType::Q4_0, DType::Q4_0, 64, Rotation::off), (std::pair<int64_t, int64_t>{0, 0}));
   EXPECT_EQ(heads(DType::F16, kKvTq4, 64, Rotation::all), (std::pair<int64_t, int64_t>{64, 0}));
 }
