@@ -16,6 +16,7 @@
 #include "kvcodec/kvcodec.h"
 #include "memory/kv_cache.h"
 #include "models/model.h"
+#include "runtime/parity.h"
 #include "runtime/session.h"
 #include "test_util.h"
 
@@ -149,7 +150,7 @@ TEST(KvRotation, PolicyRotatesOnlyBlockQuantizedSidesWithWholeBlocks) {
     o.type_v = v;
     o.n_ctx = 8;
     o.auto_asymmetric = false;
-    KvCache kv(KvGeometry{1, 4, 2, D, D}, o);
+    KvCache kv(KvGeometry{1, 4, 4, D, D}, o);  // rows of 4·D: whole q4_0 blocks for every D below
     return std::pair{kv.k_rotation().block, kv.v_rotation().block};
   };
   EXPECT_EQ(heads(DType::Q4_0, DType::Q8_0, 64, Rotation::quantized), (std::pair<int64_t, int64_t>{64, 64}));
@@ -249,6 +250,39 @@ TEST(KvRotation, ModelLogitsUnchangedWithUnquantizedCache) {
   double max_diff = 0;
   for (size_t i = 0; i < base.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(base[i] - rot[i])));
   EXPECT_LT(max_diff, 1e-4);
+}
+
+// The whole model, ref vs cpu, over rotated block-quantized caches (stories260K, blocks of 8):
+// every named intermediate within the parity tolerance of the cache type, as unrotated.
+TEST(KvRotation, ModelParityWithRotatedCaches) {
+  SLUICE_REQUIRE_SHARED();
+  auto model = Model::load(test::shared_dir() + "/models/stories260K.gguf");
+  auto ref = make_backend("ref", 1), cpu = make_backend("cpu", 2);
+  const std::vector<int32_t> ids = {1, 403, 407, 261, 124, 300, 101, 338, 280, 117};
+  for (DType t : {DType::Q8_0, DType::Q4_0}) {
+    KvCacheOptions kv = cache(t, Rotation::quantized);
+    kv.n_ctx = 32;
+    kv.rotation_block = 8;
+    const ParityReport rep = run_parity(*model, *ref, *model, *cpu, ids, 4, kv);
+    const ParityEntry* e = rep.first_divergence();
+    EXPECT_EQ(e, nullptr) << kv_type_name(t) << ": " << (e ? e->name : "") << " layer " << (e ? e->layer : 0)
+                          << " nmse " << (e ? e->nmse : 0);
+  }
+}
+
+// --no-kv-rotation parses on run, bench and perplexity.
+TEST(KvRotation, CliTakesNoKvRotation) {
+  SLUICE_REQUIRE_SHARED();
+  const std::string cli = SLUICE_CLI_PATH, m = test::shared_dir() + "/models/stories260K.gguf";
+  for (const std::string& args :
+       {" run -m " + m + " -p Hello -n 2 --temp 0 --cache-type q4_0 --no-kv-rotation",
+        " bench -m " + m + " -p 0 -n 2 -r 1 -t 1 --membw-mib 8 --cache-type q4_0 --no-kv-rotation",
+        " perplexity -m " + m + " -f " + test::shared_dir() +
+            "/corpus/stories-sampled.txt --ctx 64 --chunks 1 -t 1 --cache-type q4_0 --no-kv-rotation"}) {
+    int st = 0;
+    const std::string out = test::run_command(cli + args + " 2>&1", &st);
+    EXPECT_EQ(st, 0) << args << "\n" << out;
+  }
 }
 
 }  // namespace
