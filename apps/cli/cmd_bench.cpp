@@ -27,6 +27,9 @@ CommandRunner add_bench_command(CLI::App& app) {
                 "a single value pairs with all")
       ->delimiter(',');
   b->add_flag("--no-auto-asymmetric", args->no_auto_asym, "keep K below 8 bits even when GQA >= 6");
+  b->add_flag(
+      "--no-kv-rotation", args->no_kv_rotation,
+      "store q8_0/q4_0 K/V unrotated (default: Hadamard-rotated in blocks of 64, or of the largest power of two >= 16 dividing the head dim)");
   b->add_option("-d,--depth", args->depths,
                 "positions already in the KV cache when each test starts, comma separated (llama-bench's @ dN); they "
                 "hold SYNTHETIC K/V rows (Gaussian, written through the cache codecs), not a prefill")

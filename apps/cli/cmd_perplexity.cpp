@@ -22,7 +22,7 @@ struct PerplexityArgs {
   std::string model, text_file, backend = "cpu", cache_type = "f16", cache_type_k, cache_type_v, kld_base, kld;
   int threads = 0;
   int64_t ctx = 512, chunks = -1;
-  bool no_auto_asymmetric = false;
+  bool no_auto_asymmetric = false, no_kv_rotation = false;
 };
 
 DType cache_type(const std::string& s) {
@@ -54,16 +54,18 @@ int run(const PerplexityArgs& a) {
   o.kv.type_k = cache_type(a.cache_type_k.empty() ? a.cache_type : a.cache_type_k);
   o.kv.type_v = cache_type(a.cache_type_v.empty() ? a.cache_type : a.cache_type_v);
   o.kv.auto_asymmetric = !a.no_auto_asymmetric;
+  if (a.no_kv_rotation) o.kv.rotation = KvCacheOptions::Rotation::off;
   o.kld_base_out = a.kld_base;
   o.kld_in = a.kld;
   std::fprintf(stderr, "perplexity: %s (%s), backend %s, %d threads, %zu tokens\n", a.model.c_str(),
                model->hparams().arch.c_str(), std::string(be->name()).c_str(), be->n_threads(), tokens.size());
   const PerplexityResult r = perplexity_run(*model, *be, tokens, o, stdout);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("kv cache: K %s, V %s, %zu bytes/token (all layers), ctx %lld, %lld chunks, %lld tokens scored, %.1f s\n",
-              std::string(kv_type_name(r.type_k)).c_str(), std::string(kv_type_name(r.type_v)).c_str(),
-              r.kv_bytes_per_token, static_cast<long long>(r.n_ctx), static_cast<long long>(r.n_chunks),
-              static_cast<long long>(r.count), secs);
+  std::printf(
+      "kv cache: K %s%s, V %s%s, %zu bytes/token (all layers), ctx %lld, %lld chunks, %lld tokens scored, %.1f s\n",
+      std::string(kv_type_name(r.type_k)).c_str(), r.rotated_k ? " (rotated)" : "",
+      std::string(kv_type_name(r.type_v)).c_str(), r.rotated_v ? " (rotated)" : "", r.kv_bytes_per_token,
+      static_cast<long long>(r.n_ctx), static_cast<long long>(r.n_chunks), static_cast<long long>(r.count), secs);
   std::printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
   if (r.has_kld) std::printf("\n%s", format_kld_report(r.kld).c_str());
   return 0;
@@ -89,6 +91,9 @@ CommandRunner add_perplexity_command(CLI::App& app) {
   cmd->add_option("--cache-type-k", a->cache_type_k, "K cache type: " + std::string(kv_type_names()));
   cmd->add_option("--cache-type-v", a->cache_type_v, "V cache type: " + std::string(kv_type_names()));
   cmd->add_flag("--no-auto-asymmetric", a->no_auto_asymmetric, "keep a K type below 8 bits even with GQA >= 6");
+  cmd->add_flag(
+      "--no-kv-rotation", a->no_kv_rotation,
+      "store q8_0/q4_0 K/V unrotated (default: Hadamard-rotated in blocks of 64, or of the largest power of two >= 16 dividing the head dim)");
   cmd->add_option("--kld-base", a->kld_base, "write the base log-probs to FILE");
   cmd->add_option("--kld", a->kld, "compare against the base log-probs in FILE");
   return [a] { return run(*a); };

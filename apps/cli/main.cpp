@@ -71,7 +71,7 @@ struct CommonOpts {
   int threads = 0;
   int64_t ctx = 0;
   std::string cache_type = "f16", cache_type_k, cache_type_v;  // -k/-v override the shorthand
-  bool no_auto_asymmetric = false;
+  bool no_auto_asymmetric = false, no_kv_rotation = false;
   // Where the experts live (memory/expert_store.h).
   std::string experts = "resident";
   std::string expert_cache = "4G";
@@ -96,6 +96,9 @@ struct CommonOpts {
     app->add_option("--cache-type-k", cache_type_k, "K cache type: " + std::string(kv_type_names()));
     app->add_option("--cache-type-v", cache_type_v, "V cache type: " + std::string(kv_type_names()));
     app->add_flag("--no-auto-asymmetric", no_auto_asymmetric, "keep a K type below 8 bits even with GQA >= 6");
+    app->add_flag(
+        "--no-kv-rotation", no_kv_rotation,
+        "store q8_0/q4_0 K/V unrotated (default: Hadamard-rotated in blocks of 64, or of the largest power of two >= 16 dividing the head dim)");
     app->add_option("--experts", experts, "where experts live: resident | mmap (page cache) | stream (bounded cache)")
         ->capture_default_str();
     app->add_option(
@@ -176,6 +179,7 @@ struct CommonOpts {
     o.type_k = *parse_cache_type(cache_type_k.empty() ? cache_type : cache_type_k);
     o.type_v = *parse_cache_type(cache_type_v.empty() ? cache_type : cache_type_v);
     o.auto_asymmetric = !no_auto_asymmetric;
+    if (no_kv_rotation) o.rotation = KvCacheOptions::Rotation::off;
     return o;
   }
 };

@@ -23,7 +23,8 @@ enum class RopeMode {
   neox,    // rotate pairs (i, i + n_rot/2): qwen3, qwen3moe, olmoe
 };
 
-class TqCodec;  // kvcodec/kvcodec.h
+class TqCodec;      // kvcodec/kvcodec.h
+struct KvRotation;  // kvcodec/kvcodec.h
 
 struct AttentionArgs {
   const float* q = nullptr;  // [T][H][Dk]
@@ -143,6 +144,11 @@ class Backend {
   virtual void store_row(const float* src, DType t, void* dst, int64_t n) = 0;
   // Causal multi-head attention with GQA (query head h uses KV head h / (H/Hkv)) over the cache.
   virtual void attention(const AttentionArgs& a) = 0;
+  // The KV cache's Hadamard rotation (kvcodec.h KvRotation), x [n] in place: each r.block
+  // elements -> R·x, or R^T·x when inverse (memory/kv_cache: K and V rows before they are
+  // stored, the queries before attention, the output after). The default is kvcodec's
+  // kv_rotate_ref (double); an override agrees with it to float32 rounding, not bit for bit.
+  virtual void kv_rotate(const KvRotation& r, float* x, int64_t n, bool inverse);
 
   // The MoE FFN of ONE token (decode): out[n_embd] = Σ_j e_j.weight · down_j(silu(gate_j·x) ⊙
   // up_j·x), summed in the order given: out starts at 0 and gets one float32 `+= weight·y_j`

@@ -1,5 +1,6 @@
 // backends/host_ops: the default data-movement and routing ops of Backend (backend.h) — plain
-// host code, the twin every override is held to. Routing follows llama.cpp's build_moe_ffn:
+// host code, the twin every override is held to — and the default KV rotation (kvcodec's
+// reference, which the cuda backend runs on its host-side activations as they are). Routing follows llama.cpp's build_moe_ffn:
 // gating in float32, group-limited selection, top-k by score with ties to the lower id, the
 // chosen probabilities renormalised and scaled as the model says.
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "backends/backend.h"
 #include "core/error.h"
+#include "kvcodec/kvcodec.h"
 
 namespace sluice {
 
@@ -30,6 +32,8 @@ void Backend::add_rows_weighted(const float* y, int64_t width, const int64_t* id
     for (int64_t c = 0; c < width; ++c) o[c] += wi * yi[c];
   }
 }
+
+void Backend::kv_rotate(const KvRotation& r, float* x, int64_t n, bool inverse) { kv_rotate_ref(r, x, n, inverse); }
 
 void Backend::fill(float* x, int64_t n, float v) { std::fill(x, x + n, v); }
 

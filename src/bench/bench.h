@@ -117,6 +117,7 @@ class CountingBackend final : public Backend {
                    float* beta, int64_t n_tok, int64_t n) override;
   void sigmoid_mul(const float* x, const float* gate, float* out, int64_t n) override;
   void sigmoid(const float* x, float* out, int64_t n) override;
+  void kv_rotate(const KvRotation& r, float* x, int64_t n, bool inverse) override { in_.kv_rotate(r, x, n, inverse); }
   void moe_route(const MoeOptions& opt, const float* logits, float* probs, int64_t n_tok, const float* bias,
                  int32_t* experts, float* weights) override {
     in_.moe_route(opt, logits, probs, n_tok, bias, experts, weights);

@@ -239,10 +239,12 @@ int run_bench(const BenchArgs& a) {
         kv.type_k = cp.k;
         kv.type_v = cp.v;
         kv.auto_asymmetric = !a.no_auto_asym;
+        if (a.no_kv_rotation) kv.rotation = KvCacheOptions::Rotation::off;
         Session s(*model, be, kv);
         // The types after the cache policy (auto-asymmetric K, fallbacks), as they ran.
         const DType tk = s.kv_cache().type_k(), tv = s.kv_cache().type_v();
-        const std::string cache = cache_label(tk, tv);
+        const bool rot = s.kv_cache().k_rotation().on() || s.kv_cache().v_rotation().on();
+        const std::string cache = cache_label(tk, tv) + (rot ? " rot" : "");
         if (max_depth > 0) {
           std::fprintf(stderr, "bench: %d threads, cache %s: writing %lld synthetic positions x %lld layers\n", t,
                        cache.c_str(), static_cast<long long>(max_depth), static_cast<long long>(hp.n_layer));

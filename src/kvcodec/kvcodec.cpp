@@ -147,6 +147,34 @@ const std::vector<double>& lloyd_max_gaussian(int bits) {
 void fwht(float* x, int64_t n) { fwht_impl(x, n); }
 void fwht(double* x, int64_t n) { fwht_impl(x, n); }
 
+KvRotation kv_rotation_make(int64_t block, uint64_t seed) {
+  if (!is_pow2(block) || block < 2) fail("kv rotation: block must be a power of two >= 2, got ", block);
+  KvRotation r;
+  r.block = block;
+  if (seed != 0) {
+    uint64_t s = seed;
+    r.signs.resize(static_cast<size_t>(block));
+    for (auto& v : r.signs) v = (splitmix64(s) >> 63) ? -1.0f : 1.0f;
+  }
+  return r;
+}
+
+void kv_rotate_ref(const KvRotation& r, float* x, int64_t n, bool inverse) {
+  if (!r.on()) return;
+  const int64_t B = r.block;
+  if (n % B != 0) fail("kv rotation: ", n, " elements are not whole blocks of ", B);
+  const bool has_signs = !r.signs.empty();
+  const double k = 1.0 / std::sqrt(static_cast<double>(B));
+  std::vector<double> y(static_cast<size_t>(B));
+  for (int64_t b = 0; b < n; b += B) {
+    float* xb = x + b;
+    // R = H·diag(s)/sqrt(B): signs first; R^T = diag(s)·H/sqrt(B): signs last.
+    for (int64_t i = 0; i < B; ++i) y[i] = static_cast<double>(xb[i]) * (has_signs && !inverse ? r.signs[i] : 1.0f);
+    fwht(y.data(), B);
+    for (int64_t i = 0; i < B; ++i) xb[i] = static_cast<float>(y[i] * k * (has_signs && inverse ? r.signs[i] : 1.0f));
+  }
+}
+
 TqCodec::TqCodec(int bits, int64_t n_head, int64_t head_dim, uint64_t seed)
     : bits_(bits), n_head_(n_head), head_dim_(head_dim), seed_(seed) {
   if (bits != 2 && bits != 3 && bits != 4 && bits != 8) fail("tq codec: bits must be 2, 3, 4 or 8, got ", bits);

@@ -18,6 +18,16 @@
 //      so the decoded vector γ·R^T·c has exactly the original L2 norm (up to fp16 rounding).
 //   Storage per head: γ (fp16, 2 bytes) then D·N bits of indices, packed LSB-first (index i
 //   in bits [i·N, i·N+N) of the little-endian stream): 4.125 bits/element at D = 128 for tq4.
+//
+// KvRotation: the Hadamard rotation of the block-quantized sides (q8_0, q4_0), as llama.cpp
+// applies it since ggml-org/llama.cpp#21038 (Q, K and V rotated by a 64-point normalized
+// Hadamard matrix when the head dim is a multiple of 64, the attention output rotated back).
+// A head's blocks of n elements (n a power of two) become R·x, R = H_n·diag(s)/sqrt(n), with
+// s = 1 (the plain, symmetric Hadamard: R = R^T = R^-1) or a fixed random ±1 vector. R is
+// orthonormal, so q·k = (Rq)·(Rk) and Σ_p w_p·v_p = R^T·Σ_p w_p·(R·v_p): attention runs over
+// the rotated cache unchanged once the query is rotated and the output rotated back. Why: a
+// q4_0/q8_0 block's scale is set by its largest element, so one outlier channel costs its
+// whole block precision; the rotation spreads that channel's energy over n coordinates.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -65,6 +75,20 @@ const std::vector<double>& lloyd_max_gaussian(int bits);
 // In-place unnormalized fast Walsh-Hadamard transform (n a power of two): x = H_n·x.
 void fwht(float* x, int64_t n);
 void fwht(double* x, int64_t n);
+
+// The rotation of one cache side (K or V); block 0 = none.
+struct KvRotation {
+  int64_t block = 0;         // elements per Hadamard block, a power of two (0: no rotation)
+  std::vector<float> signs;  // s: `block` values ±1; empty for the plain Hadamard (s = 1)
+  bool on() const { return block > 0; }
+  bool operator==(const KvRotation&) const = default;
+};
+// A rotation of `block` elements (a power of two >= 2); seed 0 gives the plain Hadamard,
+// any other seed a fixed random sign vector from it (splitmix64, as TqCodec's).
+KvRotation kv_rotation_make(int64_t block, uint64_t seed);
+// Reference rotation, the oracle of Backend::kv_rotate: x [n] in place (n a multiple of
+// r.block), every block -> R·x, or R^T·x when inverse; the transform runs in double.
+void kv_rotate_ref(const KvRotation& r, float* x, int64_t n, bool inverse);
 
 // The rotated-codebook codec of one cache (K or V): row geometry, rotation, codebook.
 class TqCodec {

@@ -29,6 +29,19 @@ DType fit_type(DType t, const char* side, int64_t n_head_kv, int64_t D, std::vec
   return t;
 }
 
+// The rotation of one side of type t with heads of D elements (the header's policy).
+KvRotation rotation_for(const KvCacheOptions& opt, DType t, int64_t D, uint64_t seed) {
+  using R = KvCacheOptions::Rotation;
+  const bool wanted = opt.rotation == R::all         ? !kv_type_is_tq(t)
+                      : opt.rotation == R::quantized ? (t == DType::Q8_0 || t == DType::Q4_0)
+                                                     : false;
+  if (!wanted || opt.rotation_block <= 0 || D <= 0) return {};
+  int64_t b = opt.rotation_block;  // the largest power of two <= rotation_block dividing D
+  while (b > 1 && D % b != 0) b /= 2;
+  if (D % b != 0 || b < std::min<int64_t>(16, opt.rotation_block)) return {};
+  return kv_rotation_make(b, opt.rotation_signs ? seed : 0);
+}
+
 }  // namespace
 
 KvCacheOptions kv_cache_resolve(const KvCacheOptions& opt, const KvGeometry& g, std::vector<std::string>* notes) {
@@ -75,6 +88,8 @@ void KvCache::init(const KvGeometry& g, const KvCacheOptions& opt) {
   if (const int b = kv_type_tq_bits(type_k_)) k_tq_ = std::make_unique<TqCodec>(b, g.n_head_kv, g.head_dim_k, opt.seed);
   if (const int b = kv_type_tq_bits(type_v_))
     v_tq_ = std::make_unique<TqCodec>(b, g.n_head_kv, g.head_dim_v, opt.seed + 1);
+  k_rot_ = rotation_for(opt, type_k_, g.head_dim_k, opt.seed + 2);
+  v_rot_ = rotation_for(opt, type_v_, g.head_dim_v, opt.seed + 3);
   k_row_bytes_ = kv_type_row_bytes(type_k_, g.n_head_kv, g.head_dim_k);
   v_row_bytes_ = kv_type_row_bytes(type_v_, g.n_head_kv, g.head_dim_v);
   for (int64_t l = 0; l < g.n_layer; ++l) {
@@ -99,7 +114,7 @@ void KvCache::reserve(int64_t n_pos) {
 
 void KvCache::copy_prefix(const KvCache& src, int64_t n_pos) {
   if (src.k_.size() != k_.size() || src.k_row_bytes_ != k_row_bytes_ || src.v_row_bytes_ != v_row_bytes_ ||
-      src.type_k_ != type_k_ || src.type_v_ != type_v_)
+      src.type_k_ != type_k_ || src.type_v_ != type_v_ || !(src.k_rot_ == k_rot_) || !(src.v_rot_ == v_rot_))
     fail("kv cache: copy between caches of different geometry or types");
   if (n_pos > src.capacity_) fail("kv cache: copy of ", n_pos, " rows from a cache holding ", src.capacity_);
   reserve(n_pos);
@@ -114,14 +129,36 @@ size_t KvCache::bytes() const { return (k_row_bytes_ + v_row_bytes_) * static_ca
 void KvCache::store(Backend& be, int64_t layer, int64_t pos, const float* k, const float* v) {
   if (pos < 0 || pos >= n_ctx_) fail("kv cache: position ", pos, " outside the context of ", n_ctx_);
   if (pos >= capacity_) reserve(pos + 1);
+  const int64_t wk = geo_.n_head_kv * geo_.head_dim_k, wv = geo_.n_head_kv * geo_.head_dim_v;
+  if (k_rot_.on()) {
+    rot_buf_.assign(k, k + wk);
+    be.kv_rotate(k_rot_, rot_buf_.data(), wk, /*inverse=*/false);
+    k = rot_buf_.data();
+  }
   if (k_tq_)
     k_tq_->encode_row(k, k_row(layer, pos));
   else
-    be.store_row(k, type_k_, k_row(layer, pos), geo_.n_head_kv * geo_.head_dim_k);
+    be.store_row(k, type_k_, k_row(layer, pos), wk);
+  if (v_rot_.on()) {
+    rot_buf_.assign(v, v + wv);
+    be.kv_rotate(v_rot_, rot_buf_.data(), wv, /*inverse=*/false);
+    v = rot_buf_.data();
+  }
   if (v_tq_)
     v_tq_->encode_row(v, v_row(layer, pos));
   else
-    be.store_row(v, type_v_, v_row(layer, pos), geo_.n_head_kv * geo_.head_dim_v);
+    be.store_row(v, type_v_, v_row(layer, pos), wv);
+}
+
+const float* KvCache::query_for_cache(Backend& be, const float* q, int64_t n, std::vector<float>* buf) const {
+  if (!k_rot_.on()) return q;
+  buf->assign(q, q + n);
+  be.kv_rotate(k_rot_, buf->data(), n, /*inverse=*/false);
+  return buf->data();
+}
+
+void KvCache::output_from_cache(Backend& be, float* out, int64_t n) const {
+  if (v_rot_.on()) be.kv_rotate(v_rot_, out, n, /*inverse=*/true);
 }
 
 AttentionArgs KvCache::attention_args(int64_t layer) const {

@@ -12,7 +12,9 @@ void attend_batch(Backend& be, Memory& mem, const std::vector<BatchRun>& runs, i
     for (int64_t t = 0; t < r.n; ++t)
       kv.store(be, slot, r.pos0 + t, k + (r.first + t) * Hkv * Dk, v + (r.first + t) * Hkv * Dv);
     AttentionArgs aa = kv.attention_args(slot);  // cache pointers, types, strides, codecs
-    aa.q = q + r.first * H * Dk;
+    // Queries into the K cache's rotated space, the output back from V's (memory/kv_cache.h).
+    std::vector<float> q_rot;
+    aa.q = kv.query_for_cache(be, q + r.first * H * Dk, r.n * H * Dk, &q_rot);
     aa.out = out + r.first * H * Dv;
     aa.n_tok = r.n;
     aa.n_head = H;
@@ -23,6 +25,7 @@ void attend_batch(Backend& be, Memory& mem, const std::vector<BatchRun>& runs, i
     aa.pos0 = r.pos0;
     aa.scale = sh.scale;
     be.attention(aa);
+    kv.output_from_cache(be, aa.out, r.n * H * Dv);
   }
 }
 

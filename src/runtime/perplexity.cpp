@@ -177,6 +177,8 @@ PerplexityResult perplexity_run(const Model& model, Backend& be, const std::vect
   Session s(model, be, kvo);
   r.kv_bytes_per_token = s.kv_cache().bytes_per_token();
   r.type_k = s.kv_cache().type_k();
+  r.rotated_k = s.kv_cache().k_rotation().on();
+  r.rotated_v = s.kv_cache().v_rotation().on();
   r.type_v = s.kv_cache().type_v();
   r.n_ctx = n_ctx;
   r.n_chunks = n_chunk;

@@ -49,6 +49,7 @@ struct PerplexityResult {
   KldStats kld;
   size_t kv_bytes_per_token = 0;
   DType type_k = DType::F16, type_v = DType::F16;  // the codecs the cache really used
+  bool rotated_k = false, rotated_v = false;       // stored Hadamard-rotated (memory/kv_cache.h)
 };
 
 // Runs the method above. tokens: the tokenized text (ignored when opt.kld_in is set). Progress

@@ -46,6 +46,10 @@ struct AttnKvOps {
 struct AttnKernels {
   const char* name;  // "generic", "avx2", "avx512"
   AttnKvOps f16, q8_0, q4_0, tq2, tq3, tq4, tq8;
+  // Backend::kv_rotate: x [n] in place, each block of B elements (a power of two) -> R·x with
+  // R = H_B·diag(s)·scale, or R^T·x = diag(s)·H_B·x·scale when inverse (s null: all 1; scale
+  // = 1/sqrt(B)). The butterflies of kvcodec's fwht, same pairs in the same order, in float.
+  void (*rotate)(float* x, int64_t n, int64_t B, const float* s, bool inverse, float scale) = nullptr;
   // The ops for a KV type (kvcodec.h ids), or nullptr (f32: read in place by Kernels'
   // gemm_f32/axpy_rows_f32; bf16: decoded a head at a time).
   const AttnKvOps* get(DType t) const;

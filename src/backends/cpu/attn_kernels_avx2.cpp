@@ -26,6 +26,18 @@ struct Simd {
   static V set1(float a) { return _mm256_set1_ps(a); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, V a) { _mm256_storeu_ps(p, a); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  // Lanes i and i ^ L exchanged (L = 1, 2, 4): the in-vector butterfly partner.
+  template <int L>
+  static V swap(V a) {
+    static_assert(L == 1 || L == 2 || L == 4);
+    if constexpr (L == 1)
+      return _mm256_permute_ps(a, 0xB1);
+    else if constexpr (L == 2)
+      return _mm256_permute_ps(a, 0x4E);
+    else
+      return _mm256_permute2f128_ps(a, a, 0x01);
+  }
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }

@@ -31,6 +31,20 @@ struct Simd {
   static V set1(float a) { return _mm512_set1_ps(a); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, V a) { _mm512_storeu_ps(p, a); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  // Lanes i and i ^ L exchanged (L = 1, 2, 4, 8): the in-vector butterfly partner.
+  template <int L>
+  static V swap(V a) {
+    static_assert(L == 1 || L == 2 || L == 4 || L == 8);
+    if constexpr (L == 1)
+      return _mm512_permute_ps(a, 0xB1);
+    else if constexpr (L == 2)
+      return _mm512_permute_ps(a, 0x4E);
+    else if constexpr (L == 4)
+      return _mm512_shuffle_f32x4(a, a, 0xB1);
+    else
+      return _mm512_shuffle_f32x4(a, a, 0x4E);
+  }
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }

@@ -46,6 +46,17 @@ struct Simd {
     return r;
   }
   static void store(float* p, V a) { std::memcpy(p, a.v, sizeof a.v); }
+  // Lanes i and i ^ L exchanged (L a power of two < W): the in-vector butterfly partner.
+  template <int L>
+  static V swap(V a) {
+    V r;
+    for (int i = 0; i < W; ++i) r.v[i] = a.v[i ^ L];
+    return r;
+  }
+  static V add(V a, V b) {
+    for (int i = 0; i < W; ++i) a.v[i] += b.v[i];
+    return a;
+  }
   static V sub(V a, V b) {
     for (int i = 0; i < W; ++i) a.v[i] -= b.v[i];
     return a;

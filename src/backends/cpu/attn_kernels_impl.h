@@ -3,7 +3,8 @@
 // it has defined Simd (so this file includes nothing: the includer provides <cstring>,
 // <cstdint>, attn_kernels.h and quant/blocks.h).
 //
-// Simd provides: W (lanes), V, zero, set1, load, store, sub, mul, fma(a, b, c) = a·b + c,
+// Simd provides: W (lanes), V, zero, set1, load, store, add, sub, mul, swap<L> (lanes i and
+// i ^ L exchanged, L < W a power of two), fma(a, b, c) = a·b + c,
 // reduce_add (the same tree as that ISA's Kernels::dot_f32), reduce_n (out[k] =
 // reduce_add(a[k]) for kReduceN vectors at once, bit for bit; kReduceN 0: none), half
 // (fp16 -> float), load_f16
@@ -224,6 +225,63 @@ constexpr AttnKvOps attn_ops() {
   return {scores<F>, axpy<F>};
 }
 
+// One butterfly stage whose pairs (j, j + L) lie inside one vector: y = x·sgn + swap<L>(x)
+// with sgn = +1 on the lower lane of each pair and -1 on the upper, i.e. a + b and a - b,
+// each rounded once as the scalar butterfly rounds it (x·±1 is exact, fma rounds once).
+template <int L>
+inline void rotate_stage_in_vector(float* y, int64_t B) {
+  float sg[W];
+  for (int i = 0; i < W; ++i) sg[i] = (i & L) ? -1.0f : 1.0f;
+  const V sgn = Simd::load(sg);
+  for (int64_t j = 0; j < B; j += W) {
+    const V a = Simd::load(y + j);
+    Simd::store(y + j, Simd::fma(a, sgn, Simd::template swap<L>(a)));
+  }
+}
+
+// Stages L, 2L, ... < W.
+template <int L>
+inline void rotate_stages_in_vector(float* y, int64_t B) {
+  if constexpr (L < W) {
+    rotate_stage_in_vector<L>(y, B);
+    rotate_stages_in_vector<2 * L>(y, B);
+  }
+}
+
+// attn_kernels.h's rotate. Blocks of at least W elements run on whole vectors: the first
+// log2(W) stages (pairs inside one vector) with lane swaps, the rest on vector pairs; smaller
+// blocks element by element.
+void rotate(float* x, int64_t n, int64_t B, const float* s, bool inverse, float scale) {
+  for (int64_t b0 = 0; b0 < n; b0 += B) {
+    float* y = x + b0;
+    if (s && !inverse)
+      for (int64_t i = 0; i < B; ++i) y[i] *= s[i];
+    int64_t len = 1;
+    if (B >= W) {
+      rotate_stages_in_vector<1>(y, B);
+      len = W;
+    }
+    for (; len < B && len < W; len *= 2)
+      for (int64_t i = 0; i < B; i += 2 * len)
+        for (int64_t j = i; j < i + len; ++j) {
+          const float a = y[j], c = y[j + len];
+          y[j] = a + c;
+          y[j + len] = a - c;
+        }
+    for (; len < B; len *= 2)  // len is a multiple of W here
+      for (int64_t i = 0; i < B; i += 2 * len)
+        for (int64_t j = i; j < i + len; j += W) {
+          const V a = Simd::load(y + j), c = Simd::load(y + j + len);
+          Simd::store(y + j, Simd::add(a, c));
+          Simd::store(y + j + len, Simd::sub(a, c));
+        }
+    int64_t i = 0;
+    if (!(s && inverse))
+      for (const V k = Simd::set1(scale); i + W <= B; i += W) Simd::store(y + i, Simd::mul(Simd::load(y + i), k));
+    for (; i < B; ++i) y[i] *= s && inverse ? scale * s[i] : scale;
+  }
+}
+
 // constexpr: constant-initialized, so no start-up code runs with this file's ISA flags.
 constexpr AttnKernels kAttnTable = {
     .name = kAttnName,
@@ -234,4 +292,5 @@ constexpr AttnKernels kAttnTable = {
     .tq3 = attn_ops<FmtTq<3>>(),
     .tq4 = attn_ops<FmtTq<4>>(),
     .tq8 = attn_ops<FmtTq<8>>(),
+    .rotate = rotate,
 };

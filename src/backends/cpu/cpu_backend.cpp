@@ -16,10 +16,12 @@
 #include <vector>
 
 #include "backends/cpu/attention.h"
+#include "backends/cpu/attn_kernels.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/linear_attn.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kvcodec/kvcodec.h"
 #include "quant/quant.h"
 
 namespace sluice {
@@ -414,6 +416,13 @@ class CpuBackend final : public Backend {
 
   // Lives in backends/cpu/attention.cpp (KV codecs, split-KV).
   void attention(const AttentionArgs& a) override { cpu::attention(k_, pool_, kMinParallelWork, a); }
+  // A few heads per token (K, V, the queries, the output): one thread, no pool wake.
+  void kv_rotate(const KvRotation& r, float* x, int64_t n, bool inverse) override {
+    if (!r.on()) return;
+    if (n % r.block != 0) fail("kv rotation: ", n, " elements are not whole blocks of ", r.block);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(r.block));
+    cpu::attn_kernels_for(k_.isa).rotate(x, n, r.block, r.signs.empty() ? nullptr : r.signs.data(), inverse, scale);
+  }
 
   void delta_rule(const DeltaRuleArgs& a) override { cpu::delta_rule(k_, pool_, kMinParallelWork, a); }
   void conv1d_causal(const float* x, const float* w, float* state, float* out, int64_t n_tok, int64_t n_ch,
