@@ -9,12 +9,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "backends/backend.h"
+#include "format/gguf.h"
 #include "kernels/kernel_test_util.h"
 #include "memory/memory.h"
 #include "models/kimi_linear.h"
@@ -73,6 +75,31 @@ TEST(KimiLinear, MemoryLayoutHasStatesForKdaAndRowsForMla) {
   Memory mem(lay, MemoryOptions{.kv = KvCacheOptions{.n_ctx = 16}});
   EXPECT_EQ(mem.kv_slot(3), 0);
   EXPECT_EQ(mem.kv_slot(0), -1);
+}
+
+// What llama.cpp's converter and quantizer may also write: no attention.value_length (the
+// latent value rows are then kv_lora wide), conv taps without the trailing 1 ([K, 1, I]) and
+// ssm_a as [1, H]. Same numbers, so the same logits bit for bit.
+TEST(KimiLinear, ConverterVariantsGiveTheSameLogits) {
+  GgufFile in(kGolden + "/model.gguf");
+  GgufWriter w;
+  for (const auto& [k, v] : in.metadata())
+    if (k != "kimi-linear.attention.value_length") w.set(k, v);
+  for (const auto& t : in.tensors()) {
+    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+    if (t.name.find("ssm_conv1d") != std::string::npos || t.name.find("ssm_a") != std::string::npos) ne.pop_back();
+    if (t.name.find("ssm_a") != std::string::npos) ne.pop_back();
+    w.add_tensor(t.name, t.type, ne, t.data, t.nbytes);
+  }
+  const std::string path = (std::filesystem::temp_directory_path() / "sluice_kimi_linear_variant.gguf").string();
+  w.write(path);
+  auto a = Model::load(kGolden + "/model.gguf");
+  auto b = Model::load(path);
+  EXPECT_EQ(b->hparams().head_dim_v, 64);
+  auto be = make_backend("cpu", 2);
+  Session sa(*a, *be, KvCacheOptions{.n_ctx = 64}), sb(*b, *be, KvCacheOptions{.n_ctx = 64});
+  EXPECT_EQ(eval_all(sa, kPromptIds), eval_all(sb, kPromptIds));
+  std::filesystem::remove(path);
 }
 
 class KimiLinearBatch : public ::testing::TestWithParam<std::string> {};
