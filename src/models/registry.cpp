@@ -7,16 +7,17 @@
 namespace sluice {
 
 // Each module's entries, defined in its own file.
-std::span<const Arch> llama_like_archs();  // models/llama_like.cpp
-std::span<const Arch> deepseek2_archs();   // models/deepseek2.cpp
-std::span<const Arch> qwen35_archs();      // models/qwen35.cpp
+std::span<const Arch> llama_like_archs();   // models/llama_like.cpp
+std::span<const Arch> deepseek2_archs();    // models/deepseek2.cpp
+std::span<const Arch> qwen35_archs();       // models/qwen35.cpp
+std::span<const Arch> kimi_linear_archs();  // models/kimi_linear.cpp
 
 namespace {
 
 const std::vector<const Arch*>& registry() {
   static const std::vector<const Arch*> all = [] {
     std::vector<const Arch*> v;
-    for (auto module : {llama_like_archs, deepseek2_archs, qwen35_archs})
+    for (auto module : {llama_like_archs, deepseek2_archs, qwen35_archs, kimi_linear_archs})
       for (const Arch& a : module()) v.push_back(&a);
     return v;
   }();

@@ -53,7 +53,7 @@ void write_hparams(GgufWriter& w, const SynthShape& s) {
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
   w.set_f32(a + "rope.freq_base", s.rope_base);
   if (mla) {
-    // The MLA cache holds one latent "head" per token (see models/model.h, MlaHparams).
+    // The MLA cache holds one latent "head" per token (see models/mla.h, MlaHparams).
     u32("attention.head_count_kv", 1);
     u32("attention.key_length", s.kv_lora_rank + s.qk_rope);
     u32("attention.value_length", s.kv_lora_rank);
