@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """check_gguf_llamacpp: reads a GGUF with gguf-py (llama.cpp's own Python reader, PyPI `gguf`)
 and checks it against what llama.cpp's loader expects for the architectures `sluice synth`
-writes (llama with or without experts, qwen3, qwen3moe, olmoe, deepseek2, qwen35moe):
+writes (llama with or without experts, qwen3, qwen3moe, olmoe, deepseek2, qwen35moe, qwen3next):
 
   * metadata value types exactly as llama_model_loader::get_key accepts them: u32 for counts
     and lengths, f32 for eps / freq_base / expert_weights_scale, bool for expert_weights_norm;
@@ -94,15 +94,16 @@ class Checker:
 
         required = ["context_length", "embedding_length", "block_count", "attention.head_count",
                     "attention.layer_norm_rms_epsilon", "feed_forward_length"]
-        if arch not in ("llama", "qwen3", "qwen3moe", "olmoe", "deepseek2", "qwen35moe"):
+        if arch not in ("llama", "qwen3", "qwen3moe", "olmoe", "deepseek2", "qwen35moe", "qwen3next"):
             self.err(f"architecture {arch} is not one synth writes")
             return self.errors
         n_layer = self.val(a + "block_count", 0)
-        if arch in ("qwen3moe", "olmoe", "deepseek2", "qwen35moe"):
+        if arch in ("qwen3moe", "olmoe", "deepseek2", "qwen35moe", "qwen3next"):
             required += ["expert_count", "expert_used_count"]
-        if arch == "qwen35moe":
-            required += ["ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank", "ssm.group_count",
-                         "rope.dimension_sections"]
+        if arch in ("qwen35moe", "qwen3next"):
+            required += ["ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank", "ssm.group_count"]
+        if arch == "qwen35moe":  # llama.cpp's qwen3next reads no sections (plain NEOX RoPE)
+            required += ["rope.dimension_sections"]
         if arch == "deepseek2":
             required += ["attention.kv_lora_rank", "expert_feed_forward_length", "expert_shared_count",
                          "attention.key_length_mla", "attention.value_length_mla", "expert_gating_func"]
@@ -135,8 +136,8 @@ class Checker:
         for l in range(L):
             p = f"blk.{l}."
             exp[p + "attn_norm.weight"] = (E,)
-            if arch == "qwen35moe":
-                self.expected_qwen35moe_layer(exp, a, l, E, H, Hkv, n_exp)
+            if arch in ("qwen35moe", "qwen3next"):
+                self.expected_qwen35moe_layer(exp, a, l, E, H, Hkv, n_exp, fused_ba=arch == "qwen3next")
                 continue
             exp[p + "ffn_norm.weight"] = (E,)
             if arch == "deepseek2":
@@ -201,8 +202,10 @@ class Checker:
                 exp[p + "ffn_down.weight"] = (n_ff, E)
         return exp
 
-    def expected_qwen35moe_layer(self, exp, a, l, E, H, Hkv, n_exp):
+    def expected_qwen35moe_layer(self, exp, a, l, E, H, Hkv, n_exp, fused_ba=False):
         # create_tensors, LLM_ARCH_QWEN35MOE: recurrent_layer_arr[l] = (l + 1) % full_attention_interval != 0.
+        # LLM_ARCH_QWEN3NEXT (src/models/qwen3next.cpp): the same, but ssm_ba {n_embd, 2 * ssm_dt_rank}
+        # for ssm_beta + ssm_alpha.
         g = lambda k, d=None: self.val(a + k, d)
         p = f"blk.{l}."
         exp[p + "post_attention_norm.weight"] = (E,)
@@ -217,14 +220,19 @@ class Checker:
             exp[p + "attn_k_norm.weight"] = (hk,)
         else:
             dk, inner, hv_n, hk_n = g("ssm.state_size"), g("ssm.inner_size"), g("ssm.time_step_rank"), g("ssm.group_count")
+            if fused_ba:  # qwen3next's loader takes the value head dim from ssm.state_size, not inner_size
+                inner = dk * hv_n
             conv_dim = 2 * dk * hk_n + inner
             exp[p + "attn_qkv.weight"] = (E, conv_dim)
             exp[p + "attn_gate.weight"] = (E, inner)
             exp[p + "ssm_conv1d.weight"] = (g("ssm.conv_kernel"), conv_dim)
             exp[p + "ssm_dt.bias"] = (hv_n,)
             exp[p + "ssm_a"] = (hv_n,)
-            exp[p + "ssm_beta.weight"] = (E, hv_n)
-            exp[p + "ssm_alpha.weight"] = (E, hv_n)
+            if fused_ba:
+                exp[p + "ssm_ba.weight"] = (E, 2 * hv_n)
+            else:
+                exp[p + "ssm_beta.weight"] = (E, hv_n)
+                exp[p + "ssm_alpha.weight"] = (E, hv_n)
             exp[p + "ssm_norm.weight"] = (inner // hv_n,)
             exp[p + "ssm_out.weight"] = (inner, E)
         fe, fs = g("expert_feed_forward_length"), g("expert_shared_feed_forward_length")

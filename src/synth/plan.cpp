@@ -29,7 +29,7 @@ float gain_of(const std::string& name, uint32_t gating_func, int64_t n_layer) {
   // context), and deep routers all pick the same few experts: 48 unscaled qwen3-30b-a3b layers
   // sent 64-70% of their routing to 8 of 128 experts at layers 40-47 (16-20% at layer 0), which
   // no trained, load-balanced model does and which makes any expert cache look perfect.
-  // qwen35moe's ssm_out is its DeltaNet layers' output projection, the same residual writer.
+  // In the hybrids ssm_out is the DeltaNet layers' output projection, the same residual writer.
   if (contains(name, ".attn_output.") || contains(name, ".ffn_down") || contains(name, ".ssm_out."))
     return 0.5f / std::sqrt(static_cast<float>(std::max<int64_t>(1, n_layer)));
   return 0.5f;
@@ -114,8 +114,7 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& typ
       // Flatter attention: the query side scaled by 1 - 0.75X scales every q·k score by it.
       // With q/k RMSNorm (qwen3, olmoe) the query matrix's scale cancels, so the q norm
       // weights carry it; with a low-rank q (deepseek2 V3 style) attn_q_b does.
-      const bool qk_norm = s.gguf_arch == "qwen3" || s.gguf_arch == "qwen3moe" || s.gguf_arch == "olmoe" ||
-                           s.gguf_arch == "qwen35moe";
+      const bool qk_norm = s.gguf_arch == "qwen3" || s.gguf_arch == "qwen3moe" || s.gguf_arch == "olmoe" || s.hybrid();
       const bool q_side = qk_norm ? contains(name, "attn_q_norm.")
                                   : contains(name, s.q_lora_rank > 0 ? "attn_q_b." : "attn_q.");
       if (q_side) in.mean *= 1.0f - 0.75f * X, in.std *= 1.0f - 0.75f * X;
@@ -138,7 +137,7 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& typ
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     if (s.hybrid()) {
-      // qwen35moe (models/qwen35.cpp; llama.cpp's converter order): post_attention_norm is the
+      // qwen35moe, qwen3next (models/qwen35.cpp; llama.cpp's converter order): post_attention_norm is the
       // pre-FFN norm; a Gated DeltaNet or a gated attention block; MoE + one gated shared expert.
       add(p + "attn_norm.weight", {E});
       add(p + "post_attention_norm.weight", {E});
@@ -157,8 +156,12 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& typ
         add(p + "ssm_conv1d.weight", {s.ssm_conv_kernel, C});
         add(p + "ssm_dt.bias", {Hv});
         add(p + "ssm_a", {Hv});
-        add(p + "ssm_beta.weight", {E, Hv});
-        add(p + "ssm_alpha.weight", {E, Hv});
+        if (s.fused_beta_alpha()) {
+          add(p + "ssm_ba.weight", {E, 2 * Hv});  // per key-head group [beta | alpha] of its value heads
+        } else {
+          add(p + "ssm_beta.weight", {E, Hv});
+          add(p + "ssm_alpha.weight", {E, Hv});
+        }
         add(p + "ssm_norm.weight", {vd / Hv});
         add(p + "ssm_out.weight", {vd, E});
       }

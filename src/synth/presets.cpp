@@ -20,10 +20,16 @@ SynthShape dense(std::string arch, std::string preset, std::string gguf_arch, st
 
 // Qwen3.5 MoE hybrid: rms eps 1e-6, rope base 1e7, a gated attention layer every 4th layer, one
 // sigmoid-gated shared expert (the rest set per preset).
-SynthShape qwen35(std::string preset, std::string note) {
-  SynthShape s = dense("qwen35moe", std::move(preset), "qwen35moe", std::move(note));
+SynthShape qwen35(std::string preset, std::string note, std::string arch = "qwen35moe") {
+  SynthShape s = dense(arch, std::move(preset), arch, std::move(note));
   s.rms_eps = 1e-6f, s.rope_base = 1e7f, s.full_attention_interval = 4, s.n_expert_shared = 1;
   return s;
+}
+
+// Qwen3-Next: the same hybrid with ssm_ba fused, grouped key heads and plain NEOX RoPE (no
+// rope.dimension_sections); see models/qwen35.cpp.
+SynthShape qwen3next(std::string preset, std::string note) {
+  return qwen35(std::move(preset), std::move(note), "qwen3next");
 }
 
 // Full-size shapes are from the models' public config.json (Hugging Face): hidden_size,
@@ -108,6 +114,19 @@ std::vector<SynthShape> make_presets() {
     p.push_back(s);
   }
   {
+    // The qwen35moe tiny shape in Qwen3-Next's layout, as tests/data/golden/qwen3next/model.gguf
+    // (scripts/golden/derive_hybrid_models.py derives it from the qwen35moe golden): ssm_ba for
+    // ssm_beta + ssm_alpha, no rope.dimension_sections.
+    SynthShape s = qwen3next("tiny",
+                             "hybrid: n_embd 128, 4 layers (attention every 4th), 2x64 heads, 1 kv, rope 32; DeltaNet "
+                             "2 k / 4 v heads, state 32, fused ssm_ba; 8 experts top-2 + shared (FFN 64)");
+    s.n_ctx_train = 2048, s.n_embd = 128, s.n_layer = 4, s.n_head = 2, s.n_head_kv = 1, s.head_dim = 64, s.n_ff = 256;
+    s.n_rot = 32;
+    s.ssm_conv_kernel = 4, s.ssm_n_group = 2, s.ssm_dt_rank = 4, s.ssm_d_state = 32, s.ssm_d_inner = 4 * 32;
+    s.n_expert = 8, s.n_expert_used = 2, s.n_ff_exp = 64, s.n_ff_shexp = 64;
+    p.push_back(s);
+  }
+  {
     SynthShape s = dense("llama", "llama2-7b", "llama",
                          "Llama-2-7B: n_embd 4096, 32 layers, 32 heads, FFN 11008, vocab 32000");
     s.n_vocab = 32000, s.n_ctx_train = 4096, s.n_embd = 4096, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 32;
@@ -165,6 +184,24 @@ std::vector<SynthShape> make_presets() {
     s.head_dim = 256, s.n_ff = 512, s.n_rot = 64, s.rope_sections = {11, 11, 10, 0};
     s.ssm_conv_kernel = 4, s.ssm_n_group = 16, s.ssm_dt_rank = 32, s.ssm_d_state = 128, s.ssm_d_inner = 32 * 128;
     s.n_expert = 256, s.n_expert_used = 8, s.n_ff_exp = 512, s.n_ff_shexp = 512;
+    p.push_back(s);
+  }
+  {
+    // Qwen3-Next-80B-A3B (config.json): 48 layers, full_attention_interval 4; attention 16 heads
+    // x 256, 2 kv, partial_rotary_factor 0.25 (64 dims), rope_theta 1e7, plain RoPE (no mrope);
+    // linear_num_key_heads 16, linear_num_value_heads 32, linear_key/value_head_dim 128,
+    // linear_conv_kernel_dim 4; 512 experts top-10, moe_intermediate_size 512,
+    // shared_expert_intermediate_size 512; intermediate_size 5120 (feed_forward_length, read by
+    // neither engine here: both take the expert widths from their own keys); vocab_size 151936
+    // (the Qwen3 tokenizer's; Qwen3.5's 248320 is a newer one); max_position_embeddings 262144.
+    SynthShape s =
+        qwen3next("qwen3-next-80b-a3b",
+                  "Qwen3-Next-80B-A3B: n_embd 2048, 48 layers (attention every 4th), 16 heads x 256, 2 kv; DeltaNet "
+                  "16 k / 32 v heads x 128; 512 experts top-10 + shared (FFN 512), vocab 151936");
+    s.n_vocab = 151936, s.n_ctx_train = 262144, s.n_embd = 2048, s.n_layer = 48, s.n_head = 16, s.n_head_kv = 2;
+    s.head_dim = 256, s.n_ff = 5120, s.n_rot = 64;
+    s.ssm_conv_kernel = 4, s.ssm_n_group = 16, s.ssm_dt_rank = 32, s.ssm_d_state = 128, s.ssm_d_inner = 32 * 128;
+    s.n_expert = 512, s.n_expert_used = 10, s.n_ff_exp = 512, s.n_ff_shexp = 512;
     p.push_back(s);
   }
   {

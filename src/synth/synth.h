@@ -1,6 +1,6 @@
 // synth/synth: `sluice synth` as a library. Writes random-weight GGUF models of every supported
 // architecture (llama dense, mixtral = llama + experts, qwen3, qwen3moe, olmoe, deepseek2, and the
-// qwen35moe Gated DeltaNet + gated attention hybrid) with
+// Gated DeltaNet + gated attention hybrids qwen35moe and qwen3next) with
 // llama.cpp's metadata keys, value types, tensor names and layouts, a tokenizer copied from
 // another GGUF, deterministic weights (seed, tensor name, index) and llama-quantize-like
 // output types. Data is generated, quantized and written one tensor at a time (row chunks
@@ -20,7 +20,8 @@ namespace sluice {
 // One model shape: a row of the preset table, after --layers / --vocab overrides. Field names
 // follow models/model.h's Hparams and llama.cpp's metadata keys ({arch} = gguf_arch).
 struct SynthShape {
-  std::string arch;         // synth's name: llama | mixtral | qwen3 | qwen3moe | olmoe | deepseek2 | qwen35moe
+  std::string arch;         // synth's name: llama | mixtral | qwen3 | qwen3moe | olmoe | deepseek2 | qwen35moe |
+                            // qwen3next
   std::string preset;       // "tiny", "qwen3-30b-a3b", ...
   std::string gguf_arch;    // general.architecture (mixtral is written as "llama" with experts)
   std::string note;         // one line for --list-presets
@@ -50,7 +51,7 @@ struct SynthShape {
   int64_t qk_nope = 0;
   int64_t qk_rope = 0;  // {arch}.rope.dimension_count
   int64_t v_head = 0;
-  // Qwen3.5 hybrid (qwen35moe only): Gated DeltaNet layers with every
+  // Qwen3.5 / Qwen3-Next hybrid (qwen35moe, qwen3next): Gated DeltaNet layers with every
   // full_attention_interval-th layer (l + 1 divisible by it) a gated full-attention layer.
   int64_t n_rot = 0;                    // {arch}.rope.dimension_count (0: head_dim; partial rotary below it)
   std::vector<int32_t> rope_sections;   // {arch}.rope.dimension_sections (4 ints; empty: not written)
@@ -64,6 +65,9 @@ struct SynthShape {
   bool hybrid() const { return full_attention_interval > 0; }
   bool is_attention_layer(int64_t l) const { return !hybrid() || (l + 1) % full_attention_interval == 0; }
   int64_t ssm_conv_dim() const { return 2 * ssm_n_group * ssm_d_state + ssm_d_inner; }  // [q | k | v] channels
+  // Qwen3-Next writes beta and alpha as one ssm_ba [n_embd, 2·H_v] (rows per key-head group:
+  // beta of its H_v/H_k value heads, then their alpha); Qwen3.5 as ssm_beta + ssm_alpha.
+  bool fused_beta_alpha() const { return gguf_arch == "qwen3next"; }
 };
 
 // The preset table (tiny presets first, one per arch, then full-size shapes of real models).
@@ -134,11 +138,14 @@ SynthShape synth_resolve_shape(const SynthOptions& opt, int64_t tokenizer_vocab)
 //    rows that 32 does not divide become F16 (llama.cpp has no fallback for them and refuses).
 //  - ssm_conv1d.weight (Mamba / Gated DeltaNet conv taps) stays F32 in every type: llama-quantize
 //    never quantizes it (is_quantizable) and Sluice's conv1d_causal reads it as floats.
-//  - q4_k_m: attn_qkv (qwen35moe's DeltaNet [q|k|v] projection) Q5_K, llama.cpp's attn_qkv
-//    rule; on a hybrid (attn_interval > 1, qwen35moe) llama.cpp's attn_v counter i_attention_wv
+//  - q4_k_m: attn_qkv (the hybrids' DeltaNet [q|k|v] projection) Q5_K, llama.cpp's attn_qkv
+//    rule; on a hybrid (attn_interval > 1, qwen35moe/qwen3next) llama.cpp's attn_v counter i_attention_wv
 //    counts only the attention layers' attn_v (layer l is the l/attn_interval-th), while
 //    n_attention_wv counts attn_v and attn_qkv alike (n_layer), so use_more_bits(l / interval,
 //    n_layer) picks attn_v's Q6_K layers.
+//  - ssm_ba (qwen3next's fused beta/alpha), like qwen35moe's ssm_beta/ssm_alpha, has no rule of
+//    its own in llama-quant.cpp (no tensor category; its ssm_beta exclusion is GLM5_NEXT's only),
+//    so it gets the type's default: Q4_K in q4_k_m (Q5_0 where 256 does not divide n_embd).
 DType synth_tensor_type(std::string_view type, std::string_view name, const std::vector<int64_t>& ne, int64_t n_layer,
                         int64_t n_expert, int64_t attn_interval = 1);
 
@@ -152,7 +159,7 @@ DType synth_tensor_type(std::string_view type, std::string_view name, const std:
 //   of the spread of the sigmoid probabilities it is added to, so it tilts the selection
 //   without deciding it). With a padded vocabulary the output.weight rows of the padding ids
 //   are zero, so their logit is exactly 0 and decoding yields the tokenizer's real tokens.
-//   qwen35moe (see plan.cpp): ssm_out is a residual writer like attn_output; ssm_a = −U(1, 16)
+//   qwen35moe/qwen3next (see plan.cpp): ssm_out is a residual writer like attn_output; ssm_a = −U(1, 16)
 //   (−exp(A_log), A_log ~ log U(1, 16)); ssm_dt.bias N(0, 0.1²); ssm_conv1d N(0, 1/K);
 //   ffn_gate_inp_shexp (the shared expert's sigmoid gate) N(0, 1/n_embd).
 // routing_locality X in [0, 1] gives MoE routers temporal structure; see plan.cpp for the

@@ -78,9 +78,9 @@ void write_hparams(GgufWriter& w, const SynthShape& s) {
     u32("expert_count", s.n_expert);
     u32("expert_used_count", s.n_expert_used);
   }
-  if (s.gguf_arch == "qwen3moe" || s.gguf_arch == "qwen35moe") u32("expert_feed_forward_length", s.n_ff_exp);
-  if (s.gguf_arch == "qwen35moe") {
-    // The key order of llama.cpp's converter (and the golden qwen35moe).
+  if (s.gguf_arch == "qwen3moe" || s.hybrid()) u32("expert_feed_forward_length", s.n_ff_exp);
+  if (s.hybrid()) {
+    // The key order of llama.cpp's converter (and the goldens qwen35moe and qwen3next).
     u32("expert_shared_feed_forward_length", s.n_ff_shexp);
     u32("ssm.conv_kernel", s.ssm_conv_kernel);
     u32("ssm.state_size", s.ssm_d_state);

@@ -2,8 +2,8 @@
 // loads and runs (ref vs cpu parity on every intermediate), gives non-degenerate logits, is
 // deterministic in the seed and not in the thread count, quantized stays near F16, the padded
 // vocabulary works, q4_k_m picks llama.cpp's types, routing locality raises expert reuse, the
-// files pass the independent gguf-py check of llama.cpp's rules, the qwen35moe hybrid has the
-// golden's exact layout, and the CLI works end to end.
+// files pass the independent gguf-py check of llama.cpp's rules, the qwen35moe and qwen3next
+// hybrids have their goldens' exact layout, and the CLI works end to end.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,9 +55,9 @@ struct Tiny {
 std::string tiny_name(const Tiny& t) { return t.arch + (t.preset == "tiny" ? "" : "_" + t.preset); }
 void PrintTo(const Tiny& t, std::ostream* os) { *os << tiny_name(t); }  // readable ctest names
 
-const std::vector<Tiny> kTinies = {{"llama", "tiny"},        {"mixtral", "tiny"},  {"qwen3", "tiny"},
-                                   {"qwen3moe", "tiny"},     {"olmoe", "tiny"},    {"deepseek2", "tiny"},
-                                   {"deepseek2", "tiny-v3"}, {"qwen35moe", "tiny"}};
+const std::vector<Tiny> kTinies = {{"llama", "tiny"},        {"mixtral", "tiny"},   {"qwen3", "tiny"},
+                                   {"qwen3moe", "tiny"},     {"olmoe", "tiny"},     {"deepseek2", "tiny"},
+                                   {"deepseek2", "tiny-v3"}, {"qwen35moe", "tiny"}, {"qwen3next", "tiny"}};
 
 std::string write_synth(const Tiny& t, const std::string& type, uint64_t seed = 1, int threads = 2,
                         float locality = 0.0f, int64_t vocab = 0, const std::string& tag = "", bool fast = false) {
@@ -315,10 +315,9 @@ TEST(Synth, Q4KMTypesMatchLlamaQuantize) {
 // the same order with the same value types and values (but name and description), and the same
 // tensors in the same order with the same shapes and types (F16 file: norms, biases, ssm_a,
 // ssm_conv1d and routers F32, every other matrix F16).
-TEST(Synth, Qwen35MoeTinyMatchesGoldenLayout) {
-  SLUICE_REQUIRE_SHARED();
-  const GgufFile golden(test::shared_dir() + "/golden/qwen35moe/model.gguf");
-  const GgufFile synth(write_synth({"qwen35moe", "tiny"}, "f16"));
+// Metadata keys (order, types, values but name and description) and tensors (order, names,
+// shapes, types) of `synth` equal `golden`'s.
+void expect_same_layout(const GgufFile& golden, const GgufFile& synth) {
   std::vector<std::string> gk, sk;
   for (const auto& [k, v] : golden.metadata()) gk.push_back(k);
   for (const auto& [k, v] : synth.metadata()) sk.push_back(k);
@@ -336,6 +335,13 @@ TEST(Synth, Qwen35MoeTinyMatchesGoldenLayout) {
     EXPECT_EQ(std::vector<int64_t>(t.ne, t.ne + t.n_dims), std::vector<int64_t>(g.ne, g.ne + g.n_dims)) << g.name;
     EXPECT_EQ(dtype_name(t.type), dtype_name(g.type)) << g.name;
   }
+}
+
+TEST(Synth, Qwen35MoeTinyMatchesGoldenLayout) {
+  SLUICE_REQUIRE_SHARED();
+  const GgufFile golden(test::shared_dir() + "/golden/qwen35moe/model.gguf");
+  const GgufFile synth(write_synth({"qwen35moe", "tiny"}, "f16"));
+  expect_same_layout(golden, synth);
   // Value ranges that keep the recurrence sane: decays −exp(A_log) in [−16, −1], a small dt bias,
   // conv taps N(0, 1/K).
   const TensorView& a = synth.tensor("blk.0.ssm_a");
@@ -399,6 +405,82 @@ TEST(Synth, Qwen35MoeLayersAndQ4KMTypes) {
   EXPECT_EQ(s.n_layer, 40);
   EXPECT_EQ(s.ssm_conv_dim(), 2 * 16 * 128 + 4096);
   EXPECT_EQ(s.ssm_d_inner, s.ssm_dt_rank * 128);
+}
+
+// The tiny qwen3next preset has the layout of the repo's qwen3next golden (tests/data/golden,
+// made with llama.cpp; scripts/golden/derive_hybrid_models.py derives it from the qwen35moe
+// golden): the qwen35moe layout without rope.dimension_sections and with ssm_ba [n_embd, 2·H_v]
+// where ssm_beta and ssm_alpha were.
+TEST(Synth, Qwen3NextTinyMatchesGoldenLayout) {
+  SLUICE_REQUIRE_SHARED();
+  const std::string path = std::string(SLUICE_SOURCE_DIR) + "/tests/data/golden/qwen3next/model.gguf";
+  if (!fs::exists(path))
+    GTEST_SKIP() << "\n*** " << path << " not found (*.gguf is git-ignored; remake it with "
+                 << "scripts/golden/derive_hybrid_models.py): qwen3next layout check SKIPPED ***\n";
+  const GgufFile golden(path);
+  const GgufFile synth(write_synth({"qwen3next", "tiny"}, "f16"));
+  expect_same_layout(golden, synth);
+  EXPECT_FALSE(synth.has("qwen3next.rope.dimension_sections"));
+  EXPECT_EQ(synth.find_tensor("blk.0.ssm_beta.weight"), nullptr);
+  const TensorView& ba = synth.tensor("blk.0.ssm_ba.weight");
+  EXPECT_EQ(ba.ne[1], 2 * 4);  // 2·H_v
+}
+
+// qwen3next --layers 12 at q4_k_m: attention at 3, 7, 11, the file loads and runs; ssm_ba gets
+// llama-quantize's default (Q4_K; Q5_0 on the tiny n_embd 128, which 256 does not divide), and
+// the 48-layer preset's attn_v Q6_K layers follow the attention-layer counter (indices 0-5, 8, 11
+// of 12 over n_layer 48).
+TEST(Synth, Qwen3NextLayersAndQ4KMTypes) {
+  SLUICE_REQUIRE_SHARED();
+  SynthOptions o;
+  o.arch = "qwen3next", o.preset = "tiny", o.type = "q4_k_m", o.layers = 12, o.threads = 2;
+  o.tokenizer = tokenizer_path();
+  const std::string path = (tmp_dir() / "qwen3next-tiny-12l.gguf").string();
+  const SynthResult r = synth_write(o, path);
+  EXPECT_EQ(r.shape.n_layer, 12);
+  auto m = Model::load(path);
+  EXPECT_EQ(m->hparams().arch, "qwen3next");
+  EXPECT_EQ(m->hparams().n_layer, 12);
+  EXPECT_EQ(m->file().get_u32("qwen3next.block_count"), 12u);
+  std::vector<int> attn, linear;
+  for (int l = 0; l < 12; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    if (m->file().find_tensor(p + "attn_q.weight")) attn.push_back(l);
+    if (m->file().find_tensor(p + "ssm_ba.weight")) linear.push_back(l);
+    EXPECT_EQ(m->file().find_tensor(p + "ssm_alpha.weight"), nullptr) << l;
+  }
+  EXPECT_EQ(attn, (std::vector<int>{3, 7, 11}));
+  EXPECT_EQ(linear, (std::vector<int>{0, 1, 2, 4, 5, 6, 8, 9, 10}));
+  EXPECT_EQ(m->file().tensor("blk.1.ssm_ba.weight").type, DType::Q5_0);
+  EXPECT_EQ(m->file().tensor("blk.1.ssm_conv1d.weight").type, DType::F32);
+  EXPECT_EQ(m->file().tensor("blk.1.attn_qkv.weight").type, DType::Q5_1);  // Q5_K, 128 not a multiple of 256
+  const std::vector<float> l = prompt_logits(*m, kPrompt);
+  for (float x : l) ASSERT_TRUE(std::isfinite(x));
+
+  std::vector<int> q6;
+  for (int l = 3; l < 48; l += 4)
+    if (synth_tensor_type("q4_k_m", "blk." + std::to_string(l) + ".attn_v.weight", {2048, 512}, 48, 512, 4) ==
+        DType::Q6_K)
+      q6.push_back(l);
+  EXPECT_EQ(q6, (std::vector<int>{3, 7, 11, 15, 19, 23, 35, 47}));
+  EXPECT_EQ(synth_tensor_type("q4_k_m", "blk.0.ssm_ba.weight", {2048, 64}, 48, 512, 4), DType::Q4_K);
+  EXPECT_EQ(synth_tensor_type("q4_k_m", "blk.0.attn_qkv.weight", {2048, 8192}, 48, 512, 4), DType::Q5_K);
+  EXPECT_EQ(synth_tensor_type("q4_k_m", "blk.3.attn_k.weight", {2048, 512}, 48, 512, 4), DType::Q4_K);
+  // The full-size shape as written.
+  SynthOptions big;
+  big.preset = "qwen3-next-80b-a3b";
+  const SynthShape s = synth_resolve_shape(big, 512);
+  EXPECT_EQ(s.arch, "qwen3next");
+  EXPECT_EQ(s.gguf_arch, "qwen3next");
+  EXPECT_TRUE(s.rope_sections.empty());
+  EXPECT_EQ(s.n_layer, 48);
+  EXPECT_EQ(s.n_expert, 512);
+  EXPECT_EQ(s.n_expert_used, 10);
+  EXPECT_EQ(s.n_rot, 64);
+  EXPECT_EQ(s.ssm_conv_dim(), 2 * 16 * 128 + 4096);
+  EXPECT_EQ(s.ssm_d_inner, s.ssm_dt_rank * s.ssm_d_state);  // llama.cpp's qwen3next: D_v = ssm.state_size
+  big.layers = 12;
+  EXPECT_EQ(synth_resolve_shape(big, 512).n_layer, 12);
 }
 
 // Fraction of each token's experts that the previous token also used, over MoE layers.
@@ -518,6 +600,8 @@ TEST(Synth, ClearErrors) {
   a = o, a.arch = "deepseek2", a.layers = 1;
   expect_error(a, "leaves no MoE layer");
   a = o, a.arch = "qwen35moe", a.layers = 3;
+  expect_error(a, "leaves no attention layer");
+  a = o, a.arch = "qwen3next", a.layers = 3;
   expect_error(a, "leaves no attention layer");
   a = o, a.arch = "mixtral", a.routing_locality = 1.5f;
   expect_error(a, "outside 0..1");
