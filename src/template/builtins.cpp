@@ -545,12 +545,13 @@ Dict builtin_globals(Interp& in) {
                    }
                    return Value::list(out);
                  }));
-  g.emplace_back("namespace", Value::function([](Args& a) -> Value {
+  g.emplace_back("namespace", Value::function([&in](Args& a) -> Value {
                    Dict d;
                    for (const auto& v : a.pos)
                      if (v.is_dict()) d.insert(d.end(), v.d->begin(), v.d->end());
                    Value ns = Value::ns(d);
                    for (const auto& kv : a.kw) ns.set(kv.first, kv.second);
+                   in.track(ns.d);
                    return ns;
                  }));
   g.emplace_back("dict", Value::function([](Args& a) -> Value {

@@ -49,6 +49,18 @@ std::string Interp::render(const Program& prog, const Dict& variables) {
   for (const auto& kv : variables) root->vars[kv.first] = kv.second;
   auto top = std::make_shared<Scope>();
   top->parent = root;
+  struct Release {
+    Interp& in;
+    ~Release() {
+      for (auto& s : in.closures_) {
+        s->vars.clear();
+        s->parent.reset();
+      }
+      for (auto& d : in.namespaces_) d->clear();
+    }
+  } release{*this};
+  closures_.push_back(root);
+  closures_.push_back(top);
   std::string out;
   exec(prog.body, top, out);
   return out;
@@ -185,6 +197,7 @@ Flow Interp::exec_for(const Node& n, const ScopePtr& s, std::string& out) {
 
 Value Interp::make_macro(const Node& n, const ScopePtr& closure) {
   const Node* node = &n;
+  closures_.push_back(closure);
   return Value::function([this, node, closure](Args& a) -> Value {
     if (call_depth_ >= limits_.max_call_depth) throw_value_error(ErrorKind::limit, "maximum recursion depth exceeded");
     auto s = std::make_shared<Scope>();

@@ -49,6 +49,9 @@ class Interp {
   Value apply_filter(const std::string& name, const Value& x, Args& args);
   bool apply_test(const std::string& name, const Value& x, Args& args);
   void count_iteration();
+  // Namespaces can hold themselves and macros hold the scope they are defined in (which holds
+  // them): render() empties both when it ends, so the shared_ptr cycles are freed.
+  void track(const std::shared_ptr<Dict>& ns) { namespaces_.push_back(ns); }
   std::tm now() const { return clock_(); }
 
  private:
@@ -63,6 +66,8 @@ class Interp {
 
   Limits limits_;
   std::function<std::tm()> clock_;
+  std::vector<ScopePtr> closures_;
+  std::vector<std::shared_ptr<Dict>> namespaces_;
   int64_t iterations_ = 0;
   int call_depth_ = 0;
 };

@@ -228,7 +228,14 @@ static std::string str_repr(const std::string& s) {
   return out + q;
 }
 
-std::string to_repr(const Value& v) {
+static std::string repr_rec(const Value& v, int depth);
+
+std::string to_repr(const Value& v) { return repr_rec(v, 0); }
+
+// Python gives up on deep nesting with RecursionError; so does this (a namespace can hold itself).
+static std::string repr_rec(const Value& v, int depth) {
+  if (depth > 200) throw_value_error(ErrorKind::limit, "maximum recursion depth exceeded while getting the repr");
+  auto to_repr = [depth](const Value& x) { return repr_rec(x, depth + 1); };
   switch (v.type) {
     case Type::string: return str_repr(*v.s);
     case Type::list: {
@@ -278,7 +285,12 @@ static double num(const Value& v) {
 }
 static int64_t inum(const Value& v) { return v.type == Type::integer ? v.i : (v.b ? 1 : 0); }
 
-bool equal(const Value& a, const Value& b) {
+static bool equal_rec(const Value& a, const Value& b, int depth);
+bool equal(const Value& a, const Value& b) { return equal_rec(a, b, 0); }
+
+static bool equal_rec(const Value& a, const Value& b, int depth) {
+  if (depth > 200) throw_value_error(ErrorKind::limit, "maximum recursion depth exceeded in comparison");
+  auto equal = [depth](const Value& x, const Value& y) { return equal_rec(x, y, depth + 1); };
   if (a.is_number() && b.is_number()) {
     if (a.type != Type::floating && b.type != Type::floating) return inum(a) == inum(b);
     return num(a) == num(b);
@@ -304,7 +316,12 @@ bool equal(const Value& a, const Value& b) {
   }
 }
 
-bool less(const Value& a, const Value& b) {
+static bool less_rec(const Value& a, const Value& b, int depth);
+bool less(const Value& a, const Value& b) { return less_rec(a, b, 0); }
+
+static bool less_rec(const Value& a, const Value& b, int depth) {
+  if (depth > 200) throw_value_error(ErrorKind::limit, "maximum recursion depth exceeded in comparison");
+  auto less = [depth](const Value& x, const Value& y) { return less_rec(x, y, depth + 1); };
   if (a.is_number() && b.is_number()) {
     if (a.type != Type::floating && b.type != Type::floating) return inum(a) < inum(b);
     return num(a) < num(b);
