@@ -398,19 +398,7 @@ Value Interp::apply_filter(const std::string& f, const Value& x, Args& a) {
     Value acc = start ? *start : Value::integer(0);
     for (const auto& v : iterate(x)) {
       Value item = attr && !attr->is_none() ? attr_path(*this, v, to_str(*attr)) : v;
-      if (acc.is_number() && item.is_number()) {
-        if (acc.type != Type::floating && item.type != Type::floating)
-          acc = Value::integer((acc.type == Type::integer ? acc.i : acc.b) +
-                               (item.type == Type::integer ? item.i : item.b));
-        else
-          acc = Value::floating(
-              (acc.type == Type::floating ? acc.f : static_cast<double>(acc.type == Type::integer ? acc.i : acc.b)) +
-              (item.type == Type::floating ? item.f
-                                           : static_cast<double>(item.type == Type::integer ? item.i : item.b)));
-      } else {
-        throw_value_error(ErrorKind::type, str_cat("unsupported operand type(s) for +: '", type_name(acc), "' and '",
-                                                   type_name(item), "'"));
-      }
+      acc = eval_binary("+", acc, item);
     }
     return acc;
   }

@@ -160,10 +160,6 @@ Flow Interp::exec_for(const Node& n, const ScopePtr& s, std::string& out) {
     items = std::move(kept);
   }
   if (items.empty()) return exec(n.else_body, s, out);
-  const Value* outer_loop = s->lookup("loop");
-  const int64_t depth0 = outer_loop && outer_loop->type == Type::dict && outer_loop->find("depth0")
-                             ? outer_loop->find("depth0")->i + 1
-                             : 0;
   const auto len = static_cast<int64_t>(items.size());
   for (int64_t k = 0; k < len; ++k) {
     count_iteration();
@@ -177,8 +173,8 @@ Flow Interp::exec_for(const Node& n, const ScopePtr& s, std::string& out) {
     loop.emplace_back("first", Value::boolean(k == 0));
     loop.emplace_back("last", Value::boolean(k == len - 1));
     loop.emplace_back("length", Value::integer(len));
-    loop.emplace_back("depth", Value::integer(depth0 + 1));
-    loop.emplace_back("depth0", Value::integer(depth0));
+    loop.emplace_back("depth", Value::integer(1));  // only recursive loops (unsupported) go deeper
+    loop.emplace_back("depth0", Value::integer(0));
     loop.emplace_back("previtem",
                       k > 0 ? items[static_cast<size_t>(k - 1)] : Value::undef("there is no previous item"));
     loop.emplace_back("nextitem",

@@ -54,18 +54,15 @@ Value split(const std::string& s, const Value* sep, int64_t maxsplit, bool from_
       return Value::string(
           utf8_encode(CPs(cps.begin() + static_cast<std::ptrdiff_t>(b), cps.begin() + static_cast<std::ptrdiff_t>(e))));
     };
-    if (maxsplit < 0 || static_cast<size_t>(maxsplit) + 1 >= words.size()) {
+    if (maxsplit < 0 || static_cast<size_t>(maxsplit) >= words.size()) {
       for (auto& w : words) out.push_back(piece(w.first, w.second));
     } else if (!from_right) {
+      // The rest of the string stays as it is, trailing whitespace included.
       for (size_t j = 0; j < static_cast<size_t>(maxsplit); ++j) out.push_back(piece(words[j].first, words[j].second));
-      size_t e = cps.size();
-      while (e > 0 && unicode_space(cps[e - 1])) --e;
-      out.push_back(piece(words[static_cast<size_t>(maxsplit)].first, e));
+      out.push_back(piece(words[static_cast<size_t>(maxsplit)].first, cps.size()));
     } else {
       const size_t first = words.size() - static_cast<size_t>(maxsplit);
-      size_t b = 0;
-      while (b < cps.size() && unicode_space(cps[b])) ++b;
-      out.push_back(piece(b, words[first - 1].second));
+      out.push_back(piece(0, words[first - 1].second));  // leading whitespace included
       for (size_t j = first; j < words.size(); ++j) out.push_back(piece(words[j].first, words[j].second));
     }
     return Value::list(out);

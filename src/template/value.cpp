@@ -237,6 +237,7 @@ static std::string repr_rec(const Value& v, int depth) {
   if (depth > 200) throw_value_error(ErrorKind::limit, "maximum recursion depth exceeded while getting the repr");
   auto to_repr = [depth](const Value& x) { return repr_rec(x, depth + 1); };
   switch (v.type) {
+    case Type::undefined: return "Undefined";
     case Type::string: return str_repr(*v.s);
     case Type::list: {
       if (v.view == Value::View::generator || v.view == Value::View::reversed)
