@@ -207,12 +207,13 @@ std::string py_format(const std::string& f, const Args& a) {
 }
 
 Value str_method(const Value& obj, const std::string& name) {
-  static const char* known[] = {"strip",    "lstrip",     "rstrip",       "split",        "rsplit",    "startswith",
-                                "endswith", "replace",    "lower",        "upper",        "title",     "capitalize",
-                                "find",     "rfind",      "index",        "rindex",       "count",     "format",
-                                "join",     "splitlines", "isdigit",      "isalpha",      "isalnum",   "isspace",
-                                "isupper",  "islower",    "removeprefix", "removesuffix", "center",    "ljust",
-                                "rjust",    "zfill",      "swapcase",     "isnumeric",    "isdecimal", "istitle"};
+  static const char* known[] = {
+      "strip",      "lstrip",    "rstrip",       "split",        "rsplit",    "startswith", "endswith",  "replace",
+      "lower",      "upper",     "title",        "capitalize",   "find",      "rfind",      "index",     "rindex",
+      "count",      "format",    "join",         "splitlines",   "isdigit",   "isalpha",    "isalnum",   "isspace",
+      "isupper",    "islower",   "removeprefix", "removesuffix", "center",    "ljust",      "rjust",     "zfill",
+      "swapcase",   "isnumeric", "isdecimal",    "istitle",      "partition", "rpartition", "casefold",  "isascii",
+      "expandtabs", "encode",    "isidentifier", "isprintable",  "translate", "maketrans",  "format_map"};
   if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return name == k; }) == std::end(known))
     return Value::undef(str_cat("'str object' has no attribute '", name, "'"));
   return Value::function([obj, name](Args& a) -> Value {
@@ -247,7 +248,20 @@ Value str_method(const Value& obj, const std::string& name) {
       }
       return Value::string(out + s.substr(b));
     }
-    if (name == "lower") return Value::string(map_case(s, 0));
+    if (name == "partition" || name == "rpartition") {
+      const std::string& sep = arg_str(a, 0, name.c_str());
+      if (sep.empty()) throw_value_error(ErrorKind::type, "empty separator");
+      const size_t f = name == "partition" ? s.find(sep) : s.rfind(sep);
+      if (f == std::string::npos)
+        return name == "partition" ? Value::list({obj, Value::string(""), Value::string("")}, true)
+                                   : Value::list({Value::string(""), Value::string(""), obj}, true);
+      return Value::list({Value::string(s.substr(0, f)), Value::string(sep), Value::string(s.substr(f + sep.size()))},
+                         true);
+    }
+    if (name == "isascii")
+      return Value::boolean(
+          std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; }));
+    if (name == "lower" || name == "casefold") return Value::string(map_case(s, 0));
     if (name == "upper") return Value::string(map_case(s, 1));
     if (name == "swapcase") return Value::string(map_case(s, 2));
     if (name == "title") return Value::string(py_title(s));

@@ -203,14 +203,34 @@ std::string float_repr(double d) {
   return out + eb;
 }
 
+// Python's str.isprintable() for non-ASCII code points, approximately: the C1 controls, the
+// separators other than the space, format characters, private use and surrogates are not.
+static bool printable(uint32_t c) {
+  if (c < 0xA0) return false;
+  return !(c == 0xA0 || c == 0xAD || c == 0x1680 || (c >= 0x2000 && c <= 0x200F) || (c >= 0x2028 && c <= 0x202F) ||
+           (c >= 0x205F && c <= 0x2064) || (c >= 0x2066 && c <= 0x206F) || c == 0x3000 || c == 0xFEFF ||
+           (c >= 0xD800 && c <= 0xF8FF) || (c >= 0xFFF9 && c <= 0xFFFB) || c == 0x110BD ||
+           (c >= 0xE0000 && c <= 0xE007F) || c >= 0xF0000);
+}
+
 static std::string str_repr(const std::string& s) {
   const bool dq = s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
   const char q = dq ? '"' : '\'';
   std::string out(1, q);
-  for (unsigned char c : s) {
+  for (uint32_t c : utf8_decode(s)) {
+    if (c >= 0x80) {
+      if (printable(c)) {
+        utf8_append(out, c);
+      } else {
+        char b[16];
+        std::snprintf(b, sizeof b, c < 0x100 ? "\\x%02x" : c < 0x10000 ? "\\u%04x" : "\\U%08x", c);
+        out += b;
+      }
+      continue;
+    }
     if (c == '\\')
       out += "\\\\";
-    else if (c == q)
+    else if (c == static_cast<unsigned char>(q))
       out += std::string("\\") + static_cast<char>(q);
     else if (c == '\n')
       out += "\\n";
