@@ -139,10 +139,16 @@ Value indent_filter(const Value& x, const Args& a) {
     }
   std::string rv;
   if (blank) {
-    for (size_t k = 0; k < lines.size(); ++k) rv += (k ? "\n" + ind : "") + lines[k];
+    for (size_t k = 0; k < lines.size(); ++k) {
+      rv += (k ? "\n" + ind : "") + lines[k];
+      check_size(rv.size());
+    }
   } else {
     rv = lines.empty() ? "" : lines[0];
-    for (size_t k = 1; k < lines.size(); ++k) rv += "\n" + (lines[k].empty() ? "" : ind + lines[k]);
+    for (size_t k = 1; k < lines.size(); ++k) {
+      rv += "\n" + (lines[k].empty() ? "" : ind + lines[k]);
+      check_size(rv.size());
+    }
   }
   return Value::string(first ? ind + rv : rv);
 }
@@ -234,6 +240,7 @@ Value Interp::apply_filter(const std::string& f, const Value& x, Args& a) {
     bool first = true;
     for (const auto& v : iterate(x)) {
       if (!first) out += sep;
+      check_size(out.size());
       out += to_str(attr && !attr->is_none() ? attr_path(*this, v, to_str(*attr)) : v);
       first = false;
     }

@@ -19,9 +19,9 @@ double as_float(const Value& v) { return v.type == Type::floating ? v.f : static
 }
 
 Value repeat(const Value& seq, int64_t n) {
-  if (n > 0 && static_cast<double>(n) * static_cast<double>(seq.is_string() ? seq.str().size() : seq.l->size()) >
-                   static_cast<double>(64u << 20))
-    throw_value_error(ErrorKind::limit, "sequence repetition too large");
+  if (n > 0)
+    check_size(static_cast<size_t>(std::min<double>(
+        static_cast<double>(n) * static_cast<double>(seq.is_string() ? seq.str().size() : seq.l->size()), 1e18)));
   if (seq.is_string()) {
     std::string r;
     for (int64_t k = 0; k < n; ++k) r += seq.str();
@@ -310,7 +310,11 @@ void Interp::eval_args(const Expr& e, size_t first, const ScopePtr& s, Args& a) 
 }
 
 Value Interp::eval_binary(const std::string& op, const Value& a, const Value& b) {
-  if (op == "~") return Value::string(to_str(a) + to_str(b));
+  if (op == "~") {
+    std::string l = to_str(a), r = to_str(b);
+    check_size(l.size() + r.size());
+    return Value::string(l + r);
+  }
   if (a.is_undefined()) undefined_fail(a);
   if (b.is_undefined()) undefined_fail(b);
   if (op == "+" && ((a.is_string() && a.safe) || (b.is_string() && b.safe))) {
@@ -329,8 +333,12 @@ Value Interp::eval_binary(const std::string& op, const Value& a, const Value& b)
       return Value::integer(r);
     }
     if (nums) return Value::floating(as_float(a) + as_float(b));
-    if (a.is_string() && b.is_string()) return Value::string(a.str() + b.str());
+    if (a.is_string() && b.is_string()) {
+      check_size(a.str().size() + b.str().size());
+      return Value::string(a.str() + b.str());
+    }
     if (a.is_list() && b.is_list() && a.is_tuple == b.is_tuple) {
+      check_size(a.l->size() + b.l->size());
       List r = *a.l;
       r.insert(r.end(), b.l->begin(), b.l->end());
       return Value::list(r, a.is_tuple);

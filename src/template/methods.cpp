@@ -196,6 +196,7 @@ std::string py_format(const std::string& f, const Args& a) {
       }
       if (!v) throw_value_error(ErrorKind::type, "Replacement index out of range for positional args tuple");
       out += to_str(*v);
+      check_size(out.size());
       k = e;
     } else if (f[k] == '}') {
       throw_value_error(ErrorKind::type, "Single '}' encountered in format string");
@@ -235,6 +236,7 @@ Value str_method(const Value& obj, const std::string& name) {
         CPs cps = utf8_decode(s);
         for (size_t k = 0; k <= cps.size(); ++k) {
           if (count < 0 || static_cast<int64_t>(k) < count) out += to;
+          check_size(out.size());
           if (k < cps.size()) utf8_append(out, cps[k]);
         }
         return Value::string(out);
@@ -244,6 +246,7 @@ Value str_method(const Value& obj, const std::string& name) {
         const size_t f = s.find(from, b);
         if (f == std::string::npos) break;
         out += s.substr(b, f - b) + to;
+        check_size(out.size());
         b = f + from.size();
       }
       return Value::string(out + s.substr(b));
@@ -295,6 +298,7 @@ Value str_method(const Value& obj, const std::string& name) {
         if (!v.is_string())
           throw_value_error(ErrorKind::type, str_cat("sequence item: expected str instance, ", type_name(v), " found"));
         if (!first) out += s;
+        check_size(out.size());
         out += v.str();
         first = false;
       }

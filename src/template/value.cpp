@@ -412,6 +412,7 @@ static void json_rec(std::string& out, const Value& v, int indent, int depth, co
   if (depth > 200) throw_value_error(ErrorKind::limit, "maximum recursion depth exceeded in tojson");
   auto newline = [&](int d) {
     if (indent < 0) return;
+    check_size(out.size() + static_cast<size_t>(indent) * static_cast<size_t>(d));
     out += '\n';
     out.append(static_cast<size_t>(indent) * static_cast<size_t>(d), ' ');
   };

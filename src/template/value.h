@@ -42,6 +42,13 @@ struct ValueError {
 };
 [[noreturn]] void throw_value_error(ErrorKind kind, std::string msg);
 
+// The largest string or list one operation may build (a sandbox limit: `~`, `+`, `*`, join,
+// replace, indent and tojson check it, so doubling a value in a loop cannot exhaust memory).
+constexpr size_t kMaxValueSize = 64u << 20;
+inline void check_size(size_t n) {
+  if (n > kMaxValueSize) throw_value_error(ErrorKind::limit, "a string or list longer than the sandbox allows");
+}
+
 struct Value;
 using List = std::vector<Value>;
 using Dict = std::vector<std::pair<std::string, Value>>;  // insertion-ordered, as Python's dict

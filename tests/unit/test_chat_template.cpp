@@ -208,6 +208,22 @@ TEST(ChatTemplate, SandboxLimits) {
   EXPECT_THROW(big.render(ojson::object()), TemplateError);
   ChatTemplate deep("{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}", "deep");
   EXPECT_THROW(deep.render(ojson::object()), TemplateError);
+  // Doubling a string in a loop stops at the value-size limit, not at the memory's end.
+  ChatTemplate doubling(
+      "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+      "doubling");
+  try {
+    doubling.render(ojson::object());
+    FAIL() << "rendered";
+  } catch (const TemplateError& e) {
+    EXPECT_EQ(e.kind, ErrorKind::limit);
+  }
+  // A namespace holding itself: jinja2 prints "<Namespace {'me': <Namespace {...}>}>"; this
+  // interpreter raises a limit error instead of recursing (and frees the cycle: ASan checks).
+  ChatTemplate self_ref("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", "self_ref");
+  EXPECT_THROW(self_ref.render(ojson::object()), TemplateError);
+  ChatTemplate self_ok("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns.me.me is defined }}", "self_ok");
+  EXPECT_EQ(self_ok.render(ojson::object()), "True");
   std::string nested(5000, '(');
   EXPECT_THROW(ChatTemplate("{{ " + nested + " }}", "nested"), TemplateError);
 }
