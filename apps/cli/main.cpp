@@ -403,6 +403,7 @@ int main(int argc, char** argv) {
   auto run_perplexity = cli::add_perplexity_command(app);
   auto run_pack = cli::add_pack_command(app);
   auto run_bench = cli::add_bench_command(app);
+  auto run_template = cli::add_template_command(app);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -414,6 +415,8 @@ int main(int argc, char** argv) {
       if (sub->get_name() == "pack") return run_pack();
     for (auto* sub : app.get_subcommands())
       if (sub->get_name() == "bench") return run_bench();
+    for (auto* sub : app.get_subcommands())
+      if (sub->get_name() == "template") return run_template();
     if (*run) return cmd_run(run_co, prompt, gp);
     if (*eval) return cmd_eval(eval_co, tokens_arg, greedy, logits_path);
     if (*inspect) return cmd_inspect(inspect_path);
