@@ -38,7 +38,8 @@ int64_t opt_int(const Args& a, size_t k, const char* name, int64_t def) {
   if (!v || v->is_none()) return def;
   if (v->type == Type::integer) return v->i;
   if (v->type == Type::boolean) return v->b;
-  if (v->type == Type::floating) return static_cast<int64_t>(v->f);
+  // A float in range truncates; beyond int64 (or NaN) the cast would be undefined: refuse it.
+  if (v->type == Type::floating && std::isfinite(v->f) && std::fabs(v->f) < 9.2e18) return static_cast<int64_t>(v->f);
   throw_value_error(ErrorKind::type, str_cat("'", type_name(*v), "' object cannot be interpreted as an integer"));
 }
 
@@ -360,8 +361,13 @@ Value Interp::apply_filter(const std::string& f, const Value& x, Args& a) {
     const int64_t base = opt_int(a, 1, "base", 10);
     if (x.type == Type::integer) return x;
     if (x.type == Type::boolean) return Value::integer(x.b);
-    if (x.type == Type::floating)
-      return std::isfinite(x.f) ? Value::integer(static_cast<int64_t>(x.f)) : Value::integer(def);
+    if (x.type == Type::floating) {
+      if (!std::isfinite(x.f)) return Value::integer(def);
+      // Python makes a big integer; this interpreter has 64-bit ones only (and the cast
+      // beyond them is undefined).
+      if (std::fabs(x.f) >= 9.2e18) throw_value_error(ErrorKind::limit, "int(): the value exceeds 64-bit integers");
+      return Value::integer(static_cast<int64_t>(x.f));
+    }
     if (x.is_string()) {
       std::string s = x.str();
       while (!s.empty() && unicode_space(static_cast<unsigned char>(s.back()))) s.pop_back();

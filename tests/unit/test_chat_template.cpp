@@ -228,4 +228,15 @@ TEST(ChatTemplate, SandboxLimits) {
   EXPECT_THROW(ChatTemplate("{{ " + nested + " }}", "nested"), TemplateError);
 }
 
+// Floats beyond 64-bit integers where an integer is wanted (the fuzzer's first find: the cast
+// was undefined behaviour): a clear error, and in-range floats still truncate as Python's int().
+TEST(ChatTemplate, HugeFloatsAsIntegersAreRefused) {
+  for (const char* src :
+       {"{{ {'a': [1]} | tojson(indent=2222222222222222222222222222.5) }}", "{{ 1e300 | int }}", "{{ -1e19 | int }}"}) {
+    ChatTemplate t(src, "huge");
+    EXPECT_THROW(t.render(ojson::object()), TemplateError) << src;
+  }
+  EXPECT_EQ(ChatTemplate("{{ 2.9 | int }}{{ -2.9 | int }}", "small").render(ojson::object()), "2-2");
+}
+
 }  // namespace
