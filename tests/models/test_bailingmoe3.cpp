@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,6 +21,8 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "core/error.h"
+#include "format/gguf.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/kernel_test_util.h"
 #include "memory/memory.h"
@@ -167,6 +170,45 @@ TEST_P(BailingMoe3Batch, PromptInOneBatchEqualsTokenByTokenAndSplitPrefill) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BailingMoe3, BailingMoe3Batch, ::testing::Values("ref", "cpu"));
+
+// What the module does not implement must be refused, naming the key, not run wrong: SwiGLU
+// clamps (expert_swiglu_limit_list), the VL model's mrope sections, a non-safe KDA gate. And
+// an all-zero clamp list (what the converter writes for layers without a limit) loads.
+TEST(BailingMoe3, RefusesWhatItDoesNotImplement) {
+  GgufFile in(kGolden + "/model.gguf");
+  auto variant = [&](const std::function<void(GgufWriter&)>& extra) {
+    GgufWriter w;
+    for (const auto& [k, v] : in.metadata()) w.set(k, v);
+    extra(w);
+    for (const auto& t : in.tensors())
+      w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes);
+    const std::string path = (std::filesystem::temp_directory_path() / "sluice_bailingmoe3_variant.gguf").string();
+    w.write(path);
+    std::string err;
+    try {
+      Model::load(path);
+    } catch (const Error& e) {
+      err = e.what();
+    }
+    std::filesystem::remove(path);
+    return err;
+  };
+  EXPECT_NE(variant([](GgufWriter& w) {
+              w.set_f32_array("bailingmoe3.swiglu_clamp_exp", {0, 7, 7, 7, 7});
+            }).find("swiglu_clamp_exp"),
+            std::string::npos);
+  EXPECT_NE(variant([](GgufWriter& w) {
+              w.set_f32("bailingmoe3.swiglu_clamp_shexp", 7.0f);
+            }).find("swiglu_clamp_shexp"),
+            std::string::npos);
+  EXPECT_NE(variant([](GgufWriter& w) {
+              w.set_i32_array("bailingmoe3.rope.dimension_sections", {4, 2, 2, 0});
+            }).find("dimension_sections"),
+            std::string::npos);
+  EXPECT_NE(variant([](GgufWriter& w) { w.set_bool("bailingmoe3.kda.safe_gate", false); }).find("safe_gate"),
+            std::string::npos);
+  EXPECT_EQ(variant([](GgufWriter& w) { w.set_f32_array("bailingmoe3.swiglu_clamp_exp", {0, 0, 0, 0, 0}); }), "");
+}
 
 // How close the golden's routing comes to a tie, on ref over the prompt and the greedy tokens
 // fed back: per MoE layer and token, the gap between the 2nd and 3rd group score (sum of a
