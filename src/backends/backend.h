@@ -206,6 +206,11 @@ class Backend {
   // (a = −exp(A_log): a log-decay ≤ 0) and beta = sigmoid(beta_logit); a and bias are [n].
   virtual void delta_gates(const float* alpha, const float* beta_logit, const float* bias, const float* a, float* g,
                            float* beta, int64_t n_tok, int64_t n);
+  // The "safe" KDA decay gate (bailingmoe3) of n_tok tokens × n channels:
+  // g = lower_bound · sigmoid(a ⊙ (x + bias)), a log-decay in (lower_bound, 0) for lower_bound
+  // < 0; a and bias are [n]. g may alias x.
+  virtual void kda_safe_gate(const float* x, const float* bias, const float* a, float lower_bound, float* g,
+                             int64_t n_tok, int64_t n);
   // out = x ⊙ sigmoid(gate), n elements (gated attention's output gate). out may alias x.
   virtual void sigmoid_mul(const float* x, const float* gate, float* out, int64_t n);
   // out[i] = sigmoid(x[i]). out may alias x.

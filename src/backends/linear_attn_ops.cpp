@@ -97,6 +97,16 @@ void Backend::delta_gates(const float* alpha, const float* beta_logit, const flo
     }
 }
 
+void Backend::kda_safe_gate(const float* x, const float* bias, const float* a, float lower_bound, float* g,
+                            int64_t n_tok, int64_t n) {
+  for (int64_t t = 0; t < n_tok; ++t)
+    for (int64_t c = 0; c < n; ++c) {
+      const int64_t i = t * n + c;
+      g[i] = static_cast<float>(lower_bound *
+                                sigmoid_d(static_cast<double>(a[c]) * (static_cast<double>(x[i]) + bias[c])));
+    }
+}
+
 void Backend::sigmoid_mul(const float* x, const float* gate, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(x[i] * sigmoid_d(gate[i]));
 }

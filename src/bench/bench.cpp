@@ -368,6 +368,10 @@ void CountingBackend::delta_gates(const float* alpha, const float* beta_logit, c
                                   float* g, float* beta, int64_t n_tok, int64_t n) {
   timed(BenchStage::linear_attn, 0, [&] { in_.delta_gates(alpha, beta_logit, bias, a, g, beta, n_tok, n); });
 }
+void CountingBackend::kda_safe_gate(const float* x, const float* bias, const float* a, float lower_bound, float* g,
+                                    int64_t n_tok, int64_t n) {
+  timed(BenchStage::linear_attn, 0, [&] { in_.kda_safe_gate(x, bias, a, lower_bound, g, n_tok, n); });
+}
 void CountingBackend::sigmoid_mul(const float* x, const float* gate, float* out, int64_t n) {
   timed(last_, 0, [&] { in_.sigmoid_mul(x, gate, out, n); });
 }

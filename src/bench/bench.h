@@ -115,6 +115,8 @@ class CountingBackend final : public Backend {
   void delta_rule(const DeltaRuleArgs& a) override;
   void delta_gates(const float* alpha, const float* beta_logit, const float* bias, const float* a, float* g,
                    float* beta, int64_t n_tok, int64_t n) override;
+  void kda_safe_gate(const float* x, const float* bias, const float* a, float lower_bound, float* g, int64_t n_tok,
+                     int64_t n) override;
   void sigmoid_mul(const float* x, const float* gate, float* out, int64_t n) override;
   void sigmoid(const float* x, float* out, int64_t n) override;
   void kv_rotate(const KvRotation& r, float* x, int64_t n, bool inverse) override { in_.kv_rotate(r, x, n, inverse); }

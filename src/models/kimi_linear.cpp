@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "memory/memory.h"
 #include "models/arch.h"
+#include "models/kda.h"
 #include "models/mla.h"
 #include "models/model.h"
 
@@ -35,12 +36,7 @@ namespace {
 
 // Shapes in ggml order; I = n_head * head_dim, D = head_dim.
 struct KdaWeights final : ArchLayerWeights {
-  const TensorView* wq = nullptr;       // [n_embd, I]
-  const TensorView* wk = nullptr;       // [n_embd, I]
-  const TensorView* wv = nullptr;       // [n_embd, I]
-  const TensorView* conv_q = nullptr;   // [K, 1, I(, 1)] (f32): per channel K taps, oldest first
-  const TensorView* conv_k = nullptr;   // [K, 1, I(, 1)]
-  const TensorView* conv_v = nullptr;   // [K, 1, I(, 1)]
+  KdaQkvWeights qkv;                    // q, k, v projections and their short convs (models/kda.h)
   const TensorView* f_a = nullptr;      // [n_embd, D]: decay gate, down
   const TensorView* f_b = nullptr;      // [D, I]: decay gate, up
   const TensorView* dt_bias = nullptr;  // [I]
@@ -83,16 +79,6 @@ void read_hparams(const GgufFile& f, Hparams& hp) {
   hp.ext = std::move(kh);
 }
 
-// A tensor the converter writes with trailing 1-dims that quantization may drop: either shape.
-const TensorView* bind_either(const GgufFile& f, const std::string& name, std::initializer_list<int64_t> full,
-                              std::initializer_list<int64_t> trimmed) {
-  const TensorView* t = f.find_tensor(name);
-  const TensorView* b = t && t->n_dims == static_cast<int>(trimmed.size()) ? bind_tensor(f, name, trimmed)
-                                                                           : bind_tensor(f, name, full);
-  if (b->type != DType::F32) fail(f.path(), ": tensor '", name, "' must be f32");
-  return b;
-}
-
 void bind_attention(const GgufFile& f, const Hparams& hp, int64_t l, LayerWeights& lw) {
   const KimiLinearHparams& kh = hp.ext_as<KimiLinearHparams>();
   if (!kh.kda[l]) {
@@ -100,20 +86,13 @@ void bind_attention(const GgufFile& f, const Hparams& hp, int64_t l, LayerWeight
     return;
   }
   const std::string p = "blk." + std::to_string(l) + ".";
-  const int64_t E = hp.n_embd, H = hp.n_head, D = kh.head_dim, I = kh.inner, K = kh.conv_kernel;
-  if (f.find_tensor(p + "attn_qkv.weight"))
-    fail(f.path(), ": tensor '", p, "attn_qkv.weight': a fused q/k/v projection is not supported for ", hp.arch);
+  const int64_t E = hp.n_embd, H = hp.n_head, D = kh.head_dim, I = kh.inner;
   auto w = std::make_shared<KdaWeights>();
-  w->wq = bind_tensor(f, p + "attn_q.weight", {E, I});
-  w->wk = bind_tensor(f, p + "attn_k.weight", {E, I});
-  w->wv = bind_tensor(f, p + "attn_v.weight", {E, I});
-  w->conv_q = bind_either(f, p + "ssm_conv1d_q.weight", {K, 1, I, 1}, {K, 1, I});
-  w->conv_k = bind_either(f, p + "ssm_conv1d_k.weight", {K, 1, I, 1}, {K, 1, I});
-  w->conv_v = bind_either(f, p + "ssm_conv1d_v.weight", {K, 1, I, 1}, {K, 1, I});
+  w->qkv = kda_bind_qkv(f, hp.arch, p, E, KdaShape{H, D, kh.conv_kernel});
   w->f_a = bind_tensor(f, p + "ssm_f_a.weight", {E, D});
   w->f_b = bind_tensor(f, p + "ssm_f_b.weight", {D, I});
   w->dt_bias = bind_tensor(f, p + "ssm_dt.bias", {I});
-  w->a = bind_either(f, p + "ssm_a", {1, H, 1, 1}, {1, H});
+  w->a = kda_bind_f32(f, p + "ssm_a", {1, H, 1, 1}, {1, H});
   w->wbeta = bind_tensor(f, p + "ssm_beta.weight", {E, H});
   w->g_a = bind_tensor(f, p + "ssm_g_a.weight", {E, D});
   w->g_b = bind_tensor(f, p + "ssm_g_b.weight", {D, I});
@@ -126,13 +105,10 @@ MemoryLayout memory_layout(const Hparams& hp) {
   const KimiLinearHparams& kh = hp.ext_as<KimiLinearHparams>();
   MemoryLayout m;
   m.kv = KvGeometry{0, hp.n_head, hp.n_head_kv, hp.head_dim_k, hp.head_dim_v};  // the MLA latent rows
-  const int64_t window = (kh.conv_kernel - 1) * kh.inner;
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     LayerMemorySpec spec;
     if (kh.kda[l]) {
-      spec.kind = LayerMemoryKind::recurrent;
-      // The q, k and v conv windows (the last K-1 inputs each), then the state per head [D][D].
-      spec.state_floats = {window, window, window, hp.n_head * kh.head_dim * kh.head_dim};
+      spec = kda_memory_spec(KdaShape{hp.n_head, kh.head_dim, kh.conv_kernel});
     } else {
       ++m.kv.n_layer;
     }
@@ -156,22 +132,9 @@ void kda_layer(const Model& m, Backend& be, Memory& mem, const Batch& b, const s
   auto report = [&](std::string_view name, const float* data, int64_t rows, int64_t cols) {
     if (hook && *hook) (*hook)(name, il, data, rows, cols);
   };
-  // q, k, v: projection, then each its own short conv along each sequence's tokens (state 0..2).
-  const std::pair<const TensorView*, const TensorView*> qkv[] = {{w.wq, w.conv_q}, {w.wk, w.conv_k}, {w.wv, w.conv_v}};
-  float* out[] = {s.q.data(), s.k.data(), s.v.data()};
-  for (int i = 0; i < 3; ++i) {
-    be.matmul(*qkv[i].first, h, s.proj.data(), T);
-    for (const BatchRun& r : runs)
-      be.conv1d_causal(s.proj.data() + r.first * I, static_cast<const float*>(qkv[i].second->data),
-                       mem.state(r.seq, l, i), out[i] + r.first * I, r.n, I, K, /*silu=*/true);
-  }
-  report("q_conv", s.q.data(), T, I);
-  report("k_conv", s.k.data(), T, I);
-  report("v_conv", s.v.data(), T, I);
-  // llama.cpp normalizes by 1/sqrt(‖x‖² + eps), l2_norm by 1/max(‖x‖, eps): with eps ~1e-5 and
-  // ‖x‖² of order 0.1-1 the two differ by ~1e-5 relative, far below the goldens' tolerance.
-  be.l2_norm(s.q.data(), s.q.data(), T * H, D, hp.rms_eps);
-  be.l2_norm(s.k.data(), s.k.data(), T * H, D, hp.rms_eps);
+  const KdaShape shape{H, D, K};
+  // q, k, v: projection, then each its own short conv; q and k l2-normed (models/kda.h).
+  kda_qkv(be, mem, runs, l, shape, w.qkv, h, T, hp.rms_eps, s.proj.data(), s.q.data(), s.k.data(), s.v.data(), report);
 
   // Decay gate per key channel: g = A_h · softplus(f_b(f_a(x)) + dt_bias). delta_gates takes A
   // per channel, so each head's A is repeated over its D channels; it also computes a sigmoid
@@ -189,23 +152,8 @@ void kda_layer(const Model& m, Backend& be, Memory& mem, const Batch& b, const s
   // Negative control only: one decay per head (its first channel's), as Gated DeltaNet has.
   if (!kh.per_channel_decay) be.copy_2d(s.g.data(), D, s.g_head.data(), 1, T * H, 1);
 
-  for (const BatchRun& r : runs) {
-    DeltaRuleArgs a;
-    a.q = s.q.data() + r.first * I;
-    a.k = s.k.data() + r.first * I;
-    a.v = s.v.data() + r.first * I;
-    a.qk_stride = a.v_stride = I;
-    a.per_channel_decay = kh.per_channel_decay;
-    a.g = kh.per_channel_decay ? s.g.data() + r.first * I : s.g_head.data() + r.first * H;
-    a.beta = s.beta.data() + r.first * H;
-    a.state = mem.state(r.seq, l, 3);
-    a.out = attn + r.first * I;
-    a.n_tok = r.n;
-    a.n_head_k = a.n_head_v = H;
-    a.dim_k = a.dim_v = D;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(D));
-    be.delta_rule(a);
-  }
+  kda_recur(be, mem, runs, l, shape, s.q.data(), s.k.data(), s.v.data(),
+            kh.per_channel_decay ? s.g.data() : s.g_head.data(), kh.per_channel_decay, s.beta.data(), attn);
   report("attn_output", attn, T * H, D);
 
   // Output: RMSNorm per head, times the sigmoid of the low-rank output gate.

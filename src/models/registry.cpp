@@ -11,13 +11,14 @@ std::span<const Arch> llama_like_archs();   // models/llama_like.cpp
 std::span<const Arch> deepseek2_archs();    // models/deepseek2.cpp
 std::span<const Arch> qwen35_archs();       // models/qwen35.cpp
 std::span<const Arch> kimi_linear_archs();  // models/kimi_linear.cpp
+std::span<const Arch> bailingmoe3_archs();  // models/bailingmoe3.cpp
 
 namespace {
 
 const std::vector<const Arch*>& registry() {
   static const std::vector<const Arch*> all = [] {
     std::vector<const Arch*> v;
-    for (auto module : {llama_like_archs, deepseek2_archs, qwen35_archs, kimi_linear_archs})
+    for (auto module : {llama_like_archs, deepseek2_archs, qwen35_archs, kimi_linear_archs, bailingmoe3_archs})
       for (const Arch& a : module()) v.push_back(&a);
     return v;
   }();

@@ -227,5 +227,27 @@ TEST(LinearAttnElementwise, CpuMatchesRef) {
   for (float v : g1) ASSERT_LE(v, 0.0f) << "a log-decay must not be positive";
 }
 
+// kda_safe_gate: cpu (float) against ref (double) on random logits; the log-decay stays in
+// [lower_bound, 0]. Negative control: a ref gate with another lower bound is far off, so the
+// comparison can fail.
+TEST(LinearAttnElementwise, KdaSafeGateCpuMatchesRef) {
+  const int64_t n = 29, n_tok = 141;
+  const std::vector<float> x = randn(n * n_tok, 41, 3.0f), bias = randn(n, 42), a_log = randn(n, 43);
+  std::vector<float> a(n);
+  for (int64_t i = 0; i < n; ++i) a[i] = std::exp(a_log[i]);
+  auto ref = make_backend("ref");
+  auto cpu = make_backend("cpu", 2);
+  std::vector<float> g1(n * n_tok), g2(n * n_tok), g3(n * n_tok);
+  ref->kda_safe_gate(x.data(), bias.data(), a.data(), -5.0f, g1.data(), n_tok, n);
+  cpu->kda_safe_gate(x.data(), bias.data(), a.data(), -5.0f, g2.data(), n_tok, n);
+  EXPECT_LE(nmse(g1, g2), 1e-12);
+  for (float v : g1) {
+    ASSERT_LE(v, 0.0f);  // float sigmoid saturates to 0 or 1 at the ends
+    ASSERT_GE(v, -5.0f);
+  }
+  ref->kda_safe_gate(x.data(), bias.data(), a.data(), -4.0f, g3.data(), n_tok, n);
+  EXPECT_GT(nmse(g1, g3), 1e-3) << "negative control: another lower bound must not match";
+}
+
 }  // namespace
 }  // namespace sluice

@@ -447,6 +447,16 @@ class CpuBackend final : public Backend {
         beta[i] = 1.0f / (1.0f + std::exp(-beta_logit[i]));
       }
   }
+  void kda_safe_gate(const float* x, const float* bias, const float* a, float lower_bound, float* g, int64_t n_tok,
+                     int64_t n) override {
+    run(n_tok, n_tok * n, [&](int64_t t0, int64_t t1, int) {
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t c = 0; c < n; ++c) {
+          const int64_t i = t * n + c;
+          g[i] = lower_bound / (1.0f + std::exp(-a[c] * (x[i] + bias[c])));
+        }
+    });
+  }
   void sigmoid_mul(const float* x, const float* gate, float* out, int64_t n) override {
     elementwise(n, [&](int64_t i0, int64_t m) {
       for (int64_t i = i0; i < i0 + m; ++i) out[i] = x[i] / (1.0f + std::exp(-gate[i]));

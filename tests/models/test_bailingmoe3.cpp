@@ -1,0 +1,292 @@
+// tests/models/test_bailingmoe3: the Ling 3 model of tests/data/golden/bailingmoe3 (4 KDA layers
+// with the safe decay gate, 1 MLA layer with RoPE and a head-wise sigmoid output gate,
+// group-limited sigmoid MoE). Its llama.cpp golden on every backend (max |Δlogit| ≤ 0.03,
+// RMS ≤ 0.005, argmax equal where the golden's margin is ≥ 0.05, greedy equal over the leading
+// steps with margin ≥ 0.05); the memory layout; a prompt in one batch equals the same prompt
+// token by token (ref: bitwise) and a split prefill equals the whole; and negative controls
+// that must fail the golden: no head-wise attention gate, softmax instead of sigmoid routing,
+// no group limit, MLA without RoPE, another gate lower bound.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "core/error.h"
+#include "format/gguf.h"
+#include "kernels/cuda_test_util.h"
+#include "kernels/kernel_test_util.h"
+#include "memory/memory.h"
+#include "models/bailingmoe3.h"
+#include "models/model.h"
+#include "runtime/session.h"
+#include "test_util.h"
+
+namespace sluice {
+namespace {
+
+const std::string kGolden = std::string(SLUICE_SOURCE_DIR) + "/tests/data/golden/bailingmoe3";
+const std::vector<int32_t> kPromptIds = {1,   403, 407, 261, 378, 432, 383, 286, 261, 376, 400, 428,
+                                         395, 392, 412, 444, 263, 415, 414, 401, 396, 267, 352, 379};
+
+std::vector<float> eval_all(Session& s, std::span<const int32_t> tokens) {
+  auto l = s.eval(tokens, /*all_logits=*/true);
+  return {l.begin(), l.end()};
+}
+
+std::vector<float> token_by_token(Session& s, std::span<const int32_t> tokens) {
+  std::vector<float> out;
+  for (const int32_t& t : tokens) {
+    auto l = s.eval(std::span(&t, 1));
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  return out;
+}
+
+double max_abs_vs_golden(const Model& m) {
+  auto be = make_backend("cpu", 2);
+  Session s(m, *be, KvCacheOptions{.n_ctx = 64});
+  const std::vector<float> got = eval_all(s, kPromptIds);
+  const std::vector<float> want = test::read_f32_file(kGolden + "/logits.f32.bin");
+  EXPECT_EQ(got.size(), want.size());
+  double mx = 0;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i)
+    mx = std::max(mx, std::fabs(static_cast<double>(got[i]) - want[i]));
+  std::printf("[ bailingmoe3 / cpu ] max |Δlogit| vs golden %.4f\n", mx);
+  return mx;
+}
+
+class BailingMoe3Golden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BailingMoe3Golden, MatchesLlamaCpp) {
+  const std::string backend = GetParam();
+  if (backend == "cuda") SLUICE_REQUIRE_CUDA();
+  auto model = Model::load(kGolden + "/model.gguf");
+  auto be = make_backend(backend, 2);
+  const nlohmann::json greedy = nlohmann::json::parse(test::read_text_file(kGolden + "/greedy.json"));
+  const std::vector<int32_t> ids = greedy["prompt_tokens"].get<std::vector<int32_t>>();
+  ASSERT_EQ(ids, kPromptIds);
+  const int n_gen = greedy["n_gen"];
+  const int64_t V = model->hparams().n_vocab;
+  Session s(*model, *be, KvCacheOptions{.n_ctx = static_cast<int64_t>(ids.size()) + n_gen + 1});
+  auto logits = s.eval(ids, /*all_logits=*/true);
+  const std::vector<float> ref = test::read_f32_file(kGolden + "/logits.f32.bin");
+  ASSERT_EQ(ref.size(), logits.size()) << "golden logits have another shape";
+  double max_abs = 0, sum2 = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(logits[i]) - ref[i]);
+    max_abs = std::max(max_abs, d);
+    sum2 += d * d;
+  }
+  const double rms = std::sqrt(sum2 / ref.size());
+  std::printf("[ bailingmoe3 / %s ] max |Δlogit| %.5f  rms %.6f\n", backend.c_str(), max_abs, rms);
+  EXPECT_LE(max_abs, 0.03) << "max |Δlogit|";
+  EXPECT_LE(rms, 0.005) << "RMS Δlogit";
+  for (size_t t = 0; t < ids.size(); ++t) {
+    const std::span<const float> want(ref.data() + t * V, V);
+    std::vector<float> top(want.begin(), want.end());
+    std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<>());
+    if (top[0] - top[1] < 0.05) continue;
+    EXPECT_EQ(argmax(logits.subspan(t * V, V)), argmax(want)) << "argmax at position " << t;
+  }
+  // Greedy, each token decoded alone; compared over the leading steps with margin >= 0.05.
+  const std::vector<int32_t> want = greedy["generated"].get<std::vector<int32_t>>();
+  const std::vector<double> margins = greedy["margins"].get<std::vector<double>>();
+  int safe = 0;
+  while (safe < n_gen && margins[safe] >= 0.05) ++safe;
+  int32_t next = argmax(logits.subspan(logits.size() - V));
+  std::vector<int32_t> got;
+  for (int i = 0; i < n_gen; ++i) {
+    got.push_back(next);
+    next = argmax(s.eval(std::span(&got.back(), 1)));
+  }
+  int equal = 0;
+  while (equal < n_gen && got[equal] == want[equal]) ++equal;
+  std::printf("[ bailingmoe3 / %s ] greedy %d/%d equal (safe prefix %d)\n", backend.c_str(), equal, n_gen, safe);
+  EXPECT_GE(safe, 8) << "too few safe greedy steps to mean anything";
+  for (int i = 0; i < safe; ++i) ASSERT_EQ(got[i], want[i]) << "greedy step " << i << " (safe prefix " << safe << ")";
+}
+
+INSTANTIATE_TEST_SUITE_P(BailingMoe3, BailingMoe3Golden, ::testing::Values("ref", "cpu", "cpu-exact", "cuda"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+TEST(BailingMoe3, MemoryLayoutHasStatesForKdaAndRowsForMla) {
+  auto m = Model::load(kGolden + "/model.gguf");
+  const MemoryLayout lay = m->memory_layout();
+  ASSERT_EQ(lay.layers.size(), 5u);
+  const int64_t window = 3 * 128;  // (K-1) * n_head * head_dim
+  for (int l : {0, 1, 2, 4}) {
+    EXPECT_EQ(lay.layers[l].kind, LayerMemoryKind::recurrent) << "layer " << l;
+    EXPECT_EQ(lay.layers[l].state_floats, (std::vector<int64_t>{window, window, window, 4 * 32 * 32}));
+  }
+  EXPECT_EQ(lay.layers[3].kind, LayerMemoryKind::kv);
+  EXPECT_EQ(lay.kv.n_layer, 1);
+  EXPECT_EQ(lay.kv.head_dim_k, 64 + 16);  // [kv_lora | k_rope]
+  EXPECT_EQ(lay.kv.head_dim_v, 64);       // kv_lora
+  EXPECT_EQ(m->hparams().moe.n_group, 4);
+  EXPECT_EQ(m->hparams().moe.n_group_used, 2);
+  EXPECT_EQ(m->hparams().n_ff_shexp, 64);
+}
+
+class BailingMoe3Batch : public ::testing::TestWithParam<std::string> {};
+
+// ref: per-row ops and a float32 state between tokens, so the split cannot show: bitwise.
+// cpu: batched matmul tiles vs the one-token paths (the per-channel delta rule has no chunked
+// form, so it is the recurrence either way); 1e-9 NMSE as test_hybrid's bound.
+TEST_P(BailingMoe3Batch, PromptInOneBatchEqualsTokenByTokenAndSplitPrefill) {
+  auto m = Model::load(kGolden + "/model.gguf");
+  auto be = make_backend(GetParam(), 2);
+  std::vector<int32_t> prompt;
+  for (int64_t i = 0; i < 100; ++i)
+    prompt.push_back(i == 0 ? 1 : static_cast<int32_t>(3 + (i * 131 + i * i * 7) % 509));
+  Session a(*m, *be, KvCacheOptions{.n_ctx = 128}), b(*m, *be, KvCacheOptions{.n_ctx = 128});
+  const std::vector<float> batch = eval_all(a, prompt), steps = token_by_token(b, prompt);
+  const double bound = GetParam() == "ref" ? 1e-10 : 1e-9;
+  const double e = test::nmse(steps, batch);
+  std::printf("[ %s ] bailingmoe3 100 tokens, one batch vs token by token: NMSE %.2e\n", GetParam().c_str(), e);
+  EXPECT_LE(e, bound);
+  if (GetParam() == "ref") {
+    EXPECT_EQ(batch, steps) << "ref: bitwise";
+  }
+  Session c(*m, *be, KvCacheOptions{.n_ctx = 128});
+  std::vector<float> split = eval_all(c, std::span(prompt).first(37));
+  const std::vector<float> rest = eval_all(c, std::span(prompt).subspan(37));
+  split.insert(split.end(), rest.begin(), rest.end());
+  EXPECT_LE(test::nmse(batch, split), bound) << "prefill split at 37";
+}
+
+INSTANTIATE_TEST_SUITE_P(BailingMoe3, BailingMoe3Batch, ::testing::Values("ref", "cpu"));
+
+// What the module does not implement must be refused, naming the key, not run wrong: SwiGLU
+// clamps (expert_swiglu_limit_list), the VL model's mrope sections, a non-safe KDA gate. And
+// an all-zero clamp list (what the converter writes for layers without a limit) loads.
+TEST(BailingMoe3, RefusesWhatItDoesNotImplement) {
+  GgufFile in(kGolden + "/model.gguf");
+  auto variant = [&](const std::function<void(GgufWriter&)>& extra) {
+    GgufWriter w;
+    for (const auto& [k, v] : in.metadata()) w.set(k, v);
+    extra(w);
+    for (const auto& t : in.tensors())
+      w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes);
+    const std::string path = (std::filesystem::temp_directory_path() / "sluice_bailingmoe3_variant.gguf").string();
+    w.write(path);
+    std::string err;
+    try {
+      Model::load(path);
+    } catch (const Error& e) {
+      err = e.what();
+    }
+    std::filesystem::remove(path);
+    return err;
+  };
+  EXPECT_NE(variant([](GgufWriter& w) {
+              w.set_f32_array("bailingmoe3.swiglu_clamp_exp", {0, 7, 7, 7, 7});
+            }).find("swiglu_clamp_exp"),
+            std::string::npos);
+  EXPECT_NE(variant([](GgufWriter& w) {
+              w.set_f32("bailingmoe3.swiglu_clamp_shexp", 7.0f);
+            }).find("swiglu_clamp_shexp"),
+            std::string::npos);
+  EXPECT_NE(variant([](GgufWriter& w) {
+              w.set_i32_array("bailingmoe3.rope.dimension_sections", {4, 2, 2, 0});
+            }).find("dimension_sections"),
+            std::string::npos);
+  EXPECT_NE(variant([](GgufWriter& w) { w.set_bool("bailingmoe3.kda.safe_gate", false); }).find("safe_gate"),
+            std::string::npos);
+  EXPECT_EQ(variant([](GgufWriter& w) { w.set_f32_array("bailingmoe3.swiglu_clamp_exp", {0, 0, 0, 0, 0}); }), "");
+}
+
+// How close the golden's routing comes to a tie, on ref over the prompt and the greedy tokens
+// fed back: per MoE layer and token, the gap between the 2nd and 3rd group score (sum of a
+// group's two best biased scores) and between the 4th and 5th biased expert score inside the
+// kept groups. A backend whose router scores move by more than the gap could route otherwise.
+TEST(BailingMoe3, RoutingMarginsOfTheGolden) {
+  auto m = Model::load(kGolden + "/model.gguf");
+  auto be = make_backend("ref");
+  const nlohmann::json greedy = nlohmann::json::parse(test::read_text_file(kGolden + "/greedy.json"));
+  std::vector<int32_t> tokens = kPromptIds;
+  const std::vector<int32_t> gen = greedy["generated"].get<std::vector<int32_t>>();
+  tokens.insert(tokens.end(), gen.begin(), gen.end() - 1);
+  const MoeOptions& moe = m->hparams().moe;
+  const int64_t per = moe.n_expert / moe.n_group;
+  double group_gap = 1e9, expert_gap = 1e9;
+  Session s(*m, *be, KvCacheOptions{.n_ctx = 64});
+  s.set_hook([&](std::string_view name, int layer, const float* d, int64_t rows, int64_t cols) {
+    if (name != "ffn_moe_probs") return;
+    const float* bias = static_cast<const float*>(m->layers()[static_cast<size_t>(layer)].exp_probs_b->data);
+    for (int64_t t = 0; t < rows; ++t) {
+      std::vector<double> sc(cols);
+      for (int64_t e = 0; e < cols; ++e) sc[e] = d[t * cols + e] + bias[e];
+      std::vector<std::pair<double, int64_t>> gs;
+      for (int64_t g = 0; g < moe.n_group; ++g) {
+        std::vector<double> v(sc.begin() + g * per, sc.begin() + (g + 1) * per);
+        std::sort(v.rbegin(), v.rend());
+        gs.push_back({v[0] + v[1], g});
+      }
+      std::sort(gs.rbegin(), gs.rend());
+      group_gap = std::min(group_gap, gs[moe.n_group_used - 1].first - gs[moe.n_group_used].first);
+      std::vector<double> kept;
+      for (int64_t j = 0; j < moe.n_group_used; ++j)
+        kept.insert(kept.end(), sc.begin() + gs[j].second * per, sc.begin() + (gs[j].second + 1) * per);
+      std::sort(kept.rbegin(), kept.rend());
+      expert_gap = std::min(expert_gap, kept[moe.n_expert_used - 1] - kept[moe.n_expert_used]);
+    }
+  });
+  eval_all(s, tokens);
+  std::printf("[ bailingmoe3 / ref ] smallest routing gaps over %zu tokens: group %.5f, expert %.5f\n", tokens.size(),
+              group_gap, expert_gap);
+  EXPECT_GT(group_gap, 0.0);
+  EXPECT_GT(expert_gap, 0.0);
+}
+
+// Each control perturbs one thing the golden depends on; each must move the logits past 0.03.
+using Perturb = std::function<void(Model&, BailingMoe3Hparams&)>;
+double perturbed(const Perturb& p) {
+  auto m = Model::load(kGolden + "/model.gguf");
+  auto bh = std::make_shared<BailingMoe3Hparams>(m->hparams().ext_as<BailingMoe3Hparams>());
+  p(*m, *bh);
+  m->mutable_hparams().ext = bh;
+  return max_abs_vs_golden(*m);
+}
+
+TEST(BailingMoe3Negative, BaselinePasses) {
+  EXPECT_LE(perturbed([](Model&, BailingMoe3Hparams&) {}), 0.03);
+}
+
+TEST(BailingMoe3Negative, WithoutHeadWiseAttentionGateFails) {
+  EXPECT_GT(perturbed([](Model&, BailingMoe3Hparams& bh) { bh.attn_head_gate = false; }), 0.03);
+}
+
+TEST(BailingMoe3Negative, SoftmaxInsteadOfSigmoidRoutingFails) {
+  EXPECT_GT(perturbed([](Model& m, BailingMoe3Hparams&) { m.mutable_hparams().moe.gating = MoeGating::softmax; }),
+            0.03);
+}
+
+TEST(BailingMoe3Negative, WithoutGroupLimitFails) {
+  EXPECT_GT(perturbed([](Model& m, BailingMoe3Hparams&) { m.mutable_hparams().moe.n_group_used = 4; }), 0.03);
+}
+
+TEST(BailingMoe3Negative, MlaWithoutRopeFails) {
+  EXPECT_GT(perturbed([](Model&, BailingMoe3Hparams& bh) { bh.mla.rope = false; }), 0.03);
+}
+
+TEST(BailingMoe3Negative, AnotherGateLowerBoundFails) {
+  EXPECT_GT(perturbed([](Model&, BailingMoe3Hparams& bh) { bh.gate_lower_bound = -4.0f; }), 0.03);
+}
+
+}  // namespace
+}  // namespace sluice
