@@ -50,6 +50,11 @@ const TensorView* bind_tensor(const GgufFile& f, const std::string& name, std::i
 // v when 1 <= v <= max; else throws naming the file and the key.
 int64_t positive_key(const GgufFile& f, const std::string& key, int64_t v, int64_t max = int64_t{1} << 24);
 
+// Group-limited routing ({arch}.expert_group_count / expert_group_used_count, default one
+// group) into hp.moe, for the families that route so (deepseek2, kimi-linear, bailingmoe3);
+// throws naming the file when the groups do not divide the experts.
+void read_expert_groups(const GgufFile& f, Hparams& hp);
+
 // Every layer an attention layer of the model's geometry (the default memory layout).
 MemoryLayout attention_memory_layout(const Hparams& hp);
 

@@ -79,11 +79,7 @@ void read_hparams(const GgufFile& f, Hparams& hp) {
   hp.n_layer_dense_lead = f.get_u32(a + "leading_dense_block_count");
   moe.norm_weights = f.get_bool_or(a + "expert_weights_norm", false);
   moe.weights_scale = f.get_f32_or(a + "expert_weights_scale", 1.0f);
-  moe.n_group = f.get_u32_or(a + "expert_group_count", 1);
-  moe.n_group_used = f.get_u32_or(a + "expert_group_used_count", static_cast<uint32_t>(moe.n_group));
-  if (moe.n_group <= 0 || moe.n_expert % moe.n_group != 0 || moe.n_group_used <= 0 || moe.n_group_used > moe.n_group)
-    fail(f.path(), ": expert groups ", moe.n_group, " (used ", moe.n_group_used, ") do not divide ", moe.n_expert,
-         " experts");
+  read_expert_groups(f, hp);
   // SwiGLU clamps (expert_swiglu_limit_list) change the experts' activation; not implemented,
   // so a file that sets one is refused rather than run wrong.
   for (const char* k : {"swiglu_clamp_exp", "swiglu_clamp_shexp"})

@@ -31,11 +31,7 @@ void read_hparams(const GgufFile& f, Hparams& hp) {
   hp.n_expert_shared = f.get_u32_or(a + "expert_shared_count", 0);
   moe.norm_weights = f.get_bool_or(a + "expert_weights_norm", false);
   moe.weights_scale = f.get_f32_or(a + "expert_weights_scale", 1.0f);
-  moe.n_group = f.get_u32_or(a + "expert_group_count", 1);
-  moe.n_group_used = f.get_u32_or(a + "expert_group_used_count", static_cast<uint32_t>(moe.n_group));
-  if (moe.n_group <= 0 || moe.n_expert % moe.n_group != 0 || moe.n_group_used <= 0 || moe.n_group_used > moe.n_group)
-    fail(f.path(), ": expert groups ", moe.n_group, " (used ", moe.n_group_used, ") do not divide ", moe.n_expert,
-         " experts");
+  read_expert_groups(f, hp);
   auto ext = std::make_shared<Deepseek2Hparams>();
   ext->mla = mla_read_hparams(f, hp);
   hp.ext = std::move(ext);

@@ -61,11 +61,7 @@ void read_hparams(const GgufFile& f, Hparams& hp) {
   // kimi-linear graph passes true whatever expert_weights_norm says), then scaled.
   moe.norm_weights = true;
   moe.weights_scale = f.get_f32_or(a + "expert_weights_scale", 1.0f);
-  moe.n_group = f.get_u32_or(a + "expert_group_count", 1);
-  moe.n_group_used = f.get_u32_or(a + "expert_group_used_count", static_cast<uint32_t>(moe.n_group));
-  if (moe.n_group <= 0 || moe.n_expert % moe.n_group != 0 || moe.n_group_used <= 0 || moe.n_group_used > moe.n_group)
-    fail(f.path(), ": expert groups ", moe.n_group, " (used ", moe.n_group_used, ") do not divide ", moe.n_expert,
-         " experts");
+  read_expert_groups(f, hp);
   auto kh = std::make_shared<KimiLinearHparams>();
   // The converter writes no value_length: the latent cache's value rows are kv_lora wide.
   if (!f.has(a + "attention.value_length"))

@@ -20,6 +20,16 @@ int64_t positive_key(const GgufFile& f, const std::string& key, int64_t v, int64
   return v;
 }
 
+void read_expert_groups(const GgufFile& f, Hparams& hp) {
+  const std::string a = hp.arch + ".";
+  MoeOptions& moe = hp.moe;
+  moe.n_group = f.get_u32_or(a + "expert_group_count", 1);
+  moe.n_group_used = f.get_u32_or(a + "expert_group_used_count", static_cast<uint32_t>(moe.n_group));
+  if (moe.n_group <= 0 || moe.n_expert % moe.n_group != 0 || moe.n_group_used <= 0 || moe.n_group_used > moe.n_group)
+    fail(f.path(), ": expert groups ", moe.n_group, " (used ", moe.n_group_used, ") do not divide ", moe.n_expert,
+         " experts");
+}
+
 namespace {
 
 // The shared core: dims, heads, rope, experts. The module reads its own keys after it.

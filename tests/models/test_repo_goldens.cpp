@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "kernels/cuda_test_util.h"
 #include "models/model.h"
 #include "models/qwen35.h"
 #include "runtime/session.h"
@@ -49,6 +50,7 @@ class RepoGolden : public ::testing::TestWithParam<RepoGoldenCase> {};
 
 TEST_P(RepoGolden, MatchesLlamaCpp) {
   const auto& [name, backend] = GetParam();
+  if (backend == "cuda") SLUICE_REQUIRE_CUDA();
   const std::string dir = golden_dir(name);
   auto model = Model::load(dir + "/model.gguf");
   auto be = make_backend(backend, 2);
@@ -113,8 +115,8 @@ TEST(RepoGoldenNegative, Qwen3NextWithTiledKeyHeadsFails) {
 
 std::vector<RepoGoldenCase> cases() {
   std::vector<RepoGoldenCase> v;
-  for (const char* n : {"qwen3next", "qwen35"})
-    for (const char* b : {"ref", "cpu", "cpu-exact"}) v.push_back({n, b});
+  for (const char* n : {"qwen3next", "qwen35", "kimi-linear", "bailingmoe3"})
+    for (const char* b : {"ref", "cpu", "cpu-exact", "cuda"}) v.push_back({n, b});
   return v;
 }
 
