@@ -582,74 +582,13 @@ inline void q8_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t a
   for (; t < n_tok; ++t) Run<1>::run(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
 }
 
-// NT tokens against one tile. Per sub-block: the 8 weight vectors are unpacked once, then
-// each token runs 8 vpdpbusd (16 rows × 4 inputs each) and one vpmulld by the scales.
-template <int NT>
-struct Q4KTileTokens {
-  static void run(const Q4KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
-                  __mmask16 rows) {
-    const __m512i m4 = _mm512_set1_epi8(0xF);
-    __m512 acc[NT];
-    for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; ++i) {
-      const Q4KTile& b = T[i];
-      const block_q8_K* a[NT];
-      __m512i sumi[NT];
-      for (int t = 0; t < NT; ++t) {
-        a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
-        sumi[t] = _mm512_setzero_si512();
-      }
-      for (int j = 0; j < 8; ++j) {  // sub-block j: chunk j/2, low (even j) or high nibbles
-        const int c = j / 2, hi = j % 2;
-        __m512i wv[8];
-        for (int g = 0; g < 8; ++g) {
-          const __m512i raw = _mm512_loadu_si512(b.qs[8 * c + g]);
-          wv[g] = _mm512_and_si512(hi ? _mm512_srli_epi16(raw, 4) : raw, m4);
-        }
-        const __m512i scv = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[j])));
-        for (int t = 0; t < NT; ++t) {
-          const int8_t* aq = a[t]->qs + 32 * j;
-          __m512i s = _mm512_setzero_si512();
-          for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(aq + 4 * g));
-          sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(s, scv));
-        }
-      }
-      const __m512 dv = _mm512_loadu_ps(b.d), dmv = _mm512_loadu_ps(b.dmin);
-      for (int t = 0; t < NT; ++t) {
-        __m512i mins = _mm512_setzero_si512();
-        for (int j = 0; j < 8; ++j)
-          mins = _mm512_dpwssd_epi32(mins, _mm512_loadu_si512(b.m2[j]), q8_bcst32(a[t]->bsums + 2 * j));
-        const __m512 ad = _mm512_set1_ps(a[t]->d);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dv, ad), acc[t]);
-        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmv, ad), acc[t]);
-      }
-    }
-    for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
-  }
-};
-
+// Q8TileOps::gemm of Q4_K: K4TileTokens (in the Q5_K section below, which it shares).
 #define SLUICE_Q8_Q4_K_TILE \
-  { q4_K_tile_bytes, q4_K_tile_pack_512, q8_tile_gemm<Q4KTile, QK_K, Q4KTileTokens> }
+  { q4_K_tile_bytes, q4_K_tile_pack_512, q8_tile_gemm<Q4KTile, QK_K, K4TileTokens<Q4KTile>::Run> }
 #elif !SLUICE_Q8_SIMD
-// The scalar twin: the same exact integer sums per super-block and the same two fused
-// multiply-adds per super-block as the vector code, so the results are bitwise equal.
-inline float q4_K_tile_step(const Q4KTile& b, const block_q8_K& a, int64_t r, float acc) {
-  int32_t sumi = 0, mins = 0;
-  for (int j = 0; j < 8; ++j) {
-    int32_t s = 0;
-    for (int k = 0; k < 32; ++k) {
-      const int g = k / 4, byte = k % 4;
-      const uint8_t q = reinterpret_cast<const uint8_t*>(&b.qs[8 * (j / 2) + g][r])[byte];
-      s += ((j % 2) ? q >> 4 : q & 0xF) * a.qs[32 * j + k];
-    }
-    sumi += b.sc[j][r] * s;
-    mins += static_cast<int32_t>(b.m2[j][r] & 0xFFFF) * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
-  }
-  acc = std::fma(static_cast<float>(sumi), b.d[r] * a.d, acc);
-  return std::fma(-static_cast<float>(mins), b.dmin[r] * a.d, acc);
-}
+// The scalar twin: k4_tile_step (in the Q5_K section below).
 #define SLUICE_Q8_Q4_K_TILE \
-  { q4_K_tile_bytes, q4_K_tile_pack, q8_tile_gemm_scalar<Q4KTile, block_q8_K, QK_K, q4_K_tile_step> }
+  { q4_K_tile_bytes, q4_K_tile_pack, q8_tile_gemm_scalar<Q4KTile, block_q8_K, QK_K, k4_tile_step<Q4KTile>> }
 #else
 #define SLUICE_Q8_Q4_K_TILE \
   {}
@@ -709,66 +648,77 @@ inline void q5_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
   }
 }
 
-// As Q4KTileTokens, each weight vector OR'd with its fifth bit (bit j of the qh bytes moved to
-// bit 4 by one 16-bit shift; the mask drops what crossed a byte).
-template <int NT>
-struct Q5KTileTokens {
-  static void run(const Q5KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
-                  __mmask16 rows) {
-    const __m512i m4 = _mm512_set1_epi8(0xF), m10 = _mm512_set1_epi8(0x10);
-    __m512 acc[NT];
-    for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; ++i) {
-      const Q5KTile& b = T[i];
-      const block_q8_K* a[NT];
-      __m512i sumi[NT];
-      for (int t = 0; t < NT; ++t) {
-        a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
-        sumi[t] = _mm512_setzero_si512();
-      }
-      for (int j = 0; j < 8; ++j) {
-        const int c = j / 2, hi = j % 2;
-        __m512i wv[8];
-        for (int g = 0; g < 8; ++g) {
-          const __m512i raw = _mm512_loadu_si512(b.qs[8 * c + g]);
-          const __m512i h = _mm512_loadu_si512(b.qh[g]);
-          const __m512i hb = j < 4 ? _mm512_slli_epi16(h, 4 - j) : j == 4 ? h : _mm512_srli_epi16(h, j - 4);
-          wv[g] = _mm512_or_si512(_mm512_and_si512(hi ? _mm512_srli_epi16(raw, 4) : raw, m4),
-                                  _mm512_and_si512(hb, m10));
-        }
-        const __m512i scv = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[j])));
+// NT tokens against one Q4_K or Q5_K tile. Per sub-block: the 8 weight vectors are unpacked
+// once (Q5_K: each OR'd with its fifth bit, bit j of the qh bytes moved to bit 4 by one 16-bit
+// shift; the mask drops what crossed a byte), then each token runs 8 vpdpbusd (16 rows × 4
+// inputs each) and one vpmulld by the scales.
+template <class Tile>
+struct K4TileTokens {
+  static constexpr bool kHighBit = requires(const Tile& t) { t.qh; };
+  template <int NT>
+  struct Run {
+    static void run(const Tile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
+                    __mmask16 rows) {
+      const __m512i m4 = _mm512_set1_epi8(0xF), m10 = _mm512_set1_epi8(0x10);
+      __m512 acc[NT];
+      for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+      for (int64_t i = 0; i < nb; ++i) {
+        const Tile& b = T[i];
+        const block_q8_K* a[NT];
+        __m512i sumi[NT];
         for (int t = 0; t < NT; ++t) {
-          const int8_t* aq = a[t]->qs + 32 * j;
-          __m512i s = _mm512_setzero_si512();
-          for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(aq + 4 * g));
-          sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(s, scv));
+          a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
+          sumi[t] = _mm512_setzero_si512();
+        }
+        for (int j = 0; j < 8; ++j) {  // sub-block j: chunk j/2, low (even j) or high nibbles
+          const int c = j / 2, hi = j % 2;
+          __m512i wv[8];
+          for (int g = 0; g < 8; ++g) {
+            const __m512i raw = _mm512_loadu_si512(b.qs[8 * c + g]);
+            wv[g] = _mm512_and_si512(hi ? _mm512_srli_epi16(raw, 4) : raw, m4);
+            if constexpr (kHighBit) {
+              const __m512i h = _mm512_loadu_si512(b.qh[g]);
+              const __m512i hb = j < 4 ? _mm512_slli_epi16(h, 4 - j) : j == 4 ? h : _mm512_srli_epi16(h, j - 4);
+              wv[g] = _mm512_or_si512(wv[g], _mm512_and_si512(hb, m10));
+            }
+          }
+          const __m512i scv = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[j])));
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* aq = a[t]->qs + 32 * j;
+            __m512i s = _mm512_setzero_si512();
+            for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(aq + 4 * g));
+            sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(s, scv));
+          }
+        }
+        const __m512 dv = _mm512_loadu_ps(b.d), dmv = _mm512_loadu_ps(b.dmin);
+        for (int t = 0; t < NT; ++t) {
+          __m512i mins = _mm512_setzero_si512();
+          for (int j = 0; j < 8; ++j)
+            mins = _mm512_dpwssd_epi32(mins, _mm512_loadu_si512(b.m2[j]), q8_bcst32(a[t]->bsums + 2 * j));
+          const __m512 ad = _mm512_set1_ps(a[t]->d);
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dv, ad), acc[t]);
+          acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmv, ad), acc[t]);
         }
       }
-      const __m512 dv = _mm512_loadu_ps(b.d), dmv = _mm512_loadu_ps(b.dmin);
-      for (int t = 0; t < NT; ++t) {
-        __m512i mins = _mm512_setzero_si512();
-        for (int j = 0; j < 8; ++j)
-          mins = _mm512_dpwssd_epi32(mins, _mm512_loadu_si512(b.m2[j]), q8_bcst32(a[t]->bsums + 2 * j));
-        const __m512 ad = _mm512_set1_ps(a[t]->d);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dv, ad), acc[t]);
-        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmv, ad), acc[t]);
-      }
+      for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
     }
-    for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
-  }
+  };
 };
 #define SLUICE_Q8_Q5_K_TILE \
-  { q5_K_tile_bytes, q5_K_tile_pack_512, q8_tile_gemm<Q5KTile, QK_K, Q5KTileTokens> }
+  { q5_K_tile_bytes, q5_K_tile_pack_512, q8_tile_gemm<Q5KTile, QK_K, K4TileTokens<Q5KTile>::Run> }
 #elif !SLUICE_Q8_SIMD
-inline float q5_K_tile_step(const Q5KTile& b, const block_q8_K& a, int64_t r, float acc) {
+// The scalar twin of K4TileTokens (Q4_K and Q5_K tiles): the same exact integer sums per
+// super-block and the same two fused multiply-adds, so the results are bitwise equal.
+template <class Tile>
+inline float k4_tile_step(const Tile& b, const block_q8_K& a, int64_t r, float acc) {
   int32_t sumi = 0, mins = 0;
   for (int j = 0; j < 8; ++j) {
     int32_t s = 0;
     for (int k = 0; k < 32; ++k) {
       const int g = k / 4, byte = k % 4;
       const uint8_t q = reinterpret_cast<const uint8_t*>(&b.qs[8 * (j / 2) + g][r])[byte];
-      const uint8_t h = reinterpret_cast<const uint8_t*>(&b.qh[g][r])[byte];
-      const int v = ((j % 2) ? q >> 4 : q & 0xF) | (((h >> j) & 1) << 4);
+      int v = (j % 2) ? q >> 4 : q & 0xF;
+      if constexpr (requires { b.qh; }) v |= ((reinterpret_cast<const uint8_t*>(&b.qh[g][r])[byte] >> j) & 1) << 4;
       s += v * a.qs[32 * j + k];
     }
     sumi += b.sc[j][r] * s;
@@ -778,7 +728,7 @@ inline float q5_K_tile_step(const Q5KTile& b, const block_q8_K& a, int64_t r, fl
   return std::fma(-static_cast<float>(mins), b.dmin[r] * a.d, acc);
 }
 #define SLUICE_Q8_Q5_K_TILE \
-  { q5_K_tile_bytes, q5_K_tile_pack, q8_tile_gemm_scalar<Q5KTile, block_q8_K, QK_K, q5_K_tile_step> }
+  { q5_K_tile_bytes, q5_K_tile_pack, q8_tile_gemm_scalar<Q5KTile, block_q8_K, QK_K, k4_tile_step<Q5KTile>> }
 #else
 #define SLUICE_Q8_Q5_K_TILE \
   {}
