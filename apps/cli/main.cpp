@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "common_opts.h"
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_backend.h"
@@ -22,6 +23,9 @@
 #include "sampling/sampler.h"
 
 using namespace sluice;
+using sluice::cli::add_generate_options;
+using sluice::cli::CommonOpts;
+using sluice::cli::parse_cache_type;
 
 namespace {
 
@@ -59,131 +63,6 @@ std::string to_hex(const std::string& s) {
 }
 
 
-std::optional<DType> parse_cache_type(const std::string& s) {
-  auto t = kv_type_from_name(s);
-  if (!t) fail("cache type '", s, "' is not supported (", kv_type_names(), ")");
-  return t;
-}
-
-struct CommonOpts {
-  std::string model;
-  std::string backend = "cpu";
-  int threads = 0;
-  int64_t ctx = 0;
-  std::string cache_type = "f16", cache_type_k, cache_type_v;  // -k/-v override the shorthand
-  bool no_auto_asymmetric = false, no_kv_rotation = false;
-  // Where the experts live (memory/expert_store.h).
-  std::string experts = "resident";
-  std::string expert_cache = "4G";
-  int pin_experts = 0;
-  std::string routing_counts, routing_counts_out, routing_trace_out;
-  bool prefetch = true;
-  bool no_prefetch_gate = false;
-  int prefetch_extra = -1;
-  std::string expert_io = "auto";
-  bool no_direct_io = false;
-  std::string gpu_expert_cache;
-  bool mmap_weights = false;
-  void add(CLI::App* app) {
-    app->add_option("-m,--model", model, "GGUF model file")->required()->check(CLI::ExistingFile);
-    app->add_option(
-           "--backend", backend,
-           "ref | cpu (int8 activations on quantized weights) | cpu-exact | cuda (when built; op level, see README)")
-        ->capture_default_str();
-    app->add_option("-t,--threads", threads, "worker threads (0 = all cores)")->capture_default_str();
-    app->add_option("-c,--ctx", ctx, "context size in tokens (0 = min(model's, 4096))");
-    app->add_option("--cache-type", cache_type, "KV cache type of K and V (shorthand for both)")->capture_default_str();
-    app->add_option("--cache-type-k", cache_type_k, "K cache type: " + std::string(kv_type_names()));
-    app->add_option("--cache-type-v", cache_type_v, "V cache type: " + std::string(kv_type_names()));
-    app->add_flag("--no-auto-asymmetric", no_auto_asymmetric, "keep a K type below 8 bits even with GQA >= 6");
-    app->add_flag(
-        "--no-kv-rotation", no_kv_rotation,
-        "store q8_0/q4_0 K/V unrotated (default: Hadamard-rotated in blocks of 64, or of the largest power of two >= 16 dividing the head dim)");
-    app->add_option("--experts", experts, "where experts live: resident | mmap (page cache) | stream (bounded cache)")
-        ->capture_default_str();
-    app->add_option(
-           "--expert-cache", expert_cache,
-           "stream: expert cache budget, never exceeded (e.g. 4G, 512M; auto: 90% of the memory limit (cgroup or available) less the weights in memory and 512 MiB)")
-        ->capture_default_str();
-    app->add_option("--pin-experts", pin_experts,
-                    "stream: keep the N most-routed experts of each layer cached (needs --routing-counts)");
-    app->add_option("--routing-counts", routing_counts,
-                    "routing-counts JSON choosing --pin-experts (from --routing-counts-out)");
-    app->add_option("--routing-counts-out", routing_counts_out,
-                    "after the run, add this run's per-layer expert routing counts to FILE (a calibration run)");
-    app->add_option("--routing-trace-out", routing_trace_out,
-                    "after the run, write every expert request to FILE, one layer's per line: \"layer e1 e2 ...\" "
-                    "(for cache simulations, bench/stream/cache_sim.py, and training predictors)");
-    app->add_flag("--prefetch,!--no-prefetch", prefetch,
-                  "mmap/stream: predict the next layer's experts and read them early");
-    app->add_flag("--no-prefetch-gate", no_prefetch_gate,
-                  "stream: read every predicted expert, evicting any probationary one (for comparisons; the gate "
-                  "reads a guess only when it is expected to save more than it wastes)");
-    app->add_option("--prefetch-extra", prefetch_extra,
-                    "the predictor stages the top k+M experts (-1: M = max(1, k/4))");
-    app->add_option("--expert-io", expert_io, "stream: auto | uring | pread")->capture_default_str();
-    app->add_flag("--no-direct-io", no_direct_io, "stream: read experts through the page cache instead of O_DIRECT");
-    app->add_flag("--mmap", mmap_weights,
-                  "resident: map the file instead of reading it into memory (faster start, slower decode)");
-    app->add_option("--gpu-expert-cache", gpu_expert_cache,
-                    "cuda: VRAM budget for routed experts, cached by (layer, expert) (e.g. 8G; default: all in VRAM)");
-  }
-  std::unique_ptr<Backend> make() const {
-    BackendOptions o{.n_threads = threads};
-    if (!gpu_expert_cache.empty()) {
-      if (backend != "cuda") fail("--gpu-expert-cache needs --backend cuda");
-      o.gpu_expert_cache = cli::parse_byte_size("--gpu-expert-cache", gpu_expert_cache);
-    }
-    return make_backend(backend, o);
-  }
-  // The backend's end-of-run figures on stderr (cuda: its expert tier; nothing for the others).
-  static void report_backend(const Backend& be) {
-    if (std::string line = be.stats_line(); !line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
-  }
-  ModelOptions model_options() const {
-    ModelOptions o;
-    o.experts.policy = expert_policy_from_name(experts);
-    cli::set_expert_cache(o.experts, expert_cache);
-    o.experts.pin_per_layer = pin_experts;
-    o.experts.routing_counts_path = routing_counts;
-    o.experts.prefetch = prefetch;
-    o.experts.prefetch_extra = prefetch_extra;
-    o.experts.prefetch_gate = !no_prefetch_gate;
-    o.experts.io = expert_io;
-    o.experts.direct_io = !no_direct_io;
-    o.experts.progress = true;
-    o.read_weights = !mmap_weights;
-    o.progress = [last = size_t{0}](size_t done, size_t total) mutable {
-      // A line per GiB for big files (reading from a cold disk takes a while), nothing for small ones.
-      if (total < (size_t{1} << 30) || (done - last < (size_t{1} << 30) && done != total)) return;
-      last = done;
-      std::fprintf(stderr, "loading: %.1f / %.1f GB\n", done / 1e9, total / 1e9);
-    };
-    return o;
-  }
-  // The model, with the routing trace recording when --routing-trace-out asks for it.
-  std::unique_ptr<Model> load_model() const {
-    auto m = Model::load(model, model_options());
-    if (!routing_trace_out.empty()) m->experts().record_routing_trace();
-    return m;
-  }
-  // The store's figures on stderr, and the calibration file when asked for.
-  void report_experts(const Model& m) const {
-    std::fprintf(stderr, "%s\n", format_expert_stats(m.experts().stats()).c_str());
-    if (!routing_counts_out.empty()) m.experts().save_routing_counts(routing_counts_out);
-    if (!routing_trace_out.empty()) m.experts().save_routing_trace(routing_trace_out);
-  }
-  KvCacheOptions kv(const Model& m, int64_t need) const {
-    KvCacheOptions o;
-    o.n_ctx = ctx > 0 ? ctx : std::max<int64_t>(std::min<int64_t>(m.hparams().n_ctx_train, 4096), need);
-    o.type_k = *parse_cache_type(cache_type_k.empty() ? cache_type : cache_type_k);
-    o.type_v = *parse_cache_type(cache_type_v.empty() ? cache_type : cache_type_v);
-    o.auto_asymmetric = !no_auto_asymmetric;
-    if (no_kv_rotation) o.rotation = KvCacheOptions::Rotation::off;
-    return o;
-  }
-};
-
 int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParams& gp) {
   auto t_load = Clock::now();
   auto model = co.load_model();
@@ -192,8 +71,9 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParam
                model->hparams().arch.c_str(), static_cast<long long>(model->hparams().n_layer),
                model->weight_bytes() / 1e6, seconds_since(t_load), std::string(be->name()).c_str(), be->n_threads());
   // The context is sized before the generator tokenizes, so the prompt is tokenized here too.
-  const auto n_prompt = static_cast<int64_t>(model->tokenizer().encode(prompt, /*add_special=*/true).size());
-  Session s(*model, *be, co.kv(*model, n_prompt + gp.n_predict));
+  const auto n_prompt = static_cast<int64_t>(
+      model->tokenizer().encode(prompt, /*add_special=*/true, gp.parse_special).size());
+  Session s(*model, *be, co.kv(*model, n_prompt, gp.n_predict));
 
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
@@ -220,7 +100,9 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParam
       });
   if (st.stop == StopReason::context_full)
     std::fprintf(stderr, "\n[context full at %lld tokens]\n", static_cast<long long>(s.n_ctx()));
+  // The text ends its line before the stats go to stderr (stdout may be a pipe, not flushed per line).
   std::printf("\n");
+  std::fflush(stdout);
   const int n_gen = st.n_generated;
   const double t_prompt = st.prompt_seconds, t_gen = st.generate_seconds;
   std::fprintf(stderr,
@@ -240,7 +122,7 @@ int cmd_eval(const CommonOpts& co, const std::string& tokens_arg, int greedy, co
   auto model = co.load_model();
   auto be = co.make();
   std::vector<int32_t> ids = parse_token_list(tokens_arg);
-  Session s(*model, *be, co.kv(*model, static_cast<int64_t>(ids.size()) + greedy));
+  Session s(*model, *be, co.kv(*model, static_cast<int64_t>(ids.size()), greedy));
   auto logits = s.eval(ids, /*all_logits=*/true);
   if (!logits_path.empty()) {
     std::ofstream out(logits_path, std::ios::binary);
@@ -315,7 +197,7 @@ int cmd_parity(const std::string& model_path, const std::string& a, const std::s
                                                  : model->tokenizer().encode(prompt, true);
   KvCacheOptions kv;
   kv.n_ctx = static_cast<int64_t>(ids.size()) + n_decode + 1;
-  kv.type_k = kv.type_v = *parse_cache_type(cache_type);
+  kv.type_k = kv.type_v = parse_cache_type(cache_type);
   for (const Backend* be : {ba.get(), bb.get()})
     if (const char* q8 = cpu_backend_q8_level(*be))
       std::fprintf(
@@ -351,24 +233,10 @@ int main(int argc, char** argv) {
   CommonOpts run_co;
   std::string prompt = "Once upon a time";
   GenerateParams gp;
-  SamplerParams& sp = gp.sampler;
   auto* run = app.add_subcommand("run", "generate text from a prompt");
   run_co.add(run);
   run->add_option("-p,--prompt", prompt, "prompt text")->capture_default_str();
-  run->add_option("-n,--n-predict", gp.n_predict, "tokens to generate")->capture_default_str();
-  run->add_option("--temp", sp.temp, "temperature (0 = greedy)")->capture_default_str();
-  run->add_option("--top-k", sp.top_k, "top-k (0 = off)")->capture_default_str();
-  run->add_option("--top-p", sp.top_p, "top-p (1 = off)")->capture_default_str();
-  run->add_option("--min-p", sp.min_p, "min-p (0 = off)")->capture_default_str();
-  run->add_option("--repeat-penalty", sp.repeat_penalty, "repetition penalty (1 = off)")->capture_default_str();
-  run->add_option("--presence-penalty", sp.presence_penalty, "presence penalty")->capture_default_str();
-  run->add_option("--frequency-penalty", sp.frequency_penalty, "frequency penalty")->capture_default_str();
-  run->add_option("--repeat-last-n", sp.penalty_last_n, "tokens the penalties look back over")->capture_default_str();
-  run->add_option("-s,--seed", sp.seed, "RNG seed")->capture_default_str();
-  run->add_flag("--ignore-eos", gp.ignore_eos, "keep generating after end-of-sequence");
-  run->add_option("--stop", gp.stop,
-                  "stop when the text reaches this string (repeatable; the string itself is not printed)")
-      ->allow_extra_args(false);
+  add_generate_options(run, gp);
 
   CommonOpts eval_co;
   std::string tokens_arg, logits_path;
@@ -405,6 +273,20 @@ int main(int argc, char** argv) {
   auto run_bench = cli::add_bench_command(app);
   auto run_template = cli::add_template_command(app);
 
+  // CLI11 answers a mistyped command with "A subcommand is required"; name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "sluice: error: unknown command '%s' (commands: %s; sluice --help)\n", argv[1],
+                   names.c_str());
+      return 1;
+    }
+  }
   CLI11_PARSE(app, argc, argv);
   try {
     for (auto* sub : app.get_subcommands())

@@ -28,7 +28,8 @@ struct GenerateOptions {
   float frequency_penalty = 0.0f;  // logit -= count * frequency over the window
   int penalty_last_n = 64;         // tokens (prompt included) the penalties look back over; 0 off, < 0 all
   uint64_t seed = 0x736c75696365ull;
-  bool ignore_eos = false;  // keep generating past end-of-generation tokens (EOS, EOT, ...)
+  bool ignore_eos = false;    // keep generating past end-of-generation tokens (EOS, EOT, ...)
+  bool parse_special = true;  // prompt text spelling a special token (e.g. <|im_start|>) becomes that token
   // Generation stops when the text reaches one of these (they may span tokens). The text up to
   // it is returned and streamed; the stop string itself and anything after it are not.
   std::vector<std::string> stop;

@@ -40,6 +40,7 @@ std::string Engine::generate(std::string_view prompt, const GenerateOptions& opt
   p.sampler.seed = opt.seed;
   p.n_predict = opt.n_predict;
   p.ignore_eos = opt.ignore_eos;
+  p.parse_special = opt.parse_special;
   p.stop = opt.stop;
   std::string text;
   const GenerationStats st = Generator(*impl_->session).run(prompt, p, [&](std::string_view t) {

@@ -124,7 +124,7 @@ GenerationStats Generator::run(std::string_view prompt, const GenerateParams& p,
   const Tokenizer& tok = s_.model().tokenizer();
   const auto n_vocab = static_cast<int32_t>(s_.model().hparams().n_vocab);
   s_.reset();
-  const std::vector<int32_t> ids = tok.encode(prompt, /*add_special=*/true);
+  const std::vector<int32_t> ids = tok.encode(prompt, /*add_special=*/true, p.parse_special);
   if (ids.empty()) fail("the prompt has no tokens (an empty prompt needs a vocab that adds BOS)");
   if (static_cast<int64_t>(ids.size()) > s_.n_ctx())
     fail("prompt of ", ids.size(), " tokens does not fit the context of ", s_.n_ctx());

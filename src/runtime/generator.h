@@ -22,6 +22,7 @@ struct GenerateParams {
   SamplerParams sampler;
   int n_predict = 64;             // most tokens to generate
   bool ignore_eos = false;        // keep going past end-of-generation tokens (they are then emitted as text)
+  bool parse_special = true;      // prompt text that spells a special token (<|im_start|>) becomes it, as in llama.cpp
   std::vector<std::string> stop;  // stop strings; empty ones are ignored
 };
 
@@ -103,7 +104,8 @@ class Generator {
 
   explicit Generator(Session& s) : s_(s) {}
   // Throws sluice::Error when the tokenized prompt is empty or longer than the context. The
-  // prompt is tokenized with the vocab's BOS/EOS rule (add_special), as llama.cpp does.
+  // prompt is tokenized with the vocab's BOS/EOS rule (add_special) and, unless
+  // p.parse_special is off, special tokens spelled in it, as llama.cpp does.
   GenerationStats run(std::string_view prompt, const GenerateParams& p, const TextFn& on_text = {},
                       const StepFn& on_step = {});
 

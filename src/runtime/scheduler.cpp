@@ -31,7 +31,7 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const MemoryOptions& 
 Scheduler::~Scheduler() = default;
 
 int64_t Scheduler::submit(std::string_view prompt, const GenerateParams& p, TextFn on_text) {
-  std::vector<int32_t> ids = model_.tokenizer().encode(prompt, /*add_special=*/true);
+  std::vector<int32_t> ids = model_.tokenizer().encode(prompt, /*add_special=*/true, p.parse_special);
   if (ids.empty()) fail("scheduler: the prompt has no tokens");
   if (static_cast<int64_t>(ids.size()) > mem_.n_ctx())
     fail("scheduler: prompt of ", ids.size(), " tokens does not fit the context of ", mem_.n_ctx());

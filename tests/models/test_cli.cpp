@@ -122,5 +122,86 @@ TEST(Cli, UnknownBackendIsRejected) {
   EXPECT_NE(out.find("gpu9"), std::string::npos) << out;
 }
 
+// Out-of-range options fail before the model loads, naming the option and the range.
+TEST(Cli, BadOptionValuesAreRejectedBeforeWork) {
+  SLUICE_REQUIRE_SHARED();
+  const std::string base = kCli + " run -m " + test::shared_dir() + "/models/stories260K.gguf ";
+  const std::pair<const char*, const char*> cases[] = {
+      {"--top-p 2", "--top-p: '2' is out of range (want 0..1)"},
+      {"--temp -1", "--temp: '-1' is out of range (want >= 0)"},
+      {"-n -5", "--n-predict: '-5' is out of range (want >= 1)"},
+      {"--threads -3", "--threads: '-3' is out of range"},
+      {"--min-p 1.5", "--min-p: '1.5' is out of range"},
+      {"--ctx -1", "--ctx: '-1' is out of range"},
+      {"-n 3x", "--n-predict: '3x' is not a number"},
+  };
+  for (const auto& [args, want] : cases) {
+    int rc = 0;
+    const std::string out = test::run_command(base + args + " 2>&1", &rc);
+    EXPECT_NE(rc, 0) << args;
+    EXPECT_NE(out.find(want), std::string::npos) << args << ": " << out;
+    EXPECT_EQ(out.find("loaded"), std::string::npos) << args << ": the model was loaded before the check";
+  }
+  // Negative control: in-range values of the same options run.
+  int rc = 0;
+  test::run_command(base + "--top-p 1 --temp 0 -n 1 --threads 1 --min-p 0 2>&1", &rc);
+  EXPECT_EQ(rc, 0);
+}
+
+TEST(Cli, UnknownCommandIsNamed) {
+  int rc = 0;
+  const std::string out = test::run_command(kCli + " rnu -m x 2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("unknown command 'rnu'"), std::string::npos) << out;
+  EXPECT_NE(out.find("run"), std::string::npos) << out;
+}
+
+// A prompt longer than the model's training context (stories260K: 2048) fails with a pointer
+// to --ctx instead of silently growing the cache; with --ctx it runs, with a warning.
+TEST(Cli, PromptBeyondTrainingContextNeedsCtx) {
+  SLUICE_REQUIRE_SHARED();
+  std::string prompt;
+  for (int i = 0; i < 800; ++i) prompt += "the cat ";
+  const std::string base = kCli + " run -m " + test::shared_dir() + "/models/stories260K.gguf -n 2 --temp 0 -p '" +
+                           prompt + "'";
+  int rc = 0;
+  std::string out = test::run_command(base + " 2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("more than the model's training context of 2048 (--ctx N allows"), std::string::npos) << out;
+  out = test::run_command(base + " --ctx 3000 2>&1", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("warning: --ctx 3000 is beyond the model's training context of 2048"), std::string::npos) << out;
+}
+
+// The generated text ends its line before the stats line, also when stdout and stderr go to
+// one pipe (stdout is then not flushed at each newline).
+TEST(Cli, StatsLineStartsOnItsOwnLine) {
+  SLUICE_REQUIRE_SHARED();
+  int rc = 0;
+  const std::string out = test::run_command(kCli + " run -m " + test::shared_dir() +
+                                                "/models/stories260K.gguf -p 'Once upon a time' -n 5 --temp 0 2>&1",
+                                            &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_NE(out.find("Once upon a time, there was a little\nprompt: "), std::string::npos) << out;
+}
+
+// run parses special tokens in the prompt (llama.cpp's default): SmolLM2 given its ChatML
+// prompt answers as `eval` of the same token ids does, and stops at <|im_end|> (an
+// end-of-generation token). --no-special tokenizes the markers as text: a different answer.
+TEST(Cli, RunParsesSpecialTokensAndStopsAtEog) {
+  const std::string model = test::find_smollm2_gguf();
+  ASSERT_FALSE(model.empty()) << test::kSmolGgufRel << " not found: run scripts/setup";
+  const std::string prompt = "'<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n'";
+  const std::string base = kCli + " run -m " + model + " -n 30 --temp 0 -p \"$(printf " + prompt + ")\"";
+  int rc = 0;
+  std::string out = test::run_command(base + " 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("<|im_start|>assistant\nThe capital of France is Paris.\nprompt: "), std::string::npos) << out;
+  EXPECT_NE(out.find("stop: eos"), std::string::npos) << out;
+  out = test::run_command(base + " --no-special 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.find("The capital of France is Paris."), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace sluice

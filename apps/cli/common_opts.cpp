@@ -1,0 +1,192 @@
+// apps/cli/common_opts: the shared options of the model-running subcommands.
+#include "common_opts.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <limits>
+#include <sstream>
+
+#include "commands.h"
+#include "core/error.h"
+#include "kvcodec/kvcodec.h"
+
+namespace sluice::cli {
+
+namespace {
+
+// A number in [lo, hi] (either end may be open: ±infinity), with a message a person can read.
+CLI::Validator in_range(double lo, double hi) {
+  auto fmt = [](double v) {
+    std::ostringstream ss;
+    ss << v;
+    return ss.str();
+  };
+  std::string want = std::isinf(hi) ? ">= " + fmt(lo) : std::isinf(lo) ? "<= " + fmt(hi) : fmt(lo) + ".." + fmt(hi);
+  return CLI::Validator(
+      [lo, hi, want](std::string& s) -> std::string {
+        double v = 0;
+        size_t used = 0;
+        try {
+          v = std::stod(s, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != s.size()) return "'" + s + "' is not a number";
+        if (!(v >= lo && v <= hi)) return "'" + s + "' is out of range (want " + want + ")";
+        return {};
+      },
+      want);
+}
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+}  // namespace
+
+DType parse_cache_type(const std::string& s) {
+  auto t = kv_type_from_name(s);
+  if (!t) fail("cache type '", s, "' is not supported (", kv_type_names(), ")");
+  return *t;
+}
+
+void CommonOpts::add(CLI::App* app) {
+  app->add_option("-m,--model", model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  app->add_option(
+         "--backend", backend,
+         "ref | cpu (int8 activations on quantized weights) | cpu-exact | cuda (when built; op level, see README)")
+      ->capture_default_str();
+  app->add_option("-t,--threads", threads, "worker threads (0 = all cores)")
+      ->capture_default_str()
+      ->check(in_range(0, 4096));
+  app->add_option("-c,--ctx", ctx, "context size in tokens (0 = min(model's training context, 4096))")
+      ->check(in_range(0, kInf));
+  app->add_option("--cache-type", cache_type, "KV cache type of K and V (shorthand for both)")->capture_default_str();
+  app->add_option("--cache-type-k", cache_type_k, "K cache type: " + std::string(kv_type_names()));
+  app->add_option("--cache-type-v", cache_type_v, "V cache type: " + std::string(kv_type_names()));
+  app->add_flag("--no-auto-asymmetric", no_auto_asymmetric, "keep a K type below 8 bits even with GQA >= 6");
+  app->add_flag(
+      "--no-kv-rotation", no_kv_rotation,
+      "store q8_0/q4_0 K/V unrotated (default: Hadamard-rotated in blocks of 64, or of the largest power of two >= 16 dividing the head dim)");
+  app->add_option("--experts", experts, "where experts live: resident | mmap (page cache) | stream (bounded cache)")
+      ->capture_default_str();
+  app->add_option(
+         "--expert-cache", expert_cache,
+         "stream: expert cache budget, never exceeded (e.g. 4G, 512M; auto: 90% of the memory limit (cgroup or available) less the weights in memory and 512 MiB)")
+      ->capture_default_str();
+  app->add_option("--pin-experts", pin_experts,
+                  "stream: keep the N most-routed experts of each layer cached (needs --routing-counts)");
+  app->add_option("--routing-counts", routing_counts,
+                  "routing-counts JSON choosing --pin-experts (from --routing-counts-out)");
+  app->add_option("--routing-counts-out", routing_counts_out,
+                  "after the run, add this run's per-layer expert routing counts to FILE (a calibration run)");
+  app->add_option("--routing-trace-out", routing_trace_out,
+                  "after the run, write every expert request to FILE, one layer's per line: \"layer e1 e2 ...\" "
+                  "(for cache simulations, bench/stream/cache_sim.py, and training predictors)");
+  app->add_flag("--prefetch,!--no-prefetch", prefetch,
+                "mmap/stream: predict the next layer's experts and read them early");
+  app->add_flag("--no-prefetch-gate", no_prefetch_gate,
+                "stream: read every predicted expert, evicting any probationary one (for comparisons; the gate "
+                "reads a guess only when it is expected to save more than it wastes)");
+  app->add_option("--prefetch-extra", prefetch_extra, "the predictor stages the top k+M experts (-1: M = max(1, k/4))");
+  app->add_option("--expert-io", expert_io, "stream: auto | uring | pread")->capture_default_str();
+  app->add_flag("--no-direct-io", no_direct_io, "stream: read experts through the page cache instead of O_DIRECT");
+  app->add_flag("--mmap", mmap_weights,
+                "resident: map the file instead of reading it into memory (faster start, slower decode)");
+  app->add_option("--gpu-expert-cache", gpu_expert_cache,
+                  "cuda: VRAM budget for routed experts, cached by (layer, expert) (e.g. 8G; default: all in VRAM)");
+}
+std::unique_ptr<Backend> CommonOpts::make() const {
+  BackendOptions o{.n_threads = threads};
+  if (!gpu_expert_cache.empty()) {
+    if (backend != "cuda") fail("--gpu-expert-cache needs --backend cuda");
+    o.gpu_expert_cache = parse_byte_size("--gpu-expert-cache", gpu_expert_cache);
+  }
+  return make_backend(backend, o);
+}
+void CommonOpts::report_backend(const Backend& be) {
+  if (std::string line = be.stats_line(); !line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+}
+ModelOptions CommonOpts::model_options() const {
+  ModelOptions o;
+  o.experts.policy = expert_policy_from_name(experts);
+  set_expert_cache(o.experts, expert_cache);
+  o.experts.pin_per_layer = pin_experts;
+  o.experts.routing_counts_path = routing_counts;
+  o.experts.prefetch = prefetch;
+  o.experts.prefetch_extra = prefetch_extra;
+  o.experts.prefetch_gate = !no_prefetch_gate;
+  o.experts.io = expert_io;
+  o.experts.direct_io = !no_direct_io;
+  o.experts.progress = true;
+  o.read_weights = !mmap_weights;
+  o.progress = [last = size_t{0}](size_t done, size_t total) mutable {
+    // A line per GiB for big files (reading from a cold disk takes a while), nothing for small ones.
+    if (total < (size_t{1} << 30) || (done - last < (size_t{1} << 30) && done != total)) return;
+    last = done;
+    std::fprintf(stderr, "loading: %.1f / %.1f GB\n", done / 1e9, total / 1e9);
+  };
+  return o;
+}
+std::unique_ptr<Model> CommonOpts::load_model() const {
+  auto m = Model::load(model, model_options());
+  if (!routing_trace_out.empty()) m->experts().record_routing_trace();
+  return m;
+}
+void CommonOpts::report_experts(const Model& m) const {
+  std::fprintf(stderr, "%s\n", format_expert_stats(m.experts().stats()).c_str());
+  if (!routing_counts_out.empty()) m.experts().save_routing_counts(routing_counts_out);
+  if (!routing_trace_out.empty()) m.experts().save_routing_trace(routing_trace_out);
+}
+KvCacheOptions CommonOpts::kv(const Model& m, int64_t n_prompt, int64_t n_more) const {
+  KvCacheOptions o;
+  const int64_t train = m.hparams().n_ctx_train > 0 ? m.hparams().n_ctx_train : int64_t{1} << 40;
+  if (ctx > 0) {
+    if (ctx > train)
+      std::fprintf(stderr,
+                   "warning: --ctx %lld is beyond the model's training context of %lld; expect worse output past it\n",
+                   static_cast<long long>(ctx), static_cast<long long>(train));
+    o.n_ctx = ctx;
+  } else {
+    if (n_prompt > train)
+      fail("the prompt has ", n_prompt, " tokens, more than the model's training context of ", train,
+           " (--ctx N allows a longer context)");
+    o.n_ctx = std::min(train, std::max<int64_t>(std::min<int64_t>(train, 4096), n_prompt + n_more));
+  }
+  o.type_k = parse_cache_type(cache_type_k.empty() ? cache_type : cache_type_k);
+  o.type_v = parse_cache_type(cache_type_v.empty() ? cache_type : cache_type_v);
+  o.auto_asymmetric = !no_auto_asymmetric;
+  if (no_kv_rotation) o.rotation = KvCacheOptions::Rotation::off;
+  return o;
+}
+
+void add_generate_options(CLI::App* cmd, GenerateParams& gp) {
+  SamplerParams& sp = gp.sampler;
+  cmd->add_option("-n,--n-predict", gp.n_predict, "tokens to generate")
+      ->capture_default_str()
+      ->check(in_range(1, kInf));
+  cmd->add_option("--temp", sp.temp, "temperature (0 = greedy)")->capture_default_str()->check(in_range(0, kInf));
+  cmd->add_option("--top-k", sp.top_k, "top-k (0 = off)")->capture_default_str()->check(in_range(0, kInf));
+  cmd->add_option("--top-p", sp.top_p, "top-p (1 = off)")->capture_default_str()->check(in_range(0, 1));
+  cmd->add_option("--min-p", sp.min_p, "min-p (0 = off)")->capture_default_str()->check(in_range(0, 1));
+  cmd->add_option("--repeat-penalty", sp.repeat_penalty, "repetition penalty (1 = off)")
+      ->capture_default_str()
+      ->check(in_range(1e-6, kInf));
+  cmd->add_option("--presence-penalty", sp.presence_penalty, "presence penalty")
+      ->capture_default_str()
+      ->check(in_range(-2, 2));
+  cmd->add_option("--frequency-penalty", sp.frequency_penalty, "frequency penalty")
+      ->capture_default_str()
+      ->check(in_range(-2, 2));
+  cmd->add_option("--repeat-last-n", sp.penalty_last_n, "tokens the penalties look back over (-1: all)")
+      ->capture_default_str()
+      ->check(in_range(-1, kInf));
+  cmd->add_option("-s,--seed", sp.seed, "RNG seed")->capture_default_str();
+  cmd->add_flag("--ignore-eos", gp.ignore_eos, "keep generating after end-of-generation tokens");
+  cmd->add_flag("!--no-special", gp.parse_special,
+                "tokenize special-token text in the prompt (e.g. <|im_start|>) as plain text, not as the token");
+  cmd->add_option("--stop", gp.stop,
+                  "stop when the text reaches this string (repeatable; the string itself is not printed)")
+      ->allow_extra_args(false);
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,61 @@
+// apps/cli/common_opts: the options every model-running subcommand takes (model file, backend,
+// threads, context, KV cache types, where experts live) and what they build from them; and the
+// sampling options of the generating subcommands (run, chat), checked before any work starts.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "backends/backend.h"
+#include "memory/kv_cache.h"
+#include "models/model.h"
+#include "runtime/generator.h"
+
+namespace sluice::cli {
+
+// A KV type name -> its DType; fails naming the supported types.
+DType parse_cache_type(const std::string& s);
+
+struct CommonOpts {
+  std::string model;
+  std::string backend = "cpu";
+  int threads = 0;
+  int64_t ctx = 0;
+  std::string cache_type = "f16", cache_type_k, cache_type_v;  // -k/-v override the shorthand
+  bool no_auto_asymmetric = false, no_kv_rotation = false;
+  // Where the experts live (memory/expert_store.h).
+  std::string experts = "resident";
+  std::string expert_cache = "4G";
+  int pin_experts = 0;
+  std::string routing_counts, routing_counts_out, routing_trace_out;
+  bool prefetch = true;
+  bool no_prefetch_gate = false;
+  int prefetch_extra = -1;
+  std::string expert_io = "auto";
+  bool no_direct_io = false;
+  std::string gpu_expert_cache;
+  bool mmap_weights = false;
+
+  void add(CLI::App* app);
+  std::unique_ptr<Backend> make() const;
+  // The backend's end-of-run figures on stderr (cuda: its expert tier; nothing for the others).
+  static void report_backend(const Backend& be);
+  ModelOptions model_options() const;
+  // The model, with the routing trace recording when --routing-trace-out asks for it.
+  std::unique_ptr<Model> load_model() const;
+  // The store's figures on stderr, and the calibration file when asked for.
+  void report_experts(const Model& m) const;
+  // The cache for a prompt of n_prompt tokens and n_more after it. Without --ctx:
+  // min(training context, 4096), grown to n_prompt + n_more up to the training context; a
+  // prompt longer than the training context fails, naming --ctx (which allows it, with a
+  // warning when it goes past the training context).
+  KvCacheOptions kv(const Model& m, int64_t n_prompt, int64_t n_more) const;
+};
+
+// -n, --temp, --top-k, --top-p, --min-p, penalties, --seed, --ignore-eos, --stop, --no-special
+// on `cmd`, each checked for its range by CLI11 (a bad value is an error naming the option).
+void add_generate_options(CLI::App* cmd, GenerateParams& gp);
+
+}  // namespace sluice::cli
