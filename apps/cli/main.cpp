@@ -20,6 +20,7 @@
 #include "runtime/generator.h"
 #include "runtime/parity.h"
 #include "runtime/session.h"
+#include "runtime/speculative.h"
 #include "sampling/sampler.h"
 
 using namespace sluice;
@@ -63,7 +64,8 @@ std::string to_hex(const std::string& s) {
 }
 
 
-int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParams& gp) {
+int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParams& gp, bool lookup,
+            const SpeculativeParams& spec) {
   auto t_load = Clock::now();
   auto model = co.load_model();
   auto be = co.make();
@@ -85,19 +87,19 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParam
   const int half = gp.n_predict / 2;
   ExpertStats at_half;
   auto t_half = Clock::now();
-  const GenerationStats st = Generator(s).run(
-      prompt, gp,
-      [](std::string_view text) {
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        std::fflush(stdout);
-        return true;
-      },
-      [&](int n_gen) {
-        if (steady && n_gen == half) {
-          at_half = model->experts().stats();
-          t_half = Clock::now();
-        }
-      });
+  const auto print = [](std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  };
+  SpeculativeStats spec_st;
+  const GenerationStats st = lookup ? run_speculative(s, prompt, gp, spec, print, &spec_st)
+                                    : Generator(s).run(prompt, gp, print, [&](int n_gen) {
+                                        if (steady && n_gen == half) {
+                                          at_half = model->experts().stats();
+                                          t_half = Clock::now();
+                                        }
+                                      });
   if (st.stop == StopReason::context_full)
     std::fprintf(stderr, "\n[context full at %lld tokens]\n", static_cast<long long>(s.n_ctx()));
   // The text ends its line before the stats go to stderr (stdout may be a pipe, not flushed per line).
@@ -109,6 +111,17 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParam
                "prompt: %d tokens in %.3f s (%.1f tok/s); generation: %d tokens in %.3f s (%.1f tok/s); stop: %s\n",
                st.n_prompt, t_prompt, st.n_prompt / std::max(t_prompt, 1e-9), n_gen, t_gen,
                n_gen / std::max(t_gen, 1e-9), stop_reason_name(st.stop));
+  if (lookup)
+    std::fprintf(stderr,
+                 "speculative (prompt lookup, K=%d): %lld verify steps for %d tokens (%.2f per step); drafted %lld, "
+                 "accepted %lld (%.1f%%)%s\n",
+                 spec.draft_max, static_cast<long long>(spec_st.steps), n_gen,
+                 n_gen / std::max<double>(1.0, static_cast<double>(spec_st.steps)),
+                 static_cast<long long>(spec_st.drafted), static_cast<long long>(spec_st.accepted),
+                 100.0 * spec_st.acceptance(),
+                 spec_st.replayed
+                     ? ("; " + std::to_string(spec_st.replayed) + " tokens replayed after rollbacks").c_str()
+                     : "");
   co.report_experts(*model);
   if (steady && n_gen > half)
     std::fprintf(
@@ -237,6 +250,20 @@ int main(int argc, char** argv) {
   run_co.add(run);
   run->add_option("-p,--prompt", prompt, "prompt text")->capture_default_str();
   add_generate_options(run, gp);
+  bool lookup = false;
+  SpeculativeParams spec;
+  run->add_flag("--lookup", lookup,
+                "speculative decoding by prompt lookup: draft the tokens that followed the last n-gram's earlier "
+                "occurrence, verify them in one batch (same output as without)");
+  run->add_option("--draft-max", spec.draft_max, "--lookup: most draft tokens per step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  run->add_option("--ngram-max", spec.ngram_max, "--lookup: longest n-gram looked up")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
+  run->add_option("--ngram-min", spec.ngram_min, "--lookup: shortest n-gram looked up")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
 
   CommonOpts eval_co;
   std::string tokens_arg, logits_path;
@@ -299,7 +326,11 @@ int main(int argc, char** argv) {
       if (sub->get_name() == "bench") return run_bench();
     for (auto* sub : app.get_subcommands())
       if (sub->get_name() == "template") return run_template();
-    if (*run) return cmd_run(run_co, prompt, gp);
+    if (*run) {
+      if (spec.ngram_min > spec.ngram_max)
+        fail("--ngram-min ", spec.ngram_min, " is above --ngram-max ", spec.ngram_max);
+      return cmd_run(run_co, prompt, gp, lookup, spec);
+    }
     if (*eval) return cmd_eval(eval_co, tokens_arg, greedy, logits_path);
     if (*inspect) return cmd_inspect(inspect_path);
     if (*parity)
