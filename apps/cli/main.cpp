@@ -65,7 +65,7 @@ std::string to_hex(const std::string& s) {
 
 
 int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParams& gp, bool lookup,
-            const SpeculativeParams& spec) {
+            const SpeculativeParams& spec, const std::string& draft_path) {
   auto t_load = Clock::now();
   auto model = co.load_model();
   auto be = co.make();
@@ -93,13 +93,21 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParam
     return true;
   };
   SpeculativeStats spec_st;
-  const GenerationStats st = lookup ? run_speculative(s, prompt, gp, spec, print, &spec_st)
-                                    : Generator(s).run(prompt, gp, print, [&](int n_gen) {
-                                        if (steady && n_gen == half) {
-                                          at_half = model->experts().stats();
-                                          t_half = Clock::now();
-                                        }
-                                      });
+  std::unique_ptr<Model> draft_model;
+  std::unique_ptr<Drafter> drafter;
+  if (!draft_path.empty()) {
+    draft_model = Model::load(draft_path);
+    drafter = std::make_unique<ModelDrafter>(*model, *draft_model, *be, co.kv(*draft_model, n_prompt, gp.n_predict));
+  } else if (lookup) {
+    drafter = std::make_unique<NgramDrafter>(spec);
+  }
+  const GenerationStats st = drafter ? run_speculative(s, prompt, gp, *drafter, spec.draft_max, print, &spec_st)
+                                     : Generator(s).run(prompt, gp, print, [&](int n_gen) {
+                                         if (steady && n_gen == half) {
+                                           at_half = model->experts().stats();
+                                           t_half = Clock::now();
+                                         }
+                                       });
   if (st.stop == StopReason::context_full)
     std::fprintf(stderr, "\n[context full at %lld tokens]\n", static_cast<long long>(s.n_ctx()));
   // The text ends its line before the stats go to stderr (stdout may be a pipe, not flushed per line).
@@ -111,17 +119,15 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParam
                "prompt: %d tokens in %.3f s (%.1f tok/s); generation: %d tokens in %.3f s (%.1f tok/s); stop: %s\n",
                st.n_prompt, t_prompt, st.n_prompt / std::max(t_prompt, 1e-9), n_gen, t_gen,
                n_gen / std::max(t_gen, 1e-9), stop_reason_name(st.stop));
-  if (lookup)
-    std::fprintf(stderr,
-                 "speculative (prompt lookup, K=%d): %lld verify steps for %d tokens (%.2f per step); drafted %lld, "
-                 "accepted %lld (%.1f%%)%s\n",
-                 spec.draft_max, static_cast<long long>(spec_st.steps), n_gen,
-                 n_gen / std::max<double>(1.0, static_cast<double>(spec_st.steps)),
-                 static_cast<long long>(spec_st.drafted), static_cast<long long>(spec_st.accepted),
-                 100.0 * spec_st.acceptance(),
-                 spec_st.replayed
-                     ? ("; " + std::to_string(spec_st.replayed) + " tokens replayed after rollbacks").c_str()
-                     : "");
+  if (drafter)
+    std::fprintf(
+        stderr,
+        "speculative (%s, K=%d): %lld verify steps for %d tokens (%.2f per step); drafted %lld, "
+        "accepted %lld (%.1f%%)%s\n",
+        draft_path.empty() ? "prompt lookup" : "draft model", spec.draft_max, static_cast<long long>(spec_st.steps),
+        n_gen, n_gen / std::max<double>(1.0, static_cast<double>(spec_st.steps)),
+        static_cast<long long>(spec_st.drafted), static_cast<long long>(spec_st.accepted), 100.0 * spec_st.acceptance(),
+        spec_st.replayed ? ("; " + std::to_string(spec_st.replayed) + " tokens replayed after rollbacks").c_str() : "");
   co.report_experts(*model);
   if (steady && n_gen > half)
     std::fprintf(
@@ -255,7 +261,12 @@ int main(int argc, char** argv) {
   run->add_flag("--lookup", lookup,
                 "speculative decoding by prompt lookup: draft the tokens that followed the last n-gram's earlier "
                 "occurrence, verify them in one batch (same output as without)");
-  run->add_option("--draft-max", spec.draft_max, "--lookup: most draft tokens per step")
+  std::string draft_path;
+  run->add_option("--draft", draft_path,
+                  "speculative decoding with a draft model (same vocabulary): its greedy continuation is verified in "
+                  "one batch (same output as without)")
+      ->check(CLI::ExistingFile);
+  run->add_option("--draft-max", spec.draft_max, "--lookup / --draft: most draft tokens per step")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   run->add_option("--ngram-max", spec.ngram_max, "--lookup: longest n-gram looked up")
@@ -329,7 +340,8 @@ int main(int argc, char** argv) {
     if (*run) {
       if (spec.ngram_min > spec.ngram_max)
         fail("--ngram-min ", spec.ngram_min, " is above --ngram-max ", spec.ngram_max);
-      return cmd_run(run_co, prompt, gp, lookup, spec);
+      if (lookup && !draft_path.empty()) fail("--lookup and --draft: choose one drafter");
+      return cmd_run(run_co, prompt, gp, lookup, spec, draft_path);
     }
     if (*eval) return cmd_eval(eval_co, tokens_arg, greedy, logits_path);
     if (*inspect) return cmd_inspect(inspect_path);

@@ -24,14 +24,46 @@ std::vector<int32_t> ngram_draft(std::span<const int32_t> history, const Specula
   return {};
 }
 
-GenerationStats run_speculative(Session& s, std::string_view prompt, const GenerateParams& p,
-                                const SpeculativeParams& sp, const Generator::TextFn& on_text,
-                                SpeculativeStats* stats) {
+ModelDrafter::ModelDrafter(const Model& target, const Model& draft, Backend& backend, const KvCacheOptions& kv)
+    : s_(draft, backend, kv) {
+  const Vocab& a = target.tokenizer().vocab();
+  const Vocab& b = draft.tokenizer().vocab();
+  if (a.tokens.size() != b.tokens.size())
+    fail("draft model: its vocabulary has ", b.tokens.size(), " tokens, the model's ", a.tokens.size(),
+         " (speculative decoding needs the same vocabulary)");
+  for (size_t i = 0; i < a.tokens.size(); ++i)
+    if (a.tokens[i] != b.tokens[i])
+      fail("draft model: token ", i, " is '", b.tokens[i], "' there and '", a.tokens[i],
+           "' in the model (speculative decoding needs the same vocabulary)");
+}
+
+std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t> history, int max_tokens) {
+  if (max_tokens <= 0 || history.empty()) return {};
+  // Keep the longest prefix both agree on, evaluate the rest; the draft context is the target's.
+  size_t common = 0;
+  while (common < evaluated_.size() && common < history.size() && evaluated_[common] == history[common]) ++common;
+  if (common == history.size()) --common;  // the last token's logits are needed: evaluate it again
+  const int64_t reached = s_.memory().seq_rewind(s_.seq(), static_cast<int64_t>(common));
+  evaluated_.resize(static_cast<size_t>(reached));
+  const int room = static_cast<int>(std::min<int64_t>(max_tokens, s_.n_ctx() - static_cast<int64_t>(history.size())));
+  if (room <= 0) return {};
+  std::span<const float> logits = s_.eval(history.subspan(evaluated_.size()));
+  evaluated_.assign(history.begin(), history.end());
+  std::vector<int32_t> out;
+  for (int i = 0; i < room; ++i) {
+    out.push_back(argmax(logits));
+    if (i + 1 == room) break;
+    logits = s_.eval(std::span<const int32_t>(&out.back(), 1));
+    evaluated_.push_back(out.back());
+  }
+  return out;
+}
+
+GenerationStats run_speculative(Session& s, std::string_view prompt, const GenerateParams& p, Drafter& drafter,
+                                int draft_max, const Generator::TextFn& on_text, SpeculativeStats* stats) {
   using Clock = std::chrono::steady_clock;
   auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
-  if (sp.draft_max < 0 || sp.ngram_min < 1 || sp.ngram_max < sp.ngram_min)
-    fail("speculative: draft_max >= 0 and 1 <= ngram_min <= ngram_max needed, got ", sp.draft_max, ", ", sp.ngram_min,
-         ", ", sp.ngram_max);
+  if (draft_max < 0) fail("speculative: draft_max must be >= 0, got ", draft_max);
   const Tokenizer& tok = s.model().tokenizer();
   const auto V = static_cast<int32_t>(s.model().hparams().n_vocab);
   SpeculativeStats st;
@@ -57,10 +89,10 @@ GenerationStats run_speculative(Session& s, std::string_view prompt, const Gener
     }
     const int64_t base = s.n_past();
     const int room = static_cast<int>(std::min<int64_t>(
-        {sp.draft_max, static_cast<int64_t>(p.n_predict - g.stats().n_generated), s.n_ctx() - base - 1}));
+        {draft_max, static_cast<int64_t>(p.n_predict - g.stats().n_generated), s.n_ctx() - base - 1}));
     std::vector<int32_t> batch{pending};
     if (!g.ended()) {
-      const std::vector<int32_t> drafts = ngram_draft(history, sp, room);
+      const std::vector<int32_t> drafts = drafter.draft(history, room);
       batch.insert(batch.end(), drafts.begin(), drafts.end());
     }
     const size_t n_drafts = batch.size() - 1;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "core/error.h"
 #include "models/model.h"
 #include "runtime/generator.h"
 #include "runtime/session.h"
@@ -55,7 +56,8 @@ Outcome plain(Session& s, const std::string& prompt, const GenerateParams& gp) {
 }
 Outcome lookup(Session& s, const std::string& prompt, const GenerateParams& gp) {
   Outcome r;
-  r.st = run_speculative(s, prompt, gp, SpeculativeParams{}, {}, &r.spec);
+  NgramDrafter d{SpeculativeParams{}};
+  r.st = run_speculative(s, prompt, gp, d, SpeculativeParams{}.draft_max, {}, &r.spec);
   return r;
 }
 
@@ -122,6 +124,41 @@ TEST(Speculative, StaleDraftRowsChangeTheContinuation) {
     return out;
   };
   EXPECT_NE(greedy(false), greedy(true));
+}
+
+// A draft model: SmolLM2 drafting for itself agrees with itself on nearly every draft, so the
+// output is plain greedy's in a few steps; a draft with another vocabulary is refused.
+TEST(Speculative, DraftModelGivesPlainTokens) {
+  const std::string path = test::find_smollm2_gguf();
+  ASSERT_FALSE(path.empty()) << test::kSmolGgufRel << " not found: run scripts/setup";
+  auto model = Model::load(path), draft = Model::load(path);
+  auto be = make_backend("cpu", 2);
+  KvCacheOptions kv;
+  kv.n_ctx = 512;
+  Session s(*model, *be, kv);
+  GenerateParams gp;
+  gp.n_predict = 40;
+  gp.sampler.temp = 0;
+  const std::string prompt = "<|im_start|>user\nWrite one sentence about the sea.<|im_end|>\n<|im_start|>assistant\n";
+  const Outcome a = plain(s, prompt, gp);
+  ModelDrafter d(*model, *draft, *be, kv);
+  Outcome b;
+  b.st = run_speculative(s, prompt, gp, d, 6, {}, &b.spec);
+  EXPECT_EQ(a.st.tokens, b.st.tokens);
+  EXPECT_GT(b.spec.acceptance(), 0.8) << b.spec.accepted << " of " << b.spec.drafted;
+  // The drafter's cache follows the target across runs (a second prompt reuses nothing wrongly).
+  const Outcome c = plain(s, rewrite_prompt(), gp);
+  Outcome e;
+  e.st = run_speculative(s, rewrite_prompt(), gp, d, 6, {}, &e.spec);
+  EXPECT_EQ(c.st.tokens, e.st.tokens);
+  SLUICE_REQUIRE_SHARED();
+  auto other = Model::load(test::shared_dir() + "/models/stories260K.gguf");
+  try {
+    ModelDrafter bad(*model, *other, *be, kv);
+    ADD_FAILURE() << "a draft with another vocabulary was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("same vocabulary"), std::string::npos) << err.what();
+  }
 }
 
 TEST(Speculative, RollsBackRecurrentStateOnAHybridModel) {
