@@ -77,6 +77,15 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParam
       model->tokenizer().encode(prompt, /*add_special=*/true, gp.parse_special).size());
   Session s(*model, *be, co.kv(*model, n_prompt, gp.n_predict));
 
+  // The drafter (and its vocabulary check) before any output.
+  std::unique_ptr<Model> draft_model;
+  std::unique_ptr<Drafter> drafter;
+  if (!draft_path.empty()) {
+    draft_model = Model::load(draft_path);
+    drafter = std::make_unique<ModelDrafter>(*model, *draft_model, *be, co.kv(*draft_model, n_prompt, gp.n_predict));
+  } else if (lookup) {
+    drafter = std::make_unique<NgramDrafter>(spec);
+  }
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
   // Steady state = the second half of the decode: the first tokens fill the expert cache (or
@@ -93,14 +102,6 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParam
     return true;
   };
   SpeculativeStats spec_st;
-  std::unique_ptr<Model> draft_model;
-  std::unique_ptr<Drafter> drafter;
-  if (!draft_path.empty()) {
-    draft_model = Model::load(draft_path);
-    drafter = std::make_unique<ModelDrafter>(*model, *draft_model, *be, co.kv(*draft_model, n_prompt, gp.n_predict));
-  } else if (lookup) {
-    drafter = std::make_unique<NgramDrafter>(spec);
-  }
   const GenerationStats st = drafter ? run_speculative(s, prompt, gp, *drafter, spec.draft_max, print, &spec_st)
                                      : Generator(s).run(prompt, gp, print, [&](int n_gen) {
                                          if (steady && n_gen == half) {
