@@ -295,7 +295,9 @@ int main(int argc, char** argv) {
   int par_threads = 0, par_decode = 4;
   bool par_verbose = false;
   auto* parity = app.add_subcommand("parity", "run two backends side by side; report the first diverging intermediate");
-  parity->add_option("-m,--model", par_model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  parity->add_option("-m,--model", par_model, "GGUF model file, or a Hugging Face / MLX model folder")
+      ->required()
+      ->check(CLI::ExistingPath);
   parity->add_option("--a", par_a, "reference backend")->capture_default_str();
   parity->add_option("--b", par_b, "backend under test")->capture_default_str();
   parity->add_option("-t,--threads", par_threads, "threads");
