@@ -36,8 +36,9 @@ class ChatFormat {
 
  private:
   const Model& model_;
+  // Declared (so initialized) before source_, which depends on it.
+  bool fallback_;
   std::string source_, bos_, eos_;
-  bool fallback_ = false;
   ChatTemplate tmpl_;
 };
 
