@@ -11,14 +11,11 @@ constexpr const char* kChatMl =
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
 
-// True when ChatML stands in: no override and no template in the file.
-bool uses_fallback(const Model& m, const std::string& override_source) {
-  return override_source.empty() && m.file().get_string_or("tokenizer.chat_template", "").empty();
-}
-
-std::string pick_source(const Model& m, const std::string& override_source, bool fallback) {
-  if (fallback) return kChatMl;
-  return override_source.empty() ? m.file().get_string_or("tokenizer.chat_template", "") : override_source;
+std::string pick_source(const Model& m, const std::string& override_source, bool& fallback) {
+  if (!override_source.empty()) return override_source;
+  const std::string own = m.file().get_string_or("tokenizer.chat_template", "");
+  fallback = own.empty();
+  return fallback ? kChatMl : own;
 }
 
 std::string token_text(const Tokenizer& tok, int32_t id) {
@@ -29,7 +26,6 @@ std::string token_text(const Tokenizer& tok, int32_t id) {
 
 ChatFormat::ChatFormat(const Model& m, const std::string& override_source)
     : model_(m),
-      fallback_(uses_fallback(m, override_source)),
       source_(pick_source(m, override_source, fallback_)),
       bos_(token_text(m.tokenizer(), m.tokenizer().bos())),
       eos_(token_text(m.tokenizer(), m.tokenizer().eos())),

@@ -36,8 +36,7 @@ class ChatFormat {
 
  private:
   const Model& model_;
-  // Declared (so initialized) before source_, which depends on it.
-  bool fallback_;
+  bool fallback_ = false;  // before source_: its initializer sets it
   std::string source_, bos_, eos_;
   ChatTemplate tmpl_;
 };
