@@ -291,6 +291,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     for (auto* sub : app.get_subcommands())
+      if (sub->get_name() == "chat") return run_chat();
+    for (auto* sub : app.get_subcommands())
       if (sub->get_name() == "synth") return run_synth();
     for (auto* sub : app.get_subcommands())
       if (sub->get_name() == "perplexity") return run_perplexity();
@@ -300,8 +302,6 @@ int main(int argc, char** argv) {
       if (sub->get_name() == "bench") return run_bench();
     for (auto* sub : app.get_subcommands())
       if (sub->get_name() == "template") return run_template();
-    for (auto* sub : app.get_subcommands())
-      if (sub->get_name() == "chat") return run_chat();
     if (*run) return cmd_run(run_co, prompt, gp);
     if (*eval) return cmd_eval(eval_co, tokens_arg, greedy, logits_path);
     if (*inspect) return cmd_inspect(inspect_path);
