@@ -322,6 +322,8 @@ int run(ChatArgs& a) {
       if (m.starts_with("context full"))
         m += ". /reset starts over; /save FILE keeps the conversation for a run with a larger --ctx";
       note("error: " + m);
+    } catch (const std::exception& e) {
+      note(std::string("internal error: ") + e.what());  // reported, and the chat goes on
     }
   }
   a.co.report_experts(*model);
