@@ -14,7 +14,11 @@ namespace {
 using ojson = nlohmann::ordered_json;
 const std::string kCli = SLUICE_CLI_PATH;
 
-std::string tmp(const std::string& name) { return ::testing::TempDir() + "sluice_chat_" + name; }
+// Per test (ctest runs the tests of this file in parallel processes).
+std::string tmp(const std::string& name) {
+  return ::testing::TempDir() + "sluice_chat_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+         name;
+}
 
 // Runs `sluice chat` over `input` (printf format); stdout returned, stderr in *err.
 std::string chat(const std::string& input, const std::string& args, std::string* err, int* rc) {
