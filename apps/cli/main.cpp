@@ -313,6 +313,7 @@ int main(int argc, char** argv) {
   auto run_pack = cli::add_pack_command(app);
   auto run_bench = cli::add_bench_command(app);
   auto run_template = cli::add_template_command(app);
+  auto run_chat = cli::add_chat_command(app);
 
   // CLI11 answers a mistyped command with "A subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
@@ -330,6 +331,8 @@ int main(int argc, char** argv) {
   }
   CLI11_PARSE(app, argc, argv);
   try {
+    for (auto* sub : app.get_subcommands())
+      if (sub->get_name() == "chat") return run_chat();
     for (auto* sub : app.get_subcommands())
       if (sub->get_name() == "synth") return run_synth();
     for (auto* sub : app.get_subcommands())
