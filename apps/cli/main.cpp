@@ -71,7 +71,7 @@ struct CommonOpts {
   int threads = 0;
   int64_t ctx = 0;
   std::string cache_type = "f16", cache_type_k, cache_type_v;  // -k/-v override the shorthand
-  bool no_auto_asymmetric = false, no_kv_rotation = false;
+  bool no_auto_asymmetric = false, no_kv_rotation = false, no_kv_mean = false;
   // Where the experts live (memory/expert_store.h).
   std::string experts = "resident";
   std::string expert_cache = "4G";
@@ -99,6 +99,7 @@ struct CommonOpts {
     app->add_flag(
         "--no-kv-rotation", no_kv_rotation,
         "store q8_0/q4_0 K/V unrotated (default: Hadamard-rotated in blocks of 64, or of the largest power of two >= 16 dividing the head dim)");
+    app->add_flag("--no-kv-mean", no_kv_mean, "store tq K rows as given (default: minus a per-head mean of the first rows a sequence writes; exact, memory/kv_cache.h)");
     app->add_option("--experts", experts, "where experts live: resident | mmap (page cache) | stream (bounded cache)")
         ->capture_default_str();
     app->add_option(
@@ -180,6 +181,7 @@ struct CommonOpts {
     o.type_v = *parse_cache_type(cache_type_v.empty() ? cache_type : cache_type_v);
     o.auto_asymmetric = !no_auto_asymmetric;
     if (no_kv_rotation) o.rotation = KvCacheOptions::Rotation::off;
+    if (no_kv_mean) o.k_mean = KvCacheOptions::KMean::off;
     return o;
   }
 };

@@ -138,6 +138,12 @@ const AttnKvOps* AttnKernels::get(DType t) const {
     o = &tq4;
   else if (t == kKvTq8)
     o = &tq8;
+  else if (t == kKvTq2g)
+    o = &tq2g;
+  else if (t == kKvTq3g)
+    o = &tq3g;
+  else if (t == kKvTq4g)
+    o = &tq4g;
   return o && o->scores ? o : nullptr;
 }
 
