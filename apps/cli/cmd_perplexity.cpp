@@ -95,7 +95,9 @@ CommandRunner add_perplexity_command(CLI::App& app) {
   cmd->add_flag(
       "--no-kv-rotation", a->no_kv_rotation,
       "store q8_0/q4_0 K/V unrotated (default: Hadamard-rotated in blocks of 64, or of the largest power of two >= 16 dividing the head dim)");
-  cmd->add_flag("--no-kv-mean", a->no_kv_mean, "store tq K rows as given (default: minus a per-head mean of the first rows a sequence writes; exact, memory/kv_cache.h)");
+  cmd->add_flag(
+      "--no-kv-mean", a->no_kv_mean,
+      "store tq K rows as given (default: minus a per-head mean of the first rows a sequence writes; exact, memory/kv_cache.h)");
   cmd->add_option("--kld-base", a->kld_base, "write the base log-probs to FILE");
   cmd->add_option("--kld", a->kld, "compare against the base log-probs in FILE");
   return [a] { return run(*a); };

@@ -99,7 +99,9 @@ struct CommonOpts {
     app->add_flag(
         "--no-kv-rotation", no_kv_rotation,
         "store q8_0/q4_0 K/V unrotated (default: Hadamard-rotated in blocks of 64, or of the largest power of two >= 16 dividing the head dim)");
-    app->add_flag("--no-kv-mean", no_kv_mean, "store tq K rows as given (default: minus a per-head mean of the first rows a sequence writes; exact, memory/kv_cache.h)");
+    app->add_flag(
+        "--no-kv-mean", no_kv_mean,
+        "store tq K rows as given (default: minus a per-head mean of the first rows a sequence writes; exact, memory/kv_cache.h)");
     app->add_option("--experts", experts, "where experts live: resident | mmap (page cache) | stream (bounded cache)")
         ->capture_default_str();
     app->add_option(

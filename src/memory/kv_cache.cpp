@@ -163,7 +163,8 @@ void KvCache::encode_side(Backend& be, const float* x, int64_t w, const std::vec
 
 void KvCache::store_run(Backend& be, int64_t layer, int64_t pos0, int64_t n, const float* k, const float* v) {
   if (n <= 0) return;
-  if (pos0 < 0 || pos0 + n > n_ctx_) fail("kv cache: positions ", pos0, "..", pos0 + n - 1, " outside the context of ", n_ctx_);
+  if (pos0 < 0 || pos0 + n > n_ctx_)
+    fail("kv cache: positions ", pos0, "..", pos0 + n - 1, " outside the context of ", n_ctx_);
   if (pos0 + n > capacity_) reserve(pos0 + n);
   const int64_t wk = geo_.n_head_kv * geo_.head_dim_k, wv = geo_.n_head_kv * geo_.head_dim_v;
   // A run at position 0 starts the sequence's rows afresh (positions continue without a gap,

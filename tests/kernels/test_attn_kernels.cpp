@@ -42,7 +42,7 @@ using test::randn;
 constexpr double kTol = 1e-10;
 
 const DType kTypes[] = {DType::F16, DType::Q8_0, DType::Q4_0, kKvTq2,  kKvTq3,
-                        kKvTq4,     kKvTq8,     kKvTq2g,    kKvTq3g, kKvTq4g};
+                        kKvTq4,     kKvTq8,      kKvTq2g,     kKvTq3g, kKvTq4g};
 
 // P positions of one KV head each, stored as the middle head of a 3-head row (so the stride is
 // not the head size and neighbouring heads hold other data), plus the decoded heads.

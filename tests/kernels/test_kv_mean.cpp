@@ -14,6 +14,7 @@
 #include "backends/backend.h"
 #include "backends/cpu/cpu_backend.h"
 #include "kernels/kernel_test_util.h"
+#include "kernels/kv_cache_test_util.h"
 #include "kvcodec/kvcodec.h"
 #include "memory/kv_cache.h"
 #include "models/model.h"
@@ -27,15 +28,13 @@ using test::nmse;
 using test::randn;
 using KMean = KvCacheOptions::KMean;
 
-struct Problem {
-  int64_t N = 80, H = 6, Hkv = 2, D = 64;
-  std::vector<float> q, k, v;  // [N][H·D], [N][Hkv·D], [N][Hkv·D]
-};
+using Problem = test::KvProblem;
 
 // Keys with the per-channel offsets post-RoPE keys of trained models have (a few channels
 // far from zero at every position), values plain Gaussian.
 Problem offset_problem(uint32_t seed) {
   Problem p;
+  p.N = 80;
   p.q = randn(static_cast<size_t>(p.N * p.H * p.D), seed, 0.5f);
   p.k = randn(static_cast<size_t>(p.N * p.Hkv * p.D), seed + 1);
   p.v = randn(static_cast<size_t>(p.N * p.Hkv * p.D), seed + 2);
@@ -53,22 +52,9 @@ KvCacheOptions opts(DType t, KMean m, int64_t n_ctx) {
   return o;
 }
 
-// Attention of all N queries over a cache the rows were stored into by store_run (one run of
-// all N rows at position 0, as a prompt's prefill).
-std::vector<float> attend(Backend& be, const Problem& p, KvCache& kv) {
-  std::vector<float> out(static_cast<size_t>(p.N * p.H * p.D)), q_rot;
-  AttentionArgs a = kv.attention_args(0);
-  a.q = kv.query_for_cache(be, p.q.data(), p.N * p.H * p.D, &q_rot);
-  a.out = out.data();
-  a.n_tok = p.N;
-  a.n_head = p.H;
-  a.n_kv = p.N;
-  a.pos0 = 0;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(p.D));
-  be.attention(a);
-  kv.output_from_cache(be, out.data(), p.N * p.H * p.D);
-  return out;
-}
+// Attention over the cache (test::attend_stored); attend_fresh stores the rows by one
+// store_run of all N rows at position 0, as a prompt's prefill.
+std::vector<float> attend(Backend& be, const Problem& p, const KvCache& kv) { return test::attend_stored(be, p, kv); }
 
 std::vector<float> attend_fresh(Backend& be, const Problem& p, DType t, KMean m) {
   KvCache kv(KvGeometry{1, p.H, p.Hkv, p.D, p.D}, opts(t, m, p.N));
