@@ -1,6 +1,7 @@
 // tests/kernels/kv_cache_test_util: one layer's attention over a memory/kv_cache KvCache, as
 // models/blocks' attend_batch runs it (for the rotation and mean-removal tests).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -32,6 +33,14 @@ inline std::vector<float> attend_stored(Backend& be, const KvProblem& p, const K
   be.attention(a);
   kv.output_from_cache(be, out.data(), p.N * p.H * p.D);
   return out;
+}
+
+// max |a_i - b_i|; +inf when the sizes differ.
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m;
 }
 
 }  // namespace sluice::test

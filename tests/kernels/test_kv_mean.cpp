@@ -167,10 +167,7 @@ TEST(KvMean, ModelLogitsUnchangedWithUnquantizedCache) {
     return all;
   };
   const auto base = logits(KMean::off), mean = logits(KMean::all);
-  ASSERT_EQ(base.size(), mean.size());
-  double max_diff = 0;
-  for (size_t i = 0; i < base.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(base[i] - mean[i])));
-  EXPECT_LT(max_diff, 1e-4);
+  EXPECT_LT(test::max_abs_diff(base, mean), 1e-4);
 }
 
 }  // namespace

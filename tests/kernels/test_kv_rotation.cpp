@@ -232,10 +232,7 @@ TEST(KvRotation, ModelLogitsUnchangedWithUnquantizedCache) {
     return all;
   };
   const auto base = logits(Rotation::off), rot = logits(Rotation::all);
-  ASSERT_EQ(base.size(), rot.size());
-  double max_diff = 0;
-  for (size_t i = 0; i < base.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(base[i] - rot[i])));
-  EXPECT_LT(max_diff, 1e-4);
+  EXPECT_LT(test::max_abs_diff(base, rot), 1e-4);
 }
 
 // The whole model, ref vs cpu, over rotated block-quantized caches (stories260K, blocks of 8):

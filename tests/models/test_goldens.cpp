@@ -513,6 +513,19 @@ TEST(GoldenRealNegative, smollm2WithNeoxRopeFailsKldAndGreedy) {
   EXPECT_GE(first_diff, 0) << "greedy with NEOX RoPE still matches over the safe prefix";
 }
 
+// The f16-cache base log-probs of one 128-token chunk of the story corpus (63 scored), written
+// to the temp file `name`; returns its path.
+std::string write_kld_base(const Model& model, Backend& be, const char* name) {
+  const std::string text = test::read_text_file(shared_dir() + "/corpus/stories-sampled.txt");
+  const std::string base = (std::filesystem::temp_directory_path() / name).string();
+  PerplexityOptions o;
+  o.n_ctx = 128;
+  o.n_chunks = 1;
+  o.kld_base_out = base;
+  perplexity_run(model, be, model.tokenizer().encode(text, true), o, nullptr);
+  return base;
+}
+
 // The Hadamard rotation of q4_0 K/V (memory/kv_cache.h) on a trained model, whose keys have
 // the outlier channels it is for: mean KLD against the f16 cache over one chunk of 128 tokens
 // of the story corpus (63 scored), measured 0.1387 unrotated and 0.0422 rotated (3.3x; over
@@ -521,13 +534,7 @@ TEST(GoldenRealKv, smollm2RotatedQ4_0CacheHalvesTheKld) {
   SLUICE_LOAD_SMOLLM2(model);
   ASSERT_EQ(model->hparams().head_dim_k % 64, 0);  // the policy's condition, so q4_0 is rotated
   auto be = make_backend("cpu", 2);
-  const std::string text = test::read_text_file(shared_dir() + "/corpus/stories-sampled.txt");
-  const std::string base = (std::filesystem::temp_directory_path() / "sluice_test_smollm2_kld_base.bin").string();
-  PerplexityOptions o;
-  o.n_ctx = 128;
-  o.n_chunks = 1;
-  o.kld_base_out = base;
-  perplexity_run(*model, *be, model->tokenizer().encode(text, true), o, nullptr);
+  const std::string base = write_kld_base(*model, *be, "sluice_test_smollm2_kld_base.bin");
   auto mean_kld = [&](KvCacheOptions::Rotation rot, bool want_rotated) {
     PerplexityOptions k;
     k.kld_in = base;
@@ -553,13 +560,7 @@ TEST(GoldenRealKv, smollm2RotatedQ4_0CacheHalvesTheKld) {
 TEST(GoldenRealKv, smollm2Tq4gCacheBeatsRotatedQ4_0) {
   SLUICE_LOAD_SMOLLM2(model);
   auto be = make_backend("cpu", 2);
-  const std::string text = test::read_text_file(shared_dir() + "/corpus/stories-sampled.txt");
-  const std::string base = (std::filesystem::temp_directory_path() / "sluice_test_smollm2_tq4g_base.bin").string();
-  PerplexityOptions o;
-  o.n_ctx = 128;
-  o.n_chunks = 1;
-  o.kld_base_out = base;
-  perplexity_run(*model, *be, model->tokenizer().encode(text, true), o, nullptr);
+  const std::string base = write_kld_base(*model, *be, "sluice_test_smollm2_tq4g_base.bin");
   auto mean_kld = [&](DType t, KvCacheOptions::KMean m) {
     PerplexityOptions k;
     k.kld_in = base;
