@@ -6,7 +6,6 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -195,10 +194,14 @@ std::string gguf_name(std::string n, const fs::path& file) {
   if (n == "model.embed_tokens.weight") return "token_embd.weight";
   if (n == "model.norm.weight") return "output_norm.weight";
   if (n == "lm_head.weight") return "output.weight";
-  static const std::regex layer(R"(model\.layers\.(\d+)\.(.+))");
-  std::smatch m;
   if (n.find("rotary_emb.inv_freq") != std::string::npos) return "";  // recomputed from rope_theta
-  if (!std::regex_match(n, m, layer)) fail(file.string(), ": tensor '", n, "' is not one this architecture has");
+  // model.layers.<digits>.<rest>
+  const std::string layers = "model.layers.";
+  const size_t dot = n.find('.', layers.size());
+  if (n.rfind(layers, 0) != 0 || dot == std::string::npos || dot == layers.size() ||
+      n.find_first_not_of("0123456789", layers.size()) != dot)
+    fail(file.string(), ": tensor '", n, "' is not one this architecture has");
+  const std::string index = n.substr(layers.size(), dot - layers.size()), rest = n.substr(dot + 1);
   static const std::map<std::string, std::string> names = {
       {"input_layernorm.weight", "attn_norm.weight"},    {"post_attention_layernorm.weight", "ffn_norm.weight"},
       {"self_attn.q_proj.weight", "attn_q.weight"},      {"self_attn.k_proj.weight", "attn_k.weight"},
@@ -208,9 +211,9 @@ std::string gguf_name(std::string n, const fs::path& file) {
       {"self_attn.k_norm.weight", "attn_k_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
       {"mlp.up_proj.weight", "ffn_up.weight"},           {"mlp.down_proj.weight", "ffn_down.weight"},
   };
-  auto it = names.find(m[2].str());
+  auto it = names.find(rest);
   if (it == names.end()) fail(file.string(), ": tensor '", n, "' is not one this architecture has");
-  return "blk." + m[1].str() + "." + it->second;
+  return "blk." + index + "." + it->second;
 }
 
 struct Owned {
