@@ -272,6 +272,7 @@ int main(int argc, char** argv) {
   auto run_pack = cli::add_pack_command(app);
   auto run_bench = cli::add_bench_command(app);
   auto run_template = cli::add_template_command(app);
+  auto run_serve = cli::add_serve_command(app);
 
   // CLI11 answers a mistyped command with "A subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
@@ -299,6 +300,8 @@ int main(int argc, char** argv) {
       if (sub->get_name() == "bench") return run_bench();
     for (auto* sub : app.get_subcommands())
       if (sub->get_name() == "template") return run_template();
+    for (auto* sub : app.get_subcommands())
+      if (sub->get_name() == "serve") return run_serve();
     if (*run) return cmd_run(run_co, prompt, gp);
     if (*eval) return cmd_eval(eval_co, tokens_arg, greedy, logits_path);
     if (*inspect) return cmd_inspect(inspect_path);

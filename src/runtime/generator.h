@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/session.h"
@@ -24,7 +25,22 @@ struct GenerateParams {
   bool ignore_eos = false;        // keep going past end-of-generation tokens (they are then emitted as text)
   bool parse_special = true;      // prompt text that spells a special token (<|im_start|>) becomes it, as in llama.cpp
   std::vector<std::string> stop;  // stop strings; empty ones are ignored
+  // >= 0: record each kept token's log-probability and this many most likely alternatives
+  // (GenerationStats::logprobs; OpenAI's logprobs + top_logprobs). -1: none (no extra work).
+  int n_logprobs = -1;
 };
+
+// A kept token's log-probability under the model: log-softmax of the raw logits, before
+// penalties, temperature and the filtering stages (what OpenAI's API reports), and the most
+// likely tokens under the same distribution, highest first (ties: lower id first).
+struct TokenLogprob {
+  int32_t id = -1;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+// Fills `out` for token `id` from logits [n_vocab] with the n_top most likely alternatives.
+void token_logprob(const float* logits, int32_t n_vocab, int32_t id, int n_top, TokenLogprob& out);
 
 struct GenerationStats {
   int n_prompt = 0;
@@ -32,6 +48,7 @@ struct GenerationStats {
   double prompt_seconds = 0, generate_seconds = 0;
   StopReason stop = StopReason::none;
   std::vector<int32_t> tokens;  // the n_generated ids, in order
+  std::vector<TokenLogprob> logprobs;  // one per token when GenerateParams::n_logprobs >= 0
 };
 
 // Number of bytes at the end of `s` that begin a UTF-8 sequence still missing its continuation

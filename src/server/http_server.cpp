@@ -1,0 +1,329 @@
+// server/http_server: the routes, authentication, error bodies and the SSE stream.
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <random>
+
+#include "core/error.h"
+#include "runtime/chat_format.h"
+#include "server/api_error.h"
+#include "server/metrics.h"
+#include "server/request.h"
+#include "server/responses.h"
+
+namespace sluice::server {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+std::string ApiError::type() const {
+  if (status_ == 401) return "authentication_error";
+  if (status_ >= 500) return "server_error";
+  return "invalid_request_error";
+}
+
+nlohmann::json ApiError::to_json() const {
+  nlohmann::json e;
+  e["message"] = what();
+  e["type"] = type();
+  e["param"] = param_.empty() ? nlohmann::json() : nlohmann::json(param_);
+  e["code"] = code_.empty() ? nlohmann::json() : nlohmann::json(code_);
+  return {{"error", e}};
+}
+
+namespace {
+
+// How often a stream that has nothing new writes an SSE comment: the write is what finds a
+// client that has gone while its prompt is still being evaluated.
+constexpr auto kHeartbeat = 200ms;
+
+std::string random_id(const char* prefix) {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s%016llx%04llx", prefix, static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(counter.fetch_add(1) & 0xffff));
+  return buf;
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void set_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status();
+  res.set_content(e.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(const Model& m, Backend& be, ServerOptions o)
+      : model(m), opt(std::move(o)), fmt(m, opt.chat_template), engine(m, be, opt.engine) {}
+
+  const Model& model;
+  ServerOptions opt;
+  ChatFormat fmt;
+  Engine engine;
+  httplib::Server svr;
+  HttpCounters http;
+  std::atomic<bool> stopping{false};
+  int64_t created = unix_now();
+
+  void routes();
+  bool authorized(const httplib::Request& req) const;
+  void completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  std::vector<int32_t> prompt_tokens(const CompletionRequest& r) const;
+  ojson model_json() const;
+};
+
+bool HttpServer::Impl::authorized(const httplib::Request& req) const {
+  if (opt.api_key.empty()) return true;
+  const std::string h = req.get_header_value("Authorization");
+  const std::string want = "Bearer " + opt.api_key;
+  // Compared in time independent of where they first differ.
+  if (h.size() != want.size()) return false;
+  unsigned diff = 0;
+  for (size_t i = 0; i < h.size(); ++i) diff |= static_cast<unsigned char>(h[i] ^ want[i]);
+  return diff == 0;
+}
+
+ojson HttpServer::Impl::model_json() const {
+  ojson m;
+  m["id"] = opt.model_id;
+  m["object"] = "model";
+  m["created"] = created;
+  m["owned_by"] = "sluice";
+  m["meta"] = {{"arch", model.hparams().arch},
+               {"n_vocab", model.hparams().n_vocab},
+               {"n_ctx_train", model.hparams().n_ctx_train},
+               {"n_ctx", engine.n_ctx()}};
+  return m;
+}
+
+std::vector<int32_t> HttpServer::Impl::prompt_tokens(const CompletionRequest& r) const {
+  if (!r.chat) {
+    if (r.prompt_is_ids) return r.prompt_ids;
+    // As llama-server: the vocab's BOS rule, and special tokens spelled in the text parsed.
+    return model.tokenizer().encode(r.prompt, /*add_special=*/true, /*parse_special=*/true);
+  }
+  std::string text;
+  try {
+    text = fmt.render(r.messages, r.tools, /*add_generation_prompt=*/true);
+  } catch (const Error& e) {
+    // A template's raise_exception ("roles must alternate") is about the messages sent.
+    throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
+  }
+  return fmt.tokenize(text);
+}
+
+void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+  const CompletionRequest r = parse_completion_request(req.body, chat, model.tokenizer().n_vocab());
+  if (!r.model.empty() && r.model != opt.model_id)
+    throw ApiError(404, "the model '" + r.model + "' does not exist (this server has '" + opt.model_id + "')", "model",
+                   "model_not_found");
+  Job job;
+  job.prompt = prompt_tokens(r);
+  if (job.prompt.empty()) throw ApiError(400, "the prompt has no tokens", chat ? "messages" : "prompt");
+  const int64_t n_ctx = engine.n_ctx();
+  if (static_cast<int64_t>(job.prompt.size()) > n_ctx)
+    throw ApiError(400,
+                   "the prompt has " + std::to_string(job.prompt.size()) + " tokens, more than the context of " +
+                       std::to_string(n_ctx) + " (--ctx)",
+                   chat ? "messages" : "prompt", "context_length_exceeded");
+  job.params = r.gen;
+  // No max_tokens: until the context is full (finish_reason "length"), as OpenAI's API does.
+  job.params.n_predict = r.max_tokens < 0 ? std::numeric_limits<int>::max() : static_cast<int>(r.max_tokens);
+  auto ch = std::make_shared<Channel>();
+  job.channel = ch;
+  if (stopping.load()) throw ApiError(503, "the server is shutting down", {}, "unavailable");
+  if (!engine.submit(std::move(job)))
+    throw ApiError(503, "the server is busy: the request queue is full, retry later", {}, "queue_full");
+
+  ResponseHead head{chat, random_id(chat ? "chatcmpl-" : "cmpl-"), unix_now(), opt.model_id};
+  const Tokenizer& tok = model.tokenizer();
+  if (!r.stream) {
+    std::string text;
+    std::vector<TokenLogprob> lps;
+    JobUpdate u;
+    for (;;) {
+      if (!ch->pop(u, 1s)) continue;
+      text += u.text;
+      lps.insert(lps.end(), u.logprobs.begin(), u.logprobs.end());
+      if (u.end) break;
+    }
+    if (!u.end->error.empty()) throw ApiError(u.end->error_status, u.end->error);
+    const ojson lp = r.logprobs ? logprobs_json(tok, lps, chat) : ojson();
+    res.set_content(dump(full_response(head, text, lp, *u.end)), "application/json");
+    return;
+  }
+
+  struct StreamState {
+    std::shared_ptr<Channel> ch;
+    ResponseHead head;
+    bool logprobs, include_usage, first = true;
+    size_t offset = 0;  // completions' text_offset
+    Clock::time_point last_write = Clock::now();
+  };
+  auto st = std::make_shared<StreamState>(StreamState{ch, head, r.logprobs, r.include_usage});
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st, &tok](size_t, httplib::DataSink& sink) {
+        auto send = [&](const std::string& s) {
+          st->last_write = Clock::now();
+          if (sink.is_writable() && sink.write(s.data(), s.size())) return true;
+          st->ch->cancel();  // the client went away: free its slot at the next step
+          return false;
+        };
+        auto event = [&](const ojson& j) { return send("data: " + dump(j) + "\n\n"); };
+        JobUpdate u;
+        if (!st->ch->pop(u, kHeartbeat)) return send(": keep-alive\n\n");
+        if (st->first && st->head.chat) {
+          st->first = false;
+          if (!event(stream_chunk(st->head, "", ojson(), nullptr, /*role=*/true))) return false;
+        }
+        if (!u.text.empty() || !u.logprobs.empty()) {
+          const ojson lp = st->logprobs ? logprobs_json(tok, u.logprobs, st->head.chat, st->offset) : ojson();
+          st->offset += u.text.size();
+          if (!event(stream_chunk(st->head, u.text, lp, nullptr))) return false;
+        }
+        if (!u.end) return true;
+        if (!u.end->error.empty()) {
+          if (!event(ApiError(u.end->error_status, u.end->error).to_json())) return false;
+        } else {
+          if (!event(stream_chunk(st->head, "", ojson(), finish_reason(u.end->stop)))) return false;
+          if (st->include_usage && !event(usage_chunk(st->head, *u.end))) return false;
+        }
+        if (!send("data: [DONE]\n\n")) return false;
+        sink.done();
+        return true;
+      },
+      [st](bool success) {
+        if (!success) st->ch->cancel();
+      });
+}
+
+void HttpServer::Impl::routes() {
+  svr.new_task_queue = [n = opt.http_threads > 0 ? opt.http_threads
+                                                 : opt.engine.parallel + opt.engine.max_queue + 8] {
+    return new httplib::ThreadPool(static_cast<size_t>(n));
+  };
+  svr.set_payload_max_length(opt.max_body_bytes);
+  svr.set_keep_alive_timeout(2);
+  svr.set_read_timeout(10, 0);
+  svr.set_write_timeout(10, 0);
+
+  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // /health and /metrics stay open for probes and scrapers; the API wants the key.
+    const bool open = req.path == "/health" || req.path == "/metrics";
+    if (!open && !authorized(req)) {
+      set_error(res, ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", {}, "invalid_api_key"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // httplib calls this for every status >= 400: it fills the bodies it made itself (404 for
+  // an unknown route, 413 past the payload limit, 400 for a malformed request line).
+  svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                    httplib::Response& res) {
+    http.count(res.status);
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    std::string msg = res.status == 404   ? "no route " + req.method + " " + req.path
+                      : res.status == 413 ? "the body is larger than " + std::to_string(opt.max_body_bytes) + " bytes"
+                                          : "bad request";
+    set_error(res, ApiError(res.status, msg));
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  svr.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string msg = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      msg = e.what();
+    } catch (...) {
+    }
+    set_error(res, ApiError(500, msg));
+  });
+
+  auto guarded = [this](auto fn) {
+    return [this, fn](const httplib::Request& req, httplib::Response& res) {
+      try {
+        fn(req, res);
+      } catch (const ApiError& e) {
+        set_error(res, e);
+      } catch (const std::exception& e) {
+        set_error(res, ApiError(500, e.what()));
+      }
+      if (res.status < 400) http.count(res.status < 0 ? 200 : res.status);
+    };
+  };
+  auto chat = guarded([this](const httplib::Request& q, httplib::Response& s) { completion(q, s, true); });
+  auto text = guarded([this](const httplib::Request& q, httplib::Response& s) { completion(q, s, false); });
+  svr.Post("/v1/chat/completions", chat);
+  svr.Post("/chat/completions", chat);
+  svr.Post("/v1/completions", text);
+  svr.Post("/completions", text);
+  auto models = guarded([this](const httplib::Request&, httplib::Response& s) {
+    s.set_content(dump({{"object", "list"}, {"data", ojson::array({model_json()})}}), "application/json");
+  });
+  svr.Get("/v1/models", models);
+  svr.Get("/models", models);
+  svr.Get(R"(/v1/models/(.+))", guarded([this](const httplib::Request& q, httplib::Response& s) {
+            if (q.matches[1] != opt.model_id)
+              throw ApiError(404, "the model '" + q.matches[1].str() + "' does not exist", "model", "model_not_found");
+            s.set_content(dump(model_json()), "application/json");
+          }));
+  svr.Get("/health", guarded([this](const httplib::Request&, httplib::Response& s) {
+            if (stopping.load()) throw ApiError(503, "the server is shutting down", {}, "unavailable");
+            s.set_content(R"({"status":"ok"})", "application/json");
+          }));
+  svr.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& s) {
+            s.set_content(render_metrics(engine.stats(), http.snapshot(), opt.engine.parallel),
+                          "text/plain; version=0.0.4");
+          }));
+}
+
+HttpServer::HttpServer(const Model& model, Backend& backend, ServerOptions opt) {
+  std::signal(SIGPIPE, SIG_IGN);
+  if (opt.model_id.empty()) opt.model_id = "sluice";
+  impl_ = std::make_unique<Impl>(model, backend, std::move(opt));
+  impl_->routes();
+}
+
+HttpServer::~HttpServer() {
+  if (impl_) stop(0ms);
+}
+
+int HttpServer::bind() {
+  Impl& s = *impl_;
+  int port = s.opt.port;
+  if (port == 0) {
+    port = s.svr.bind_to_any_port(s.opt.host);
+    if (port < 0) fail("serve: cannot bind ", s.opt.host, " to a free port");
+  } else if (!s.svr.bind_to_port(s.opt.host, port)) {
+    fail("serve: cannot listen on ", s.opt.host, ":", port, " (in use, or not an address of this machine)");
+  }
+  return port;
+}
+
+void HttpServer::run() { impl_->svr.listen_after_bind(); }
+
+void HttpServer::stop(std::chrono::milliseconds grace) {
+  Impl& s = *impl_;
+  s.stopping.store(true);
+  s.engine.drain(grace);  // running requests end (finished or cancelled), their handlers answer
+  s.svr.stop();
+}
+
+Engine& HttpServer::engine() { return impl_->engine; }
+
+std::string HttpServer::metrics_text() const {
+  return render_metrics(impl_->engine.stats(), impl_->http.snapshot(), impl_->opt.engine.parallel);
+}
+
+}  // namespace sluice::server
