@@ -7,6 +7,7 @@
 #include <csignal>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include "core/error.h"
 #include "runtime/chat_format.h"
@@ -72,6 +73,7 @@ struct HttpServer::Impl {
   httplib::Server svr;
   HttpCounters http;
   std::atomic<bool> stopping{false};
+  std::atomic<int> streams{0};  // SSE responses not yet written to the end
   int64_t created = unix_now();
 
   void routes();
@@ -170,6 +172,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     Clock::time_point last_write = Clock::now();
   };
   auto st = std::make_shared<StreamState>(StreamState{ch, head, r.logprobs, r.include_usage});
+  streams.fetch_add(1);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
@@ -203,8 +206,9 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
         sink.done();
         return true;
       },
-      [st](bool success) {
+      [this, st](bool success) {
         if (!success) st->ch->cancel();
+        streams.fetch_sub(1);
       });
 }
 
@@ -317,6 +321,9 @@ void HttpServer::stop(std::chrono::milliseconds grace) {
   Impl& s = *impl_;
   s.stopping.store(true);
   s.engine.drain(grace);  // running requests end (finished or cancelled), their handlers answer
+  // httplib stops writing a chunked body once the listener is closed: let the streams write
+  // their ends first (each has its last update already; a stuck client gets a few seconds).
+  for (int i = 0; i < 500 && s.streams.load() > 0; ++i) std::this_thread::sleep_for(10ms);
   s.svr.stop();
 }
 
