@@ -36,8 +36,8 @@ class ChatFormat {
 
  private:
   const Model& model_;
+  bool fallback_ = false;  // before source_: its initializer sets it
   std::string source_, bos_, eos_;
-  bool fallback_ = false;
   ChatTemplate tmpl_;
 };
 

@@ -169,6 +169,25 @@ Sampler::Sampler(SamplerParams params) : params_(params), rng_(params.seed) {
 
 int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
   if (n_vocab <= 0) fail("sampler: n_vocab must be > 0, got ", n_vocab);
+  const int32_t id = sample_unfiltered(logits, n_vocab);
+  if (!filter_ || filter_->allowed(id)) return id;
+  masked_.assign(logits, logits + n_vocab);
+  bool any = false;
+  for (int32_t i = 0; i < n_vocab; ++i) {
+    if (filter_->allowed(i))
+      any = true;
+    else
+      masked_[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
+  }
+  if (!any) fail("sampler: the constraint allows no token of the vocabulary here");
+  const int32_t again = sample_unfiltered(masked_.data(), n_vocab);
+  // Penalties can lift a masked -inf only to -inf, and every filter stage keeps the maximum, so
+  // the second pick is an allowed token; checked anyway, the filter's promise is the point.
+  if (!filter_->allowed(again)) fail("sampler: the constrained pick ", again, " is not allowed");
+  return again;
+}
+
+int32_t Sampler::sample_unfiltered(const float* logits, int32_t n_vocab) {
   cur_.data.resize(static_cast<size_t>(n_vocab));
   for (int32_t i = 0; i < n_vocab; ++i) cur_.data[i] = {i, logits[i], 0.0f};
   cur_.sorted = false;
@@ -196,11 +215,15 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
     cum += t.p;
     if (u < cum) return t.id;
   }
-  return cur_.data.back().id;
+  // The last entry that has any probability (a masked -inf entry at the end has none).
+  for (auto it = cur_.data.rbegin(); it != cur_.data.rend(); ++it)
+    if (it->p > 0) return it->id;
+  return cur_.data.front().id;
 }
 
 void Sampler::accept(int32_t token) {
   for (auto& s : stages_) s->accept(token);
+  if (filter_) filter_->accept(token);
 }
 
 void Sampler::reset() {

@@ -130,6 +130,16 @@ class TemperatureStage final : public SamplerStage {
   float t_;
 };
 
+// A constraint on which tokens may come next (sampling/json_schema.h: JSON). Consulted after
+// the chain picks a token: when the pick is not allowed, every disallowed token is masked and
+// the pick is made again (llama.cpp's lazy grammar check; for greedy the same as masking first).
+class TokenFilter {
+ public:
+  virtual ~TokenFilter() = default;
+  virtual bool allowed(int32_t id) const = 0;
+  virtual void accept(int32_t id) = 0;  // the token was kept: advance
+};
+
 class Sampler {
  public:
   explicit Sampler(SamplerParams params);
@@ -137,8 +147,12 @@ class Sampler {
   // Picks a token from logits[0 .. n_vocab). Does not accept() it: the caller does, after it
   // decides to keep the token (as with llama_sampler_sample + llama_sampler_accept).
   int32_t sample(const float* logits, int32_t n_vocab);
-  // Records a token in the penalty history (prompt tokens too).
+  // Records a token in the penalty history (prompt tokens too) and advances the filter.
   void accept(int32_t token);
+  // Constrains every later sample() (set it after accepting the prompt: the filter sees only
+  // generated tokens). sample() throws sluice::Error when the filter allows no token at all.
+  void set_filter(std::unique_ptr<TokenFilter> f) { filter_ = std::move(f); }
+  TokenFilter* filter() const { return filter_.get(); }
   // Clears the history and restarts the RNG from the seed.
   void reset();
 
@@ -153,6 +167,10 @@ class Sampler {
   std::vector<std::unique_ptr<SamplerStage>> stages_;  // in chain order, before dist
   PenaltiesStage* penalties_ = nullptr;                // owned by stages_
   Candidates cur_;
+  std::unique_ptr<TokenFilter> filter_;
+  std::vector<float> masked_;  // logits with the filter's disallowed tokens at -inf
+
+  int32_t sample_unfiltered(const float* logits, int32_t n_vocab);
 };
 
 }  // namespace sluice

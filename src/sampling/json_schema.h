@@ -1,0 +1,132 @@
+// sampling/json_schema: constrained sampling to JSON — OpenAI's response_format json_object (any
+// JSON object) and json_schema (a value the schema accepts). The schema compiles to a small
+// pushdown automaton over bytes (JsonMatcher); the sampler asks it, token by token, whether a
+// token's text can continue the document (JsonTokenFilter), so a generation can only spell
+// JSON that parses and validates. Never fail-open: a schema keyword the matcher cannot
+// enforce (pattern, format, minimum, ...) is refused at compile time with its JSON pointer,
+// so the caller answers 400 instead of returning unchecked output.
+//
+// Enforced: type (and type arrays), enum, const, properties (emitted in the schema's order;
+// properties not in `required` may be skipped), required, additionalProperties (false; or a
+// schema with no properties: a map), items, minItems, maxItems, minLength, maxLength (code
+// points), anyOf/oneOf whose alternatives start with different characters, $ref into
+// #/$defs or #/definitions (recursion allowed), nullable. Ignored because they constrain
+// nothing: title, description, default, examples, $schema, $id, $comment, strict.
+// Numbers are at most 40 bytes with an exponent of at most 2 digits (parsers refuse doubles
+// beyond 1e308). Whitespace between tokens is allowed (at most kMaxWhitespaceRun bytes in a row) so the
+// model can pretty-print; nothing may follow the top-level value.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sampling/sampler.h"
+
+namespace sluice {
+
+// A schema the matcher cannot enforce; what() names the keyword and where it is.
+class UnsupportedSchema : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class JsonSchema {
+ public:
+  // Any JSON object (response_format {"type": "json_object"}).
+  static JsonSchema any_object();
+  // Throws UnsupportedSchema for what the class comment does not list.
+  static JsonSchema compile(const nlohmann::ordered_json& schema);
+
+  struct Node;
+  const std::vector<Node>& nodes() const { return nodes_; }
+  int root() const { return root_; }
+
+ private:
+  friend class SchemaCompiler;
+  std::vector<Node> nodes_;
+  int root_ = 0;
+};
+
+struct JsonSchema::Node {
+  enum class Kind : uint8_t { any, object, array, string, number, integer, literal, one_of };
+  Kind kind = Kind::any;
+  // object: properties in schema order; `"name"` is the key as its JSON text, quotes included.
+  struct Prop {
+    std::string key_json;
+    int node = -1;
+    bool required = false;
+  };
+  std::vector<Prop> props;
+  // key_sets[i]: the keys allowed after the props before i were emitted or skipped: props
+  // i.. up to the first required one, as (key_json, prop index) sorted by key_json.
+  std::vector<std::vector<std::pair<std::string, int>>> key_sets;
+  int map_values = -1;  // object without properties: any string key, values of this node (-1: any)
+  // array
+  int items = -1;  // -1: any
+  int64_t min_items = 0, max_items = INT64_MAX;
+  // string
+  int64_t min_length = 0, max_length = INT64_MAX;
+  // literal: the allowed values as JSON text, sorted (enum, const, true/false/null)
+  std::vector<std::string> literals;
+  // one_of: alternatives with disjoint first bytes
+  std::vector<int> alts;
+};
+
+// The byte-level matcher: a copyable parse state over one JsonSchema.
+class JsonMatcher {
+ public:
+  static constexpr int kMaxWhitespaceRun = 24;
+  static constexpr int kMaxDepth = 64;
+
+  explicit JsonMatcher(const JsonSchema& s);
+  JsonMatcher(const JsonMatcher&) = default;
+  JsonMatcher& operator=(const JsonMatcher&) = default;
+
+  // Feeds bytes; false (and the state unusable: copy before trying) when they cannot continue
+  // a valid document.
+  bool feed(std::string_view bytes);
+  // The document so far is a complete valid value: the generation may end here.
+  bool complete() const;
+
+  struct Frame {
+    int node;              // schema node (-1: any)
+    uint8_t kind;          // FrameKind in json_schema.cpp
+    uint8_t st;            // state within the frame
+    uint16_t ws;           // whitespace bytes in a row
+    uint32_t lo, hi, pos;  // literal / key matching: candidate range and bytes matched
+    int64_t count;         // items, emitted props index, string code points
+    uint8_t utf8_left;     // string: continuation bytes still expected
+  };
+
+ private:
+  enum class Step { consumed, reject, pop_retry };
+  Step step(char c);
+
+  const JsonSchema* s_;
+  std::vector<Frame> stack_;
+};
+
+// The token-level filter a Sampler consults: a token is allowed when its text continues the
+// document; an end-of-generation token only when the document is complete. `piece(id)` is the
+// token's text (Tokenizer::token_to_piece), `is_end(id)` its end-of-generation flag.
+class JsonTokenFilter final : public TokenFilter {
+ public:
+  JsonTokenFilter(JsonSchema schema, std::function<std::string_view(int32_t)> piece,
+                  std::function<bool(int32_t)> is_end);
+  bool allowed(int32_t id) const override;
+  void accept(int32_t id) override;
+  bool complete() const { return m_.complete(); }
+
+ private:
+  JsonSchema schema_;
+  JsonMatcher m_;
+  mutable JsonMatcher scratch_;
+  std::function<std::string_view(int32_t)> piece_;
+  std::function<bool(int32_t)> is_end_;
+};
+
+}  // namespace sluice
