@@ -98,6 +98,7 @@ void token_logprob(const float* logits, int32_t n_vocab, int32_t id, int n_top, 
 Generation::Generation(const Tokenizer& tok, const GenerateParams& p, std::span<const int32_t> prompt, TextFn on_text)
     : tok_(tok), p_(p), sampler_(p.sampler), stream_(p.stop), on_text_(std::move(on_text)) {
   for (int32_t id : prompt) sampler_.accept(id);  // penalties look at the prompt too, as llama-cli's do
+  if (p.make_filter) sampler_.set_filter(p.make_filter());  // after the prompt: it sees generated tokens only
   st_.n_prompt = static_cast<int>(prompt.size());
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,6 +29,9 @@ struct GenerateParams {
   // >= 0: record each kept token's log-probability and this many most likely alternatives
   // (GenerationStats::logprobs; OpenAI's logprobs + top_logprobs). -1: none (no extra work).
   int n_logprobs = -1;
+  // A constraint on the generated tokens (sampling/json_schema.h: OpenAI's response_format),
+  // made fresh for each generation; empty: none.
+  std::function<std::unique_ptr<TokenFilter>()> make_filter;
 };
 
 // A kept token's log-probability under the model: log-softmax of the raw logits, before

@@ -19,6 +19,7 @@ struct Scheduler::Request {
   int32_t seq = -1;
   size_t prompt_done = 0;  // prompt tokens evaluated (or taken from the prompt cache)
   int64_t cached = 0;      // prompt tokens taken from the prompt cache
+  std::string error;       // see Scheduler::error
   int32_t next = -1;       // sampled, not yet evaluated (decode)
   bool logits_seen = false;
   Clock::time_point t_submit, t_first;
@@ -131,6 +132,7 @@ void Scheduler::release(int64_t id) {
 
 bool Scheduler::done(int64_t id) const { return req(id).gen.ended(); }
 int64_t Scheduler::cached_tokens(int64_t id) const { return req(id).cached; }
+const std::string& Scheduler::error(int64_t id) const { return req(id).error; }
 const GenerationStats& Scheduler::stats(int64_t id) const { return req(id).gen.stats(); }
 const std::string& Scheduler::text(int64_t id) const { return req(id).gen.text(); }
 
@@ -213,7 +215,14 @@ bool Scheduler::step() {
       r.t_first = Clock::now();
       r.gen.stats().prompt_seconds = std::chrono::duration<double>(r.t_first - r.t_submit).count();
     }
-    const int32_t id = r.gen.next(logits_.data() + o * V, static_cast<int32_t>(V));
+    int32_t id = -1;
+    try {
+      id = r.gen.next(logits_.data() + o * V, static_cast<int32_t>(V));
+    } catch (const std::exception& e) {
+      // This request's own sampling failed; the step and the other requests stand.
+      r.error = e.what();
+      r.gen.end(StopReason::callback);
+    }
     if (!r.gen.ended() && mem_.seq_len(r.seq) >= mem_.n_ctx())
       r.gen.end(StopReason::context_full);  // the token was sampled from valid logits: it stays
     if (r.gen.ended())

@@ -58,6 +58,9 @@ class Scheduler {
   bool done(int64_t id) const;
   const GenerationStats& stats(int64_t id) const;
   const std::string& text(int64_t id) const;  // everything streamed to on_text
+  // Why a request failed on its own (sampling threw, e.g. a constraint that allows no token);
+  // empty otherwise. Such a request ends with StopReason::callback and the others go on.
+  const std::string& error(int64_t id) const;
   // Prompt tokens taken from the prompt cache instead of evaluated (0 without a cache hit).
   int64_t cached_tokens(int64_t id) const;
   int n_active() const;

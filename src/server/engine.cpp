@@ -124,7 +124,6 @@ void Engine::admit(Job job) {
 }
 
 void Engine::finish_done() {
-  EngineStats add;
   for (auto it = active_.begin(); it != active_.end();) {
     Active& a = **it;
     const bool done = sch_.done(a.id);
@@ -141,12 +140,18 @@ void Engine::finish_done() {
         r.n_cached = static_cast<int>(sch_.cached_tokens(a.id));
         r.n_generated = st.n_generated;
         r.ttft_seconds = st.prompt_seconds;
-        ++add.requests;
-        add.prompt_tokens += r.n_prompt;
-        add.cached_tokens += r.n_cached;
-        add.cache_hits += r.n_cached > 0;
-        add.generated_tokens += r.n_generated;
-        add.cancelled += st.stop == StopReason::callback;
+        r.error = sch_.error(a.id);
+        // Counted before the client hears of the end, so /metrics read after an answer has it.
+        std::lock_guard<std::mutex> lk(mu_);
+        ++stats_.requests;
+        stats_.prompt_tokens += r.n_prompt;
+        stats_.cached_tokens += r.n_cached;
+        stats_.cache_hits += r.n_cached > 0;
+        stats_.generated_tokens += r.n_generated;
+        stats_.cancelled += st.stop == StopReason::callback;
+        stats_.busy_slots = sch_.n_active();
+        stats_.idle_cached = sch_.n_idle_slots();
+        stats_.kv_bytes = sch_.memory().bytes_used();
       }
       a.channel->push(std::move(u));
     }
@@ -157,13 +162,6 @@ void Engine::finish_done() {
       ++it;
     }
   }
-  std::lock_guard<std::mutex> lk(mu_);
-  stats_.requests += add.requests;
-  stats_.prompt_tokens += add.prompt_tokens;
-  stats_.cached_tokens += add.cached_tokens;
-  stats_.cache_hits += add.cache_hits;
-  stats_.generated_tokens += add.generated_tokens;
-  stats_.cancelled += add.cancelled;
 }
 
 void Engine::publish() {

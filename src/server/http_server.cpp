@@ -17,6 +17,7 @@
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/responses.h"
+#include "web/chat_page.h"
 
 namespace sluice::server {
 
@@ -141,6 +142,14 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                        std::to_string(n_ctx) + " (--ctx)",
                    chat ? "messages" : "prompt", "context_length_exceeded");
   job.params = r.gen;
+  if (r.schema) {
+    const Tokenizer* tok = &model.tokenizer();
+    job.params.make_filter = [schema = r.schema, tok] {
+      return std::make_unique<JsonTokenFilter>(
+          *schema, [tok](int32_t id) { return std::string_view(tok->token_to_piece(id)); },
+          [tok](int32_t id) { return tok->is_eog(id); });
+    };
+  }
   // No max_tokens: until the context is full (finish_reason "length"), as OpenAI's API does.
   job.params.n_predict = r.max_tokens < 0 ? std::numeric_limits<int>::max() : static_cast<int>(r.max_tokens);
   auto ch = std::make_shared<Channel>();
@@ -232,7 +241,8 @@ void HttpServer::Impl::routes() {
 
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     // /health and /metrics stay open for probes and scrapers; the API wants the key.
-    const bool open = req.path == "/health" || req.path == "/metrics";
+    // The page itself is open too: it asks for the key and sends it with its API calls.
+    const bool open = req.path == "/health" || req.path == "/metrics" || req.path == "/";
     if (!open && !authorized(req)) {
       set_error(res, ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", {}, "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
@@ -289,6 +299,10 @@ void HttpServer::Impl::routes() {
             if (q.matches[1] != opt.model_id)
               throw ApiError(404, "the model '" + q.matches[1].str() + "' does not exist", "model", "model_not_found");
             s.set_content(dump(model_json()), "application/json");
+          }));
+  // The chat page (web/chat.html, embedded at build time): it talks to the routes above.
+  svr.Get("/", guarded([](const httplib::Request&, httplib::Response& s) {
+            s.set_content(kChatPageHtml, "text/html; charset=utf-8");
           }));
   svr.Get("/health", guarded([this](const httplib::Request&, httplib::Response& s) {
             if (stopping.load()) throw ApiError(503, "the server is shutting down", {}, "unavailable");

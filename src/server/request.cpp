@@ -185,17 +185,37 @@ void parse_prompt(const json& body, CompletionRequest& r, int32_t n_vocab) {
   bad_field("prompt", "must be a string, an array of token ids, or an array holding one of them");
 }
 
+// response_format: text (free), json_object (any object) or json_schema (its "schema"),
+// enforced by constrained sampling (sampling/json_schema.h); a schema it cannot enforce is a 400.
+std::shared_ptr<const JsonSchema> parse_response_format(const json& body) {
+  const json* rf = field(body, "response_format");
+  if (!rf) return nullptr;
+  if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+    bad_field("response_format", "must be an object with a string 'type'");
+  const std::string t = (*rf)["type"].get<std::string>();
+  if (t == "text") return nullptr;
+  if (t == "json_object") return std::make_shared<const JsonSchema>(JsonSchema::any_object());
+  if (t != "json_schema") bad_field("response_format", "type must be text, json_object or json_schema; got '" + t + "'");
+  const auto js = rf->find("json_schema");
+  if (js == rf->end() || !js->is_object()) bad_field("response_format.json_schema", "must be an object");
+  const auto sc = js->find("schema");
+  // No schema: any JSON value would do; an object is what clients expect of json_schema.
+  if (sc == js->end() || sc->is_null()) return std::make_shared<const JsonSchema>(JsonSchema::any_object());
+  if (!sc->is_object() && !sc->is_boolean())
+    bad_field("response_format.json_schema.schema", "must be a JSON Schema object");
+  try {
+    return std::make_shared<const JsonSchema>(JsonSchema::compile(*sc));
+  } catch (const UnsupportedSchema& e) {
+    throw ApiError(400, std::string("'response_format.json_schema.schema' cannot be enforced: ") + e.what(),
+                   "response_format.json_schema.schema");
+  } catch (const std::exception& e) {
+    throw ApiError(400, std::string("'response_format.json_schema.schema' is not a valid schema: ") + e.what(),
+                   "response_format.json_schema.schema");
+  }
+}
+
 void refuse_unsupported(const json& body, bool chat) {
   if (get_int(body, "n", 1, 1, 128) != 1) throw ApiError(400, "'n': only n = 1 is supported", "n");
-  if (const json* rf = field(body, "response_format")) {
-    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-      bad_field("response_format", "must be an object with a string 'type'");
-    const std::string t = (*rf)["type"].get<std::string>();
-    if (t == "json_object" || t == "json_schema")
-      throw ApiError(400, "'response_format' type '" + t + "' is not supported yet (constrained sampling)",
-                     "response_format");
-    if (t != "text") bad_field("response_format", "type must be text, json_object or json_schema; got '" + t + "'");
-  }
   if (const json* lb = field(body, "logit_bias"); lb && !(lb->is_object() && lb->empty()))
     throw ApiError(400, "'logit_bias' is not supported yet", "logit_bias");
   if (!chat) {
@@ -253,6 +273,7 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
     sp.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   r.gen.stop = get_stop(body);
   r.gen.ignore_eos = get_bool(body, "ignore_eos", false);
+  r.schema = parse_response_format(body);
 
   // Chat: logprobs is a boolean and top_logprobs (0..20) the alternatives; completions: the
   // legacy logprobs integer (0..5) is the number of alternatives.

@@ -1,16 +1,19 @@
 // server/request: an OpenAI request body -> a checked CompletionRequest. Every field the
 // server reads is type- and range-checked here, and a bad one is a 400 naming it (ApiError),
 // so nothing past this point sees malformed input. Fields that change what the model must
-// produce but are not implemented (n > 1, logit_bias, json response formats, echo, ...) are
+// produce but are not implemented (n > 1, logit_bias, a schema keyword the JSON matcher cannot
+// enforce, echo, ...) are
 // refused with a 400 rather than ignored: a client must never get an answer that silently
 // broke its constraints. Fields that only describe the caller (user, metadata, ...) are ignored.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "runtime/generator.h"
+#include "sampling/json_schema.h"
 
 namespace sluice::server {
 
@@ -27,6 +30,8 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
   bool logprobs = false;       // report logprobs (gen.n_logprobs alternatives each)
+  // response_format json_object / json_schema: the compiled constraint (null: free text).
+  std::shared_ptr<const JsonSchema> schema;
 };
 
 // Parses and checks `body` (token ids of a completions prompt against n_vocab). Throws

@@ -212,10 +212,13 @@ TEST_F(ServerHttpTest, BadRequestsAreOpenAiErrorsNamingTheField) {
   expect_error(test::post(p, "/v1/chat/completions", json{{"messages", json::array({{{"role", "bot"}}})}}), 400,
                "messages[0].role");
   json chat = {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
-  chat["response_format"] = {{"type", "json_schema"}, {"json_schema", json::object()}};
+  // A schema keyword the constrained sampler cannot enforce is refused, never ignored.
+  chat["response_format"] = {{"type", "json_schema"},
+                             {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "^a+$"}}}}}};
   r = test::post(p, "/v1/chat/completions", chat);
-  expect_error(r, 400, "response_format");
-  EXPECT_NE(r.json()["error"]["message"].get<std::string>().find("not supported"), std::string::npos);
+  expect_error(r, 400, "response_format.json_schema.schema");
+  chat["response_format"] = {{"type", "xml"}};
+  expect_error(test::post(p, "/v1/chat/completions", chat), 400, "response_format");
   chat["response_format"] = {{"type", "text"}};
   chat["max_tokens"] = 2;
   EXPECT_EQ(test::post(p, "/v1/chat/completions", chat).status, 200);
@@ -228,6 +231,47 @@ TEST_F(ServerHttpTest, BadRequestsAreOpenAiErrorsNamingTheField) {
   // The server is still there and answers.
   EXPECT_EQ(test::post(p, "/v1/completions", completion("Once", 2)).status, 200);
   EXPECT_TRUE(s->wait_idle());
+}
+
+TEST_F(ServerHttpTest, ResponseFormatJsonSchemaIsEnforced) {
+  auto s = start(2, 1024);
+  const json schema = {{"type", "object"},
+                       {"properties", {{"color", {{"enum", {"red", "blue"}}}}, {"n", {{"type", "integer"}}}}},
+                       {"required", {"color", "n"}},
+                       {"additionalProperties", false}};
+  json req = {{"messages", json::array({{{"role", "user"}, {"content", "Lily"}}})},
+              {"max_tokens", 700},  // greedy stories260K pads with whitespace runs before each token
+              {"temperature", 0},
+              {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "t"}, {"schema", schema}}}}}};
+  for (bool stream : {false, true}) {
+    req["stream"] = stream;
+    const auto r = test::post(s->port(), "/v1/chat/completions", req);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const std::string text =
+        stream ? test::sse_text(r.body) : r.json()["choices"][0]["message"]["content"].get<std::string>();
+    const json doc = json::parse(text, nullptr, false);
+    ASSERT_TRUE(doc.is_object()) << text;  // stories260K knows no JSON: only the constraint makes this hold
+    EXPECT_TRUE(doc["color"] == "red" || doc["color"] == "blue") << text;
+    EXPECT_TRUE(doc["n"].is_number_integer()) << text;
+    EXPECT_EQ(doc.size(), 2u) << text;
+  }
+  req.erase("response_format");
+  req["stream"] = false;
+  const auto free_text = test::post(s->port(), "/v1/chat/completions", req);
+  EXPECT_FALSE(json::parse(free_text.json()["choices"][0]["message"]["content"].get<std::string>(), nullptr, false)
+                   .is_object())
+      << "negative control: without the constraint the model writes no JSON";
+  req["response_format"] = {{"type", "json_object"}};
+  const auto obj = test::post(s->port(), "/v1/chat/completions", req);
+  ASSERT_EQ(obj.status, 200) << obj.body;
+  const std::string t = obj.json()["choices"][0]["message"]["content"];
+  // Any object; if max_tokens cut it, at least what there is starts one.
+  if (obj.json()["choices"][0]["finish_reason"] == "stop") {
+    EXPECT_TRUE(json::parse(t, nullptr, false).is_object()) << t;
+  } else {
+    ASSERT_NE(t.find_first_not_of(" \n\t"), std::string::npos) << t;
+    EXPECT_EQ(t[t.find_first_not_of(" \n\t")], '{') << t;
+  }
 }
 
 TEST_F(ServerHttpTest, ApiKeyIsRequiredAndAWrongOneRefused) {

@@ -99,7 +99,14 @@ TEST(ServerRequest, BadFieldsAreNamed) {
   EXPECT_EQ(rejected(ok + R"("logprobs": 1})", is_chat), "logprobs");
   EXPECT_EQ(rejected(ok + R"("top_logprobs": 2})", is_chat), "top_logprobs");
   EXPECT_EQ(rejected(ok + R"("logprobs": true, "top_logprobs": 21})", is_chat), "top_logprobs");
-  EXPECT_EQ(rejected(ok + R"("response_format": {"type": "json_object"}})", is_chat), "response_format");
+  EXPECT_EQ(rejected(ok + R"("response_format": {"type": "json_object"}})", is_chat), "");
+  EXPECT_EQ(rejected(ok + R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}})",
+                     is_chat),
+            "");
+  EXPECT_EQ(rejected(ok + R"("response_format": {"type": "json_schema", "json_schema": {"schema":
+    {"type": "string", "format": "email"}}}})", is_chat),
+            "response_format.json_schema.schema");
+  EXPECT_EQ(rejected(ok + R"("response_format": {"type": "json_schema"}})", is_chat), "response_format.json_schema");
   EXPECT_EQ(rejected(ok + R"("response_format": {"type": "yaml"}})", is_chat), "response_format");
   EXPECT_EQ(rejected(ok + R"("response_format": {"type": "text"}})", is_chat), "");
   EXPECT_EQ(rejected(ok + R"("tools": {"a": 1}})", is_chat), "tools");

@@ -28,8 +28,13 @@ class ServerSmolLM2 : public ::testing::Test {
   std::unique_ptr<Backend> be_;
 };
 
+// With no system message SmolLM2's template adds its own ("You are a helpful AI assistant named
+// SmolLM..."), after which greedy decoding answers the France question in French fragments
+// ("L'Étoile, la Marseillaise, ..."; `sluice run` on the same rendered prompt agrees); with this
+// one it answers "The capital of France is Paris.".
 json chat(const std::string& user, int max_tokens) {
-  return {{"messages", json::array({{{"role", "user"}, {"content", user}}})},
+  return {{"messages", json::array({{{"role", "system"}, {"content", "You are a helpful assistant."}},
+                                    {{"role", "user"}, {"content", user}}})},
           {"max_tokens", max_tokens},
           {"temperature", 0}};
 }
