@@ -89,15 +89,14 @@ void token_logprob(const float* logits, int32_t n_vocab, int32_t id, int n_top, 
   if (k == 0) return;
   std::vector<int32_t> ids(static_cast<size_t>(n_vocab));
   for (int32_t i = 0; i < n_vocab; ++i) ids[static_cast<size_t>(i)] = i;
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
   for (size_t j = 0; j < k; ++j) out.top.emplace_back(ids[j], static_cast<float>(logits[ids[j]] - lse));
 }
 
 Generation::Generation(const Tokenizer& tok, const GenerateParams& p, std::span<const int32_t> prompt, TextFn on_text)
     : tok_(tok), p_(p), sampler_(p.sampler), stream_(p.stop), on_text_(std::move(on_text)) {
-  for (int32_t id : prompt) sampler_.accept(id);  // penalties look at the prompt too, as llama-cli's do
+  for (int32_t id : prompt) sampler_.accept(id);            // penalties look at the prompt too, as llama-cli's do
   if (p.make_filter) sampler_.set_filter(p.make_filter());  // after the prompt: it sees generated tokens only
   st_.n_prompt = static_cast<int>(prompt.size());
 }

@@ -51,7 +51,7 @@ struct GenerationStats {
   int n_generated = 0;  // tokens sampled and kept; an end-of-generation token that stopped the run is not counted
   double prompt_seconds = 0, generate_seconds = 0;
   StopReason stop = StopReason::none;
-  std::vector<int32_t> tokens;  // the n_generated ids, in order
+  std::vector<int32_t> tokens;         // the n_generated ids, in order
   std::vector<TokenLogprob> logprobs;  // one per token when GenerateParams::n_logprobs >= 0
 };
 

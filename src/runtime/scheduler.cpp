@@ -67,8 +67,8 @@ void Scheduler::attach_sequence(Request& r) {
   for (Idle& e : idle_) {
     int64_t match = 0;
     const auto n = std::min<int64_t>(cap, static_cast<int64_t>(e.tokens.size()));
-    while (match < n && (debug_reuse_mismatched_prefix || e.tokens[static_cast<size_t>(match)] ==
-                                                              r.prompt[static_cast<size_t>(match)]))
+    while (match < n && (debug_reuse_mismatched_prefix ||
+                         e.tokens[static_cast<size_t>(match)] == r.prompt[static_cast<size_t>(match)]))
       ++match;
     int64_t reach = match;
     if (recurrent_) {

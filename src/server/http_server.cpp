@@ -225,8 +225,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
 }
 
 void HttpServer::Impl::routes() {
-  svr.new_task_queue = [n = opt.http_threads > 0 ? opt.http_threads
-                                                 : opt.engine.parallel + opt.engine.max_queue + 8] {
+  svr.new_task_queue = [n = opt.http_threads > 0 ? opt.http_threads : opt.engine.parallel + opt.engine.max_queue + 8] {
     return new httplib::ThreadPool(static_cast<size_t>(n));
   };
   svr.set_payload_max_length(opt.max_body_bytes);

@@ -16,12 +16,12 @@ namespace sluice::server {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                       // 0: any free port (bind() says which)
-  std::string api_key;                   // non-empty: /v1/* wants "Authorization: Bearer KEY"
-  std::string model_id;                  // the name /v1/models lists and requests may name
-  std::string chat_template;             // a template's text that replaces the model's ("": its own)
+  int port = 8080;                          // 0: any free port (bind() says which)
+  std::string api_key;                      // non-empty: /v1/* wants "Authorization: Bearer KEY"
+  std::string model_id;                     // the name /v1/models lists and requests may name
+  std::string chat_template;                // a template's text that replaces the model's ("": its own)
   size_t max_body_bytes = size_t{4} << 20;  // larger bodies: 413
-  int http_threads = 0;                  // 0: parallel + queue + 8 (every waiting client holds one)
+  int http_threads = 0;                     // 0: parallel + queue + 8 (every waiting client holds one)
   EngineOptions engine;
 };
 

@@ -91,15 +91,18 @@ std::vector<std::string> get_stop(const json& body) {
 json message_content(const json& c, size_t i) {
   const std::string where = "messages[" + std::to_string(i) + "].content";
   if (c.is_null() || c.is_string()) return c;
-  if (!c.is_array()) bad_field(where, std::string("must be a string, an array of text parts or null, got ") + type_name(c));
+  if (!c.is_array())
+    bad_field(where, std::string("must be a string, an array of text parts or null, got ") + type_name(c));
   std::string text;
   for (size_t k = 0; k < c.size(); ++k) {
     const json& part = c[k];
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
       bad_field(where, "parts must be objects with a 'type'");
     if (part["type"] != "text")
-      throw ApiError(400, "'" + where + "': content parts of type '" + part["type"].get<std::string>() +
-                              "' are not supported (text only)", where);
+      throw ApiError(400,
+                     "'" + where + "': content parts of type '" + part["type"].get<std::string>() +
+                         "' are not supported (text only)",
+                     where);
     if (!part.contains("text") || !part["text"].is_string()) bad_field(where, "text parts need a string 'text'");
     if (k) text += "\n";
     text += part["text"].get<std::string>();
@@ -149,8 +152,8 @@ json parse_tools(const json& body) {
   for (size_t i = 0; i < v->size(); ++i) {
     const json& t = (*v)[i];
     const std::string where = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object() || !t.contains("function") || !t["function"].is_object() ||
-        !t["function"].contains("name") || !t["function"]["name"].is_string())
+    if (!t.is_object() || !t.contains("function") || !t["function"].is_object() || !t["function"].contains("name") ||
+        !t["function"]["name"].is_string())
       bad_field(where, "must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
   }
   // Forcing a call needs constrained sampling, which is not here yet: refuse rather than
@@ -195,7 +198,8 @@ std::shared_ptr<const JsonSchema> parse_response_format(const json& body) {
   const std::string t = (*rf)["type"].get<std::string>();
   if (t == "text") return nullptr;
   if (t == "json_object") return std::make_shared<const JsonSchema>(JsonSchema::any_object());
-  if (t != "json_schema") bad_field("response_format", "type must be text, json_object or json_schema; got '" + t + "'");
+  if (t != "json_schema")
+    bad_field("response_format", "type must be text, json_object or json_schema; got '" + t + "'");
   const auto js = rf->find("json_schema");
   if (js == rf->end() || !js->is_object()) bad_field("response_format.json_schema", "must be an object");
   const auto sc = js->find("schema");

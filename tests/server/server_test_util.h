@@ -55,8 +55,9 @@ inline bool send_all(int fd, const std::string& s) {
 inline std::string request_text(const std::string& method, const std::string& path, const std::string& body,
                                 const std::string& extra_headers = {}) {
   return method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra_headers +
-         (body.empty() && method == "GET" ? "" : "Content-Type: application/json\r\nContent-Length: " +
-                                                     std::to_string(body.size()) + "\r\n") +
+         (body.empty() && method == "GET"
+              ? ""
+              : "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n") +
          "\r\n" + body;
 }
 

@@ -158,9 +158,14 @@ std::vector<test::HttpReply> post_all(int port, const std::string& path, const s
 }
 
 TEST_F(ServerBatchingTest, EightParallelGreedyRequestsEqualEachAlone) {
-  const std::vector<std::string> prompts{
-      "Once upon a time", "Lily and Ben went to the park", "The cat", "One day, a little boy named Tim",
-      "The sun was", "Mom said", "There was a big dog", "A bird sat on a tree and"};
+  const std::vector<std::string> prompts{"Once upon a time",
+                                         "Lily and Ben went to the park",
+                                         "The cat",
+                                         "One day, a little boy named Tim",
+                                         "The sun was",
+                                         "Mom said",
+                                         "There was a big dog",
+                                         "A bird sat on a tree and"};
   std::vector<json> bodies;
   for (size_t i = 0; i < prompts.size(); ++i) bodies.push_back(completion(prompts[i], 20 + 3 * static_cast<int>(i)));
   std::vector<std::string> alone;

@@ -25,8 +25,7 @@ class ServerHttpTest : public ::testing::Test {
     m_ = Model::load(test::shared_dir() + "/models/stories260K.gguf");
     be_ = make_backend("cpu", 1);
   }
-  std::unique_ptr<test::TestServer> start(int parallel = 2, int64_t n_ctx = 256, int queue = 8,
-                                          std::string key = {}) {
+  std::unique_ptr<test::TestServer> start(int parallel = 2, int64_t n_ctx = 256, int queue = 8, std::string key = {}) {
     auto o = test::server_options(parallel, n_ctx, queue);
     o.api_key = std::move(key);
     o.max_body_bytes = 64 * 1024;
@@ -51,8 +50,8 @@ class ServerHttpTest : public ::testing::Test {
 };
 
 json completion(const std::string& prompt, int max_tokens, bool stream = false) {
-  return {{"model", "test-model"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
-          {"stream", stream}};
+  return {
+      {"model", "test-model"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", stream}};
 }
 
 void expect_error(const HttpReply& r, int status, const std::string& param = {}) {
@@ -247,8 +246,8 @@ TEST_F(ServerHttpTest, ResponseFormatJsonSchemaIsEnforced) {
     req["stream"] = stream;
     const auto r = test::post(s->port(), "/v1/chat/completions", req);
     ASSERT_EQ(r.status, 200) << r.body;
-    const std::string text =
-        stream ? test::sse_text(r.body) : r.json()["choices"][0]["message"]["content"].get<std::string>();
+    const std::string text = stream ? test::sse_text(r.body)
+                                    : r.json()["choices"][0]["message"]["content"].get<std::string>();
     const json doc = json::parse(text, nullptr, false);
     ASSERT_TRUE(doc.is_object()) << text;  // stories260K knows no JSON: only the constraint makes this hold
     EXPECT_TRUE(doc["color"] == "red" || doc["color"] == "blue") << text;
@@ -258,8 +257,8 @@ TEST_F(ServerHttpTest, ResponseFormatJsonSchemaIsEnforced) {
   req.erase("response_format");
   req["stream"] = false;
   const auto free_text = test::post(s->port(), "/v1/chat/completions", req);
-  EXPECT_FALSE(json::parse(free_text.json()["choices"][0]["message"]["content"].get<std::string>(), nullptr, false)
-                   .is_object())
+  EXPECT_FALSE(
+      json::parse(free_text.json()["choices"][0]["message"]["content"].get<std::string>(), nullptr, false).is_object())
       << "negative control: without the constraint the model writes no JSON";
   req["response_format"] = {{"type", "json_object"}};
   const auto obj = test::post(s->port(), "/v1/chat/completions", req);

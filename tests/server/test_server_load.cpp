@@ -143,11 +143,12 @@ TEST(ServerLoad, TwoHundredRequestsSixteenAtOnceWithFaults) {
   EXPECT_EQ(test::http(port, "GET", "/health").status, 200);
   std::sort(ttft.begin(), ttft.end());
   ASSERT_FALSE(ttft.empty());
-  std::printf("load: %d requests (%d valid, %d left mid-stream) from %d clients in %.2f s; TTFT p50 %.1f ms, "
-              "p99 %.1f ms; %lld tokens generated, %.0f tok/s aggregate\n",
-              kRequests, n_valid, n_leaves, kClients, wall, 1e3 * ttft[ttft.size() / 2],
-              1e3 * ttft[std::min(ttft.size() - 1, ttft.size() * 99 / 100)],
-              static_cast<long long>(st.generated_tokens), static_cast<double>(st.generated_tokens) / wall);
+  std::printf(
+      "load: %d requests (%d valid, %d left mid-stream) from %d clients in %.2f s; TTFT p50 %.1f ms, "
+      "p99 %.1f ms; %lld tokens generated, %.0f tok/s aggregate\n",
+      kRequests, n_valid, n_leaves, kClients, wall, 1e3 * ttft[ttft.size() / 2],
+      1e3 * ttft[std::min(ttft.size() - 1, ttft.size() * 99 / 100)], static_cast<long long>(st.generated_tokens),
+      static_cast<double>(st.generated_tokens) / wall);
 }
 
 }  // namespace

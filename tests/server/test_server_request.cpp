@@ -43,7 +43,9 @@ TEST(ServerRequest, FieldsBecomeGenerateParams) {
   EXPECT_EQ(text(R"({"prompt": "x", "max_tokens": 3.0})").max_tokens, 3);  // JSON has one number type
   // max_completion_tokens is the newer name and wins.
   EXPECT_EQ(chat(R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": 3,
-    "max_completion_tokens": 9})").max_tokens, 9);
+    "max_completion_tokens": 9})")
+                .max_tokens,
+            9);
   const auto c = chat(R"({"messages": [{"role": "developer", "content": [{"type": "text", "text": "a"},
     {"type": "text", "text": "b"}]}, {"role": "user", "content": "q"}], "logprobs": true, "top_logprobs": 3,
     "stop": ["x", "y"], "tools": [{"type": "function", "function": {"name": "f"}}], "user": "ignored"})");
@@ -53,7 +55,8 @@ TEST(ServerRequest, FieldsBecomeGenerateParams) {
   EXPECT_EQ(c.gen.stop.size(), 2u);
   EXPECT_TRUE(c.tools.is_array());
   EXPECT_TRUE(chat(R"({"messages": [{"role": "user", "content": "q"}], "tool_choice": "none",
-    "tools": [{"type": "function", "function": {"name": "f"}}]})").tools.is_null());
+    "tools": [{"type": "function", "function": {"name": "f"}}]})")
+                  .tools.is_null());
   EXPECT_EQ(chat(R"({"messages": [{"role": "user", "content": "q"}]})").gen.n_logprobs, -1);
 }
 
@@ -100,11 +103,13 @@ TEST(ServerRequest, BadFieldsAreNamed) {
   EXPECT_EQ(rejected(ok + R"("top_logprobs": 2})", is_chat), "top_logprobs");
   EXPECT_EQ(rejected(ok + R"("logprobs": true, "top_logprobs": 21})", is_chat), "top_logprobs");
   EXPECT_EQ(rejected(ok + R"("response_format": {"type": "json_object"}})", is_chat), "");
-  EXPECT_EQ(rejected(ok + R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}})",
-                     is_chat),
-            "");
+  EXPECT_EQ(
+      rejected(ok + R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}})",
+               is_chat),
+      "");
   EXPECT_EQ(rejected(ok + R"("response_format": {"type": "json_schema", "json_schema": {"schema":
-    {"type": "string", "format": "email"}}}})", is_chat),
+    {"type": "string", "format": "email"}}}})",
+                     is_chat),
             "response_format.json_schema.schema");
   EXPECT_EQ(rejected(ok + R"("response_format": {"type": "json_schema"}})", is_chat), "response_format.json_schema");
   EXPECT_EQ(rejected(ok + R"("response_format": {"type": "yaml"}})", is_chat), "response_format");

@@ -46,8 +46,13 @@ std::string content(const test::HttpReply& r) {
 }
 
 TEST_F(ServerSmolLM2, ChatAnswersAndEightParallelEqualEachAlone) {
-  const std::vector<std::string> qs{"What is the capital of France?", "Name a color.", "What is 2 + 2?",
-                                    "Say hello.", "What is the sun?", "Name an animal.", "What is water?",
+  const std::vector<std::string> qs{"What is the capital of France?",
+                                    "Name a color.",
+                                    "What is 2 + 2?",
+                                    "Say hello.",
+                                    "What is the sun?",
+                                    "Name an animal.",
+                                    "What is water?",
                                     "Who wrote Hamlet?"};
   std::vector<std::string> alone;
   {
@@ -73,13 +78,15 @@ TEST_F(ServerSmolLM2, SecondTurnOfALongConversationComesFromTheCache) {
     doc += "Note " + std::to_string(i) + ": the river flows past the old mill and the bakery. ";
   json msgs = json::array({{{"role", "system"}, {"content", "You are a helpful assistant."}},
                            {{"role", "user"}, {"content", doc + "\nSummarize the notes."}}});
-  auto r1 = test::post(s.port(), "/v1/chat/completions", json{{"messages", msgs}, {"max_tokens", 16}, {"temperature", 0}});
+  auto r1 = test::post(s.port(), "/v1/chat/completions",
+                       json{{"messages", msgs}, {"max_tokens", 16}, {"temperature", 0}});
   const std::string answer = content(r1);
   const int n1 = r1.json()["usage"]["prompt_tokens"];
   ASSERT_GE(n1, 2000);
   msgs.push_back({{"role", "assistant"}, {"content", answer}});
   msgs.push_back({{"role", "user"}, {"content", "Which building is named?"}});
-  auto r2 = test::post(s.port(), "/v1/chat/completions", json{{"messages", msgs}, {"max_tokens", 8}, {"temperature", 0}});
+  auto r2 = test::post(s.port(), "/v1/chat/completions",
+                       json{{"messages", msgs}, {"max_tokens", 8}, {"temperature", 0}});
   ASSERT_EQ(r2.status, 200) << r2.body;
   const json u = r2.json()["usage"];
   const int n2 = u["prompt_tokens"], cached = u["prompt_tokens_details"]["cached_tokens"];
