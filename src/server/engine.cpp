@@ -26,6 +26,20 @@ bool Channel::pop(JobUpdate& out, std::chrono::milliseconds timeout) {
   return true;
 }
 
+bool Channel::pop_all(JobUpdate& out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!cv_.wait_for(lk, timeout, [&] { return !q_.empty(); })) return false;
+  out = std::move(q_.front());
+  q_.pop_front();
+  for (; !q_.empty() && !out.end; q_.pop_front()) {
+    JobUpdate& u = q_.front();
+    out.text += u.text;
+    out.logprobs.insert(out.logprobs.end(), u.logprobs.begin(), u.logprobs.end());
+    out.end = std::move(u.end);
+  }
+  return true;
+}
+
 // A job in the scheduler. Text arrives through the scheduler's callback during a step and is
 // handed on once the step is over, with the logprobs of the tokens it came from.
 struct Engine::Active {

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -46,14 +47,24 @@ class Channel {
   void push(JobUpdate u);
   // Waits up to `timeout` for the next update; false when none came.
   bool pop(JobUpdate& out, std::chrono::milliseconds timeout);
+  // Waits up to `timeout` for updates, then takes all there are, merged into one (text and
+  // logprobs appended; the end, if it came). A stream writes them with one write: it keeps
+  // up with a fast engine, and a client that left is noticed after fewer steps.
+  bool pop_all(JobUpdate& out, std::chrono::milliseconds timeout);
   void cancel() { cancelled_.store(true); }
-  bool cancelled() const { return cancelled_.load(); }
+  // Cancelled, or the client is gone (the check below says so). The engine asks before every
+  // step, so a client that left frees its slot at the next step.
+  bool cancelled() const { return cancelled_.load() || (client_gone_ && client_gone_()); }
+  // Set once, before the job is submitted: a cheap test that the client went away (the HTTP
+  // side peeks at the connection's socket).
+  void set_client_gone_check(std::function<bool()> f) { client_gone_ = std::move(f); }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<JobUpdate> q_;
   std::atomic<bool> cancelled_{false};
+  std::function<bool()> client_gone_;
 };
 
 struct Job {

@@ -3,7 +3,12 @@
 
 #include <httplib.h>
 
+#include <dirent.h>
+#include <netdb.h>
 #include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdlib>
 
 #include <atomic>
 #include <csignal>
@@ -56,6 +61,51 @@ std::string random_id(const char* prefix) {
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The connection's socket, found by its two ends: httplib does not hand handlers the socket,
+// and the engine should not wait for a failed write to learn that a client left (a write
+// only fails after the peer's reset came back, several steps later on a fast model).
+int find_socket(const httplib::Request& req) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int found = -1;
+  auto ends = [](const sockaddr_storage& a, socklen_t n, std::string& host, int& port) {
+    char h[NI_MAXHOST], p[NI_MAXSERV];
+    if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), n, h, sizeof h, p, sizeof p,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+      return false;
+    host = h;
+    port = std::atoi(p);
+    return true;
+  };
+  while (const dirent* e = readdir(d)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd <= 2) continue;
+    sockaddr_storage peer{}, local{};
+    socklen_t pl = sizeof peer, ll = sizeof local;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0)
+      continue;
+    std::string ph, lh;
+    int pp = -1, lp = -1;
+    if (!ends(peer, pl, ph, pp) || !ends(local, ll, lh, lp)) continue;
+    if (ph == req.remote_addr && pp == req.remote_port && (req.local_port < 0 || lp == req.local_port)) {
+      found = fd;
+      break;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+// The peer closed the connection: a peek reads end-of-file (or the socket is in error). A
+// client that half-closes its side while still reading would look gone too; HTTP clients do
+// not do that.
+bool peer_closed(int fd) {
+  char c;
+  const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 void set_error(httplib::Response& res, const ApiError& e) {
@@ -153,6 +203,9 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   // No max_tokens: until the context is full (finish_reason "length"), as OpenAI's API does.
   job.params.n_predict = r.max_tokens < 0 ? std::numeric_limits<int>::max() : static_cast<int>(r.max_tokens);
   auto ch = std::make_shared<Channel>();
+  // The fd stays this connection's while the job runs: httplib closes it only after the
+  // response is written, and the job has ended by then.
+  if (const int fd = find_socket(req); fd >= 0) ch->set_client_gone_check([fd] { return peer_closed(fd); });
   job.channel = ch;
   if (stopping.load()) throw ApiError(503, "the server is shutting down", {}, "unavailable");
   if (!engine.submit(std::move(job)))
@@ -181,7 +234,6 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     ResponseHead head;
     bool logprobs, include_usage, first = true;
     size_t offset = 0;  // completions' text_offset
-    Clock::time_point last_write = Clock::now();
   };
   auto st = std::make_shared<StreamState>(StreamState{ch, head, r.logprobs, r.include_usage});
   streams.fetch_add(1);
@@ -190,31 +242,33 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
       "text/event-stream",
       [st, &tok](size_t, httplib::DataSink& sink) {
         auto send = [&](const std::string& s) {
-          st->last_write = Clock::now();
           if (sink.is_writable() && sink.write(s.data(), s.size())) return true;
           st->ch->cancel();  // the client went away: free its slot at the next step
           return false;
         };
-        auto event = [&](const ojson& j) { return send("data: " + dump(j) + "\n\n"); };
         JobUpdate u;
-        if (!st->ch->pop(u, kHeartbeat)) return send(": keep-alive\n\n");
+        if (!st->ch->pop_all(u, kHeartbeat)) return send(": keep-alive\n\n");
+        // Everything this call has to say goes out in one write (see Channel::pop_all).
+        std::string out;
+        auto event = [&](const ojson& j) { out += "data: " + dump(j) + "\n\n"; };
         if (st->first && st->head.chat) {
           st->first = false;
-          if (!event(stream_chunk(st->head, "", ojson(), nullptr, /*role=*/true))) return false;
+          event(stream_chunk(st->head, "", ojson(), nullptr, /*role=*/true));
         }
         if (!u.text.empty() || !u.logprobs.empty()) {
           const ojson lp = st->logprobs ? logprobs_json(tok, u.logprobs, st->head.chat, st->offset) : ojson();
           st->offset += u.text.size();
-          if (!event(stream_chunk(st->head, u.text, lp, nullptr))) return false;
+          event(stream_chunk(st->head, u.text, lp, nullptr));
         }
-        if (!u.end) return true;
+        if (!u.end) return out.empty() || send(out);
         if (!u.end->error.empty()) {
-          if (!event(ApiError(u.end->error_status, u.end->error).to_json())) return false;
+          event(ApiError(u.end->error_status, u.end->error).to_json());
         } else {
-          if (!event(stream_chunk(st->head, "", ojson(), finish_reason(u.end->stop)))) return false;
-          if (st->include_usage && !event(usage_chunk(st->head, *u.end))) return false;
+          event(stream_chunk(st->head, "", ojson(), finish_reason(u.end->stop)));
+          if (st->include_usage) event(usage_chunk(st->head, *u.end));
         }
-        if (!send("data: [DONE]\n\n")) return false;
+        out += "data: [DONE]\n\n";
+        if (!send(out)) return false;
         sink.done();
         return true;
       },
