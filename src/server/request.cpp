@@ -59,7 +59,8 @@ int64_t get_int(const json& body, const char* key, int64_t dflt, int64_t lo, int
   }
   if (v->is_number_float()) {
     const double d = v->get<double>();
-    if (std::floor(d) == d && d >= static_cast<double>(lo) && d <= static_cast<double>(hi))
+    // |d| < 2^63 first: (double)INT64_MAX rounds up to 2^63, whose cast back is undefined.
+    if (std::floor(d) == d && std::fabs(d) < 0x1p63 && d >= static_cast<double>(lo) && d <= static_cast<double>(hi))
       return static_cast<int64_t>(d);
   }
   bad_field(key, "must be an integer in " + range + ", got " + (v->is_number() ? v->dump() : type_name(*v)));

@@ -80,6 +80,8 @@ TEST(ServerRequest, BadFieldsAreNamed) {
   EXPECT_EQ(rejected(R"({"prompt": "x", "presence_penalty": 3})"), "presence_penalty");
   EXPECT_EQ(rejected(R"({"prompt": "x", "frequency_penalty": true})"), "frequency_penalty");
   EXPECT_EQ(rejected(R"({"prompt": "x", "seed": "s"})"), "seed");
+  EXPECT_EQ(rejected(R"({"prompt": "x", "seed": 9223372036854775808.0})"), "seed");  // 2^63: no int64
+  EXPECT_EQ(rejected(R"({"prompt": "x", "seed": 1e300})"), "seed");
   EXPECT_EQ(rejected(R"({"prompt": "x", "stop": 3})"), "stop");
   EXPECT_EQ(rejected(R"({"prompt": "x", "stream": "yes"})"), "stream");
   EXPECT_EQ(rejected(R"({"prompt": "x", "stream_options": 1})"), "stream_options");
