@@ -80,7 +80,9 @@ CommandRunner add_perplexity_command(CLI::App& app) {
       "llama-perplexity's method: chunks of --ctx tokens, each from an empty cache with BOS first, scoring the second\n"
       "half. --kld-base FILE saves this run's log-probs (llama.cpp's --kl-divergence-base format); --kld FILE runs on\n"
       "the tokens stored in FILE and compares against them (KLD, Δp, same top token).");
-  cmd->add_option("-m,--model", a->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-m,--model", a->model, "GGUF model file, or a Hugging Face / MLX model folder")
+      ->required()
+      ->check(CLI::ExistingPath);
   cmd->add_option("-f,--file", a->text_file, "text file to score");
   cmd->add_option("-c,--ctx", a->ctx, "chunk length in tokens")->capture_default_str();
   cmd->add_option("--chunks", a->chunks, "chunks to score (-1: all)")->capture_default_str();

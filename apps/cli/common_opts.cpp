@@ -48,7 +48,9 @@ DType parse_cache_type(const std::string& s) {
 }
 
 void CommonOpts::add(CLI::App* app) {
-  app->add_option("-m,--model", model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  app->add_option("-m,--model", model, "GGUF model file, or a Hugging Face / MLX model folder")
+      ->required()
+      ->check(CLI::ExistingPath);
   app->add_option(
          "--backend", backend,
          "ref | cpu (int8 activations on quantized weights) | cpu-exact | cuda (when built; op level, see README)")

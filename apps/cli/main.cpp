@@ -20,6 +20,7 @@
 #include "runtime/generator.h"
 #include "runtime/parity.h"
 #include "runtime/session.h"
+#include "runtime/speculative.h"
 #include "sampling/sampler.h"
 
 using namespace sluice;
@@ -63,7 +64,8 @@ std::string to_hex(const std::string& s) {
 }
 
 
-int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParams& gp) {
+int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParams& gp, bool lookup,
+            const SpeculativeParams& spec, const std::string& draft_path) {
   auto t_load = Clock::now();
   auto model = co.load_model();
   auto be = co.make();
@@ -75,6 +77,15 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParam
       model->tokenizer().encode(prompt, /*add_special=*/true, gp.parse_special).size());
   Session s(*model, *be, co.kv(*model, n_prompt, gp.n_predict));
 
+  // The drafter (and its vocabulary check) before any output.
+  std::unique_ptr<Model> draft_model;
+  std::unique_ptr<Drafter> drafter;
+  if (!draft_path.empty()) {
+    draft_model = Model::load(draft_path);
+    drafter = std::make_unique<ModelDrafter>(*model, *draft_model, *be, co.kv(*draft_model, n_prompt, gp.n_predict));
+  } else if (lookup) {
+    drafter = std::make_unique<NgramDrafter>(spec);
+  }
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
   // Steady state = the second half of the decode: the first tokens fill the expert cache (or
@@ -85,19 +96,19 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParam
   const int half = gp.n_predict / 2;
   ExpertStats at_half;
   auto t_half = Clock::now();
-  const GenerationStats st = Generator(s).run(
-      prompt, gp,
-      [](std::string_view text) {
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        std::fflush(stdout);
-        return true;
-      },
-      [&](int n_gen) {
-        if (steady && n_gen == half) {
-          at_half = model->experts().stats();
-          t_half = Clock::now();
-        }
-      });
+  const auto print = [](std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  };
+  SpeculativeStats spec_st;
+  const GenerationStats st = drafter ? run_speculative(s, prompt, gp, *drafter, spec.draft_max, print, &spec_st)
+                                     : Generator(s).run(prompt, gp, print, [&](int n_gen) {
+                                         if (steady && n_gen == half) {
+                                           at_half = model->experts().stats();
+                                           t_half = Clock::now();
+                                         }
+                                       });
   if (st.stop == StopReason::context_full)
     std::fprintf(stderr, "\n[context full at %lld tokens]\n", static_cast<long long>(s.n_ctx()));
   // The text ends its line before the stats go to stderr (stdout may be a pipe, not flushed per line).
@@ -109,6 +120,15 @@ int cmd_run(const CommonOpts& co, const std::string& prompt, const GenerateParam
                "prompt: %d tokens in %.3f s (%.1f tok/s); generation: %d tokens in %.3f s (%.1f tok/s); stop: %s\n",
                st.n_prompt, t_prompt, st.n_prompt / std::max(t_prompt, 1e-9), n_gen, t_gen,
                n_gen / std::max(t_gen, 1e-9), stop_reason_name(st.stop));
+  if (drafter)
+    std::fprintf(
+        stderr,
+        "speculative (%s, K=%d): %lld verify steps for %d tokens (%.2f per step); drafted %lld, "
+        "accepted %lld (%.1f%%)%s\n",
+        draft_path.empty() ? "prompt lookup" : "draft model", spec.draft_max, static_cast<long long>(spec_st.steps),
+        n_gen, n_gen / std::max<double>(1.0, static_cast<double>(spec_st.steps)),
+        static_cast<long long>(spec_st.drafted), static_cast<long long>(spec_st.accepted), 100.0 * spec_st.acceptance(),
+        spec_st.replayed ? ("; " + std::to_string(spec_st.replayed) + " tokens replayed after rollbacks").c_str() : "");
   co.report_experts(*model);
   if (steady && n_gen > half)
     std::fprintf(
@@ -237,6 +257,25 @@ int main(int argc, char** argv) {
   run_co.add(run);
   run->add_option("-p,--prompt", prompt, "prompt text")->capture_default_str();
   add_generate_options(run, gp);
+  bool lookup = false;
+  SpeculativeParams spec;
+  run->add_flag("--lookup", lookup,
+                "speculative decoding by prompt lookup: draft the tokens that followed the last n-gram's earlier "
+                "occurrence, verify them in one batch (same output as without)");
+  std::string draft_path;
+  run->add_option("--draft", draft_path,
+                  "speculative decoding with a draft model (same vocabulary): its greedy continuation is verified in "
+                  "one batch (same output as without)")
+      ->check(CLI::ExistingFile);
+  run->add_option("--draft-max", spec.draft_max, "--lookup / --draft: most draft tokens per step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  run->add_option("--ngram-max", spec.ngram_max, "--lookup: longest n-gram looked up")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
+  run->add_option("--ngram-min", spec.ngram_min, "--lookup: shortest n-gram looked up")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
 
   CommonOpts eval_co;
   std::string tokens_arg, logits_path;
@@ -256,7 +295,9 @@ int main(int argc, char** argv) {
   int par_threads = 0, par_decode = 4;
   bool par_verbose = false;
   auto* parity = app.add_subcommand("parity", "run two backends side by side; report the first diverging intermediate");
-  parity->add_option("-m,--model", par_model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  parity->add_option("-m,--model", par_model, "GGUF model file, or a Hugging Face / MLX model folder")
+      ->required()
+      ->check(CLI::ExistingPath);
   parity->add_option("--a", par_a, "reference backend")->capture_default_str();
   parity->add_option("--b", par_b, "backend under test")->capture_default_str();
   parity->add_option("-t,--threads", par_threads, "threads");
@@ -273,6 +314,7 @@ int main(int argc, char** argv) {
   auto run_bench = cli::add_bench_command(app);
   auto run_template = cli::add_template_command(app);
   auto run_serve = cli::add_serve_command(app);
+  auto run_chat = cli::add_chat_command(app);
 
   // CLI11 answers a mistyped command with "A subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
@@ -291,6 +333,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     for (auto* sub : app.get_subcommands())
+      if (sub->get_name() == "chat") return run_chat();
+    for (auto* sub : app.get_subcommands())
       if (sub->get_name() == "synth") return run_synth();
     for (auto* sub : app.get_subcommands())
       if (sub->get_name() == "perplexity") return run_perplexity();
@@ -302,7 +346,12 @@ int main(int argc, char** argv) {
       if (sub->get_name() == "template") return run_template();
     for (auto* sub : app.get_subcommands())
       if (sub->get_name() == "serve") return run_serve();
-    if (*run) return cmd_run(run_co, prompt, gp);
+    if (*run) {
+      if (spec.ngram_min > spec.ngram_max)
+        fail("--ngram-min ", spec.ngram_min, " is above --ngram-max ", spec.ngram_max);
+      if (lookup && !draft_path.empty()) fail("--lookup and --draft: choose one drafter");
+      return cmd_run(run_co, prompt, gp, lookup, spec, draft_path);
+    }
     if (*eval) return cmd_eval(eval_co, tokens_arg, greedy, logits_path);
     if (*inspect) return cmd_inspect(inspect_path);
     if (*parity)

@@ -24,6 +24,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "bench/bench.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "kvcodec/kvcodec.h"
 #include "memory/expert_store.h"
@@ -189,6 +190,16 @@ int run_bench(const BenchArgs& a) {
     if (d < 0) fail("bench: depth must be >= 0, got ", d);
     max_depth = std::max(max_depth, d);
   }
+  // The machine beside every figure: vendor, model, the ISA level the kernels dispatch on, AMX.
+  const CpuIdentity cpu = cpu_identity();
+  const CpuFeatures& feat = cpu_features();
+  const std::string isa(cpu_isa_name(cpu_isa_select()));
+  const std::string amx = feat.amx_int8 ? "present, not used (no AMX kernels yet)" : "none";
+  const nlohmann::json cpu_json = {{"vendor", cpu.vendor},           {"model", cpu.model},        {"isa", isa},
+                                   {"avx512_vnni", feat.avx512vnni}, {"amx_int8", feat.amx_int8}, {"amx_used", false}};
+  if (!a.json)
+    std::printf("cpu: %s (%s); kernels: %s%s; AMX: %s\n\n", cpu.model.c_str(), cpu.vendor.c_str(), isa.c_str(),
+                feat.avx512vnni ? " + VNNI" : "", amx.c_str());
   if (!a.json)
     std::printf(
         "| model | size | params | backend | threads | cache K/V | test | t/s | GB/s read / membw | SOL %% |\n"
@@ -265,6 +276,7 @@ int run_bench(const BenchArgs& a) {
             const Stats st = stats(tps);
             if (a.json) {
               nlohmann::json j = {{"model", base_name(path)},
+                                  {"cpu", cpu_json},
                                   {"size_bytes", model->weight_bytes()},
                                   {"params", params},
                                   {"backend", be_name},

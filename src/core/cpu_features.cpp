@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/error.h"
@@ -126,6 +127,37 @@ CpuIsa cpu_isa_select() {
   if (cpu_isa_available(CpuIsa::avx512)) return CpuIsa::avx512;
   if (cpu_isa_available(CpuIsa::avx2)) return CpuIsa::avx2;
   return CpuIsa::generic;
+}
+
+CpuIdentity cpu_identity() {
+  CpuIdentity id;
+#ifdef SLUICE_X86
+  uint32_t a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    char v[13] = {};
+    std::memcpy(v, &b, 4);
+    std::memcpy(v + 4, &d, 4);
+    std::memcpy(v + 8, &c, 4);
+    id.vendor = v;
+  }
+  if (__get_cpuid_max(0x80000000, nullptr) >= 0x80000004) {
+    char brand[49] = {};
+    for (uint32_t leaf = 0; leaf < 3; ++leaf) {
+      __get_cpuid(0x80000002 + leaf, &a, &b, &c, &d);
+      std::memcpy(brand + 16 * leaf, &a, 4);
+      std::memcpy(brand + 16 * leaf + 4, &b, 4);
+      std::memcpy(brand + 16 * leaf + 8, &c, 4);
+      std::memcpy(brand + 16 * leaf + 12, &d, 4);
+    }
+    id.model = brand;
+    // The brand string is padded with spaces on some CPUs.
+    id.model.erase(0, id.model.find_first_not_of(' '));
+    id.model.erase(id.model.find_last_not_of(' ') + 1);
+  }
+#endif
+  if (id.vendor.empty()) id.vendor = "unknown";
+  if (id.model.empty()) id.model = "unknown";
+  return id;
 }
 
 }  // namespace sluice

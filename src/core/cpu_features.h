@@ -3,6 +3,7 @@
 // needs a per-process permission from the kernel (cpu_request_amx()).
 #pragma once
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace sluice {
@@ -18,6 +19,14 @@ struct CpuFeatures {
 
 // Detected on first call (thread-safe), then cached.
 const CpuFeatures& cpu_features();
+
+// Who made the CPU and what it calls itself (CPUID 0 and 0x80000002..4): "AuthenticAMD",
+// "AMD EPYC 9R14 96-Core Processor"; "unknown" where CPUID does not say. Benchmarks print it
+// beside every figure so results from different machines are never confused.
+struct CpuIdentity {
+  std::string vendor, model;
+};
+CpuIdentity cpu_identity();
 
 // Linux gates AMX tile state per process: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
 // must succeed before the first tile instruction, or the process gets SIGILL. Returns true if

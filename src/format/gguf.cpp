@@ -505,14 +505,32 @@ GgufFile::GgufFile(const std::string& path, Load load, const Progress& progress)
   }
 }
 
-GgufFile::GgufFile(MemoryTag, const void* data, size_t size, std::string name) : path_(std::move(name)) {
+GgufFile::GgufFile(MemoryTag, const void* data, size_t size, std::string name, bool parse_now)
+    : path_(std::move(name)) {
   base_ = static_cast<const uint8_t*>(data);
   size_ = size;
-  parse();
+  if (parse_now) parse();
 }
 
 std::unique_ptr<GgufFile> GgufFile::from_memory(const void* data, size_t size, std::string name) {
   return std::unique_ptr<GgufFile>(new GgufFile(MemoryTag{}, data, size, std::move(name)));
+}
+
+std::unique_ptr<GgufFile> GgufFile::synthetic(std::string name, std::vector<std::pair<std::string, GgufValue>> kv,
+                                              std::vector<TensorView> tensors, std::shared_ptr<void> keepalive) {
+  auto f = std::unique_ptr<GgufFile>(new GgufFile(MemoryTag{}, nullptr, 0, std::move(name), /*parse=*/false));
+  f->version_ = 3;
+  f->kv_ = std::move(kv);
+  for (size_t i = 0; i < f->kv_.size(); ++i)
+    if (!f->kv_index_.emplace(f->kv_[i].first, i).second) fail(f->path_, ": metadata key ", f->kv_[i].first, " twice");
+  f->tensors_ = std::move(tensors);
+  for (size_t i = 0; i < f->tensors_.size(); ++i) {
+    f->size_ += f->tensors_[i].nbytes;
+    if (!f->tensor_index_.emplace(f->tensors_[i].name, i).second)
+      fail(f->path_, ": tensor ", f->tensors_[i].name, " twice");
+  }
+  f->keepalive_ = std::move(keepalive);
+  return f;
 }
 
 GgufFile::~GgufFile() { release(); }

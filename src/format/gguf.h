@@ -69,6 +69,11 @@ class GgufFile {
   // Parses a GGUF image already in memory (fuzzers, tests). Nothing is copied: `data` must
   // outlive the returned file. `name` stands in for the path in error messages.
   static std::unique_ptr<GgufFile> from_memory(const void* data, size_t size, std::string name);
+  // A file made from parts, for model formats that are not GGUF (format/hf_folder.h): GGUF
+  // metadata and tensor views whose data lives in memory that `keepalive` owns (mappings of
+  // other files, converted small tensors). `name` stands in for the path. Names must be unique.
+  static std::unique_ptr<GgufFile> synthetic(std::string name, std::vector<std::pair<std::string, GgufValue>> kv,
+                                             std::vector<TensorView> tensors, std::shared_ptr<void> keepalive);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -115,7 +120,7 @@ class GgufFile {
 
  private:
   struct MemoryTag {};
-  GgufFile(MemoryTag, const void* data, size_t size, std::string name);
+  GgufFile(MemoryTag, const void* data, size_t size, std::string name, bool parse_now = true);
   void parse();    // fills everything below from base_/size_; throws Error
   void release();  // unmaps and closes (destructor, and a constructor that throws)
   friend class GgufParser;
@@ -132,6 +137,7 @@ class GgufFile {
   std::unordered_map<std::string, size_t> kv_index_;
   std::vector<TensorView> tensors_;
   std::unordered_map<std::string, size_t> tensor_index_;
+  std::shared_ptr<void> keepalive_;  // synthetic(): what owns the tensors' memory
 };
 
 // Writes GGUF v3. Two ways to use it:

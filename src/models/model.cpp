@@ -3,6 +3,8 @@
 // forward never meets a tensor of the wrong size — and the blocks every family shares.
 #include "models/model.h"
 
+#include "format/hf_folder.h"
+
 #include <algorithm>
 #include <numeric>
 
@@ -138,12 +140,21 @@ void Model::set_predictor(std::unique_ptr<Predictor> p) { predictor_ = std::move
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opt) {
   auto m = std::unique_ptr<Model>(new Model());
   const bool read = opt.read_weights && opt.experts.policy == ExpertPolicy::resident;
-  m->file_ = std::make_unique<GgufFile>(path, read ? GgufFile::Load::read : GgufFile::Load::map, opt.progress);
+  if (is_model_folder(path)) {
+    // Streaming reads experts by file offset from one GGUF; a folder's live in its shards.
+    if (opt.experts.policy == ExpertPolicy::stream)
+      fail(path, ": --experts stream needs a GGUF file (a model folder's experts are mapped: use resident or mmap)");
+    m->file_ = open_model_folder(path);
+  } else {
+    m->file_ = std::make_unique<GgufFile>(path, read ? GgufFile::Load::read : GgufFile::Load::map, opt.progress);
+  }
   const GgufFile& f = *m->file_;
   m->hp_ = read_core_hparams(f);
   Hparams& hp = m->hp_;
   const Arch& arch = *hp.module;
   arch.read_hparams(f, hp);
+  // A Hugging Face folder's Q/K keep the rotate-half layout (format/hf_folder.h).
+  if (f.get_bool_or("sluice.rope_neox", false)) hp.rope_mode = RopeMode::neox;
   if (hp.moe.n_expert > 0) positive_key(f, hp.arch + ".expert_feed_forward_length", hp.n_ff_exp);
   m->tokenizer_ = std::make_unique<Tokenizer>(vocab_from_gguf(f));
 

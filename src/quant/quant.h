@@ -8,15 +8,11 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/fp16.h"
 
 namespace sluice {
 
-// IEEE half <-> float (round to nearest even, as F16C / ggml's GGML_FP32_TO_FP16).
-float fp16_to_fp32(uint16_t h);
-uint16_t fp32_to_fp16(float f);
-// bfloat16 <-> float (round to nearest even; NaN kept quiet), as ggml_fp32_to_bf16.
-float bf16_to_fp32(uint16_t h);
-uint16_t fp32_to_bf16(float f);
+// fp16_to_fp32, fp32_to_fp16, bf16_to_fp32, fp32_to_bf16: core/fp16.h.
 
 // Decode n elements (n a multiple of the block size) of type t from src into dst.
 // Supports F32, F16, BF16 and every quantized type of dtype.h except Q8_1.

@@ -27,6 +27,13 @@ class Session {
   int64_t n_past() const { return mem_.seq_len(seq_); }
   int64_t n_ctx() const { return mem_.n_ctx(); }
   void reset() { mem_.seq_rewind(seq_, 0); }
+  // Drops positions >= n and returns the length reached: n itself for pure attention, the
+  // latest checkpoint at or before n for a model with recurrent state (memory/memory.h); the
+  // caller evaluates the tokens from there.
+  int64_t rewind(int64_t n) { return mem_.seq_rewind(seq_, n); }
+  // Snapshots the recurrent states at n_past() so a later rewind can land here (a no-op for
+  // pure attention, where every position can be rewound to).
+  void checkpoint() { mem_.seq_checkpoint(seq_); }
   // Continue at position n (0 <= n < n_ctx): positions < n must already hold K/V rows, e.g.
   // written through kv_cache_mut().store by a benchmark (bench/bench.h kv_fill_synthetic).
   void set_n_past(int64_t n);

@@ -46,6 +46,14 @@ TEST(BenchCli, CacheTypesAndDepthInJson) {
   // K and V bytes per token: f16 2·(32·2)·5 layers; q8_0 K 34 + tq4 V 4·(2 + 4) = 58 per layer.
   EXPECT_EQ(j[0]["kv_bytes_per_token"], 640);
   EXPECT_EQ(j[2]["kv_bytes_per_token"], 5 * (34 + 24));
+  // The machine is named in every row: vendor, model, ISA level, AMX.
+  for (const auto& row : j) {
+    ASSERT_TRUE(row.contains("cpu")) << row;
+    EXPECT_FALSE(row["cpu"]["vendor"].get<std::string>().empty());
+    EXPECT_FALSE(row["cpu"]["model"].get<std::string>().empty());
+    EXPECT_TRUE(row["cpu"]["isa"] == "generic" || row["cpu"]["isa"] == "avx2" || row["cpu"]["isa"] == "avx512");
+    EXPECT_EQ(row["cpu"]["amx_used"], false);
+  }
 }
 
 // --sequences: N sequences decode together, so per step the dense weights are read once for
@@ -90,7 +98,8 @@ TEST(BenchCli, MarkdownSaysTheDepthIsSynthetic) {
   int rc = 0;
   const std::string out = bench("-d 16 --cache-type q8_0", &rc);
   ASSERT_EQ(rc, 0) << out;
-  for (const char* key : {"| cache K/V |", "| q8_0 | tg2 @ d16 |", "synthetic K/V rows"})
+  for (const char* key :
+       {"cpu: ", "; kernels: ", "; AMX: ", "| cache K/V |", "| q8_0 | tg2 @ d16 |", "synthetic K/V rows"})
     EXPECT_NE(out.find(key), std::string::npos) << key << "\n" << out;
 }
 

@@ -1,9 +1,9 @@
-// quant/fp16: IEEE binary16 and bfloat16 <-> binary32 conversions, bit-exact with what
+// core/fp16: IEEE binary16 and bfloat16 <-> binary32 conversions, bit-exact with what
 // ggml computes (F16C vcvtps2ph/vcvtph2ps, and ggml_compute_fp32_to_bf16). Integer-only,
 // so the result never depends on the FP environment or on the compiler contracting ops.
 #include <cstring>
 
-#include "quant/quant.h"
+#include "core/fp16.h"
 
 namespace sluice {
 namespace {

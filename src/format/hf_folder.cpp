@@ -1,0 +1,333 @@
+// format/hf_folder: config.json, safetensors and tokenizer.json as GGUF metadata and tensors.
+#include "format/hf_folder.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "format/safetensors.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Kv = std::vector<std::pair<std::string, GgufValue>>;
+
+json read_json(const fs::path& p, bool required) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) {
+    if (required) fail(p.string(), ": cannot open");
+    return json();
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    fail(p.string(), ": not valid JSON: ", e.what());
+  }
+}
+
+GgufValue u32(uint64_t v) { return {GgufType::UINT32, static_cast<uint32_t>(v)}; }
+GgufValue f32(double v) { return {GgufType::FLOAT32, static_cast<float>(v)}; }
+GgufValue str(std::string v) { return {GgufType::STRING, std::move(v)}; }
+GgufValue boolean(bool v) { return {GgufType::BOOL, v}; }
+GgufValue str_array(const std::vector<std::string>& items) {
+  auto a = std::make_shared<GgufArray>();
+  a->elem_type = GgufType::STRING;
+  for (const auto& s : items) a->items.push_back(str(s));
+  return {GgufType::ARRAY, a};
+}
+GgufValue i32_array(const std::vector<int32_t>& items) {
+  auto a = std::make_shared<GgufArray>();
+  a->elem_type = GgufType::INT32;
+  for (int32_t v : items) a->items.push_back({GgufType::INT32, v});
+  return {GgufType::ARRAY, a};
+}
+
+// A config value that must be a positive integer.
+uint64_t positive(const json& c, const std::string& key, const fs::path& file) {
+  if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<int64_t>() <= 0)
+    fail(file.string(), ": '", key, "' missing or not a positive integer");
+  return c[key].get<uint64_t>();
+}
+
+// The pre-tokenizers of the byte-level BPE models llama.cpp knows, by their tokenizer.json form.
+std::string pre_tokenizer_name(const json& pre, const fs::path& file) {
+  // The Split regexes of Llama 3 and Qwen 2/3 tokenizer.json files.
+  const std::string llama3 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const std::string qwen2 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  auto is_byte_level = [](const json& p, bool use_regex) {
+    return p.is_object() && p.value("type", "") == "ByteLevel" && p.value("use_regex", true) == use_regex &&
+           !p.value("add_prefix_space", false);
+  };
+  if (is_byte_level(pre, true)) return "gpt-2";
+  if (pre.is_object() && pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") &&
+      pre["pretokenizers"].size() == 2) {
+    const json &a = pre["pretokenizers"][0], &b = pre["pretokenizers"][1];
+    if (a.value("type", "") == "Digits" && a.value("individual_digits", false) && is_byte_level(b, true))
+      return "smollm";
+    if (a.value("type", "") == "Split" && a.contains("pattern") && a["pattern"].contains("Regex") &&
+        is_byte_level(b, false)) {
+      const std::string re = a["pattern"]["Regex"].get<std::string>();
+      if (re == llama3) return "llama-bpe";
+      if (re == qwen2) return "qwen2";
+    }
+  }
+  fail(file.string(), ": pre_tokenizer ", pre.dump(), " is not one supported yet (byte-level BPE as GPT-2, SmolLM, ",
+       "Llama 3 or Qwen 2/3 write it)");
+}
+
+// A special-token field of tokenizer_config.json: a string or {"content": ...}.
+std::string token_field(const json& tc, const char* key) {
+  if (!tc.contains(key)) return {};
+  const json& v = tc[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  return {};
+}
+
+void add_tokenizer(const fs::path& dir, const json& config, Kv& kv) {
+  const fs::path tj = dir / "tokenizer.json";
+  const json t = read_json(tj, true);
+  const json& model = t.value("model", json::object());
+  if (model.value("type", "") != "BPE")
+    fail(tj.string(), ": model type '", model.value("type", "?"), "' is not supported yet (byte-level BPE only)");
+  if (model.value("byte_fallback", false))
+    fail(tj.string(), ": byte_fallback BPE (SentencePiece-style) is not supported yet");
+  const json& norm = t.contains("normalizer") ? t["normalizer"] : json();
+  // Qwen's NFC normalizer changes nothing for text that is already NFC; llama.cpp skips it too.
+  if (!norm.is_null() && norm.value("type", "") != "NFC")
+    fail(tj.string(), ": normalizer ", norm.dump(), " is not supported yet");
+  const std::string pre = pre_tokenizer_name(t.value("pre_tokenizer", json()), tj);
+
+  std::map<int64_t, std::pair<std::string, int32_t>> by_id;  // id -> (text, GGUF token type)
+  if (!model.contains("vocab") || !model["vocab"].is_object()) fail(tj.string(), ": model.vocab missing");
+  for (const auto& [text, id] : model["vocab"].items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) fail(tj.string(), ": vocab['", text, "'] is not an id");
+    by_id[id.get<int64_t>()] = {text, 1};  // NORMAL
+  }
+  for (const auto& a : t.value("added_tokens", json::array())) {
+    if (!a.contains("id") || !a.contains("content")) fail(tj.string(), ": an added_tokens entry lacks id or content");
+    by_id[a["id"].get<int64_t>()] = {a["content"].get<std::string>(), a.value("special", false) ? 3 : 4};
+  }
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  std::map<std::string, int32_t> ids;
+  for (const auto& [id, tt] : by_id) {
+    if (id != static_cast<int64_t>(tokens.size())) fail(tj.string(), ": token id ", tokens.size(), " is missing");
+    ids[tt.first] = static_cast<int32_t>(id);
+    tokens.push_back(tt.first);
+    types.push_back(tt.second);
+  }
+  std::vector<std::string> merges;
+  for (const auto& m : model.value("merges", json::array())) {
+    if (m.is_string())
+      merges.push_back(m.get<std::string>());
+    else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
+      merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+    else
+      fail(tj.string(), ": merge ", m.dump(), " is neither \"a b\" nor [\"a\", \"b\"]");
+  }
+  kv.emplace_back("tokenizer.ggml.model", str("gpt2"));
+  kv.emplace_back("tokenizer.ggml.pre", str(pre));
+  kv.emplace_back("tokenizer.ggml.tokens", str_array(tokens));
+  kv.emplace_back("tokenizer.ggml.token_type", i32_array(types));
+  kv.emplace_back("tokenizer.ggml.merges", str_array(merges));
+
+  const json tc = read_json(dir / "tokenizer_config.json", false);
+  const json gen = read_json(dir / "generation_config.json", false);
+  auto id_of = [&](const std::string& text) -> int64_t {
+    auto it = ids.find(text);
+    return it == ids.end() ? -1 : it->second;
+  };
+  // An id from a config: an integer, or the first of a list.
+  auto config_id = [](const json& c, const char* key) -> int64_t {
+    if (!c.is_object() || !c.contains(key)) return -1;
+    const json& v = c[key];
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<int64_t>();
+    return -1;
+  };
+  int64_t bos = id_of(token_field(tc, "bos_token")), eos = id_of(token_field(tc, "eos_token"));
+  if (bos < 0) bos = config_id(config, "bos_token_id");
+  if (eos < 0) eos = config_id(gen, "eos_token_id");
+  if (eos < 0) eos = config_id(config, "eos_token_id");
+  if (bos >= 0) kv.emplace_back("tokenizer.ggml.bos_token_id", u32(static_cast<uint64_t>(bos)));
+  if (eos >= 0) kv.emplace_back("tokenizer.ggml.eos_token_id", u32(static_cast<uint64_t>(eos)));
+  // generation_config's other end ids: the first that is not EOS ends a turn too.
+  if (gen.is_object() && gen.contains("eos_token_id") && gen["eos_token_id"].is_array())
+    for (const auto& v : gen["eos_token_id"])
+      if (v.is_number_integer() && v.get<int64_t>() != eos && v.get<int64_t>() != bos) {
+        kv.emplace_back("tokenizer.ggml.eot_token_id", u32(v.get<uint64_t>()));
+        break;
+      }
+  kv.emplace_back("tokenizer.ggml.add_bos_token", boolean(tc.is_object() && tc.value("add_bos_token", false)));
+  std::string tmpl;
+  if (std::ifstream jf(dir / "chat_template.jinja"); jf) {
+    std::stringstream ss;
+    ss << jf.rdbuf();
+    tmpl = ss.str();
+  } else if (tc.is_object() && tc.contains("chat_template")) {
+    const json& ct = tc["chat_template"];
+    if (ct.is_string()) tmpl = ct.get<std::string>();
+    if (ct.is_array())
+      for (const auto& e : ct)
+        if (e.value("name", "") == "default") tmpl = e.value("template", "");
+  }
+  if (!tmpl.empty()) kv.emplace_back("tokenizer.chat_template", str(tmpl));
+}
+
+// HF tensor name -> GGUF name for the llama-like families; "" for a tensor to skip.
+std::string gguf_name(std::string n, const fs::path& file) {
+  for (const char* prefix : {"language_model.model.", "model.language_model.", "language_model."})
+    if (n.rfind(prefix, 0) == 0) n = "model." + n.substr(std::string(prefix).size());
+  if (n == "model.embed_tokens.weight") return "token_embd.weight";
+  if (n == "model.norm.weight") return "output_norm.weight";
+  if (n == "lm_head.weight") return "output.weight";
+  static const std::regex layer(R"(model\.layers\.(\d+)\.(.+))");
+  std::smatch m;
+  if (n.find("rotary_emb.inv_freq") != std::string::npos) return "";  // recomputed from rope_theta
+  if (!std::regex_match(n, m, layer)) fail(file.string(), ": tensor '", n, "' is not one this architecture has");
+  static const std::map<std::string, std::string> names = {
+      {"input_layernorm.weight", "attn_norm.weight"},    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},      {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},      {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},          {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},          {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},           {"mlp.down_proj.weight", "ffn_down.weight"},
+  };
+  auto it = names.find(m[2].str());
+  if (it == names.end()) fail(file.string(), ": tensor '", n, "' is not one this architecture has");
+  return "blk." + m[1].str() + "." + it->second;
+}
+
+struct Owned {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::vector<std::vector<float>> converted;
+};
+
+}  // namespace
+
+bool is_model_folder(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / "config.json", ec);
+}
+
+std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
+  const fs::path dir(dir_s), cfg_path = dir / "config.json";
+  json top = read_json(cfg_path, true);
+  if (!top.is_object()) fail(cfg_path.string(), ": not a JSON object");
+  json c = top;
+  if (top.contains("text_config") && top["text_config"].is_object())
+    for (const auto& [k, v] : top["text_config"].items()) c[k] = v;  // the language model's own settings win
+  const std::string model_type = top.value("model_type", c.value("model_type", ""));
+  std::string arch;
+  bool neox = false;
+  if (model_type == "llama" || model_type == "mistral") {
+    arch = "llama";
+    neox = true;  // HF keeps Q/K in the rotate-half layout
+  } else if (model_type == "qwen3") {
+    arch = "qwen3";
+  } else {
+    fail(cfg_path.string(), ": model_type '", model_type,
+         "' is not supported for folders yet (llama, mistral, qwen3; convert others to GGUF)");
+  }
+  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
+    fail(cfg_path.string(), ": rope_scaling ", c["rope_scaling"].dump(), " is not supported yet");
+  if (c.contains("quantization") || c.contains("quantization_config"))
+    fail(cfg_path.string(), ": quantized checkpoints (MLX affine, ...) are not supported for folders yet");
+
+  Kv kv;
+  const std::string a = arch + ".";
+  const uint64_t n_embd = positive(c, "hidden_size", cfg_path), n_head = positive(c, "num_attention_heads", cfg_path);
+  const uint64_t head_dim = c.contains("head_dim") ? positive(c, "head_dim", cfg_path) : n_embd / n_head;
+  kv.emplace_back("general.architecture", str(arch));
+  kv.emplace_back("general.name", str(dir.filename().string()));
+  kv.emplace_back(a + "context_length", u32(positive(c, "max_position_embeddings", cfg_path)));
+  kv.emplace_back(a + "embedding_length", u32(n_embd));
+  kv.emplace_back(a + "block_count", u32(positive(c, "num_hidden_layers", cfg_path)));
+  kv.emplace_back(a + "feed_forward_length", u32(positive(c, "intermediate_size", cfg_path)));
+  kv.emplace_back(a + "attention.head_count", u32(n_head));
+  kv.emplace_back(a + "attention.head_count_kv",
+                  u32(c.contains("num_key_value_heads") ? positive(c, "num_key_value_heads", cfg_path) : n_head));
+  kv.emplace_back(a + "attention.key_length", u32(head_dim));
+  kv.emplace_back(a + "attention.value_length", u32(head_dim));
+  kv.emplace_back(a + "attention.layer_norm_rms_epsilon", f32(c.value("rms_norm_eps", 1e-6)));
+  kv.emplace_back(a + "rope.freq_base", f32(c.value("rope_theta", 10000.0)));
+  kv.emplace_back(a + "rope.dimension_count", u32(head_dim));
+  if (neox) kv.emplace_back("sluice.rope_neox", boolean(true));
+  add_tokenizer(dir, top, kv);
+
+  // The weights: one file, or the shards the index names.
+  auto owned = std::make_shared<Owned>();
+  std::vector<fs::path> shards;
+  if (fs::exists(dir / "model.safetensors")) {
+    shards.push_back(dir / "model.safetensors");
+  } else {
+    const json idx = read_json(dir / "model.safetensors.index.json", false);
+    if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
+      fail(dir.string(), ": no model.safetensors, and no model.safetensors.index.json with a weight_map");
+    std::set<std::string> names;
+    for (const auto& [t, f] : idx["weight_map"].items()) {
+      const std::string shard = f.get<std::string>();
+      if (shard.find('/') != std::string::npos || shard.find("..") != std::string::npos)
+        fail(dir.string(), ": weight_map names '", shard, "', which is not a file in the folder");
+      names.insert(shard);
+    }
+    for (const auto& s : names) shards.push_back(dir / s);
+  }
+  std::vector<TensorView> tensors;
+  for (const fs::path& p : shards) {
+    owned->files.push_back(std::make_unique<SafetensorsFile>(p.string()));
+    for (const StTensor& t : owned->files.back()->tensors()) {
+      const std::string name = gguf_name(t.name, p);
+      if (name.empty()) continue;
+      const auto dt = st_dtype_to_dtype(t.dtype);
+      if (!dt || (*dt != DType::F32 && *dt != DType::F16 && *dt != DType::BF16))
+        fail(p.string(), ": tensor '", t.name, "' has dtype ", st_dtype_name(t.dtype),
+             " (float weights F32/F16/BF16 only; MLX-quantized folders are not supported yet)");
+      if (t.shape.empty() || t.shape.size() > 2) fail(p.string(), ": tensor '", t.name, "' is not 1-D or 2-D");
+      TensorView v;
+      v.name = name;
+      v.n_dims = static_cast<int>(t.shape.size());
+      for (int d = 0; d < v.n_dims; ++d) v.ne[d] = t.shape[t.shape.size() - 1 - static_cast<size_t>(d)];
+      if (v.n_dims == 1) {
+        // Norms and biases: the ops read them as f32 arrays.
+        std::vector<float> f(static_cast<size_t>(v.ne[0]));
+        for (size_t i = 0; i < f.size(); ++i) {
+          uint16_t h = 0;
+          if (*dt == DType::F32) {
+            std::memcpy(&f[i], t.data + 4 * i, 4);
+            continue;
+          }
+          std::memcpy(&h, t.data + 2 * i, 2);
+          f[i] = *dt == DType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+        }
+        owned->converted.push_back(std::move(f));
+        v.type = DType::F32;
+        v.data = owned->converted.back().data();
+        v.nbytes = owned->converted.back().size() * 4;
+      } else {
+        v.type = *dt;
+        v.data = t.data;
+        v.nbytes = t.nbytes;
+      }
+      tensors.push_back(v);
+    }
+  }
+  return GgufFile::synthetic(dir.string(), std::move(kv), std::move(tensors), owned);
+}
+
+}  // namespace sluice

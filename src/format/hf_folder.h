@@ -1,0 +1,31 @@
+// format/hf_folder: a Hugging Face / MLX model folder opened as if it were a GGUF file
+// (`sluice run -m DIR`). config.json (plain, or with the language model's settings in
+// `text_config`) becomes the GGUF metadata llama.cpp's converter would write; the tensors of
+// model.safetensors (or the shards model.safetensors.index.json names) keep their bytes in
+// place (mmap) under GGUF names and shapes — HF's [out, in] row-major matrix is GGUF's
+// ne = [in, out] with the same bytes — and only the small 1-D tensors (norms, biases) are
+// converted to f32, as the ops read them; tokenizer.json (byte-level BPE) becomes
+// tokenizer.ggml.*, tokenizer_config.json gives BOS/EOS and the chat template,
+// generation_config.json more end-of-generation ids.
+//
+// Conventions that would corrupt the output silently are handled, not ignored: Llama's HF
+// checkpoints keep Q/K in the rotate-half RoPE layout that llama.cpp's converter permutes
+// away, so they run with NEOX RoPE (metadata sluice.rope_neox) instead of a copy; RMSNorm
+// weights are the multiplier as stored; `language_model.` prefixes (MLX) are dropped. What is
+// not supported yet is refused by name: architectures other than llama / mistral / qwen3, MLX
+// quantized weights, rope_scaling, tokenizers that are not byte-level BPE.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "format/gguf.h"
+
+namespace sluice {
+
+// True when `path` is a directory that holds config.json.
+bool is_model_folder(const std::string& path);
+
+// Throws sluice::Error naming the file and what is wrong (or unsupported).
+std::unique_ptr<GgufFile> open_model_folder(const std::string& dir);
+
+}  // namespace sluice
