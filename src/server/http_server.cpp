@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <filesystem>
@@ -18,6 +19,7 @@
 
 #include "core/error.h"
 #include "runtime/chat_format.h"
+#include "runtime/tool_calls.h"
 #include "server/api_error.h"
 #include "server/metrics.h"
 #include "server/request.h"
@@ -117,11 +119,16 @@ void set_error(httplib::Response& res, const ApiError& e) {
 
 struct HttpServer::Impl {
   Impl(const Model& m, Backend& be, ServerOptions o)
-      : model(m), opt(std::move(o)), fmt(m, opt.chat_template), engine(m, be, opt.engine) {}
+      : model(m),
+        opt(std::move(o)),
+        fmt(m, opt.chat_template),
+        tool_format(detect_tool_call_format(fmt.source())),
+        engine(m, be, opt.engine) {}
 
   const Model& model;
   ServerOptions opt;
   ChatFormat fmt;
+  ToolCallFormat tool_format;  // how the template writes tool calls (none: never parsed)
   Engine engine;
   httplib::Server svr;
   HttpCounters http;
@@ -213,6 +220,12 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
 
   ResponseHead head{chat, random_id(chat ? "chatcmpl-" : "cmpl-"), unix_now(), opt.model_id};
   const Tokenizer& tok = model.tokenizer();
+  // With tools, the reply is parsed back into tool_calls in the template's syntax. Reasoning
+  // (<think>) stays in the content, streamed or not, so both give the same text.
+  const bool tools = chat && !r.tools.is_null() && tool_format != ToolCallFormat::none;
+  ToolCallParseOptions parse;
+  parse.parse_reasoning = false;
+  parse.tools = r.tools;
   if (!r.stream) {
     std::string text;
     std::vector<TokenLogprob> lps;
@@ -225,17 +238,32 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     }
     if (!u.end->error.empty()) throw ApiError(u.end->error_status, u.end->error);
     const ojson lp = r.logprobs ? logprobs_json(tok, lps, chat) : ojson();
-    res.set_content(dump(full_response(head, text, lp, *u.end)), "application/json");
+    const ojson msg = tools ? parse_model_output(text, tool_format, parse).to_message() : ojson();
+    res.set_content(dump(full_response(head, text, lp, *u.end, msg)), "application/json");
     return;
   }
 
   struct StreamState {
     std::shared_ptr<Channel> ch;
     ResponseHead head;
-    bool logprobs, include_usage, first = true;
+    bool logprobs = false, include_usage = false, first = true;
     size_t offset = 0;  // completions' text_offset
+    // With tools: the text so far, and how much of it went out as content (the rest may be
+    // the start of a tool call, held until the end).
+    bool tools = false;
+    ToolCallFormat format = ToolCallFormat::none;
+    ToolCallParseOptions parse;
+    std::string acc;
+    size_t sent = 0;
   };
-  auto st = std::make_shared<StreamState>(StreamState{ch, head, r.logprobs, r.include_usage});
+  auto st = std::make_shared<StreamState>();
+  st->ch = ch;
+  st->head = head;
+  st->logprobs = r.logprobs;
+  st->include_usage = r.include_usage;
+  st->tools = tools;
+  st->format = tool_format;
+  st->parse = parse;
   streams.fetch_add(1);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
@@ -255,16 +283,35 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
           st->first = false;
           event(stream_chunk(st->head, "", ojson(), nullptr, /*role=*/true));
         }
-        if (!u.text.empty() || !u.logprobs.empty()) {
+        std::string text = std::move(u.text);
+        if (st->tools) {
+          st->acc += text;
+          const size_t hold = std::max(st->sent, tool_call_start(st->acc, st->format));
+          text = st->acc.substr(st->sent, hold - st->sent);
+          st->sent = hold;
+        }
+        if (!text.empty() || !u.logprobs.empty()) {
           const ojson lp = st->logprobs ? logprobs_json(tok, u.logprobs, st->head.chat, st->offset) : ojson();
-          st->offset += u.text.size();
-          event(stream_chunk(st->head, u.text, lp, nullptr));
+          st->offset += text.size();
+          event(stream_chunk(st->head, text, lp, nullptr));
         }
         if (!u.end) return out.empty() || send(out);
         if (!u.end->error.empty()) {
           event(ApiError(u.end->error_status, u.end->error).to_json());
         } else {
-          event(stream_chunk(st->head, "", ojson(), finish_reason(u.end->stop)));
+          const char* finish = finish_reason(u.end->stop);
+          if (st->tools) {
+            // The held text: tool calls when it parses as them, else content after all.
+            const ParsedOutput po = parse_model_output(st->acc, st->format, st->parse);
+            std::string rest = st->acc.substr(st->sent);
+            if (!po.tool_calls.empty()) rest = po.content.size() > st->sent ? po.content.substr(st->sent) : "";
+            if (!rest.empty()) event(stream_chunk(st->head, rest, ojson(), nullptr));
+            if (!po.tool_calls.empty()) {
+              event(tool_calls_chunk(st->head, po.to_message()["tool_calls"]));
+              finish = "tool_calls";
+            }
+          }
+          event(stream_chunk(st->head, "", ojson(), finish));
           if (st->include_usage) event(usage_chunk(st->head, *u.end));
         }
         out += "data: [DONE]\n\n";

@@ -74,19 +74,18 @@ ojson head_json(const ResponseHead& h, bool chunk) {
 
 }  // namespace
 
-ojson full_response(const ResponseHead& h, const std::string& text, const ojson& logprobs, const JobResult& r) {
+ojson full_response(const ResponseHead& h, const std::string& text, const ojson& logprobs, const JobResult& r,
+                    const ojson& message) {
   ojson j = head_json(h, false);
   ojson c;
   c["index"] = 0;
-  if (h.chat) {
-    // TODO(tools): when runtime/tool_calls.h lands, parse the text into message.tool_calls
-    // (finish_reason "tool_calls"); until then a tool call comes back as the model wrote it.
-    c["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
+  const bool calls = message.is_object() && message.contains("tool_calls");
+  if (h.chat)
+    c["message"] = message.is_object() ? message : ojson{{"role", "assistant"}, {"content", text}};
+  else
     c["text"] = text;
-  }
   c["logprobs"] = logprobs;
-  c["finish_reason"] = finish_reason(r.stop);
+  c["finish_reason"] = calls ? "tool_calls" : finish_reason(r.stop);
   j["choices"] = ojson::array({c});
   j["usage"] = usage_json(r);
   return j;
@@ -108,6 +107,19 @@ ojson stream_chunk(const ResponseHead& h, const std::string& text, const ojson& 
   c["logprobs"] = logprobs;
   c["finish_reason"] = finish ? ojson(finish) : ojson();
   j["choices"] = ojson::array({c});
+  return j;
+}
+
+ojson tool_calls_chunk(const ResponseHead& h, const ojson& tool_calls) {
+  ojson j = head_json(h, true);
+  ojson calls = ojson::array();
+  for (size_t i = 0; i < tool_calls.size(); ++i) {
+    ojson c = tool_calls[i];
+    c["index"] = i;
+    calls.push_back(std::move(c));
+  }
+  j["choices"] = ojson::array(
+      {{{"index", 0}, {"delta", {{"tool_calls", calls}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
   return j;
 }
 

@@ -31,12 +31,18 @@ ojson usage_json(const JobResult& r);
 // Chat: {"content": [{token, logprob, bytes, top_logprobs}]}; completions: the legacy
 // {tokens, token_logprobs, top_logprobs, text_offset} (text_offset from `offset`).
 ojson logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lp, bool chat, size_t offset = 0);
-// The whole answer of a non-streamed request.
-ojson full_response(const ResponseHead& h, const std::string& text, const ojson& logprobs, const JobResult& r);
+// The whole answer of a non-streamed request. `message` (chat): the assistant message parsed
+// from the text (runtime/tool_calls.h), whose tool_calls make finish_reason "tool_calls";
+// null: the text as content.
+ojson full_response(const ResponseHead& h, const std::string& text, const ojson& logprobs, const JobResult& r,
+                    const ojson& message = nullptr);
 // One stream chunk: a delta of text (and its logprobs), or the closing one (finish set).
 // `role`: the chat stream's first chunk names the assistant role.
 ojson stream_chunk(const ResponseHead& h, const std::string& text, const ojson& logprobs, const char* finish,
                    bool role = false);
+// A chat stream's tool calls, sent once the generation has ended and they parsed: the
+// message's tool_calls array, each with its index.
+ojson tool_calls_chunk(const ResponseHead& h, const ojson& tool_calls);
 // The chunk after the closing one when stream_options.include_usage: no choices, the usage.
 ojson usage_chunk(const ResponseHead& h, const JobResult& r);
 // JSON text with invalid UTF-8 replaced, never throwing.

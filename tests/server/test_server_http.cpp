@@ -274,6 +274,66 @@ TEST_F(ServerHttpTest, ResponseFormatJsonSchemaIsEnforced) {
   }
 }
 
+TEST_F(ServerHttpTest, ToolCallsAreParsedFromTheReply) {
+  // A template in Llama 3's tool syntax (detected from its source: the header token and the
+  // ipython role), and a reply forced by a schema to be a Llama 3 call: stories260K cannot
+  // write one by itself, the parse is what is under test.
+  auto o = test::server_options(2, 1024);
+  o.chat_template = "{# <|start_header_id|> ipython #}{% for m in messages %}{{ m['content'] }} {% endfor %}";
+  test::TestServer s(*m_, *be_, o);
+  const json call_schema = {{"type", "object"},
+                            {"properties",
+                             {{"name", {{"const", "get_weather"}}},
+                              {"parameters",
+                               {{"type", "object"},
+                                {"properties", {{"city", {{"enum", {"Paris"}}}}}},
+                                {"required", {"city"}},
+                                {"additionalProperties", false}}}}},
+                            {"required", {"name", "parameters"}},
+                            {"additionalProperties", false}};
+  json req = {{"messages", json::array({{{"role", "user"}, {"content", "Weather in Paris?"}}})},
+              {"max_tokens", 700},
+              {"temperature", 0},
+              {"tools", json::array({{{"type", "function"}, {"function", {{"name", "get_weather"}}}}})},
+              {"response_format",
+               {{"type", "json_schema"}, {"json_schema", {{"name", "c"}, {"schema", call_schema}}}}}};
+  auto r = test::post(s.port(), "/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json c = r.json()["choices"][0];
+  EXPECT_EQ(c["finish_reason"], "tool_calls") << r.body;
+  ASSERT_EQ(c["message"]["tool_calls"].size(), 1u) << r.body;
+  EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(c["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json({{"city", "Paris"}}));
+  EXPECT_TRUE(c["message"]["content"].is_null()) << r.body;
+
+  req["stream"] = true;
+  r = test::post(s.port(), "/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200);
+  json calls, finish;
+  std::string content;
+  for (const auto& d : test::sse_data(r.body)) {
+    if (d == "[DONE]") continue;
+    const json ch = json::parse(d)["choices"][0];
+    if (ch["delta"].contains("tool_calls")) calls = ch["delta"]["tool_calls"];
+    if (ch["delta"].contains("content")) content += ch["delta"]["content"].get<std::string>();
+    if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+  }
+  EXPECT_EQ(finish, "tool_calls") << r.body;
+  ASSERT_EQ(calls.size(), 1u) << r.body;
+  EXPECT_EQ(calls[0]["index"], 0);
+  EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(content.find("get_weather"), std::string::npos) << "the held call must not leak as content: " << content;
+
+  // Negative control: without tools the same reply is plain content.
+  req.erase("tools");
+  req["stream"] = false;
+  r = test::post(s.port(), "/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_FALSE(r.json()["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_NE(r.json()["choices"][0]["message"]["content"].get<std::string>().find("get_weather"), std::string::npos);
+}
+
 TEST_F(ServerHttpTest, ApiKeyIsRequiredAndAWrongOneRefused) {
   auto s = start(1, 128, 4, "sekret");
   const int p = s->port();
