@@ -198,6 +198,10 @@ void Engine::loop() {
         admit_now.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
+      // The gauges move with the jobs, not a step later: a client that got its first token
+      // must not read its own job as still queued.
+      stats_.queue_length = static_cast<int>(queue_.size());
+      stats_.busy_slots = static_cast<int>(active_.size() + admit_now.size());
       if (draining_) {
         if (active_.empty() && admit_now.empty()) break;
         cancel_all = Clock::now() >= deadline_;

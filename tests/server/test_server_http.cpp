@@ -370,8 +370,9 @@ int open_long_stream(int port) {
 }
 
 TEST_F(ServerHttpTest, QueueFullIs503AndAClientThatLeavesFreesItsSlot) {
-  // One slot, one place in the queue: A decodes, B waits, C is refused.
-  auto s = start(1, 4096, 1);
+  // One slot, one place in the queue: A decodes, B waits, C is refused. A's context is far
+  // more than it can fill while the test runs, even on a loaded machine.
+  auto s = start(1, 32768, 1);
   const int a = open_long_stream(s->port());
   std::atomic<int> b_status{0};
   std::thread b([&] { b_status = test::post(s->port(), "/v1/completions", completion("Once", 4)).status; });
@@ -401,7 +402,7 @@ TEST_F(ServerHttpTest, QueueFullIs503AndAClientThatLeavesFreesItsSlot) {
 }
 
 TEST_F(ServerHttpTest, GracefulStopFinishesOrCancelsRunningRequests) {
-  auto s = start(2, 4096, 4);
+  auto s = start(2, 32768, 4);
   // A short request finishes within the grace period; a long one is cancelled at its end.
   std::atomic<int> short_status{0};
   std::string long_body;
