@@ -22,7 +22,7 @@ struct PerplexityArgs {
   std::string model, text_file, backend = "cpu", cache_type = "f16", cache_type_k, cache_type_v, kld_base, kld;
   int threads = 0;
   int64_t ctx = 512, chunks = -1;
-  bool no_auto_asymmetric = false, no_kv_rotation = false;
+  bool no_auto_asymmetric = false, no_kv_rotation = false, no_kv_mean = false;
 };
 
 DType cache_type(const std::string& s) {
@@ -55,6 +55,7 @@ int run(const PerplexityArgs& a) {
   o.kv.type_v = cache_type(a.cache_type_v.empty() ? a.cache_type : a.cache_type_v);
   o.kv.auto_asymmetric = !a.no_auto_asymmetric;
   if (a.no_kv_rotation) o.kv.rotation = KvCacheOptions::Rotation::off;
+  if (a.no_kv_mean) o.kv.k_mean = KvCacheOptions::KMean::off;
   o.kld_base_out = a.kld_base;
   o.kld_in = a.kld;
   std::fprintf(stderr, "perplexity: %s (%s), backend %s, %d threads, %zu tokens\n", a.model.c_str(),
@@ -96,6 +97,9 @@ CommandRunner add_perplexity_command(CLI::App& app) {
   cmd->add_flag(
       "--no-kv-rotation", a->no_kv_rotation,
       "store q8_0/q4_0 K/V unrotated (default: Hadamard-rotated in blocks of 64, or of the largest power of two >= 16 dividing the head dim)");
+  cmd->add_flag(
+      "--no-kv-mean", a->no_kv_mean,
+      "store tq K rows as given (default: minus a per-head mean of the first rows a sequence writes; exact, memory/kv_cache.h)");
   cmd->add_option("--kld-base", a->kld_base, "write the base log-probs to FILE");
   cmd->add_option("--kld", a->kld, "compare against the base log-probs in FILE");
   return [a] { return run(*a); };

@@ -67,6 +67,9 @@ void CommonOpts::add(CLI::App* app) {
   app->add_flag(
       "--no-kv-rotation", no_kv_rotation,
       "store q8_0/q4_0 K/V unrotated (default: Hadamard-rotated in blocks of 64, or of the largest power of two >= 16 dividing the head dim)");
+  app->add_flag(
+      "--no-kv-mean", no_kv_mean,
+      "store tq K rows as given (default: minus a per-head mean of the first rows a sequence writes; exact, memory/kv_cache.h)");
   app->add_option("--experts", experts, "where experts live: resident | mmap (page cache) | stream (bounded cache)")
       ->capture_default_str();
   app->add_option(
@@ -156,6 +159,7 @@ KvCacheOptions CommonOpts::kv(const Model& m, int64_t n_prompt, int64_t n_more) 
   o.type_v = parse_cache_type(cache_type_v.empty() ? cache_type : cache_type_v);
   o.auto_asymmetric = !no_auto_asymmetric;
   if (no_kv_rotation) o.rotation = KvCacheOptions::Rotation::off;
+  if (no_kv_mean) o.k_mean = KvCacheOptions::KMean::off;
   return o;
 }
 

@@ -251,6 +251,7 @@ int run_bench(const BenchArgs& a) {
         kv.type_v = cp.v;
         kv.auto_asymmetric = !a.no_auto_asym;
         if (a.no_kv_rotation) kv.rotation = KvCacheOptions::Rotation::off;
+        if (a.no_kv_mean) kv.k_mean = KvCacheOptions::KMean::off;
         Session s(*model, be, kv);
         // The types after the cache policy (auto-asymmetric K, fallbacks), as they ran.
         const DType tk = s.kv_cache().type_k(), tv = s.kv_cache().type_v();

@@ -17,6 +17,7 @@ struct BenchArgs {
   std::vector<int> sequences{1};  // tg: sequences decoding together (one batch of N tokens per step)
   bool json = false, profile = false, membw_only = false, exact = false, no_auto_asym = false;
   bool no_kv_rotation = false;  // --no-kv-rotation: q8_0/q4_0 sides stored unrotated (memory/kv_cache.h)
+  bool no_kv_mean = false;      // --no-kv-mean: tq K rows stored without the mean removed (memory/kv_cache.h)
   // KV cache types: --cache-type sets both sides; --cache-type-k/-v override one side. Lists
   // are paired element by element (a single value applies to every pair).
   std::vector<std::string> cache_type{"f16"}, cache_type_k, cache_type_v;

@@ -21,21 +21,36 @@ struct KvTypeEntry {
   DType type;
   std::string_view name;
   int precision_bits;
-  int tq_bits;  // 0: not a rotated-codebook type
+  int tq_bits;       // 0: not a rotated-codebook type
+  int64_t tq_group;  // rotated coordinates per scale (0: one norm per head)
 };
 
 // The one list of KV types. Order = the order of kv_type_names().
-constexpr std::array<KvTypeEntry, 9> kKvTypes = {{
-    {DType::F32, "f32", 32, 0},
-    {DType::F16, "f16", 16, 0},
-    {DType::BF16, "bf16", 16, 0},
-    {DType::Q8_0, "q8_0", 8, 0},
-    {DType::Q4_0, "q4_0", 4, 0},
-    {kKvTq2, "tq2", 2, 2},
-    {kKvTq3, "tq3", 3, 3},
-    {kKvTq4, "tq4", 4, 4},
-    {kKvTq8, "tq8", 8, 8},
+constexpr std::array<KvTypeEntry, 12> kKvTypes = {{
+    {DType::F32, "f32", 32, 0, 0},
+    {DType::F16, "f16", 16, 0, 0},
+    {DType::BF16, "bf16", 16, 0, 0},
+    {DType::Q8_0, "q8_0", 8, 0, 0},
+    {DType::Q4_0, "q4_0", 4, 0, 0},
+    {kKvTq2, "tq2", 2, 2, 0},
+    {kKvTq3, "tq3", 3, 3, 0},
+    {kKvTq4, "tq4", 4, 4, 0},
+    {kKvTq8, "tq8", 8, 8, 0},
+    {kKvTq2g, "tq2g", 2, 2, kTqGroup},
+    {kKvTq3g, "tq3g", 3, 3, kTqGroup},
+    {kKvTq4g, "tq4g", 4, 4, kTqGroup},
 }};
+
+// The positive half of each tqNg codebook (bits 2, 3, 4), ascending; the other half is its
+// negation. scripts/kv_codebook_fit.py: Lloyd iterations on 20000 heads of 64 N(0,1)
+// values, each group of 32 coded with its searched scale (kvcodec.h), the cells' means
+// weighted by s², symmetrized, divided by the largest (8 rounds; 4 digits kept).
+constexpr float kGroupHalf2[] = {0.2904f, 1.0f};
+constexpr float kGroupHalf3[] = {0.1067f, 0.3328f, 0.6024f, 1.0f};
+constexpr float kGroupHalf4[] = {0.0473f, 0.1432f, 0.2428f, 0.3491f, 0.4667f, 0.6028f, 0.7707f, 1.0f};
+// The encoder's scale candidates: kScaleSteps values lo..hi times the group's largest |y|.
+constexpr int kScaleSteps = 33;
+constexpr double kScaleLo = 0.6, kScaleHi = 1.2;
 
 const KvTypeEntry* find_entry(DType t) {
   for (const auto& e : kKvTypes)
@@ -110,6 +125,10 @@ int kv_type_tq_bits(DType t) {
   const auto* e = find_entry(t);
   return e ? e->tq_bits : 0;
 }
+int64_t kv_type_tq_group(DType t) {
+  const auto* e = find_entry(t);
+  return e ? e->tq_group : 0;
+}
 bool kv_type_supported(DType t) { return find_entry(t) != nullptr; }
 std::string_view kv_type_name(DType t) {
   const auto* e = find_entry(t);
@@ -122,7 +141,9 @@ std::optional<DType> kv_type_from_name(std::string_view name) {
     if (e.name == lower) return e.type;
   return std::nullopt;
 }
-std::string_view kv_type_names() { return "f32 | f16 | bf16 | q8_0 | q4_0 | tq2 | tq3 | tq4 | tq8"; }
+std::string_view kv_type_names() {
+  return "f32 | f16 | bf16 | q8_0 | q4_0 | tq2 | tq3 | tq4 | tq8 | tq2g | tq3g | tq4g";
+}
 int kv_type_precision_bits(DType t) {
   const auto* e = find_entry(t);
   return e ? e->precision_bits : 0;
@@ -131,8 +152,11 @@ int64_t kv_type_block_size(DType t) { return kv_type_is_tq(t) ? 1 : dtype_traits
 
 size_t kv_type_row_bytes(DType t, int64_t n_head, int64_t head_dim) {
   if (!kv_type_supported(t)) fail("kv cache: type id ", static_cast<uint32_t>(t), " is not a KV cache type");
-  if (const int bits = kv_type_tq_bits(t))
+  if (const int bits = kv_type_tq_bits(t)) {
+    if (const int64_t g = kv_type_tq_group(t))
+      return static_cast<size_t>(n_head * (head_dim / g)) * (2 + static_cast<size_t>(g * bits / 8));
     return static_cast<size_t>(n_head) * (2 + static_cast<size_t>(head_dim * bits + 7) / 8);
+  }
   return dtype_row_bytes(t, n_head * head_dim);
 }
 
@@ -142,6 +166,26 @@ const std::vector<double>& lloyd_max_gaussian(int bits) {
   static std::array<std::once_flag, 9> once;
   std::call_once(once[bits], [bits] { books[bits] = compute_lloyd_max(bits); });
   return books[bits];
+}
+
+const std::vector<float>& tq_group_codebook(int bits) {
+  static const std::array<std::vector<float>, 3> books = [] {
+    std::array<std::vector<float>, 3> b;
+    auto make = [](const float* half, size_t n) {
+      std::vector<float> c(2 * n);
+      for (size_t i = 0; i < n; ++i) {
+        c[n - 1 - i] = -half[i];
+        c[n + i] = half[i];
+      }
+      return c;
+    };
+    b[0] = make(kGroupHalf2, std::size(kGroupHalf2));
+    b[1] = make(kGroupHalf3, std::size(kGroupHalf3));
+    b[2] = make(kGroupHalf4, std::size(kGroupHalf4));
+    return b;
+  }();
+  if (bits < 2 || bits > 4) fail("tq group codebook: bits must be 2, 3 or 4, got ", bits);
+  return books[bits - 2];
 }
 
 void fwht(float* x, int64_t n) { fwht_impl(x, n); }
@@ -175,27 +219,117 @@ void kv_rotate_ref(const KvRotation& r, float* x, int64_t n, bool inverse) {
   }
 }
 
-TqCodec::TqCodec(int bits, int64_t n_head, int64_t head_dim, uint64_t seed)
-    : bits_(bits), n_head_(n_head), head_dim_(head_dim), seed_(seed) {
+TqCodec::TqCodec(int bits, int64_t n_head, int64_t head_dim, uint64_t seed, int64_t group)
+    : bits_(bits), n_head_(n_head), head_dim_(head_dim), group_(group), seed_(seed) {
   if (bits != 2 && bits != 3 && bits != 4 && bits != 8) fail("tq codec: bits must be 2, 3, 4 or 8, got ", bits);
   if (!is_pow2(head_dim) || head_dim < 8) fail("tq codec: head dim must be a power of two >= 8, got ", head_dim);
   if (n_head <= 0) fail("tq codec: n_head must be positive, got ", n_head);
+  if (group != 0 && group != kTqGroup) fail("tq codec: group must be 0 or ", kTqGroup, ", got ", group);
+  if (group && (bits > 4 || head_dim < group))
+    fail("tq codec: groups of ", group, " need bits 2..4 and a head dim >= ", group, " (got ", bits, " bits, ",
+         head_dim, ")");
   uint64_t s = seed;
   signs_.resize(head_dim);
   for (auto& v : signs_) v = (splitmix64(s) >> 63) ? -1.0f : 1.0f;
-  const auto& book = lloyd_max_gaussian(bits);
-  codebook_.assign(book.begin(), book.end());
-  bounds_.resize(book.size() - 1);
-  for (size_t k = 0; k + 1 < book.size(); ++k) bounds_[k] = 0.5 * (book[k] + book[k + 1]);
+  if (group) {
+    codebook_ = tq_group_codebook(bits);
+  } else {
+    const auto& book = lloyd_max_gaussian(bits);
+    codebook_.assign(book.begin(), book.end());
+  }
+  bounds_.resize(codebook_.size() - 1);
+  for (size_t k = 0; k + 1 < codebook_.size(); ++k)
+    bounds_[k] = 0.5 * (static_cast<double>(codebook_[k]) + codebook_[k + 1]);
+}
+
+TqCodec TqCodec::for_type(DType t, int64_t n_head, int64_t head_dim, uint64_t seed) {
+  if (!kv_type_is_tq(t)) fail("tq codec: ", kv_type_name(t), " is not a tq type");
+  return TqCodec(kv_type_tq_bits(t), n_head, head_dim, seed, kv_type_tq_group(t));
 }
 
 DType TqCodec::type() const {
   switch (bits_) {
-    case 2: return kKvTq2;
-    case 3: return kKvTq3;
-    case 4: return kKvTq4;
+    case 2: return group_ ? kKvTq2g : kKvTq2;
+    case 3: return group_ ? kKvTq3g : kKvTq3;
+    case 4: return group_ ? kKvTq4g : kKvTq4;
     default: return kKvTq8;
   }
+}
+
+namespace {
+
+// n indices of `bits` bits -> LSB-first into dst (zeroed here; n·bits a multiple of 8).
+void pack_indices(const uint32_t* idx, int64_t n, int bits, uint8_t* dst) {
+  std::memset(dst, 0, static_cast<size_t>(n * bits + 7) / 8);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t bit = i * bits;
+    const uint32_t v = idx[i] << (bit & 7);
+    dst[bit >> 3] |= static_cast<uint8_t>(v);
+    if ((bit & 7) + bits > 8) dst[(bit >> 3) + 1] |= static_cast<uint8_t>(v >> 8);
+  }
+}
+
+// n indices of `bits` bits (2, 3, 4, 8) at p -> cb[idx]·scale into y (n a multiple of 8).
+void unpack_centroids(const uint8_t* p, int64_t n, int bits, const float* cb, float scale, bool scaled, float* y) {
+  auto put = [&](int64_t i, uint32_t k) { y[i] = scaled ? scale * cb[k] : cb[k]; };
+  switch (bits) {
+    case 8:
+      for (int64_t i = 0; i < n; ++i) put(i, p[i]);
+      break;
+    case 4:
+      for (int64_t i = 0; i < n; i += 2) {
+        put(i, p[i / 2] & 15);
+        put(i + 1, p[i / 2] >> 4);
+      }
+      break;
+    case 2:
+      for (int64_t i = 0; i < n; i += 4) {
+        const uint8_t b = p[i / 4];
+        for (int j = 0; j < 4; ++j) put(i + j, (b >> (2 * j)) & 3);
+      }
+      break;
+    default:  // 3 bits: 8 indices in every 3 bytes
+      for (int64_t i = 0; i < n; i += 8) {
+        const uint8_t* q = p + i / 8 * 3;
+        const uint32_t w = q[0] | (uint32_t{q[1]} << 8) | (uint32_t{q[2]} << 16);
+        for (int j = 0; j < 8; ++j) put(i + j, (w >> (3 * j)) & 7);
+      }
+  }
+}
+
+}  // namespace
+
+void TqCodec::encode_group(const double* y, uint8_t* dst) const {
+  const int64_t G = group_;
+  double amax = 0.0;
+  for (int64_t i = 0; i < G; ++i) amax = std::max(amax, std::fabs(y[i]));
+  uint32_t idx[kTqGroup], best_idx[kTqGroup] = {};
+  uint16_t best_s = 0;
+  double best_err = INFINITY;
+  // The scale is searched among fp16 values (what decode multiplies by), each candidate
+  // coding every coordinate by its nearest centroid; the least squared error wins (the first
+  // on ties). amax = 0 leaves s = 0: every coordinate decodes to 0.
+  for (int k = 0; amax > 0 && k < kScaleSteps; ++k) {
+    const double f = kScaleLo + (kScaleHi - kScaleLo) * k / (kScaleSteps - 1);
+    const uint16_t h = fp32_to_fp16(static_cast<float>(amax * f));
+    const double sc = fp16_to_fp32(h);
+    if (!(sc > 0) || std::isinf(sc)) continue;
+    double err = 0.0;
+    for (int64_t i = 0; i < G; ++i) {
+      idx[i] = static_cast<uint32_t>(std::upper_bound(bounds_.begin(), bounds_.end(), y[i] / sc) - bounds_.begin());
+      const double e = y[i] - static_cast<double>(static_cast<float>(sc) * codebook_[idx[i]]);
+      err += e * e;
+    }
+    if (err < best_err) {
+      best_err = err;
+      best_s = h;
+      std::copy(idx, idx + G, best_idx);
+    }
+  }
+  if (best_err == INFINITY)  // amax 0 (or no finite fp16 scale): index of the smallest |c|
+    std::fill(best_idx, best_idx + G, static_cast<uint32_t>(codebook_.size() / 2));
+  std::memcpy(dst, &best_s, 2);
+  pack_indices(best_idx, G, bits_, dst + 2);
 }
 
 void TqCodec::encode_row(const float* x, uint8_t* dst) const {
@@ -211,6 +345,12 @@ void TqCodec::encode_row(const float* x, uint8_t* dst) const {
       norm2 += static_cast<double>(xh[i]) * xh[i];
     }
     fwht(y.data(), D);
+    if (group_) {  // orthonormal coordinates y/sqrt(D), one scale per group
+      const double k = 1.0 / std::sqrt(static_cast<double>(D));
+      for (int64_t i = 0; i < D; ++i) y[i] *= k;
+      for (int64_t g = 0; g < D; g += group_) encode_group(y.data() + g, out + g / group_ * (2 + group_ * bits_ / 8));
+      continue;
+    }
     const double norm = std::sqrt(norm2);
     // Coordinates on the N(0,1) scale: y_i·sqrt(D)/|x| (y already carries the factor sqrt(D)
     // of the unnormalized transform, so y_i/|x| is that).
@@ -223,49 +363,23 @@ void TqCodec::encode_row(const float* x, uint8_t* dst) const {
     const double gamma = c2 > 0 ? norm / std::sqrt(c2) : 0.0;
     const uint16_t g = fp32_to_fp16(static_cast<float>(gamma));
     std::memcpy(out, &g, 2);
-    uint8_t* bitsp = out + 2;
-    std::memset(bitsp, 0, head_bytes() - 2);
-    for (int64_t i = 0; i < D; ++i) {
-      const int64_t bit = i * bits_;
-      const uint32_t v = idx[i] << (bit & 7);
-      bitsp[bit >> 3] |= static_cast<uint8_t>(v);
-      if ((bit & 7) + bits_ > 8) bitsp[(bit >> 3) + 1] |= static_cast<uint8_t>(v >> 8);
-    }
+    pack_indices(idx.data(), D, bits_, out + 2);
   }
 }
 
 float TqCodec::decode_head_rotated(const uint8_t* src, float* y) const {
   uint16_t g;
-  std::memcpy(&g, src, 2);
-  const uint8_t* p = src + 2;
-  const float* cb = codebook_.data();
-  const int64_t D = head_dim_;
-  switch (bits_) {
-    case 8:
-      for (int64_t i = 0; i < D; ++i) y[i] = cb[p[i]];
-      break;
-    case 4:
-      for (int64_t i = 0; i < D; i += 2) {
-        y[i] = cb[p[i / 2] & 15];
-        y[i + 1] = cb[p[i / 2] >> 4];
-      }
-      break;
-    case 2:
-      for (int64_t i = 0; i < D; i += 4) {
-        const uint8_t b = p[i / 4];
-        y[i] = cb[b & 3];
-        y[i + 1] = cb[(b >> 2) & 3];
-        y[i + 2] = cb[(b >> 4) & 3];
-        y[i + 3] = cb[b >> 6];
-      }
-      break;
-    default:  // 3 bits: 8 indices in every 3 bytes (D is a multiple of 8)
-      for (int64_t i = 0; i < D; i += 8) {
-        const uint8_t* q = p + i / 8 * 3;
-        const uint32_t w = q[0] | (uint32_t{q[1]} << 8) | (uint32_t{q[2]} << 16);
-        for (int j = 0; j < 8; ++j) y[i + j] = cb[(w >> (3 * j)) & 7];
-      }
+  if (group_) {
+    const size_t gb = 2 + static_cast<size_t>(group_ * bits_ / 8);
+    for (int64_t i = 0; i < head_dim_; i += group_) {
+      const uint8_t* p = src + i / group_ * gb;
+      std::memcpy(&g, p, 2);
+      unpack_centroids(p + 2, group_, bits_, codebook_.data(), fp16_to_fp32(g), /*scaled=*/true, y + i);
+    }
+    return 1.0f;
   }
+  std::memcpy(&g, src, 2);
+  unpack_centroids(src + 2, head_dim_, bits_, codebook_.data(), 1.0f, /*scaled=*/false, y);
   return fp16_to_fp32(g);
 }
 

@@ -19,6 +19,18 @@
 //   Storage per head: γ (fp16, 2 bytes) then D·N bits of indices, packed LSB-first (index i
 //   in bits [i·N, i·N+N) of the little-endian stream): 4.125 bits/element at D = 128 for tq4.
 //
+// tqNg (N in {2, 3, 4}; D a power of two >= 32): the same rotation, then one scale per group
+// of 32 rotated coordinates instead of one norm per head. Why: a group's scale follows its
+// own range (the largest of 32 near-Gaussian values is known, not guessed from the norm):
+// 4-bit relative squared error on Gaussian heads 0.0054 against tq4's 0.0086, and SmolLM2-135M
+// tq4g/tq4g mean KLD 0.0257 against tq4/tq4's 0.0384 (both without the K mean of
+// memory/kv_cache.h) at 0.25 bits more. Per group: s (fp16), then 32·N bits of indices packed
+// as tqN's; the coordinate is s·c[idx], c the symmetric codebook of tq_group_codebook (largest
+// centroid 1), fitted by Lloyd iterations to N(0,1) groups of 32 coded with the scale the
+// encoder searches for (the fp16 s of 33 candidates 0.6..1.2 × the group's largest |y| that
+// gives the least squared error; scripts/kv_codebook_fit.py). 2.5 / 3.5 / 4.5 bits per
+// element (tq4g: q4_0's size).
+//
 // KvRotation: the Hadamard rotation of the block-quantized sides (q8_0, q4_0), as llama.cpp
 // applies it since ggml-org/llama.cpp#21038 (Q, K and V rotated by a 64-point normalized
 // Hadamard matrix when the head dim is a multiple of 64, the attention output rotated back).
@@ -43,24 +55,33 @@ inline constexpr DType kKvTq2 = static_cast<DType>(0x1002);
 inline constexpr DType kKvTq3 = static_cast<DType>(0x1003);
 inline constexpr DType kKvTq4 = static_cast<DType>(0x1004);
 inline constexpr DType kKvTq8 = static_cast<DType>(0x1008);
+inline constexpr DType kKvTq2g = static_cast<DType>(0x1102);
+inline constexpr DType kKvTq3g = static_cast<DType>(0x1103);
+inline constexpr DType kKvTq4g = static_cast<DType>(0x1104);
 
 // True for the rotated-codebook ids above.
 bool kv_type_is_tq(DType t);
 // Index bits of a tq type (2, 3, 4, 8); 0 for any other type.
 int kv_type_tq_bits(DType t);
-// True for every type a KV cache accepts: f32, f16, bf16, q8_0, q4_0, tq2, tq3, tq4, tq8.
+// Rotated coordinates per scale of a tq type: kTqGroup for tq2g/tq3g/tq4g, 0 (one norm per
+// head) for tq2..tq8 and any other type.
+inline constexpr int64_t kTqGroup = 32;
+int64_t kv_type_tq_group(DType t);
+// True for every type a KV cache accepts: f32, f16, bf16, q8_0, q4_0, tq2, tq3, tq4, tq8,
+// tq2g, tq3g, tq4g.
 bool kv_type_supported(DType t);
 // "f16", "q8_0", "tq4", ...; "?" for a type that is not a KV type.
 std::string_view kv_type_name(DType t);
 // Parses a KV type name (case-insensitive); nullopt if it is not one of the supported types.
 std::optional<DType> kv_type_from_name(std::string_view name);
-// "f32 | f16 | bf16 | q8_0 | q4_0 | tq2 | tq3 | tq4 | tq8", for help texts and errors.
+// "f32 | f16 | bf16 | q8_0 | q4_0 | tq2 | ... | tq4g", for help texts and errors.
 std::string_view kv_type_names();
 // Nominal precision in bits per element (f32 32, f16/bf16 16, q8_0 8, q4_0 4, tqN N): what the
 // auto-asymmetric policy compares against 8.
 int kv_type_precision_bits(DType t);
 // Bytes of one cache row of n_head heads of head_dim elements (the row must be valid for t:
-// block types need n_head·head_dim to be a multiple of 32; tq needs head_dim a power of two).
+// block types need n_head·head_dim to be a multiple of 32; tq needs head_dim a power of two,
+// >= 32 for the grouped tqNg).
 size_t kv_type_row_bytes(DType t, int64_t n_head, int64_t head_dim);
 // Elements per block of a non-tq type (1 for f32/f16/bf16, 32 for q8_0/q4_0).
 int64_t kv_type_block_size(DType t);
@@ -71,6 +92,8 @@ int64_t kv_type_block_size(DType t);
 // quantiles and run to a fixed point (change < 1e-12); e.g. 2 levels ±0.7979 = ±sqrt(2/π),
 // 4 levels ±0.4528, ±1.5104 (Max 1960, Table I).
 const std::vector<double>& lloyd_max_gaussian(int bits);
+// The codebook of tqNg (bits 2, 3, 4): 2^bits centroids ascending, symmetric, largest 1.
+const std::vector<float>& tq_group_codebook(int bits);
 
 // In-place unnormalized fast Walsh-Hadamard transform (n a power of two): x = H_n·x.
 void fwht(float* x, int64_t n);
@@ -94,15 +117,23 @@ void kv_rotate_ref(const KvRotation& r, float* x, int64_t n, bool inverse);
 class TqCodec {
  public:
   // bits: 2, 3, 4 or 8; a row holds n_head heads of head_dim elements (a power of two >= 8);
-  // seed picks the sign vector s.
-  TqCodec(int bits, int64_t n_head, int64_t head_dim, uint64_t seed);
+  // seed picks the sign vector s. group: 0 (one norm per head, tqN) or kTqGroup (tqNg: bits
+  // 2, 3 or 4, head_dim >= kTqGroup).
+  TqCodec(int bits, int64_t n_head, int64_t head_dim, uint64_t seed, int64_t group = 0);
+  // The codec of a tq type (kv_type_is_tq(t)).
+  static TqCodec for_type(DType t, int64_t n_head, int64_t head_dim, uint64_t seed);
 
   int bits() const { return bits_; }
   int64_t n_head() const { return n_head_; }
   int64_t head_dim() const { return head_dim_; }
   uint64_t seed() const { return seed_; }
+  int64_t group() const { return group_; }
   DType type() const;
-  size_t head_bytes() const { return 2 + static_cast<size_t>(head_dim_ * bits_ + 7) / 8; }
+  // tqN: γ then the indices; tqNg: per group of kTqGroup, its scale then its indices.
+  size_t head_bytes() const {
+    return group_ ? static_cast<size_t>(head_dim_ / group_) * (2 + static_cast<size_t>(group_ * bits_ / 8))
+                  : 2 + static_cast<size_t>(head_dim_ * bits_ + 7) / 8;
+  }
   size_t row_bytes() const { return static_cast<size_t>(n_head_) * head_bytes(); }
   const std::vector<float>& signs() const { return signs_; }        // s: head_dim values ±1
   const std::vector<float>& codebook() const { return codebook_; }  // 2^bits centroids, ascending
@@ -116,12 +147,16 @@ class TqCodec {
   void rotate(const float* x, float* y) const;
   void unrotate(const float* y, float* x) const;
   // One stored head (head_bytes() at src): writes its centroids c[i] (rotated space, before
-  // scaling) to y and returns γ, so the head's rotated vector is γ·y.
+  // scaling) to y and returns γ, so the head's rotated vector is γ·y. tqNg: y[i] = s·c[idx_i]
+  // with its group's scale s (one float product), and γ = 1.
   float decode_head_rotated(const uint8_t* src, float* y) const;
 
  private:
+  // tqNg: one group's coordinates y [kTqGroup] -> its bytes at dst (scale, indices).
+  void encode_group(const double* y, uint8_t* dst) const;
+
   int bits_;
-  int64_t n_head_, head_dim_;
+  int64_t n_head_, head_dim_, group_;
   uint64_t seed_;
   std::vector<float> signs_, codebook_;
   std::vector<double> bounds_;  // 2^bits - 1 decision thresholds (midpoints of centroids)

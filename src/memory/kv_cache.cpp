@@ -16,9 +16,10 @@ std::string str(DType t) { return std::string(kv_type_name(t)); }
 
 // The type one side (K or V) can use for heads of D elements, n_head_kv per row.
 DType fit_type(DType t, const char* side, int64_t n_head_kv, int64_t D, std::vector<std::string>* notes) {
-  if (kv_type_is_tq(t) && (!is_pow2(D) || D < 8)) {
-    notes->push_back(str_cat("kv cache: ", side, " ", str(t), " needs a head dim that is a power of two >= 8 (got ", D,
-                             "); using q8_0"));
+  const int64_t min_d = std::max<int64_t>(8, kv_type_tq_group(t));
+  if (kv_type_is_tq(t) && (!is_pow2(D) || D < min_d)) {
+    notes->push_back(str_cat("kv cache: ", side, " ", str(t), " needs a head dim that is a power of two >= ", min_d,
+                             " (got ", D, "); using q8_0"));
     t = DType::Q8_0;
   }
   if (!kv_type_is_tq(t) && (n_head_kv * D) % kv_type_block_size(t) != 0) {
@@ -85,11 +86,16 @@ void KvCache::init(const KvGeometry& g, const KvCacheOptions& opt) {
   geo_ = g;
   type_k_ = opt.type_k;
   type_v_ = opt.type_v;
-  if (const int b = kv_type_tq_bits(type_k_)) k_tq_ = std::make_unique<TqCodec>(b, g.n_head_kv, g.head_dim_k, opt.seed);
-  if (const int b = kv_type_tq_bits(type_v_))
-    v_tq_ = std::make_unique<TqCodec>(b, g.n_head_kv, g.head_dim_v, opt.seed + 1);
+  if (kv_type_is_tq(type_k_))
+    k_tq_ = std::make_unique<TqCodec>(TqCodec::for_type(type_k_, g.n_head_kv, g.head_dim_k, opt.seed));
+  if (kv_type_is_tq(type_v_))
+    v_tq_ = std::make_unique<TqCodec>(TqCodec::for_type(type_v_, g.n_head_kv, g.head_dim_v, opt.seed + 1));
   k_rot_ = rotation_for(opt, type_k_, g.head_dim_k, opt.seed + 2);
   v_rot_ = rotation_for(opt, type_v_, g.head_dim_v, opt.seed + 3);
+  using M = KvCacheOptions::KMean;
+  k_mean_on_ = opt.k_mean == M::all || (opt.k_mean == M::tq && kv_type_is_tq(type_k_));
+  mean_window_ = std::max<int64_t>(2, opt.mean_window);
+  k_mean_.assign(static_cast<size_t>(g.n_layer), {});
   k_row_bytes_ = kv_type_row_bytes(type_k_, g.n_head_kv, g.head_dim_k);
   v_row_bytes_ = kv_type_row_bytes(type_v_, g.n_head_kv, g.head_dim_v);
   for (int64_t l = 0; l < g.n_layer; ++l) {
@@ -118,6 +124,7 @@ void KvCache::copy_prefix(const KvCache& src, int64_t n_pos) {
     fail("kv cache: copy between caches of different geometry or types");
   if (n_pos > src.capacity_) fail("kv cache: copy of ", n_pos, " rows from a cache holding ", src.capacity_);
   reserve(n_pos);
+  k_mean_ = src.k_mean_;  // the prefix's rows were encoded against it
   for (size_t l = 0; l < k_.size(); ++l) {
     std::copy_n(src.k_[l].data(), k_row_bytes_ * static_cast<size_t>(n_pos), k_[l].data());
     std::copy_n(src.v_[l].data(), v_row_bytes_ * static_cast<size_t>(n_pos), v_[l].data());
@@ -126,28 +133,57 @@ void KvCache::copy_prefix(const KvCache& src, int64_t n_pos) {
 
 size_t KvCache::bytes() const { return (k_row_bytes_ + v_row_bytes_) * static_cast<size_t>(capacity_) * k_.size(); }
 
+namespace {
+
+// The mean of rows first..first+n-1 of x ([rows][w]).
+std::vector<float> row_mean(const float* x, int64_t w, int64_t first, int64_t n) {
+  std::vector<double> acc(static_cast<size_t>(w), 0.0);
+  for (int64_t t = first; t < first + n; ++t)
+    for (int64_t i = 0; i < w; ++i) acc[i] += x[t * w + i];
+  std::vector<float> m(static_cast<size_t>(w));
+  for (int64_t i = 0; i < w; ++i) m[i] = static_cast<float>(acc[i] / static_cast<double>(n));
+  return m;
+}
+
+}  // namespace
+
+void KvCache::encode_side(Backend& be, const float* x, int64_t w, const std::vector<float>& mean, const KvRotation& rot,
+                          const TqCodec* tq, DType t, uint8_t* dst) {
+  if (!mean.empty() || rot.on()) {
+    rot_buf_.assign(x, x + w);
+    for (size_t i = 0; i < mean.size(); ++i) rot_buf_[i] -= mean[i];
+    if (rot.on()) be.kv_rotate(rot, rot_buf_.data(), w, /*inverse=*/false);
+    x = rot_buf_.data();
+  }
+  if (tq)
+    tq->encode_row(x, dst);
+  else
+    be.store_row(x, t, dst, w);
+}
+
+void KvCache::store_run(Backend& be, int64_t layer, int64_t pos0, int64_t n, const float* k, const float* v) {
+  if (n <= 0) return;
+  if (pos0 < 0 || pos0 + n > n_ctx_)
+    fail("kv cache: positions ", pos0, "..", pos0 + n - 1, " outside the context of ", n_ctx_);
+  if (pos0 + n > capacity_) reserve(pos0 + n);
+  const int64_t wk = geo_.n_head_kv * geo_.head_dim_k, wv = geo_.n_head_kv * geo_.head_dim_v;
+  // A run at position 0 starts the sequence's rows afresh (positions continue without a gap,
+  // so no row written against an earlier mean stays visible): the mean is set again from it,
+  // from its positions 1..mean_window-1 (the header says why BOS is left out).
+  if (k_mean_on_ && (pos0 == 0 || k_mean_[layer].empty())) {
+    const int64_t first = pos0 == 0 && n > 1 ? 1 : 0;
+    k_mean_[layer] = row_mean(k, wk, first, std::min(mean_window_, n) - first);
+  }
+  static const std::vector<float> kNone;
+  for (int64_t t = 0; t < n; ++t) {
+    encode_side(be, k + t * wk, wk, k_mean_[layer], k_rot_, k_tq_.get(), type_k_, k_row(layer, pos0 + t));
+    encode_side(be, v + t * wv, wv, kNone, v_rot_, v_tq_.get(), type_v_, v_row(layer, pos0 + t));
+  }
+}
+
 void KvCache::store(Backend& be, int64_t layer, int64_t pos, const float* k, const float* v) {
   if (pos < 0 || pos >= n_ctx_) fail("kv cache: position ", pos, " outside the context of ", n_ctx_);
-  if (pos >= capacity_) reserve(pos + 1);
-  const int64_t wk = geo_.n_head_kv * geo_.head_dim_k, wv = geo_.n_head_kv * geo_.head_dim_v;
-  if (k_rot_.on()) {
-    rot_buf_.assign(k, k + wk);
-    be.kv_rotate(k_rot_, rot_buf_.data(), wk, /*inverse=*/false);
-    k = rot_buf_.data();
-  }
-  if (k_tq_)
-    k_tq_->encode_row(k, k_row(layer, pos));
-  else
-    be.store_row(k, type_k_, k_row(layer, pos), wk);
-  if (v_rot_.on()) {
-    rot_buf_.assign(v, v + wv);
-    be.kv_rotate(v_rot_, rot_buf_.data(), wv, /*inverse=*/false);
-    v = rot_buf_.data();
-  }
-  if (v_tq_)
-    v_tq_->encode_row(v, v_row(layer, pos));
-  else
-    be.store_row(v, type_v_, v_row(layer, pos), wv);
+  store_run(be, layer, pos, 1, k, v);
 }
 
 const float* KvCache::query_for_cache(Backend& be, const float* q, int64_t n, std::vector<float>* buf) const {

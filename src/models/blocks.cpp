@@ -9,8 +9,7 @@ void attend_batch(Backend& be, Memory& mem, const std::vector<BatchRun>& runs, i
   const int64_t slot = mem.kv_slot(layer);
   for (const BatchRun& r : runs) {
     KvCache& kv = mem.kv(r.seq);
-    for (int64_t t = 0; t < r.n; ++t)
-      kv.store(be, slot, r.pos0 + t, k + (r.first + t) * Hkv * Dk, v + (r.first + t) * Hkv * Dv);
+    kv.store_run(be, slot, r.pos0, r.n, k + r.first * Hkv * Dk, v + r.first * Hkv * Dv);
     AttentionArgs aa = kv.attention_args(slot);  // cache pointers, types, strides, codecs
     // Queries into the K cache's rotated space, the output back from V's (memory/kv_cache.h).
     std::vector<float> q_rot;

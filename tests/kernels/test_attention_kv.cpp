@@ -1,5 +1,5 @@
 // tests/kernels/test_attention_kv: cpu attention over every KV codec (f16, bf16, q8_0, q4_0,
-// tq2/3/4/8, asymmetric K/V, GQA, split-KV decode) against the ref oracle on the same stored
+// tq2/3/4/8, tq2g/3g/4g, asymmetric K/V, GQA, split-KV decode) against the ref oracle on the same stored
 // cache, plus a loose check of each codec against attention over the unquantized cache, a
 // negative control, and bitwise determinism across thread counts. Legend: T tokens, H query
 // heads, Hkv KV heads, D head dim, N cached positions.
@@ -57,6 +57,7 @@ AttnSetup make(const Case& c, DType kt, DType vt, uint32_t seed, Backend& store_
   // The kernels over the rows as stored: q8_0/q4_0 rows unrotated, so q needs no rotation and
   // the error against the f32 cache is the codec's alone (rotation: test_kv_rotation.cpp).
   o.rotation = KvCacheOptions::Rotation::off;
+  o.k_mean = KvCacheOptions::KMean::off;  // likewise: K rows as given (mean removal: test_kv_rotation.cpp)
   s.kv = std::make_unique<KvCache>(KvGeometry{1, c.H, c.Hkv, c.D, c.D}, o);
   EXPECT_EQ(s.kv->type_k(), kt);
   EXPECT_EQ(s.kv->type_v(), vt);
@@ -97,6 +98,8 @@ const std::pair<DType, DType> kTypePairs[] = {
     {DType::F16, DType::F16}, {DType::BF16, DType::BF16}, {DType::Q8_0, DType::Q8_0}, {DType::Q4_0, DType::Q4_0},
     {kKvTq2, kKvTq2},         {kKvTq3, kKvTq3},           {kKvTq4, kKvTq4},           {kKvTq8, kKvTq8},
     {DType::Q8_0, kKvTq4},    {DType::Q8_0, kKvTq3},      {kKvTq4, DType::F16},       {DType::F32, kKvTq2},
+    {kKvTq4g, kKvTq4g},       {kKvTq3g, kKvTq3g},         {kKvTq2g, kKvTq2g},         {kKvTq4g, kKvTq3g},
+    {DType::Q8_0, kKvTq4g},   {kKvTq3g, DType::F16},
 };
 
 TEST(AttentionKv, CpuMatchesRefForEveryCodec) {
@@ -106,6 +109,7 @@ TEST(AttentionKv, CpuMatchesRefForEveryCodec) {
     for (const auto& c : kCases)
       for (auto [kt, vt] : kTypePairs) {
         if ((kt == DType::Q8_0 || kt == DType::Q4_0) && (c.Hkv * c.D) % 32) continue;
+        if (kv_type_tq_group(kt) > c.D || kv_type_tq_group(vt) > c.D) continue;  // tqNg needs D >= 32
         const AttnSetup s = make(c, kt, vt, 11, *ref);
         const double e = nmse(run(*ref, s.args), run(*cpu, s.args));
         EXPECT_LE(e, kTol) << cpu_isa_name(isa) << " K " << kv_type_name(kt) << " V " << kv_type_name(vt)
@@ -142,6 +146,23 @@ TEST(AttentionKv, CodecErrorIsOrderedByBits) {
       EXPECT_GT(e, prev) << "fewer bits, larger error";
     }
     if (kv_type_is_tq(cs.k)) prev = e;
+  }
+  // The grouped codecs on the same data: fewer bits, larger error, and each tqNg (one scale
+  // per 32 rotated coordinates, 0.375 bits more per element at D = 128) below tqN. Observed:
+  // tq4g 0.0225, tq3g 0.0888, tq2g 0.317 (tq4 0.033, tq3 0.12, tq2 0.40); bounds ~1.5x those.
+  const struct {
+    DType grouped, plain;
+    double bound;
+  } grouped[] = {{kKvTq4g, kKvTq4, 0.035}, {kKvTq3g, kKvTq3, 0.13}, {kKvTq2g, kKvTq2, 0.45}};
+  prev = 0;
+  for (const auto& cs : grouped) {
+    const double eg = nmse(y0, run(*cpu, make(c, cs.grouped, cs.grouped, 5, *ref).args));
+    const double ep = nmse(y0, run(*cpu, make(c, cs.plain, cs.plain, 5, *ref).args));
+    std::printf("[  NMSE    ] attention vs f32 cache, %-5s %.3g\n", std::string(kv_type_name(cs.grouped)).c_str(), eg);
+    EXPECT_LE(eg, cs.bound) << kv_type_name(cs.grouped);
+    EXPECT_LT(eg, ep) << kv_type_name(cs.grouped);
+    EXPECT_GT(eg, prev) << "fewer bits, larger error";
+    prev = eg;
   }
 }
 

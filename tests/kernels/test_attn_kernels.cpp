@@ -1,5 +1,5 @@
 // tests/kernels/test_attn_kernels: the fused attention kernels of backends/cpu/attn_kernels.h
-// (scores and V sums read straight from f16 / q8_0 / q4_0 / tq2..tq8 heads) at every ISA
+// (scores and V sums read straight from f16 / q8_0 / q4_0 / tq2..tq8 / tq2g..tq4g heads) at every ISA
 // level this machine has, against (1) the path they replaced at the same level — decode the
 // head (quant/'s dequantize_row or TqCodec::decode_head_rotated), then Kernels::dot_f32 /
 // axpy_f32 — which they must match bit for bit (attn_kernels.h's contract), and (2) their
@@ -41,7 +41,8 @@ using test::randn;
 // (test_backend_parity.cpp); the negative controls below give > 1e-3.
 constexpr double kTol = 1e-10;
 
-const DType kTypes[] = {DType::F16, DType::Q8_0, DType::Q4_0, kKvTq2, kKvTq3, kKvTq4, kKvTq8};
+const DType kTypes[] = {DType::F16, DType::Q8_0, DType::Q4_0, kKvTq2,  kKvTq3,
+                        kKvTq4,     kKvTq8,      kKvTq2g,     kKvTq3g, kKvTq4g};
 
 // P positions of one KV head each, stored as the middle head of a 3-head row (so the stride is
 // not the head size and neighbouring heads hold other data), plus the decoded heads.
@@ -62,8 +63,8 @@ Heads make_heads(DType t, int64_t P, int64_t D, uint32_t seed) {
   Heads h;
   h.type = t;
   h.D = D;
-  if (const int b = kv_type_tq_bits(t)) {
-    h.tq = std::make_unique<TqCodec>(b, 1, D, 77);
+  if (kv_type_is_tq(t)) {
+    h.tq = std::make_unique<TqCodec>(TqCodec::for_type(t, 1, D, 77));
     h.head_bytes = h.tq->head_bytes();
   } else {
     h.head_bytes = kv_type_row_bytes(t, 1, D);
@@ -245,6 +246,15 @@ TEST(AttnKernels, NegativeControls) {
             EXPECT_TRUE(same) << kv_type_name(t) << " position " << j;
         }
       EXPECT_GT(moved, 0) << cpu_isa_name(isa) << " " << kv_type_name(t) << ": a changed index byte was not read";
+      // tqNg: the last group's scale (its fp16 exponent) at position 9 must move that score.
+      if (kv_type_tq_group(t)) {
+        uint8_t* h9 = const_cast<uint8_t*>(h.head(9));
+        h9[h.head_bytes - (2 + kTqGroup * kv_type_tq_bits(t) / 8) + 1] ^= 0x04;
+        const auto s9 = run_scores(ops_of(ak, t), h, P, q, G, P);
+        int moved9 = 0;
+        for (int64_t g = 0; g < G; ++g) moved9 += s9[g * P + 9] != s[g * P + 9];
+        EXPECT_GT(moved9, 0) << cpu_isa_name(isa) << " " << kv_type_name(t) << ": a group's scale was not read";
+      }
     }
   }
 }

@@ -13,6 +13,7 @@
 #include "backends/backend.h"
 #include "backends/cpu/cpu_backend.h"
 #include "kernels/kernel_test_util.h"
+#include "kernels/kv_cache_test_util.h"
 #include "kvcodec/kvcodec.h"
 #include "memory/kv_cache.h"
 #include "models/model.h"
@@ -93,13 +94,7 @@ TEST(KvRotation, CpuMatchesRefAtEveryIsa) {
   }
 }
 
-// One layer's attention as models/blocks' attend_batch runs it over a cache: store the rows,
-// rotate the queries into K's space, attend causally, rotate the output back from V's.
-// rotate_q = false skips the query rotation: the negative control.
-struct Problem {
-  int64_t N = 48, H = 6, Hkv = 2, D = 64;
-  std::vector<float> q, k, v;  // [N][H·D], [N][Hkv·D], [N][Hkv·D]
-};
+using Problem = test::KvProblem;
 
 Problem outlier_problem(uint32_t seed) {
   Problem p;
@@ -116,24 +111,15 @@ Problem outlier_problem(uint32_t seed) {
   return p;
 }
 
+// One layer's attention as models/blocks' attend_batch runs it over a cache: store the rows
+// one position at a time, then test::attend_stored.
 std::vector<float> attend_cache(Backend& be, const Problem& p, const KvCacheOptions& opt, bool rotate_q = true) {
   KvCacheOptions o = opt;
   o.n_ctx = p.N;
   o.auto_asymmetric = false;
   KvCache kv(KvGeometry{1, p.H, p.Hkv, p.D, p.D}, o);
   for (int64_t t = 0; t < p.N; ++t) kv.store(be, 0, t, p.k.data() + t * p.Hkv * p.D, p.v.data() + t * p.Hkv * p.D);
-  std::vector<float> out(static_cast<size_t>(p.N * p.H * p.D)), q_rot;
-  AttentionArgs a = kv.attention_args(0);
-  a.q = rotate_q ? kv.query_for_cache(be, p.q.data(), p.N * p.H * p.D, &q_rot) : p.q.data();
-  a.out = out.data();
-  a.n_tok = p.N;
-  a.n_head = p.H;
-  a.n_kv = p.N;
-  a.pos0 = 0;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(p.D));
-  be.attention(a);
-  kv.output_from_cache(be, out.data(), p.N * p.H * p.D);
-  return out;
+  return test::attend_stored(be, p, kv, rotate_q);
 }
 
 KvCacheOptions cache(DType t, Rotation rot, bool signs = false) {
@@ -246,10 +232,7 @@ TEST(KvRotation, ModelLogitsUnchangedWithUnquantizedCache) {
     return all;
   };
   const auto base = logits(Rotation::off), rot = logits(Rotation::all);
-  ASSERT_EQ(base.size(), rot.size());
-  double max_diff = 0;
-  for (size_t i = 0; i < base.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(base[i] - rot[i])));
-  EXPECT_LT(max_diff, 1e-4);
+  EXPECT_LT(test::max_abs_diff(base, rot), 1e-4);
 }
 
 // The whole model, ref vs cpu, over rotated block-quantized caches (stories260K, blocks of 8):

@@ -1,5 +1,6 @@
 // backends/cpu/attn_kernels: the fused inner loops of attention over a compressed KV cache
-// (q8_0, q4_0 and the rotated-codebook tq2/tq3/tq4/tq8 of kvcodec/kvcodec.h): QK^T scores
+// (q8_0, q4_0 and the rotated-codebook tq2/tq3/tq4/tq8 and grouped tq2g/tq3g/tq4g of
+// kvcodec/kvcodec.h): QK^T scores
 // and the weighted V sum read straight from the stored blocks, several positions and several
 // query heads per call, with no per-position decode call and no dequantized copy. One table
 // per ISA level (attn_kernels_generic.cpp is the scalar twin of attn_kernels_avx2.cpp and
@@ -9,11 +10,12 @@
 // Legend: P = positions (cache rows) per call, G = query heads of one KV head (the GQA group),
 // D = head dim, W = vector lanes (8 generic/AVX2, 16 AVX-512). "Head" = the bytes of one KV
 // head in one cache row: D/32 whole blocks for q8_0/q4_0 (block_q8_0/block_q4_0), or a tq
-// head (fp16 γ, then D·bits index bits, kvcodec.h).
+// head (fp16 γ, then D·bits index bits; tqNg: D/32 groups of an fp16 scale and 32·bits index
+// bits, kvcodec.h).
 //
 // Arithmetic contract (what the parity tests hold them to):
 //   - each element is decoded exactly as quant/'s dequantize_row (f16: exact; q8_0: q·d;
-//     q4_0: (q-8)·d) or as TqCodec::decode_head_rotated (the centroid cb[idx]);
+//     q4_0: (q-8)·d) or as TqCodec::decode_head_rotated (the centroid cb[idx]; tqNg: s·cb[idx]);
 //   - a score is one dot product accumulated in one W-lane vector in W-element steps and
 //     reduced with the same tree as Kernels::dot_f32 (kernels.h), then multiplied by γ for
 //     tq; so it equals dot_f32(decoded head, q) (·γ), whatever P, G or the tile shape;
@@ -45,7 +47,7 @@ struct AttnKvOps {
 
 struct AttnKernels {
   const char* name;  // "generic", "avx2", "avx512"
-  AttnKvOps f16, q8_0, q4_0, tq2, tq3, tq4, tq8;
+  AttnKvOps f16, q8_0, q4_0, tq2, tq3, tq4, tq8, tq2g, tq3g, tq4g;
   // Backend::kv_rotate: x [n] in place, each block of B elements (a power of two) -> R·x with
   // R = H_B·diag(s)·scale, or R^T·x = diag(s)·H_B·x·scale when inverse (s null: all 1; scale
   // = 1/sqrt(B)). The butterflies of kvcodec's fwht, same pairs in the same order, in float.

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "backends/cpu/attn_kernels.h"
 #include "kvcodec/kvcodec.h"
@@ -123,22 +124,13 @@ struct Simd {
 }  // namespace generic_attn
 
 const AttnKvOps* AttnKernels::get(DType t) const {
-  const AttnKvOps* o = nullptr;
-  if (t == DType::F16)
-    o = &f16;
-  else if (t == DType::Q8_0)
-    o = &q8_0;
-  else if (t == DType::Q4_0)
-    o = &q4_0;
-  else if (t == kKvTq2)
-    o = &tq2;
-  else if (t == kKvTq3)
-    o = &tq3;
-  else if (t == kKvTq4)
-    o = &tq4;
-  else if (t == kKvTq8)
-    o = &tq8;
-  return o && o->scores ? o : nullptr;
+  const std::pair<DType, const AttnKvOps*> ops[] = {
+      {DType::F16, &f16}, {DType::Q8_0, &q8_0}, {DType::Q4_0, &q4_0}, {kKvTq2, &tq2},   {kKvTq3, &tq3},
+      {kKvTq4, &tq4},     {kKvTq8, &tq8},       {kKvTq2g, &tq2g},     {kKvTq3g, &tq3g}, {kKvTq4g, &tq4g},
+  };
+  for (const auto& [type, o] : ops)
+    if (type == t) return o->scores ? o : nullptr;
+  return nullptr;
 }
 
 const AttnKernels& attn_kernels_generic() { return generic_attn::kAttnTable; }

@@ -94,6 +94,25 @@ struct FmtTq {
   static int64_t head_bytes(int64_t D) { return 2 + D * B / 8; }
 };
 
+// tqBg: groups of kTqGroup coordinates, each its fp16 scale s then its indices; an element
+// is s·cb[idx] (one float product, as TqCodec::decode_head_rotated), W lanes never straddle
+// two groups (W <= 16 divides 32).
+template <int B>
+struct FmtTqG {
+  static constexpr bool kGamma = false;
+  static constexpr int64_t kGroupBytes = 2 + 32 * B / 8;
+  using Ctx = Simd::Tab;
+  static Ctx ctx(const float* cb) { return FmtTq<B>::ctx(cb); }
+  static V load(const Ctx& c, const uint8_t* h, int64_t i) {
+    const uint8_t* g = h + i / 32 * kGroupBytes;
+    uint16_t s;
+    std::memcpy(&s, g, 2);
+    return Simd::mul(Simd::template lookup<B>(c, g + 2 + i % 32 * B / 8), Simd::set1(Simd::half(s)));
+  }
+  static float gamma(const uint8_t*) { return 1.0f; }
+  static int64_t head_bytes(int64_t D) { return D / 32 * kGroupBytes; }
+};
+
 // Cache rows are [Hkv][D]: one KV head's positions are a row apart, a stride the hardware
 // prefetchers followed poorly here (at 16K positions the loads of K heads stalled ~50% of the
 // score kernel's time, far below the read bandwidth). So the kernels ask for the head
@@ -292,5 +311,8 @@ constexpr AttnKernels kAttnTable = {
     .tq3 = attn_ops<FmtTq<3>>(),
     .tq4 = attn_ops<FmtTq<4>>(),
     .tq8 = attn_ops<FmtTq<8>>(),
+    .tq2g = attn_ops<FmtTqG<2>>(),
+    .tq3g = attn_ops<FmtTqG<3>>(),
+    .tq4g = attn_ops<FmtTqG<4>>(),
     .rotate = rotate,
 };
