@@ -16,6 +16,7 @@ CommandRunner add_perplexity_command(CLI::App& app);  // apps/cli/cmd_perplexity
 CommandRunner add_pack_command(CLI::App& app);        // apps/cli/cmd_pack.cpp
 CommandRunner add_bench_command(CLI::App& app);       // apps/cli/cmd_bench.cpp
 CommandRunner add_template_command(CLI::App& app);    // apps/cli/cmd_template.cpp
+CommandRunner add_serve_command(CLI::App& app);       // apps/cli/cmd_serve.cpp
 CommandRunner add_chat_command(CLI::App& app);        // apps/cli/cmd_chat.cpp
 
 // "4G", "512M", "1.5GiB", "65536": bytes (K/M/G/T are powers of 1024); fails naming `opt`

@@ -14,8 +14,6 @@
 
 namespace sluice::cli {
 
-namespace {
-
 // A number in [lo, hi] (either end may be open: ±infinity), with a message a person can read.
 CLI::Validator in_range(double lo, double hi) {
   auto fmt = [](double v) {
@@ -39,8 +37,8 @@ CLI::Validator in_range(double lo, double hi) {
       },
       want);
 }
+namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
 }  // namespace
 
 DType parse_cache_type(const std::string& s) {

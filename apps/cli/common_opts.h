@@ -15,6 +15,10 @@
 
 namespace sluice::cli {
 
+// A CLI11 check: a number in [lo, hi] (either end may be ±infinity), with a message naming
+// the range ("'2' is out of range (want 0..1)").
+CLI::Validator in_range(double lo, double hi);
+
 // A KV type name -> its DType; fails naming the supported types.
 DType parse_cache_type(const std::string& s);
 

@@ -313,6 +313,7 @@ int main(int argc, char** argv) {
   auto run_pack = cli::add_pack_command(app);
   auto run_bench = cli::add_bench_command(app);
   auto run_template = cli::add_template_command(app);
+  auto run_serve = cli::add_serve_command(app);
   auto run_chat = cli::add_chat_command(app);
 
   // CLI11 answers a mistyped command with "A subcommand is required"; name it instead.
@@ -343,6 +344,8 @@ int main(int argc, char** argv) {
       if (sub->get_name() == "bench") return run_bench();
     for (auto* sub : app.get_subcommands())
       if (sub->get_name() == "template") return run_template();
+    for (auto* sub : app.get_subcommands())
+      if (sub->get_name() == "serve") return run_serve();
     if (*run) {
       if (spec.ngram_min > spec.ngram_max)
         fail("--ngram-min ", spec.ngram_min, " is above --ngram-max ", spec.ngram_max);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -75,9 +76,28 @@ std::string TextStream::flush() {
   return out;
 }
 
+void token_logprob(const float* logits, int32_t n_vocab, int32_t id, int n_top, TokenLogprob& out) {
+  // log p_i = x_i - (max + log sum exp(x - max)), in double so a 150k-entry sum loses nothing.
+  const float mx = *std::max_element(logits, logits + n_vocab);
+  double sum = 0;
+  for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const double lse = mx + std::log(sum);
+  out.id = id;
+  out.logprob = static_cast<float>(logits[id] - lse);
+  out.top.clear();
+  const auto k = static_cast<size_t>(std::clamp<int64_t>(n_top, 0, n_vocab));
+  if (k == 0) return;
+  std::vector<int32_t> ids(static_cast<size_t>(n_vocab));
+  for (int32_t i = 0; i < n_vocab; ++i) ids[static_cast<size_t>(i)] = i;
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  for (size_t j = 0; j < k; ++j) out.top.emplace_back(ids[j], static_cast<float>(logits[ids[j]] - lse));
+}
+
 Generation::Generation(const Tokenizer& tok, const GenerateParams& p, std::span<const int32_t> prompt, TextFn on_text)
     : tok_(tok), p_(p), sampler_(p.sampler), stream_(p.stop), on_text_(std::move(on_text)) {
-  for (int32_t id : prompt) sampler_.accept(id);  // penalties look at the prompt too, as llama-cli's do
+  for (int32_t id : prompt) sampler_.accept(id);            // penalties look at the prompt too, as llama-cli's do
+  if (p.make_filter) sampler_.set_filter(p.make_filter());  // after the prompt: it sees generated tokens only
   st_.n_prompt = static_cast<int>(prompt.size());
 }
 
@@ -107,6 +127,8 @@ int32_t Generation::next(const float* logits, int32_t n_vocab) {
   }
   ++st_.n_generated;
   st_.tokens.push_back(id);
+  // Before emit: whoever streams the text sees the logprobs of the tokens it came from.
+  if (p_.n_logprobs >= 0) token_logprob(logits, n_vocab, id, p_.n_logprobs, st_.logprobs.emplace_back());
   emit(stream_.push(tok_.token_to_piece(id)));
   if (stream_.stopped())
     end(StopReason::stop_string);

@@ -5,9 +5,11 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/session.h"
@@ -24,14 +26,33 @@ struct GenerateParams {
   bool ignore_eos = false;        // keep going past end-of-generation tokens (they are then emitted as text)
   bool parse_special = true;      // prompt text that spells a special token (<|im_start|>) becomes it, as in llama.cpp
   std::vector<std::string> stop;  // stop strings; empty ones are ignored
+  // >= 0: record each kept token's log-probability and this many most likely alternatives
+  // (GenerationStats::logprobs; OpenAI's logprobs + top_logprobs). -1: none (no extra work).
+  int n_logprobs = -1;
+  // A constraint on the generated tokens (sampling/json_schema.h: OpenAI's response_format),
+  // made fresh for each generation; empty: none.
+  std::function<std::unique_ptr<TokenFilter>()> make_filter;
 };
+
+// A kept token's log-probability under the model: log-softmax of the raw logits, before
+// penalties, temperature and the filtering stages (what OpenAI's API reports), and the most
+// likely tokens under the same distribution, highest first (ties: lower id first).
+struct TokenLogprob {
+  int32_t id = -1;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+// Fills `out` for token `id` from logits [n_vocab] with the n_top most likely alternatives.
+void token_logprob(const float* logits, int32_t n_vocab, int32_t id, int n_top, TokenLogprob& out);
 
 struct GenerationStats {
   int n_prompt = 0;
   int n_generated = 0;  // tokens sampled and kept; an end-of-generation token that stopped the run is not counted
   double prompt_seconds = 0, generate_seconds = 0;
   StopReason stop = StopReason::none;
-  std::vector<int32_t> tokens;  // the n_generated ids, in order
+  std::vector<int32_t> tokens;         // the n_generated ids, in order
+  std::vector<TokenLogprob> logprobs;  // one per token when GenerateParams::n_logprobs >= 0
 };
 
 // Number of bytes at the end of `s` that begin a UTF-8 sequence still missing its continuation

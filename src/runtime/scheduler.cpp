@@ -17,30 +17,98 @@ struct Scheduler::Request {
   std::vector<int32_t> prompt;
   Generation gen;  // sampling, text and stop rules (runtime/generator.h)
   int32_t seq = -1;
-  size_t prompt_done = 0;  // prompt tokens evaluated
+  size_t prompt_done = 0;  // prompt tokens evaluated (or taken from the prompt cache)
+  int64_t cached = 0;      // prompt tokens taken from the prompt cache
+  std::string error;       // see Scheduler::error
   int32_t next = -1;       // sampled, not yet evaluated (decode)
   bool logits_seen = false;
   Clock::time_point t_submit, t_first;
 };
 
-Scheduler::Scheduler(const Model& model, Backend& backend, const MemoryOptions& mem_opt, int64_t max_batch_tokens)
-    : model_(model), be_(backend), mem_(model.memory_layout(), mem_opt), max_batch_(max_batch_tokens) {
+Scheduler::Scheduler(const Model& model, Backend& backend, const MemoryOptions& mem_opt, int64_t max_batch_tokens,
+                     int prompt_cache_slots)
+    : model_(model),
+      be_(backend),
+      mem_(model.memory_layout(), mem_opt),
+      max_batch_(max_batch_tokens),
+      cache_slots_(prompt_cache_slots) {
   if (max_batch_ < 1) fail("scheduler: max_batch_tokens must be >= 1, got ", max_batch_);
+  if (cache_slots_ < 0) fail("scheduler: prompt_cache_slots must be >= 0, got ", cache_slots_);
+  for (const auto& l : mem_.layout().layers) recurrent_ = recurrent_ || l.kind == LayerMemoryKind::recurrent;
 }
 
 Scheduler::~Scheduler() = default;
 
 int64_t Scheduler::submit(std::string_view prompt, const GenerateParams& p, TextFn on_text) {
-  std::vector<int32_t> ids = model_.tokenizer().encode(prompt, /*add_special=*/true, p.parse_special);
+  return submit(model_.tokenizer().encode(prompt, /*add_special=*/true, p.parse_special), p, std::move(on_text));
+}
+
+int64_t Scheduler::submit(std::vector<int32_t> ids, const GenerateParams& p, TextFn on_text) {
   if (ids.empty()) fail("scheduler: the prompt has no tokens");
   if (static_cast<int64_t>(ids.size()) > mem_.n_ctx())
     fail("scheduler: prompt of ", ids.size(), " tokens does not fit the context of ", mem_.n_ctx());
+  const int32_t n_vocab = model_.tokenizer().n_vocab();
+  for (int32_t t : ids)
+    if (t < 0 || t >= n_vocab) fail("scheduler: token id ", t, " is outside the vocabulary of ", n_vocab);
   auto r = std::make_unique<Request>(model_.tokenizer(), p, std::move(ids), std::move(on_text));
-  r->seq = mem_.seq_new();
+  attach_sequence(*r);
   r->t_submit = Clock::now();
   const int64_t id = next_id_++;
   reqs_.emplace(id, std::move(r));
   return id;
+}
+
+void Scheduler::attach_sequence(Request& r) {
+  // The idle sequence that lets the most prompt tokens be skipped. At least the prompt's last
+  // token is always evaluated: its logits pick the first generated token.
+  const auto cap = static_cast<int64_t>(r.prompt.size()) - 1;
+  Idle* best = nullptr;
+  int64_t best_len = 0, best_match = 0;
+  for (Idle& e : idle_) {
+    int64_t match = 0;
+    const auto n = std::min<int64_t>(cap, static_cast<int64_t>(e.tokens.size()));
+    while (match < n && (debug_reuse_mismatched_prefix ||
+                         e.tokens[static_cast<size_t>(match)] == r.prompt[static_cast<size_t>(match)]))
+      ++match;
+    int64_t reach = match;
+    if (recurrent_) {
+      // Recurrent states go back only to a checkpoint at or before the shared prefix.
+      reach = 0;
+      for (int64_t c : mem_.seq_checkpoints(e.seq))
+        if (c <= match) reach = std::max(reach, c);
+    }
+    if (reach > best_len) {
+      best = &e;
+      best_len = reach;
+      best_match = match;
+    }
+  }
+  const bool hit = best != nullptr;
+  if (!hit) {
+    r.seq = mem_.seq_new();
+  } else if (best_match < static_cast<int64_t>(best->tokens.size()) &&
+             n_active() + static_cast<int>(idle_.size()) < cache_slots_) {
+    // That conversation went on past what this prompt shares: copy the prefix into a free
+    // slot and leave the original for a request that continues it.
+    r.seq = mem_.seq_fork(best->seq);
+    best->last_used = ++use_clock_;
+  } else {
+    r.seq = best->seq;
+    idle_.erase(idle_.begin() + (best - idle_.data()));
+  }
+  r.cached = hit ? mem_.seq_rewind(r.seq, best_len) : 0;
+  r.prompt_done = static_cast<size_t>(r.cached);
+  trim_idle();
+}
+
+void Scheduler::trim_idle() {
+  // The request being attached is not in reqs_ yet; it counts as one active sequence.
+  while (!idle_.empty() && n_active() + 1 + static_cast<int>(idle_.size()) > cache_slots_) {
+    auto lru = std::min_element(idle_.begin(), idle_.end(),
+                                [](const Idle& a, const Idle& b) { return a.last_used < b.last_used; });
+    mem_.seq_free(lru->seq);
+    idle_.erase(lru);
+  }
 }
 
 Scheduler::Request& Scheduler::req(int64_t id) {
@@ -55,7 +123,16 @@ const Scheduler::Request& Scheduler::req(int64_t id) const {
   return *it->second;
 }
 
+void Scheduler::release(int64_t id) {
+  auto it = reqs_.find(id);
+  if (it == reqs_.end()) fail("scheduler: no request ", id);
+  if (!it->second->gen.ended()) fail("scheduler: request ", id, " is still running (cancel it first)");
+  reqs_.erase(it);
+}
+
 bool Scheduler::done(int64_t id) const { return req(id).gen.ended(); }
+int64_t Scheduler::cached_tokens(int64_t id) const { return req(id).cached; }
+const std::string& Scheduler::error(int64_t id) const { return req(id).error; }
 const GenerationStats& Scheduler::stats(int64_t id) const { return req(id).gen.stats(); }
 const std::string& Scheduler::text(int64_t id) const { return req(id).gen.text(); }
 
@@ -68,7 +145,24 @@ int Scheduler::n_active() const {
 void Scheduler::finish(Request& r) {
   const auto now = Clock::now();
   r.gen.stats().generate_seconds = std::chrono::duration<double>(now - (r.logits_seen ? r.t_first : now)).count();
-  mem_.seq_free(r.seq);
+  if (cache_slots_ == 0) {
+    mem_.seq_free(r.seq);
+    return;
+  }
+  // Keep it for the prompt cache. Its rows hold the evaluated prompt tokens and then the
+  // generated ones that were fed back (the last sampled token never was).
+  Idle e;
+  e.seq = r.seq;
+  const auto n = static_cast<size_t>(mem_.seq_len(r.seq));
+  e.tokens.assign(r.prompt.begin(), r.prompt.begin() + static_cast<std::ptrdiff_t>(std::min(n, r.prompt.size())));
+  const auto& gen = r.gen.stats().tokens;
+  for (size_t i = 0; e.tokens.size() < n && i < gen.size(); ++i) e.tokens.push_back(gen[i]);
+  if (e.tokens.size() != n) fail("scheduler: sequence ", r.seq, " holds ", n, " rows for ", e.tokens.size(), " tokens");
+  // The next turn of a conversation starts with this one: its state is worth a checkpoint.
+  mem_.seq_checkpoint(r.seq);
+  e.last_used = ++use_clock_;
+  idle_.push_back(std::move(e));
+  r.seq = -1;
 }
 
 void Scheduler::cancel(int64_t id) {
@@ -107,7 +201,11 @@ bool Scheduler::step() {
   // Throws (memory budget, ...) with the memory and every request as they were.
   model_.forward(be_, mem_, batch_, logits_.data(), nullptr);
   ++steps_;
-  for (auto& [r, n] : chunks) r->prompt_done += n;
+  for (auto& [r, n] : chunks) {
+    r->prompt_done += n;
+    // Where a prompt ends, a hybrid model's later request sharing the prompt can resume.
+    if (cache_slots_ > 0 && r->prompt_done == r->prompt.size()) mem_.seq_checkpoint(r->seq);
+  }
 
   for (size_t o = 0; o < out.size(); ++o) {
     Request& r = *out[o];
@@ -117,7 +215,14 @@ bool Scheduler::step() {
       r.t_first = Clock::now();
       r.gen.stats().prompt_seconds = std::chrono::duration<double>(r.t_first - r.t_submit).count();
     }
-    const int32_t id = r.gen.next(logits_.data() + o * V, static_cast<int32_t>(V));
+    int32_t id = -1;
+    try {
+      id = r.gen.next(logits_.data() + o * V, static_cast<int32_t>(V));
+    } catch (const std::exception& e) {
+      // This request's own sampling failed; the step and the other requests stand.
+      r.error = e.what();
+      r.gen.end(StopReason::callback);
+    }
     if (!r.gen.ended() && mem_.seq_len(r.seq) >= mem_.n_ctx())
       r.gen.end(StopReason::context_full);  // the token was sampled from valid logits: it stays
     if (r.gen.ended())
