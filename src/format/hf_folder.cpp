@@ -322,6 +322,15 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
         v.type = DType::F32;
         v.data = owned->converted.back().data();
         v.nbytes = owned->converted.back().size() * 4;
+      } else if (reinterpret_cast<uintptr_t>(t.data) % 4 != 0) {
+        // The format promises no alignment (a header of odd length shifts every tensor); the
+        // kernels read 16/32-bit elements, so a misaligned tensor is copied once.
+        std::vector<float> copy((t.nbytes + 3) / 4);
+        std::memcpy(copy.data(), t.data, t.nbytes);
+        owned->converted.push_back(std::move(copy));
+        v.type = *dt;
+        v.data = owned->converted.back().data();
+        v.nbytes = t.nbytes;
       } else {
         v.type = *dt;
         v.data = t.data;
