@@ -491,23 +491,36 @@ JsonMatcher::Step JsonMatcher::step(char c) {
         if (consumed) return Step::consumed;
         continue;
       }
-      case kObject: {
-        const auto& keys = n->key_sets[static_cast<size_t>(f.count)];
-        auto required_left = [&] {
+      case kObject:
+      case kMap: {
+        // One state machine for both: an object of declared properties (keys from the schema,
+        // in order, some required) and a map (any string key, one value schema).
+        const bool map = f.kind == kMap;
+        static const std::vector<std::pair<std::string, int>> kNoKeys;
+        const auto& keys = map ? kNoKeys : n->key_sets[static_cast<size_t>(f.count)];
+        auto may_end = [&] {
+          if (map) return true;
           for (size_t j = static_cast<size_t>(f.count); j < n->props.size(); ++j)
-            if (n->props[j].required) return true;
-          return false;
+            if (n->props[j].required) return false;
+          return true;
         };
+        const bool may_continue = map || !keys.empty();
+        if (f.st != kInKey && is_ws(c)) return whitespace(f);
+        f.ws = 0;
         switch (f.st) {
           case kKeyOrEnd:
           case kKeyOnly:
-            if (is_ws(c)) return whitespace(f);
-            f.ws = 0;
-            if (c == '}' && f.st == kKeyOrEnd && !required_left()) {
+            if (c == '}' && f.st == kKeyOrEnd && may_end()) {
               stack_.pop_back();
               return Step::consumed;
             }
-            if (c != '"' || keys.empty()) return Step::reject;
+            if (c != '"' || !may_continue) return Step::reject;
+            if (map) {  // the key is any string: a string frame reads it
+              f.st = kColon;
+              if (stack_.size() >= static_cast<size_t>(kMaxDepth)) return Step::reject;
+              stack_.push_back(Frame{-1, kString, 0, 0, 0, 0, 0, 0, 0});
+              return Step::consumed;
+            }
             f.st = kInKey, f.lo = 0, f.hi = static_cast<uint32_t>(keys.size()), f.pos = 1;
             return Step::consumed;
           case kInKey: {
@@ -529,72 +542,23 @@ JsonMatcher::Step JsonMatcher::step(char c) {
             return Step::consumed;
           }
           case kColon:
-            if (is_ws(c)) return whitespace(f);
-            f.ws = 0;
             if (c != ':') return Step::reject;
             f.st = kValue;
             return Step::consumed;
           case kValue: {
-            if (is_ws(c)) return whitespace(f);
-            f.ws = 0;
             f.st = kCommaOrEnd;
+            const int value = map ? (n ? n->map_values : kAnyNode) : n->props[f.lo].node;
             bool consumed = false;
-            if (!push_value(n->props[f.lo].node, c, consumed)) return Step::reject;
+            if (!push_value(value, c, consumed)) return Step::reject;
             if (consumed) return Step::consumed;
             continue;
           }
           case kCommaOrEnd:
-            if (is_ws(c)) return whitespace(f);
-            f.ws = 0;
-            if (c == '}' && !required_left()) {
+            if (c == '}' && may_end()) {
               stack_.pop_back();
               return Step::consumed;
             }
-            if (c != ',' || keys.empty()) return Step::reject;
-            f.st = kKeyOnly;
-            return Step::consumed;
-        }
-        return Step::reject;
-      }
-      case kMap: {
-        const int values = n ? n->map_values : kAnyNode;
-        switch (f.st) {
-          case kKeyOrEnd:
-          case kKeyOnly:
-            if (is_ws(c)) return whitespace(f);
-            f.ws = 0;
-            if (c == '}' && f.st == kKeyOrEnd) {
-              stack_.pop_back();
-              return Step::consumed;
-            }
-            if (c != '"' || values < 0) return Step::reject;
-            f.st = kColon;
-            if (stack_.size() >= static_cast<size_t>(kMaxDepth)) return Step::reject;
-            stack_.push_back(Frame{-1, kString, 0, 0, 0, 0, 0, 0, 0});
-            return Step::consumed;
-          case kColon:
-            if (is_ws(c)) return whitespace(f);
-            f.ws = 0;
-            if (c != ':') return Step::reject;
-            f.st = kValue;
-            return Step::consumed;
-          case kValue: {
-            if (is_ws(c)) return whitespace(f);
-            f.ws = 0;
-            f.st = kCommaOrEnd;
-            bool consumed = false;
-            if (!push_value(values, c, consumed)) return Step::reject;
-            if (consumed) return Step::consumed;
-            continue;
-          }
-          case kCommaOrEnd:
-            if (is_ws(c)) return whitespace(f);
-            f.ws = 0;
-            if (c == '}') {
-              stack_.pop_back();
-              return Step::consumed;
-            }
-            if (c != ',') return Step::reject;
+            if (c != ',' || !may_continue) return Step::reject;
             f.st = kKeyOnly;
             return Step::consumed;
         }
