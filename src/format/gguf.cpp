@@ -26,6 +26,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "format/mapped_file.h"
 
 namespace sluice {
 
@@ -460,17 +461,9 @@ void GgufParser::run() {
 // ---------------------------------------------------------------------------------------
 
 GgufFile::GgufFile(const std::string& path, Load load, const Progress& progress) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) fail(path, ": cannot open: ", std::strerror(errno));
+  fd_ = open_regular_file(path, &size_);
   try {
-    struct stat st;
-    if (::fstat(fd_, &st) != 0) fail(path, ": cannot stat: ", std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) fail(path, ": not a regular file");
-    size_ = static_cast<size_t>(st.st_size);
     if (size_ > 0) {
-      // MAP_PRIVATE + PROT_READ: the file is never written through the mapping. If another
-      // process truncates the file while it is mapped, reads past the new end raise SIGBUS;
-      // nothing in-process can guard against that.
       void* p = MAP_FAILED;
       if (load == Load::read) {
         p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -492,9 +485,7 @@ GgufFile::GgufFile(const std::string& path, Load load, const Progress& progress)
         }
         ::mprotect(p, size_, PROT_READ);  // as the mapping: weights are never written
       } else {
-        p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
-        if (p == MAP_FAILED) fail(path, ": cannot mmap ", size_, " bytes: ", std::strerror(errno));
-        base_ = static_cast<const uint8_t*>(p);
+        base_ = map_file_readonly(fd_, size_, path);
         mapped_ = true;
       }
     }

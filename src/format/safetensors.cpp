@@ -1,18 +1,16 @@
 // format/safetensors: mapping and checking a safetensors file.
 #include "format/safetensors.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"
+#include "format/mapped_file.h"
 
 namespace sluice {
 namespace {
@@ -64,18 +62,10 @@ int64_t StTensor::n_elements() const {
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) fail(path, ": cannot open: ", std::strerror(errno));
+  fd_ = open_regular_file(path, &size_);
   try {
-    struct stat st;
-    if (::fstat(fd_, &st) != 0) fail(path, ": cannot stat: ", std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) fail(path, ": not a regular file");
-    size_ = static_cast<size_t>(st.st_size);
     if (size_ > 0) {
-      // Read-only and private: the file is never written through the mapping.
-      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
-      if (p == MAP_FAILED) fail(path, ": cannot mmap ", size_, " bytes: ", std::strerror(errno));
-      base_ = static_cast<const uint8_t*>(p);
+      base_ = map_file_readonly(fd_, size_, path);
       mapped_ = true;
     }
     parse();

@@ -1,0 +1,18 @@
+// format/mapped_file: opening a model file and mapping it read-only, the same way for every
+// format reader (gguf.cpp, safetensors.cpp), with errors that name the path.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace sluice {
+
+// Opens `path` read-only (close-on-exec) and checks it is a regular file; returns the fd and
+// sets *size. Throws sluice::Error naming the path and the system's reason.
+int open_regular_file(const std::string& path, size_t* size);
+// Maps `size` bytes of `fd` read-only and private (the file is never written through the
+// mapping). A file truncated by another process while mapped raises SIGBUS on a read past its
+// new end; nothing in-process can guard against that. Throws sluice::Error naming the path.
+const uint8_t* map_file_readonly(int fd, size_t size, const std::string& path);
+
+}  // namespace sluice
