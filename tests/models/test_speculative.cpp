@@ -61,13 +61,23 @@ Outcome lookup(Session& s, const std::string& prompt, const GenerateParams& gp) 
   return r;
 }
 
-TEST(Speculative, SameTokensAsPlainDecodingOnSmolLM2) {
-  const std::string path = test::find_smollm2_gguf();
-  ASSERT_FALSE(path.empty()) << test::kSmolGgufRel << " not found: run scripts/setup";
-  auto model = Model::load(path);
-  auto be = make_backend("cpu", 2);
+// The real model, its cpu backend and a 512-position cache, for the tests on SmolLM2.
+class SpeculativeSmolLM2 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path = test::find_smollm2_gguf();
+    ASSERT_FALSE(path.empty()) << test::kSmolGgufRel << " not found: run scripts/setup";
+    model = Model::load(path);
+    be = make_backend("cpu", 2);
+    kv.n_ctx = 512;
+  }
+  std::string path;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Backend> be;
   KvCacheOptions kv;
-  kv.n_ctx = 512;
+};
+
+TEST_F(SpeculativeSmolLM2, SameTokensAsPlainDecoding) {
   Session s(*model, *be, kv);
   GenerateParams gp;
   gp.n_predict = 100;
@@ -95,13 +105,7 @@ TEST(Speculative, SameTokensAsPlainDecodingOnSmolLM2) {
 
 // Negative control: the comparison above sees stale rows. Rows of wrong drafts left in
 // the cache (no rollback) change the greedy continuation of the same prompt.
-TEST(Speculative, StaleDraftRowsChangeTheContinuation) {
-  const std::string path = test::find_smollm2_gguf();
-  ASSERT_FALSE(path.empty()) << test::kSmolGgufRel << " not found: run scripts/setup";
-  auto model = Model::load(path);
-  auto be = make_backend("cpu", 2);
-  KvCacheOptions kv;
-  kv.n_ctx = 512;
+TEST_F(SpeculativeSmolLM2, StaleDraftRowsChangeTheContinuation) {
   const Tokenizer& tok = model->tokenizer();
   const std::vector<int32_t> ids = tok.encode(rewrite_prompt(), true, true);
   auto greedy = [&](bool stale) {
@@ -128,13 +132,8 @@ TEST(Speculative, StaleDraftRowsChangeTheContinuation) {
 
 // A draft model: SmolLM2 drafting for itself agrees with itself on nearly every draft, so the
 // output is plain greedy's in a few steps; a draft with another vocabulary is refused.
-TEST(Speculative, DraftModelGivesPlainTokens) {
-  const std::string path = test::find_smollm2_gguf();
-  ASSERT_FALSE(path.empty()) << test::kSmolGgufRel << " not found: run scripts/setup";
-  auto model = Model::load(path), draft = Model::load(path);
-  auto be = make_backend("cpu", 2);
-  KvCacheOptions kv;
-  kv.n_ctx = 512;
+TEST_F(SpeculativeSmolLM2, DraftModelGivesPlainTokens) {
+  auto draft = Model::load(path);
   Session s(*model, *be, kv);
   GenerateParams gp;
   gp.n_predict = 40;
