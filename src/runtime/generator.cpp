@@ -139,6 +139,15 @@ int32_t Generation::next(const float* logits, int32_t n_vocab) {
   return id;
 }
 
+std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, std::string_view prompt, const GenerateParams& p,
+                                     int64_t n_ctx) {
+  std::vector<int32_t> ids = tok.encode(prompt, /*add_special=*/true, p.parse_special);
+  if (ids.empty()) fail("the prompt has no tokens (an empty prompt needs a vocab that adds BOS)");
+  if (static_cast<int64_t>(ids.size()) > n_ctx)
+    fail("prompt of ", ids.size(), " tokens does not fit the context of ", n_ctx);
+  return ids;
+}
+
 GenerationStats Generator::run(std::string_view prompt, const GenerateParams& p, const TextFn& on_text,
                                const StepFn& on_step) {
   using Clock = std::chrono::steady_clock;
@@ -146,10 +155,7 @@ GenerationStats Generator::run(std::string_view prompt, const GenerateParams& p,
   const Tokenizer& tok = s_.model().tokenizer();
   const auto n_vocab = static_cast<int32_t>(s_.model().hparams().n_vocab);
   s_.reset();
-  const std::vector<int32_t> ids = tok.encode(prompt, /*add_special=*/true, p.parse_special);
-  if (ids.empty()) fail("the prompt has no tokens (an empty prompt needs a vocab that adds BOS)");
-  if (static_cast<int64_t>(ids.size()) > s_.n_ctx())
-    fail("prompt of ", ids.size(), " tokens does not fit the context of ", s_.n_ctx());
+  const std::vector<int32_t> ids = tokenize_prompt(tok, prompt, p, s_.n_ctx());
 
   Generation g(tok, p, ids, on_text);
   const auto t0 = Clock::now();

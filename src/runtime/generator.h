@@ -114,6 +114,12 @@ class Generation {
   std::string text_;
 };
 
+// A prompt as the decode loops take it: tokenized with the vocab's BOS/EOS rule and (unless
+// p.parse_special is off) special tokens spelled in it. Throws sluice::Error when it has no
+// tokens or does not fit n_ctx.
+std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, std::string_view prompt, const GenerateParams& p,
+                                     int64_t n_ctx);
+
 // The loop over one Session. run() starts from an empty context (Session::reset) each time.
 class Generator {
  public:

@@ -68,10 +68,7 @@ GenerationStats run_speculative(Session& s, std::string_view prompt, const Gener
   const auto V = static_cast<int32_t>(s.model().hparams().n_vocab);
   SpeculativeStats st;
   s.reset();
-  std::vector<int32_t> history = tok.encode(prompt, /*add_special=*/true, p.parse_special);
-  if (history.empty()) fail("the prompt has no tokens (an empty prompt needs a vocab that adds BOS)");
-  if (static_cast<int64_t>(history.size()) > s.n_ctx())
-    fail("prompt of ", history.size(), " tokens does not fit the context of ", s.n_ctx());
+  std::vector<int32_t> history = tokenize_prompt(tok, prompt, p, s.n_ctx());
 
   Generation g(tok, p, history, on_text);
   const auto t0 = Clock::now();
