@@ -25,7 +25,7 @@ std::string read_file(const std::string& path, const char* what) {
 nlohmann::ordered_json read_json(const std::string& path, const char* what) {
   try {
     return nlohmann::ordered_json::parse(read_file(path, what));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a huge number
     fail(path, ": the ", what, " is not valid JSON: ", e.what());
   }
 }

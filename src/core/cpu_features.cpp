@@ -140,7 +140,7 @@ CpuIdentity cpu_identity() {
     std::memcpy(v + 8, &c, 4);
     id.vendor = v;
   }
-  if (__get_cpuid_max(0x80000000, nullptr) >= 0x80000004) {
+  if (static_cast<uint32_t>(__get_cpuid_max(0x80000000, nullptr)) >= 0x80000004u) {
     char brand[49] = {};
     for (uint32_t leaf = 0; leaf < 3; ++leaf) {
       __get_cpuid(0x80000002 + leaf, &a, &b, &c, &d);

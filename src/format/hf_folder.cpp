@@ -30,7 +30,7 @@ json read_json(const fs::path& p, bool required) {
   ss << in.rdbuf();
   try {
     return json::parse(ss.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number past double
     fail(p.string(), ": not valid JSON: ", e.what());
   }
 }

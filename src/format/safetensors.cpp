@@ -122,6 +122,8 @@ void SafetensorsFile::parse() {
     });
   } catch (const nlohmann::json::parse_error& e) {
     fail(f, ": the header (bytes 8..", data_start, ") is not valid JSON: ", e.what(), " (header byte ", e.byte, ")");
+  } catch (const nlohmann::json::exception& e) {  // out_of_range: a number too large for a double
+    fail(f, ": the header (bytes 8..", data_start, ") is not valid JSON: ", e.what());
   }
   if (!header.is_object()) fail(f, ": the header is JSON but not an object");
 

@@ -236,8 +236,9 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   json body;
   try {
     body = json::parse(body_text);
-  } catch (const json::parse_error& e) {
-    // nlohmann's lexer rejects ill-formed UTF-8 inside strings with this error too.
+  } catch (const json::exception& e) {
+    // parse_error for bad syntax (and ill-formed UTF-8 inside strings), out_of_range for a
+    // number too large for a double: both are the client's bad body.
     throw ApiError(400, std::string("the body is not valid JSON: ") + e.what());
   }
   if (!body.is_object()) throw ApiError(400, std::string("the body must be a JSON object, got ") + type_name(body));

@@ -64,6 +64,7 @@ TEST(ServerRequest, BadFieldsAreNamed) {
   EXPECT_EQ(rejected("{"), "(none)");
   EXPECT_EQ(rejected("[]"), "(none)");
   EXPECT_EQ(rejected("\"a\xff\""), "(none)");
+  EXPECT_EQ(rejected(R"({"prompt": "x", "temperature": 1e99999})"), "(none)");  // past double: not JSON
   EXPECT_EQ(rejected(R"({})"), "prompt");
   EXPECT_EQ(rejected(R"({"prompt": 5})"), "prompt");
   EXPECT_EQ(rejected(R"({"prompt": ["a", "b"]})"), "prompt");

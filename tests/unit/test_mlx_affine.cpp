@@ -122,6 +122,7 @@ TEST(Safetensors, RefusesHostileHeadersNamingWhatIsWrong) {
        }(),
        "above the limit"},
       {file_of("{\"a\":", 0), "not valid JSON"},
+      {file_of("{\"a\":9e99999}", 0), "not valid JSON"},  // a number past double (found by fuzzing)
       {file_of("[1]", 0), "not an object"},
       {file_of(R"({"a":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})", 4), "dtype 'F33'"},
       {file_of(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), "shape[0] = -1"},
