@@ -138,7 +138,7 @@ struct Q8Ops {
 
 struct Q8Kernels {
   const char* name;  // "generic", "avx2", "avx512", "avx512-vnni"
-  Q8Ops q4_0, q8_0, q4_K, q5_K, q6_K;
+  Q8Ops q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K;
   // quantize_row(Q8_K, x, y, n) with vectors: the same bytes for finite x (tested); null = use
   // quantize_row. Prefill quantizes each token once per matmul, 3 times per routed expert.
   void (*quantize_q8_K)(const float* x, void* y, int64_t n) = nullptr;
@@ -146,6 +146,9 @@ struct Q8Kernels {
     const Q8Ops* q = nullptr;
     switch (t) {
       case DType::Q4_0: q = &q4_0; break;
+      case DType::Q4_1: q = &q4_1; break;
+      case DType::Q5_0: q = &q5_0; break;
+      case DType::Q5_1: q = &q5_1; break;
       case DType::Q8_0: q = &q8_0; break;
       case DType::Q4_K: q = &q4_K; break;
       case DType::Q5_K: q = &q5_K; break;

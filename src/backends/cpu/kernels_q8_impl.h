@@ -1,5 +1,5 @@
 // backends/cpu/kernels_q8_impl: int8 dot products of quantized weight rows with activations
-// quantized once per token (Q8_K for Q4_K/Q5_K/Q6_K, Q8_0 for Q4_0/Q8_0), the scheme of
+// quantized once per token (Q8_K for Q4_K/Q5_K/Q6_K, Q8_0 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0), the scheme of
 // ggml's ggml_vec_dot_<w>_<act>. Included inside its own namespace by kernels_generic.cpp
 // (scalar), kernels_avx2.cpp and kernels_avx512.cpp (256-bit integer SIMD), which define
 //   SLUICE_Q8_SIMD  0: scalar code, the twin of the SIMD code; 1: AVX2 intrinsics
@@ -116,6 +116,126 @@ inline void q8_dot_q4_0(const void* w, const uint8_t* act, size_t astride, int64
       for (int j = 0; j < QK4_0 / 2; ++j) {
         s += ((x[i].qs[j] & 0xF) - 8) * a[i].qs[j];
         s += ((x[i].qs[j] >> 4) - 8) * a[i].qs[j + QK4_0 / 2];
+      }
+      sum += q8_half(x[i].d) * q8_half(a[i].d) * static_cast<float>(s);
+    }
+    out[t * ostride] = sum;
+  }
+#endif
+}
+
+// ---- Q4_1 / Q5_0 / Q5_1 · Q8_0 -------------------------------------------------------------
+// Q4_1 and Q5_1 are x = d·q + m with q unsigned (4 or 5 bits), so per block
+//   dot = d_x·d_a·Σ q·a + m_x·d_a·Σ a,
+// both sums exact in int32 (Σ a by a dot with ones: ggml keeps it in Q8_1's s instead, we
+// recompute it per row so the activations stay Q8_0). Q5_0 is x = d·(q - 16): signed like
+// Q4_0, through the sign trick. The fifth bit of element j is bit j of the 32-bit qh.
+#if SLUICE_Q8_SIMD
+// Byte j = 0xFF where bit j of `bits` is set, else 0 (32 bytes from 32 bits).
+inline __m256i q8_bits_to_bytes(uint32_t bits) {
+  // Each 128-bit lane of the broadcast holds all four bytes; byte j takes byte j/8 of them.
+  const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
+  const __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(bits)), pick);
+  return _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+}
+// Element j < 16 is the low nibble of qs[j], j >= 16 the high nibble of qs[j - 16].
+inline __m256i q8_nibbles32(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0xF));
+}
+#endif
+
+inline uint32_t q8_qh32(const uint8_t* qh) {
+  uint32_t v;
+  __builtin_memcpy(&v, qh, 4);
+  return v;
+}
+
+// kFive: Q5_1 (fifth bit from qh), else Q4_1.
+template <bool kFive, class Block, int NT>
+inline void q8_dot_x_1(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
+  const auto* x = static_cast<const Block*>(w);
+#if SLUICE_Q8_SIMD
+  const __m256i ones = _mm256_set1_epi8(1);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    __m256i xq = q8_nibbles32(x[i].qs);
+    if constexpr (kFive)
+      xq = _mm256_or_si256(xq, _mm256_and_si256(q8_bits_to_bytes(q8_qh32(x[i].qh)), _mm256_set1_epi8(0x10)));
+    const float dx = q8_half(x[i].d), mx = q8_half(x[i].m);
+    for (int t = 0; t < NT; ++t) {
+      const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
+      const __m256i aq = q8_load(a.qs);
+      const float da = q8_half(a.d);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * da), _mm256_cvtepi32_ps(q8_dot_us(xq, aq)), acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(mx * da), _mm256_cvtepi32_ps(q8_dot_us(ones, aq)), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]);
+#else
+  for (int t = 0; t < NT; ++t) {
+    const auto* a = reinterpret_cast<const block_q8_0*>(act + t * astride);
+    float sum = 0;
+    for (int64_t i = 0; i < nb; ++i) {
+      uint32_t qh = 0;
+      if constexpr (kFive) qh = q8_qh32(x[i].qh);
+      int32_t s = 0, sa = 0;
+      for (int j = 0; j < 32; ++j) {
+        int q = j < 16 ? x[i].qs[j] & 0xF : x[i].qs[j - 16] >> 4;
+        if constexpr (kFive) q |= static_cast<int>((qh >> j) & 1) << 4;
+        s += q * a[i].qs[j];
+        sa += a[i].qs[j];
+      }
+      const float da = q8_half(a[i].d);
+      sum += q8_half(x[i].d) * da * static_cast<float>(s) + q8_half(x[i].m) * da * static_cast<float>(sa);
+    }
+    out[t * ostride] = sum;
+  }
+#endif
+}
+template <int NT>
+inline void q8_dot_q4_1(const void* w, const uint8_t* a, size_t as, int64_t nb, float* out, size_t os) {
+  q8_dot_x_1<false, block_q4_1, NT>(w, a, as, nb, out, os);
+}
+template <int NT>
+inline void q8_dot_q5_1(const void* w, const uint8_t* a, size_t as, int64_t nb, float* out, size_t os) {
+  q8_dot_x_1<true, block_q5_1, NT>(w, a, as, nb, out, os);
+}
+
+template <int NT>
+inline void q8_dot_q5_0(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
+  const auto* x = static_cast<const block_q5_0*>(w);
+#if SLUICE_Q8_SIMD
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    // q - 16 in [-16, 15]: |q - 16| ≤ 16 keeps maddubs' pair sums exact.
+    const __m256i xq = _mm256_sub_epi8(
+        _mm256_or_si256(q8_nibbles32(x[i].qs),
+                        _mm256_and_si256(q8_bits_to_bytes(q8_qh32(x[i].qh)), _mm256_set1_epi8(0x10))),
+        _mm256_set1_epi8(16));
+    const __m256i ax = _mm256_sign_epi8(xq, xq);
+    const float dx = q8_half(x[i].d);
+    for (int t = 0; t < NT; ++t) {
+      const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
+      const __m256i p = q8_dot_us(ax, _mm256_sign_epi8(q8_load(a.qs), xq));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * q8_half(a.d)), _mm256_cvtepi32_ps(p), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]);
+#else
+  for (int t = 0; t < NT; ++t) {
+    const auto* a = reinterpret_cast<const block_q8_0*>(act + t * astride);
+    float sum = 0;
+    for (int64_t i = 0; i < nb; ++i) {
+      const uint32_t qh = q8_qh32(x[i].qh);
+      int32_t s = 0;
+      for (int j = 0; j < 32; ++j) {
+        const int q = (j < 16 ? x[i].qs[j] & 0xF : x[i].qs[j - 16] >> 4) | static_cast<int>((qh >> j) & 1) << 4;
+        s += (q - 16) * a[i].qs[j];
       }
       sum += q8_half(x[i].d) * q8_half(a[i].d) * static_cast<float>(s);
     }
@@ -1033,6 +1153,9 @@ void q8_gemm(const void* w, size_t row_bytes, int64_t n_rows, const void* act, s
     }                                                                                                \
   };
 SLUICE_Q8_DOT(q4_0)
+SLUICE_Q8_DOT(q4_1)
+SLUICE_Q8_DOT(q5_0)
+SLUICE_Q8_DOT(q5_1)
 SLUICE_Q8_DOT(q8_0)
 SLUICE_Q8_DOT(q4_K)
 SLUICE_Q8_DOT(q5_K)
@@ -1090,6 +1213,9 @@ constexpr Q8Kernels q8_table(const char* name) {
   return Q8Kernels{
       .name = name,
       .q4_0 = {DType::Q8_0, q8_gemm<Dot_q4_0, QK4_0>, {}},
+      .q4_1 = {DType::Q8_0, q8_gemm<Dot_q4_1, QK4_1>, {}},
+      .q5_0 = {DType::Q8_0, q8_gemm<Dot_q5_0, QK5_0>, {}},
+      .q5_1 = {DType::Q8_0, q8_gemm<Dot_q5_1, QK5_1>, {}},
       .q8_0 = {DType::Q8_0, q8_gemm<Dot_q8_0, QK8_0>, SLUICE_Q8_Q8_0_TILE},
       .q4_K = {DType::Q8_K, q8_gemm<Dot_q4_K, QK_K>, SLUICE_Q8_Q4_K_TILE},
       .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, SLUICE_Q8_Q5_K_TILE},
