@@ -213,10 +213,10 @@ inline void q8_dot_q5_0(const void* w, const uint8_t* act, size_t astride, int64
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     // q - 16 in [-16, 15]: |q - 16| ≤ 16 keeps maddubs' pair sums exact.
-    const __m256i xq = _mm256_sub_epi8(
-        _mm256_or_si256(q8_nibbles32(x[i].qs),
-                        _mm256_and_si256(q8_bits_to_bytes(q8_qh32(x[i].qh)), _mm256_set1_epi8(0x10))),
-        _mm256_set1_epi8(16));
+    const __m256i xq =
+        _mm256_sub_epi8(_mm256_or_si256(q8_nibbles32(x[i].qs),
+                                        _mm256_and_si256(q8_bits_to_bytes(q8_qh32(x[i].qh)), _mm256_set1_epi8(0x10))),
+                        _mm256_set1_epi8(16));
     const __m256i ax = _mm256_sign_epi8(xq, xq);
     const float dx = q8_half(x[i].d);
     for (int t = 0; t < NT; ++t) {
