@@ -41,13 +41,31 @@ uint64_t Rng::next_u64() {
 
 // ---- Candidates ----
 
+namespace {
+// Descending logit, ties by ascending id: a total order, so the order, and so every later
+// stage, is deterministic whatever the sort algorithm.
+bool before(const TokenCandidate& a, const TokenCandidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+}  // namespace
+
 void Candidates::sort_desc() {
   if (sorted) return;
-  // Ties by id so the order, and so every later stage, is deterministic.
-  std::sort(data.begin(), data.end(), [](const TokenCandidate& a, const TokenCandidate& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-  });
+  std::sort(data.begin(), data.end(), before);
   sorted = true;
+}
+
+void Candidates::keep_top(size_t k) {
+  if (k >= data.size()) return sort_desc();
+  if (!sorted) {
+    // O(n) selection, then a sort of the k kept: over a 151k vocabulary at k = 40 this is
+    // ~20x faster than sorting everything, and (the order being total) the same result.
+    std::nth_element(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(k), data.end(), before);
+    std::sort(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(k), before);
+    sorted = true;
+  }
+  // Shrinking with erase, not resize: GCC 12 -O3 -Warray-bounds misreads resize's grow path.
+  data.erase(data.begin() + static_cast<std::ptrdiff_t>(k), data.end());
 }
 
 void Candidates::softmax() {
@@ -112,10 +130,7 @@ void PenaltiesStage::reset() {
 
 void TopKStage::apply(Candidates& c) {
   if (k_ <= 0 || static_cast<size_t>(k_) >= c.data.size()) return;
-  // Partial sort would do; a full sort keeps `sorted` true for the stages after.
-  c.sort_desc();
-  // Shrinking with erase, not resize: GCC 12 -O3 -Warray-bounds misreads resize's grow path.
-  c.data.erase(c.data.begin() + k_, c.data.end());
+  c.keep_top(static_cast<size_t>(k_));
 }
 
 void TopPStage::apply(Candidates& c) {
@@ -147,8 +162,7 @@ void MinPStage::apply(Candidates& c) {
 void TemperatureStage::apply(Candidates& c) {
   if (t_ <= 0.0f) {
     // Only the argmax survives (llama_sampler_temp with t <= 0).
-    c.sort_desc();
-    if (!c.data.empty()) c.data.erase(c.data.begin() + 1, c.data.end());
+    c.keep_top(1);
     return;
   }
   for (auto& t : c.data) t.logit /= t_;  // positive scale: order unchanged

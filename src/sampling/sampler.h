@@ -52,6 +52,9 @@ struct Candidates {
   bool sorted = false;  // data is in descending logit order (ties: ascending id)
 
   void sort_desc();
+  // Keeps the k first entries of the sorted order, sorted (the same entries and order as
+  // sort_desc() then truncating, without sorting the rest).
+  void keep_top(size_t k);
   // p = softmax(logit) over the current entries, computed in double and stored as float. Sorts.
   void softmax();
 };

@@ -2,8 +2,10 @@
 // filter's kept set, temperature, penalties, and an empirical check of the final distribution.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -143,6 +145,38 @@ TEST(SamplingTopK, KeepsKLargest) {
   const auto h = histogram(s, {0.0f, 5.0f, 1.0f, 4.0f, 3.0f, 2.0f}, 20000);
   EXPECT_EQ(h.size(), 3u);
   for (int32_t id : {1, 3, 4}) EXPECT_GT(h.count(id) ? h.at(id) : 0, 0) << id;
+}
+
+// keep_top (selection, then a sort of the kept) against the full sort truncated, on a
+// vocabulary-sized row with many exact ties, for several k; and a stage after it sees the
+// same sorted entries.
+TEST(SamplingTopK, SelectionEqualsFullSortWithTies) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> coarse(-50, 50);  // few distinct values: ties everywhere
+  std::vector<float> l(151936);
+  for (auto& v : l) v = static_cast<float>(coarse(rng)) * 0.25f;
+  for (size_t k : {size_t{1}, size_t{2}, size_t{40}, size_t{1000}, l.size() - 1, l.size(), l.size() + 5}) {
+    Candidates fast = make(l), full = make(l);
+    fast.keep_top(k);
+    full.sort_desc();
+    full.data.erase(full.data.begin() + static_cast<std::ptrdiff_t>(std::min(k, full.data.size())), full.data.end());
+    ASSERT_EQ(fast.data.size(), full.data.size()) << k;
+    EXPECT_TRUE(fast.sorted);
+    for (size_t i = 0; i < full.data.size(); ++i) {
+      ASSERT_EQ(fast.data[i].id, full.data[i].id) << "k " << k << " entry " << i;
+      ASSERT_EQ(fast.data[i].logit, full.data[i].logit);
+    }
+  }
+  // Negative control: a selection without the id tie-break keeps other ids among the ties.
+  Candidates c = make(l);
+  std::nth_element(c.data.begin(), c.data.begin() + 40, c.data.end(),
+                   [](const TokenCandidate& a, const TokenCandidate& b) { return a.logit > b.logit; });
+  Candidates want = make(l);
+  want.keep_top(40);
+  std::set<int32_t> got_ids, want_ids;
+  for (int i = 0; i < 40; ++i) got_ids.insert(c.data[static_cast<size_t>(i)].id);
+  for (const auto& t : want.data) want_ids.insert(t.id);
+  EXPECT_NE(got_ids, want_ids);
 }
 
 TEST(SamplingTopP, KeepsSmallestPrefixReachingP) {
