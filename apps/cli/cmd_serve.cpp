@@ -28,6 +28,8 @@ struct ServeOpts {
   int64_t batch = 512;
   std::string api_key, chat_template, alias;
   bool no_prompt_cache = false;
+  std::string reasoning_format = "deepseek";
+  double cache_ram_mb = 512;
   double max_body_mb = 4;
   double shutdown_grace = 10;
 };
@@ -60,6 +62,8 @@ int run_serve(const ServeOpts& o) {
   so.engine.max_queue = o.queue;
   so.engine.max_batch_tokens = o.batch;
   so.engine.prompt_cache = !o.no_prompt_cache;
+  so.engine.cache_ram_bytes = o.no_prompt_cache ? 0 : static_cast<size_t>(o.cache_ram_mb * 1024 * 1024);
+  so.split_reasoning = o.reasoning_format != "none";
 
   auto model = o.co.load_model();
   auto be = o.co.make();
@@ -108,6 +112,14 @@ CommandRunner add_serve_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--alias", o->alias, "model id in /v1/models (default: the file's name without .gguf)");
   cmd->add_flag("--no-prompt-cache", o->no_prompt_cache, "evaluate every prompt from the start");
+  cmd->add_option("--cache-ram", o->cache_ram_mb,
+                  "MiB of host RAM for recent conversations' KV rows beyond the slots (LRU; 0: off)")
+      ->capture_default_str()
+      ->check(in_range(0.0, 1024.0 * 1024));
+  cmd->add_option("--reasoning-format", o->reasoning_format,
+                  "deepseek/auto: a reply's <think> block goes to reasoning_content; none: left in the content")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "deepseek", "auto"}));
   cmd->add_option("--max-body-mb", o->max_body_mb, "largest request body in MiB; larger: 413")
       ->capture_default_str()
       ->check(in_range(0.001, 1024));

@@ -131,6 +131,34 @@ void KvCache::copy_prefix(const KvCache& src, int64_t n_pos) {
   }
 }
 
+void KvCache::copy_out(int64_t n_pos, std::vector<uint8_t>& out, std::vector<std::vector<float>>& k_mean) const {
+  if (n_pos < 0 || n_pos > capacity_) fail("kv cache: copy out of ", n_pos, " rows from a cache holding ", capacity_);
+  const size_t kb = k_row_bytes_ * static_cast<size_t>(n_pos), vb = v_row_bytes_ * static_cast<size_t>(n_pos);
+  out.reserve(out.size() + (kb + vb) * k_.size());
+  for (size_t l = 0; l < k_.size(); ++l) {
+    out.insert(out.end(), k_[l].data(), k_[l].data() + kb);
+    out.insert(out.end(), v_[l].data(), v_[l].data() + vb);
+  }
+  k_mean = k_mean_;
+}
+
+void KvCache::copy_in(const uint8_t* data, int64_t n_stored, int64_t n_pos,
+                      const std::vector<std::vector<float>>& k_mean) {
+  if (n_pos < 0 || n_pos > n_stored || n_pos > n_ctx_)
+    fail("kv cache: copy in of ", n_pos, " of ", n_stored, " rows into a context of ", n_ctx_);
+  if (k_mean.size() != k_mean_.size())
+    fail("kv cache: copy in of K means for ", k_mean.size(), " layers, not ", k_mean_.size());
+  reserve(n_pos);
+  k_mean_ = k_mean;
+  const auto stored = static_cast<size_t>(n_stored), n = static_cast<size_t>(n_pos);
+  for (size_t l = 0; l < k_.size(); ++l) {
+    std::copy_n(data, k_row_bytes_ * n, k_[l].data());
+    data += k_row_bytes_ * stored;
+    std::copy_n(data, v_row_bytes_ * n, v_[l].data());
+    data += v_row_bytes_ * stored;
+  }
+}
+
 size_t KvCache::bytes() const { return (k_row_bytes_ + v_row_bytes_) * static_cast<size_t>(capacity_) * k_.size(); }
 
 namespace {

@@ -115,6 +115,12 @@ class KvCache {
   // Copies rows 0..n_pos-1 of every layer from `src`, which must have this cache's geometry
   // and types (Memory::seq_fork).
   void copy_prefix(const KvCache& src, int64_t n_pos);
+  // Rows 0..n_pos-1 of every layer (per layer its K rows, then its V rows) appended to `out`,
+  // and the K means they were encoded against (Memory::seq_save: the host-RAM prompt cache).
+  void copy_out(int64_t n_pos, std::vector<uint8_t>& out, std::vector<std::vector<float>>& k_mean) const;
+  // The inverse into this cache (same geometry and types): `data` holds what copy_out wrote
+  // for n_stored rows, of which the first n_pos come in.
+  void copy_in(const uint8_t* data, int64_t n_stored, int64_t n_pos, const std::vector<std::vector<float>>& k_mean);
   DType type_k() const { return type_k_; }
   DType type_v() const { return type_v_; }
   size_t k_row_bytes() const { return k_row_bytes_; }

@@ -161,6 +161,50 @@ std::vector<int64_t> Memory::seq_checkpoints(int32_t s) const {
   return out;
 }
 
+size_t SeqSnapshot::bytes() const {
+  size_t n = rows.size() + states.size() * sizeof(float);
+  for (const auto& m : k_mean) n += m.size() * sizeof(float);
+  for (const auto& [pos, st] : checkpoints) n += st.size() * sizeof(float);
+  return n;
+}
+
+std::vector<int64_t> SeqSnapshot::checkpoint_positions() const {
+  std::vector<int64_t> out;
+  for (const auto& [pos, st] : checkpoints) out.push_back(pos);
+  return out;
+}
+
+SeqSnapshot Memory::seq_save(int32_t s) const {
+  const Sequence& q = seq(s);
+  SeqSnapshot snap;
+  snap.len = q.len;
+  if (q.kv) q.kv->copy_out(q.len, snap.rows, snap.k_mean);
+  snap.states = q.states;
+  for (const auto& c : q.checkpoints) snap.checkpoints.emplace_back(c.pos, c.states);
+  return snap;
+}
+
+int32_t Memory::seq_restore(const SeqSnapshot& snap, int64_t n) {
+  if (snap.states.size() != state_floats_) fail("memory: a snapshot of another layout");
+  const int64_t keep = std::clamp<int64_t>(n, 0, snap.len);
+  if (keep > opt_.kv.n_ctx) fail("memory: a snapshot of ", keep, " positions outside the context of ", opt_.kv.n_ctx);
+  Sequence q;
+  q.len = snap.len;
+  q.kv = new_kv();
+  q.states = snap.states;
+  for (const auto& [pos, st] : snap.checkpoints) q.checkpoints.push_back({pos, st});
+  const size_t add = seq_bytes(q) + (q.kv ? q.kv->bytes_for(keep) : 0);
+  if (opt_.budget_bytes && bytes_used() + add > opt_.budget_bytes)
+    fail("memory: restoring a sequence of ", keep, " positions needs ", add, " bytes; the budget of ",
+         opt_.budget_bytes, " bytes has ", opt_.budget_bytes - bytes_used(), " left");
+  // Only the first `keep` rows come in; the positions past them are dropped just below.
+  if (q.kv) q.kv->copy_in(snap.rows.data(), snap.len, keep, snap.k_mean);
+  const int32_t id = next_id_++;
+  seqs_.emplace(id, std::move(q));
+  seq_rewind(id, keep);
+  return id;
+}
+
 void Memory::seq_set_len(int32_t s, int64_t n) {
   Sequence& q = seq(s);
   if (n < 0 || n > opt_.kv.n_ctx) fail("memory: position ", n, " outside the context of ", opt_.kv.n_ctx);

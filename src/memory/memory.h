@@ -52,6 +52,19 @@ struct MemoryOptions {
   int max_checkpoints = 8;  // per sequence; the oldest is dropped beyond this
 };
 
+// A sequence copied out to plain host memory, compact (exactly its rows, no step rounding):
+// the server's host-RAM prompt cache keeps recent conversations as these once their slot is
+// reused (runtime/scheduler.h), and restores one into a new sequence when a request continues it.
+struct SeqSnapshot {
+  int64_t len = 0;
+  std::vector<uint8_t> rows;                                        // KvCache::copy_out of rows 0..len-1
+  std::vector<std::vector<float>> k_mean;                           // the K means those rows were encoded against
+  std::vector<float> states;                                        // every recurrent buffer at len
+  std::vector<std::pair<int64_t, std::vector<float>>> checkpoints;  // (position, states)
+  size_t bytes() const;
+  std::vector<int64_t> checkpoint_positions() const;
+};
+
 class Memory {
  public:
   // Resolves the KV types once (kv_cache_resolve; its notes go to stderr).
@@ -71,6 +84,12 @@ class Memory {
   // where every position can be rewound to).
   void seq_checkpoint(int32_t s);
   std::vector<int64_t> seq_checkpoints(int32_t s) const;
+  // Copies a sequence out (rows, K means, states, checkpoints).
+  SeqSnapshot seq_save(int32_t s) const;
+  // A new sequence holding the snapshot's first n positions: rows 0..n-1, and for recurrent
+  // layers the state of the latest checkpoint at or before n (so it may end earlier, as
+  // seq_rewind does: read seq_len). Throws, creating nothing, when the budget cannot hold it.
+  int32_t seq_restore(const SeqSnapshot& snap, int64_t n);
   // For benchmarks that wrote rows 0..n-1 through kv(s).store themselves (bench -d depth).
   void seq_set_len(int32_t s, int64_t n);
 

@@ -9,25 +9,15 @@
 #include "core/error.h"
 
 namespace sluice {
-namespace {
 
 using ojson = nlohmann::ordered_json;
-constexpr std::string_view kThinkOpen = "<think>", kThinkClose = "</think>";
-
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-// Length of the longest suffix of `s` that is a proper prefix of `tag` (held back: the tag may
-// be completed by the next piece).
-size_t partial_tag_tail(std::string_view s, std::string_view tag) {
-  for (size_t len = std::min(s.size(), tag.size() - 1); len > 0; --len)
-    if (s.substr(s.size() - len) == tag.substr(0, len)) return len;
-  return 0;
-}
-
-}  // namespace
 
 ChatSession::ChatSession(Session& s, const ChatFormat& fmt, GenerateParams p)
-    : s_(s), fmt_(fmt), p_(std::move(p)), tool_format_(detect_tool_call_format(fmt.source())) {
+    : s_(s),
+      fmt_(fmt),
+      p_(std::move(p)),
+      tool_format_(detect_tool_call_format(fmt.source())),
+      markers_(detect_reasoning_markers(fmt.source())) {
   s_.reset();
 }
 
@@ -104,11 +94,14 @@ ChatTurn ChatSession::respond(const TextFn& on_text, const CancelFn& cancelled) 
 
   ChatTurn turn;
   turn.n_prompt = static_cast<int64_t>(ids.size());
-  const bool opens = prompt_opens_reasoning(prompt);
+  const bool opens = prompt_opens_reasoning(prompt, markers_);
   bool keep_streaming = true;
-  ReasoningSplitter split(opens, [&](bool reasoning, std::string_view t) {
-    if (keep_streaming && on_text) keep_streaming = on_text(t, reasoning);
-  });
+  ReasoningSplitter split(
+      opens,
+      [&](bool reasoning, std::string_view t) {
+        if (keep_streaming && on_text) keep_streaming = on_text(t, reasoning);
+      },
+      markers_);
   Generation g(tok, p_, ids, [&](std::string_view t) {
     split.push(t);
     return keep_streaming;
@@ -145,66 +138,13 @@ ChatTurn ChatSession::respond(const TextFn& on_text, const CancelFn& cancelled) 
   ToolCallParseOptions po;
   po.parse_tool_calls = !tools_.is_null();
   po.reasoning_open = opens;
+  po.reasoning_markers = markers_;
   po.tools = tools_;
   turn.parsed = parse_model_output(turn.text, tool_format_, po);
   ojson reply = turn.parsed.to_message();
   if (reply["content"].is_null()) reply["content"] = "";  // templates concatenate it
   messages_.push_back(std::move(reply));
   return turn;
-}
-
-ReasoningSplitter::ReasoningSplitter(bool open, Out out)
-    : state_(open ? State::reasoning : State::start), out_(std::move(out)) {}
-
-void ReasoningSplitter::push(std::string_view piece) {
-  held_ += piece;
-  for (;;) {
-    switch (state_) {
-      case State::start: {
-        size_t lead = 0;
-        while (lead < held_.size() && is_space(held_[lead])) ++lead;
-        const std::string_view rest = std::string_view(held_).substr(lead);
-        if (rest.starts_with(kThinkOpen)) {
-          held_.erase(0, lead + kThinkOpen.size());
-          state_ = State::reasoning;
-          continue;
-        }
-        if (kThinkOpen.starts_with(rest)) return;  // still could be "<think>"
-        state_ = State::answer;
-        continue;
-      }
-      case State::reasoning: {
-        const size_t close = held_.find(kThinkClose);
-        if (close != std::string::npos) {
-          if (close > 0) out_(true, std::string_view(held_).substr(0, close));
-          held_.erase(0, close + kThinkClose.size());
-          state_ = State::after_reasoning;
-          continue;
-        }
-        const size_t emit = held_.size() - partial_tag_tail(held_, kThinkClose);
-        if (emit > 0) out_(true, std::string_view(held_).substr(0, emit));
-        held_.erase(0, emit);
-        return;
-      }
-      case State::after_reasoning: {
-        size_t lead = 0;
-        while (lead < held_.size() && is_space(held_[lead])) ++lead;
-        held_.erase(0, lead);
-        if (held_.empty()) return;
-        state_ = State::answer;
-        continue;
-      }
-      case State::answer:
-        if (!held_.empty()) out_(false, held_);
-        held_.clear();
-        return;
-    }
-  }
-}
-
-void ReasoningSplitter::flush() {
-  if (!held_.empty() && state_ != State::after_reasoning) out_(state_ == State::reasoning, held_);
-  held_.clear();
 }
 
 }  // namespace sluice

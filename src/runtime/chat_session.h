@@ -24,6 +24,7 @@
 
 #include "runtime/chat_format.h"
 #include "runtime/generator.h"
+#include "runtime/reasoning.h"
 #include "runtime/session.h"
 #include "runtime/tool_calls.h"
 
@@ -89,27 +90,9 @@ class ChatSession {
   nlohmann::ordered_json messages_ = nlohmann::ordered_json::array();
   nlohmann::ordered_json tools_;
   ToolCallFormat tool_format_;
+  ReasoningMarkers markers_;  // the template's reasoning markers
   bool reuse_ = true;
   std::vector<int32_t> cached_;
-};
-
-// Splits streamed reply text into reasoning and answer as it arrives, so a terminal can show
-// them apart: a <think> at the start (after whitespace) opens the reasoning, </think> closes
-// it (the whitespace after it is dropped). A tag split across pieces is held until it is known.
-class ReasoningSplitter {
- public:
-  using Out = std::function<void(bool reasoning, std::string_view text)>;
-  // open: the prompt already opened the block (prompt_opens_reasoning, runtime/tool_calls.h).
-  ReasoningSplitter(bool open, Out out);
-  void push(std::string_view piece);
-  void flush();  // the end of the reply: what is held back, as what it was
-  bool in_reasoning() const { return state_ == State::reasoning; }
-
- private:
-  enum class State { start, reasoning, after_reasoning, answer };
-  State state_;
-  Out out_;
-  std::string held_;
 };
 
 }  // namespace sluice

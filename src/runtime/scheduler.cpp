@@ -17,21 +17,23 @@ struct Scheduler::Request {
   std::vector<int32_t> prompt;
   Generation gen;  // sampling, text and stop rules (runtime/generator.h)
   int32_t seq = -1;
-  size_t prompt_done = 0;  // prompt tokens evaluated (or taken from the prompt cache)
-  int64_t cached = 0;      // prompt tokens taken from the prompt cache
-  std::string error;       // see Scheduler::error
-  int32_t next = -1;       // sampled, not yet evaluated (decode)
+  size_t prompt_done = 0;   // prompt tokens evaluated (or taken from the prompt cache)
+  int64_t cached = 0;       // prompt tokens taken from the prompt cache
+  int64_t host_cached = 0;  // of them, restored from the host-RAM cache
+  std::string error;        // see Scheduler::error
+  int32_t next = -1;        // sampled, not yet evaluated (decode)
   bool logits_seen = false;
   Clock::time_point t_submit, t_first;
 };
 
 Scheduler::Scheduler(const Model& model, Backend& backend, const MemoryOptions& mem_opt, int64_t max_batch_tokens,
-                     int prompt_cache_slots)
+                     int prompt_cache_slots, size_t host_cache_bytes)
     : model_(model),
       be_(backend),
       mem_(model.memory_layout(), mem_opt),
       max_batch_(max_batch_tokens),
-      cache_slots_(prompt_cache_slots) {
+      cache_slots_(prompt_cache_slots),
+      host_budget_(prompt_cache_slots > 0 ? host_cache_bytes : 0) {
   if (max_batch_ < 1) fail("scheduler: max_batch_tokens must be >= 1, got ", max_batch_);
   if (cache_slots_ < 0) fail("scheduler: prompt_cache_slots must be >= 0, got ", cache_slots_);
   for (const auto& l : mem_.layout().layers) recurrent_ = recurrent_ || l.kind == LayerMemoryKind::recurrent;
@@ -58,6 +60,24 @@ int64_t Scheduler::submit(std::vector<int32_t> ids, const GenerateParams& p, Tex
   return id;
 }
 
+std::pair<int64_t, int64_t> Scheduler::prefix_reach(const std::vector<int32_t>& tokens,
+                                                    const std::vector<int32_t>& prompt, int64_t cap,
+                                                    const std::vector<int64_t>& checkpoints) const {
+  int64_t match = 0;
+  const auto n = std::min<int64_t>(cap, static_cast<int64_t>(tokens.size()));
+  while (match < n &&
+         (debug_reuse_mismatched_prefix || tokens[static_cast<size_t>(match)] == prompt[static_cast<size_t>(match)]))
+    ++match;
+  int64_t reach = match;
+  if (recurrent_) {
+    // Recurrent states go back only to a checkpoint at or before the shared prefix.
+    reach = 0;
+    for (int64_t c : checkpoints)
+      if (c <= match) reach = std::max(reach, c);
+  }
+  return {match, reach};
+}
+
 void Scheduler::attach_sequence(Request& r) {
   // The idle sequence that lets the most prompt tokens be skipped. At least the prompt's last
   // token is always evaluated: its logits pick the first generated token.
@@ -65,22 +85,34 @@ void Scheduler::attach_sequence(Request& r) {
   Idle* best = nullptr;
   int64_t best_len = 0, best_match = 0;
   for (Idle& e : idle_) {
-    int64_t match = 0;
-    const auto n = std::min<int64_t>(cap, static_cast<int64_t>(e.tokens.size()));
-    while (match < n && (debug_reuse_mismatched_prefix ||
-                         e.tokens[static_cast<size_t>(match)] == r.prompt[static_cast<size_t>(match)]))
-      ++match;
-    int64_t reach = match;
-    if (recurrent_) {
-      // Recurrent states go back only to a checkpoint at or before the shared prefix.
-      reach = 0;
-      for (int64_t c : mem_.seq_checkpoints(e.seq))
-        if (c <= match) reach = std::max(reach, c);
-    }
+    const auto [match, reach] = prefix_reach(e.tokens, r.prompt, cap, mem_.seq_checkpoints(e.seq));
     if (reach > best_len) {
       best = &e;
       best_len = reach;
       best_match = match;
+    }
+  }
+  // A conversation in host RAM that shares more than any slot: restored into a new sequence.
+  HostEntry* host = nullptr;
+  int64_t host_len = best_len;
+  for (HostEntry& e : host_) {
+    const auto [match, reach] = prefix_reach(e.tokens, r.prompt, cap, e.snap.checkpoint_positions());
+    if (reach > host_len) {
+      host = &e;
+      host_len = reach;
+    }
+  }
+  if (host) {
+    try {
+      r.seq = mem_.seq_restore(host->snap, host_len);
+      host->last_used = ++use_clock_;
+      r.cached = r.host_cached = mem_.seq_len(r.seq);
+      r.prompt_done = static_cast<size_t>(r.cached);
+      ++host_stats_.restored;
+      trim_idle();
+      return;
+    } catch (const Error&) {
+      // The memory budget cannot hold the copy now: take the best slot (or nothing) instead.
     }
   }
   const bool hit = best != nullptr;
@@ -94,6 +126,8 @@ void Scheduler::attach_sequence(Request& r) {
     best->last_used = ++use_clock_;
   } else {
     r.seq = best->seq;
+    // The rewind below drops what this prompt does not share: keep the whole in host RAM.
+    if (best_match < static_cast<int64_t>(best->tokens.size())) host_save(best->seq, best->tokens);
     idle_.erase(idle_.begin() + (best - idle_.data()));
   }
   r.cached = hit ? mem_.seq_rewind(r.seq, best_len) : 0;
@@ -101,14 +135,52 @@ void Scheduler::attach_sequence(Request& r) {
   trim_idle();
 }
 
+void Scheduler::host_save(int32_t seq, const std::vector<int32_t>& tokens) {
+  if (host_budget_ == 0 || tokens.empty()) return;
+  auto is_prefix = [](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {  // a of b
+    return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
+  };
+  for (HostEntry& e : host_)
+    if (is_prefix(tokens, e.tokens)) {  // a longer copy of this conversation is there already
+      e.last_used = ++use_clock_;
+      return;
+    }
+  SeqSnapshot snap = mem_.seq_save(seq);
+  if (snap.bytes() > host_budget_) return;
+  std::erase_if(host_, [&](const HostEntry& e) {
+    if (!is_prefix(e.tokens, tokens)) return false;
+    host_bytes_ -= e.snap.bytes();
+    return true;
+  });
+  while (!host_.empty() && host_bytes_ + snap.bytes() > host_budget_) {
+    auto lru = std::min_element(host_.begin(), host_.end(),
+                                [](const HostEntry& a, const HostEntry& b) { return a.last_used < b.last_used; });
+    host_bytes_ -= lru->snap.bytes();
+    host_.erase(lru);
+    ++host_stats_.evicted;
+  }
+  host_bytes_ += snap.bytes();
+  host_.push_back({tokens, std::move(snap), ++use_clock_});
+  ++host_stats_.saved;
+}
+
 void Scheduler::trim_idle() {
   // The request being attached is not in reqs_ yet; it counts as one active sequence.
   while (!idle_.empty() && n_active() + 1 + static_cast<int>(idle_.size()) > cache_slots_) {
     auto lru = std::min_element(idle_.begin(), idle_.end(),
                                 [](const Idle& a, const Idle& b) { return a.last_used < b.last_used; });
+    host_save(lru->seq, lru->tokens);
     mem_.seq_free(lru->seq);
     idle_.erase(lru);
   }
+}
+
+Scheduler::HostCacheStats Scheduler::host_cache_stats() const {
+  HostCacheStats s = host_stats_;
+  s.entries = static_cast<int64_t>(host_.size());
+  s.bytes = host_bytes_;
+  s.budget = host_budget_;
+  return s;
 }
 
 Scheduler::Request& Scheduler::req(int64_t id) {
@@ -132,6 +204,7 @@ void Scheduler::release(int64_t id) {
 
 bool Scheduler::done(int64_t id) const { return req(id).gen.ended(); }
 int64_t Scheduler::cached_tokens(int64_t id) const { return req(id).cached; }
+int64_t Scheduler::host_cached_tokens(int64_t id) const { return req(id).host_cached; }
 const std::string& Scheduler::error(int64_t id) const { return req(id).error; }
 const GenerationStats& Scheduler::stats(int64_t id) const { return req(id).gen.stats(); }
 const std::string& Scheduler::text(int64_t id) const { return req(id).gen.text(); }

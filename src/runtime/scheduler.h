@@ -14,6 +14,15 @@
 // where a hybrid model's recurrent state can go back to (a checkpoint): checkpoints are taken
 // where each prompt ends and where each request ends. Active plus idle sequences never exceed
 // the slot count: the least recently used idle one is freed first.
+//
+// Host-RAM cache (host_cache_bytes > 0, with the prompt cache): beyond the slots, recent
+// conversations as compact copies (Memory::seq_save: their rows, K means, recurrent states and
+// checkpoints) within a byte budget, least recently used dropped first. A sequence goes there
+// when its idle slot is freed or taken over by a request that keeps only part of it, so a
+// conversation whose slot another one took still resumes from its longest cached prefix: a
+// request restores the entry (Memory::seq_restore) when it shares more with the prompt than any
+// idle slot. The same prefix rule holds: only positions whose tokens equal the prompt's are
+// reused, and an entry is a copy, never shared.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -35,7 +44,7 @@ class Scheduler {
   using TextFn = Generation::TextFn;
   // mem_opt: each sequence's context and the budget of all of them (memory/memory.h).
   Scheduler(const Model& model, Backend& backend, const MemoryOptions& mem_opt, int64_t max_batch_tokens = 512,
-            int prompt_cache_slots = 0);
+            int prompt_cache_slots = 0, size_t host_cache_bytes = 0);
   ~Scheduler();
 
   // Queues a request; it joins the next step. Throws Error (before queuing) for a prompt that
@@ -65,6 +74,14 @@ class Scheduler {
   int64_t cached_tokens(int64_t id) const;
   int n_active() const;
   int n_idle_slots() const { return static_cast<int>(idle_.size()); }  // cached sequences
+  // Prompt tokens a request restored from the host-RAM cache (0: none, or from a slot).
+  int64_t host_cached_tokens(int64_t id) const;
+  struct HostCacheStats {
+    int64_t entries = 0;
+    size_t bytes = 0, budget = 0;
+    int64_t saved = 0, restored = 0, evicted = 0;  // over the scheduler's life
+  };
+  HostCacheStats host_cache_stats() const;
   // Negative control for the tests only: reuse an idle sequence's rows even where its tokens
   // differ from the new prompt (the leak the prefix match exists to prevent).
   bool debug_reuse_mismatched_prefix = false;
@@ -85,8 +102,22 @@ class Scheduler {
   void finish(Request& r);
   // Picks the request's sequence: from the prompt cache or new; sets its prompt_done.
   void attach_sequence(Request& r);
-  // Frees the least recently used idle sequences until active + idle fit the slots.
+  // Frees the least recently used idle sequences until active + idle fit the slots (each
+  // copied to the host-RAM cache first).
   void trim_idle();
+  struct HostEntry {
+    std::vector<int32_t> tokens;  // what the snapshot's rows hold
+    SeqSnapshot snap;
+    int64_t last_used = 0;
+  };
+  // Copies a sequence holding `tokens` into the host-RAM cache (when it has one and the copy
+  // fits its budget), dropping entries it holds a longer version of and then the least
+  // recently used until it fits.
+  void host_save(int32_t seq, const std::vector<int32_t>& tokens);
+  // How many leading tokens of `prompt` (at most cap) equal `tokens` (the debug flag aside),
+  // and the position a sequence holding them can be resumed from (a checkpoint on hybrids).
+  std::pair<int64_t, int64_t> prefix_reach(const std::vector<int32_t>& tokens, const std::vector<int32_t>& prompt,
+                                           int64_t cap, const std::vector<int64_t>& checkpoints) const;
 
   const Model& model_;
   Backend& be_;
@@ -96,6 +127,9 @@ class Scheduler {
   bool recurrent_ = false;  // some layer keeps a recurrent state (rewinds land on checkpoints)
   std::vector<Idle> idle_;
   int64_t use_clock_ = 0;
+  size_t host_budget_ = 0, host_bytes_ = 0;
+  std::vector<HostEntry> host_;
+  HostCacheStats host_stats_;
   std::map<int64_t, std::unique_ptr<Request>> reqs_;  // submission order
   int64_t next_id_ = 0, steps_ = 0;
   Batch batch_;

@@ -447,8 +447,6 @@ std::string make_call_id(std::mt19937_64& rng, ToolCallFormat f) {
   return id;
 }
 
-constexpr std::string_view kThinkOpen = "<think>", kThinkClose = "</think>";
-
 }  // namespace
 
 ToolCallFormat detect_tool_call_format(std::string_view src) {
@@ -475,25 +473,16 @@ const char* tool_call_format_name(ToolCallFormat f) {
   return "?";
 }
 
-bool prompt_opens_reasoning(std::string_view prompt) {
-  const size_t open = prompt.rfind(kThinkOpen);
-  return open != npos && prompt.find(kThinkClose, open) == npos &&
-         trim(prompt.substr(open + kThinkOpen.size())).empty();
-}
-
 ParsedOutput parse_model_output(std::string_view text, ToolCallFormat f, const ToolCallParseOptions& opt) {
   ParsedOutput r;
   std::string_view rest = text;
+  std::string answer;  // the reply after its reasoning block (runtime/reasoning.h: the one splitter)
   if (opt.parse_reasoning) {
-    const size_t lead = skip_space(text, 0);
-    const bool open_here = starts_at(text, lead, kThinkOpen);
-    if (opt.reasoning_open || open_here) {
-      const size_t b = open_here ? lead + kThinkOpen.size() : 0, close = text.find(kThinkClose, b);
-      // No </think>: the generation ended inside the reasoning (max tokens), all of it is reasoning.
-      r.reasoning_content = std::string(trim(text.substr(b, close == npos ? npos : close - b)));
-      rest = close == npos ? std::string_view() : text.substr(close + kThinkClose.size());
-      // Templates write blank lines after </think>; they are not part of the answer.
-      rest.remove_prefix(skip_space(rest, 0));
+    ReasoningSplit sp = split_reasoning(text, opt.reasoning_open, opt.reasoning_markers);
+    if (sp.had_block) {
+      r.reasoning_content = std::move(sp.reasoning);
+      answer = std::move(sp.answer);
+      rest = answer;
     }
   }
   Scan scan;
@@ -561,6 +550,24 @@ nlohmann::ordered_json ParsedOutput::to_message() const {
     m["tool_calls"] = std::move(calls);
   }
   return m;
+}
+
+ToolCallFrame tool_call_frame(ToolCallFormat f, std::string_view name) {
+  const std::string n = dump(ojson(std::string(name)));
+  switch (f) {
+    case ToolCallFormat::none:
+    case ToolCallFormat::hermes:
+      // As Qwen2.5/Qwen3's templates render a call.
+      return {ToolCallFormat::hermes, "<tool_call>\n{\"name\": " + n + ", \"arguments\": ", "}\n</tool_call>"};
+    case ToolCallFormat::llama3: return {f, "{\"name\": " + n + ", \"parameters\": ", "}"};
+    case ToolCallFormat::mistral: return {f, "[TOOL_CALLS][{\"name\": " + n + ", \"arguments\": ", "}]"};
+    case ToolCallFormat::deepseek:
+      return {f,
+              std::string(kDsCallsBegin) + std::string(kDsCallBegin) + "function" + std::string(kDsSep) +
+                  std::string(name) + "\n```json\n",
+              "\n```" + std::string(kDsCallEnd) + std::string(kDsCallsEnd)};
+  }
+  return {ToolCallFormat::hermes, "", ""};
 }
 
 }  // namespace sluice

@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/reasoning.h"
+
 namespace sluice {
 
 enum class ToolCallFormat {
@@ -63,6 +65,7 @@ struct ToolCallParseOptions {
   // The prompt already opened the reasoning block (prompt_opens_reasoning: Qwen3 thinking, R1's
   // "<｜Assistant｜><think>\n"), so the text starts inside it and only </think> is generated.
   bool reasoning_open = false;
+  ReasoningMarkers reasoning_markers;  // the template's (detect_reasoning_markers)
   // The request's tools (OpenAI's array; null: none). Used for the XML body's parameter types:
   // a parameter declared "string" stays text, others are read as JSON when they parse.
   nlohmann::ordered_json tools;
@@ -71,14 +74,21 @@ struct ToolCallParseOptions {
 
 ParsedOutput parse_model_output(std::string_view text, ToolCallFormat f, const ToolCallParseOptions& opt = {});
 
-// True when a rendered prompt ends inside an opened <think> block (ignoring trailing
-// whitespace): the generation starts in the reasoning (ToolCallParseOptions::reasoning_open).
-bool prompt_opens_reasoning(std::string_view prompt);
-
 // For streaming: the offset in `text` (the generated text so far) from which it may be (the
 // start of) a tool call in format f — a full marker, or a prefix of one at the very end — so a
 // streamer can send text before it as content and hold the rest until the generation ends.
 // text.size() when nothing needs holding back.
 size_t tool_call_start(std::string_view text, ToolCallFormat f);
+
+// A forced call (tool_choice "required" or a named function) as format f writes it: the text
+// before the arguments object and the text after it, so a constrained generation
+// (sampling/json_schema.h FramedJsonTokenFilter) can only spell a call parse_model_output
+// reads back with that name. none has no syntax of its own: it writes hermes' (what
+// ChatML-style models without tool training are closest to, and llama.cpp's generic choice).
+struct ToolCallFrame {
+  ToolCallFormat format;  // the syntax written (and to parse with)
+  std::string before, after;
+};
+ToolCallFrame tool_call_frame(ToolCallFormat f, std::string_view name);
 
 }  // namespace sluice

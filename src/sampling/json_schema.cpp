@@ -738,4 +738,77 @@ void JsonTokenFilter::accept(int32_t id) {
   if (!m_.feed(piece_(id))) fail("json constraint: token ", id, " was accepted but does not continue the JSON");
 }
 
+FramedJsonTokenFilter::FramedJsonTokenFilter(std::vector<JsonFrame> frames,
+                                             std::function<std::string_view(int32_t)> piece,
+                                             std::function<bool(int32_t)> is_end)
+    : frames_(std::move(frames)), piece_(std::move(piece)), is_end_(std::move(is_end)) {
+  if (frames_.empty()) fail("framed json constraint: no frames");
+  for (size_t f = 0; f < frames_.size(); ++f) {
+    if (!frames_[f].schema) fail("framed json constraint: frame ", f, " has no schema");
+    alts_.push_back({f, frames_[f].prefix.empty() ? 1 : 0, 0, JsonMatcher(*frames_[f].schema)});
+  }
+}
+
+bool FramedJsonTokenFilter::feed(Alt& a, std::string_view bytes) const {
+  const JsonFrame& fr = frames_[a.frame];
+  for (size_t i = 0; i < bytes.size();) {
+    const char c = bytes[i];
+    switch (a.part) {
+      case 0:
+        if (fr.prefix[a.pos] != c) return false;
+        if (++a.pos == fr.prefix.size()) {
+          a.part = 1;
+          a.pos = 0;
+        }
+        ++i;
+        break;
+      case 1:
+        if (a.m.complete() && (fr.suffix.empty() || fr.suffix[0] == c)) {
+          a.part = fr.suffix.empty() ? 3 : 2;
+          break;  // c goes to the suffix (or, with none, is one byte too many)
+        }
+        if (!a.m.feed(std::string_view(&c, 1))) return false;
+        ++i;
+        break;
+      case 2:
+        if (fr.suffix[a.pos] != c) return false;
+        if (++a.pos == fr.suffix.size()) a.part = 3;
+        ++i;
+        break;
+      default: return false;  // nothing may follow the frame
+    }
+  }
+  return true;
+}
+
+bool FramedJsonTokenFilter::done(const Alt& a) const {
+  return a.part == 3 || (a.part == 1 && a.m.complete() && frames_[a.frame].suffix.empty());
+}
+
+bool FramedJsonTokenFilter::complete() const {
+  return std::any_of(alts_.begin(), alts_.end(), [&](const Alt& a) { return done(a); });
+}
+
+bool FramedJsonTokenFilter::allowed(int32_t id) const {
+  if (is_end_(id)) return complete();
+  const std::string_view p = piece_(id);
+  if (p.empty()) return false;  // a token with no text would let the generation stall
+  for (const Alt& a : alts_) {
+    // Copy-assigned into the one scratch slot: its matcher's stack keeps its allocation.
+    if (scratch_.empty())
+      scratch_.push_back(a);
+    else
+      scratch_[0] = a;
+    if (feed(scratch_[0], p)) return true;
+  }
+  return false;
+}
+
+void FramedJsonTokenFilter::accept(int32_t id) {
+  if (is_end_(id)) return;
+  const std::string_view p = piece_(id);
+  std::erase_if(alts_, [&](Alt& a) { return !feed(a, p); });
+  if (alts_.empty()) fail("framed json constraint: token ", id, " was accepted but fits no frame");
+}
+
 }  // namespace sluice

@@ -18,6 +18,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -125,6 +126,43 @@ class JsonTokenFilter final : public TokenFilter {
   JsonSchema schema_;
   JsonMatcher m_;
   mutable JsonMatcher scratch_;
+  std::function<std::string_view(int32_t)> piece_;
+  std::function<bool(int32_t)> is_end_;
+};
+
+// Text that must be one of several frames: a fixed prefix, a JSON value its schema accepts, a
+// fixed suffix, then the end of the generation. What a forced tool call is (OpenAI's
+// tool_choice "required" or a named function): the call markup of the model's format around
+// the function's arguments, one frame per function allowed (runtime/tool_calls.h
+// tool_call_frame). Once the value is complete a byte that starts the suffix goes to the
+// suffix (a suffix may start with whitespace the value would also take).
+struct JsonFrame {
+  std::string prefix;
+  std::shared_ptr<const JsonSchema> schema;
+  std::string suffix;
+};
+
+class FramedJsonTokenFilter final : public TokenFilter {
+ public:
+  FramedJsonTokenFilter(std::vector<JsonFrame> frames, std::function<std::string_view(int32_t)> piece,
+                        std::function<bool(int32_t)> is_end);
+  bool allowed(int32_t id) const override;
+  void accept(int32_t id) override;
+  bool complete() const;  // some frame was written to its end
+
+ private:
+  struct Alt {
+    size_t frame;
+    int part;    // 0: prefix, 1: the value, 2: suffix, 3: done
+    size_t pos;  // bytes of the prefix / suffix matched
+    JsonMatcher m;
+  };
+  bool feed(Alt& a, std::string_view bytes) const;
+  bool done(const Alt& a) const;
+
+  std::vector<JsonFrame> frames_;
+  std::vector<Alt> alts_;  // the frames the text so far still fits
+  mutable std::vector<Alt> scratch_;
   std::function<std::string_view(int32_t)> piece_;
   std::function<bool(int32_t)> is_end_;
 };

@@ -66,7 +66,8 @@ Engine::Engine(const Model& model, Backend& backend, const EngineOptions& opt)
     : model_(model),
       be_(backend),
       opt_(opt),
-      sch_(model, backend, opt.memory, opt.max_batch_tokens, opt.prompt_cache ? opt.parallel : 0) {
+      sch_(model, backend, opt.memory, opt.max_batch_tokens, opt.prompt_cache ? opt.parallel : 0,
+           opt.prompt_cache ? opt.cache_ram_bytes : 0) {
   if (opt_.parallel < 1) fail("engine: parallel must be >= 1, got ", opt_.parallel);
   if (opt_.max_queue < 0) fail("engine: max_queue must be >= 0, got ", opt_.max_queue);
   thread_ = std::thread([this] { loop(); });
@@ -161,6 +162,9 @@ void Engine::finish_done() {
         stats_.prompt_tokens += r.n_prompt;
         stats_.cached_tokens += r.n_cached;
         stats_.cache_hits += r.n_cached > 0;
+        const int64_t host = sch_.host_cached_tokens(a.id);
+        stats_.host_cached_tokens += host;
+        stats_.host_cache_hits += host > 0;
         stats_.generated_tokens += r.n_generated;
         stats_.cancelled += st.stop == StopReason::callback;
         stats_.busy_slots = sch_.n_active();
@@ -185,6 +189,10 @@ void Engine::publish() {
   stats_.idle_cached = sch_.n_idle_slots();
   stats_.kv_bytes = sch_.memory().bytes_used();
   stats_.steps = sch_.steps();
+  const Scheduler::HostCacheStats h = sch_.host_cache_stats();
+  stats_.host_cache_entries = h.entries;
+  stats_.host_cache_bytes = h.bytes;
+  stats_.host_cache_budget = h.budget;
 }
 
 void Engine::loop() {

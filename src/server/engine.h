@@ -78,7 +78,10 @@ struct EngineOptions {
   int max_queue = 64;              // jobs waiting for a slot; more are refused (503)
   int64_t max_batch_tokens = 512;  // tokens per forward step (decode rows + prompt chunks)
   bool prompt_cache = true;        // keep each slot's last sequence for prefix reuse
-  MemoryOptions memory;            // memory.kv.n_ctx: each request's context
+  // Host-RAM cache beyond the slots (--cache-ram; runtime/scheduler.h): recent conversations'
+  // rows and states within this many bytes, LRU. 0: off.
+  size_t cache_ram_bytes = 0;
+  MemoryOptions memory;  // memory.kv.n_ctx: each request's context
 };
 
 // Counters and gauges for /metrics, read by any thread.
@@ -86,6 +89,9 @@ struct EngineStats {
   int64_t requests = 0, errors = 0, cancelled = 0;
   int64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   int64_t cache_hits = 0;  // requests that reused at least one cached token
+  // The host-RAM cache: prompt tokens and requests it gave, what it holds now.
+  int64_t host_cached_tokens = 0, host_cache_hits = 0, host_cache_entries = 0;
+  size_t host_cache_bytes = 0, host_cache_budget = 0;
   int64_t steps = 0;
   double busy_seconds = 0;  // time spent in forward steps
   int busy_slots = 0, queue_length = 0, idle_cached = 0;

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "core/error.h"
 #include "runtime/chat_format.h"
@@ -123,12 +124,14 @@ struct HttpServer::Impl {
         opt(std::move(o)),
         fmt(m, opt.chat_template),
         tool_format(detect_tool_call_format(fmt.source())),
+        markers(detect_reasoning_markers(fmt.source())),
         engine(m, be, opt.engine) {}
 
   const Model& model;
   ServerOptions opt;
   ChatFormat fmt;
   ToolCallFormat tool_format;  // how the template writes tool calls (none: never parsed)
+  ReasoningMarkers markers;    // what the template's model thinks between
   Engine engine;
   httplib::Server svr;
   HttpCounters http;
@@ -140,7 +143,8 @@ struct HttpServer::Impl {
   void routes();
   bool authorized(const httplib::Request& req) const;
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
-  std::vector<int32_t> prompt_tokens(const CompletionRequest& r) const;
+  // The prompt's tokens; *rendered: the chat template's text (chat only).
+  std::vector<int32_t> prompt_tokens(const CompletionRequest& r, std::string* rendered) const;
   ojson model_json() const;
 };
 
@@ -168,7 +172,7 @@ ojson HttpServer::Impl::model_json() const {
   return m;
 }
 
-std::vector<int32_t> HttpServer::Impl::prompt_tokens(const CompletionRequest& r) const {
+std::vector<int32_t> HttpServer::Impl::prompt_tokens(const CompletionRequest& r, std::string* rendered) const {
   if (!r.chat) {
     if (r.prompt_is_ids) return r.prompt_ids;
     // As llama-server: the vocab's BOS rule, and special tokens spelled in the text parsed.
@@ -181,7 +185,9 @@ std::vector<int32_t> HttpServer::Impl::prompt_tokens(const CompletionRequest& r)
     // A template's raise_exception ("roles must alternate") is about the messages sent.
     throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
   }
-  return fmt.tokenize(text);
+  std::vector<int32_t> ids = fmt.tokenize(text);
+  *rendered = std::move(text);
+  return ids;
 }
 
 void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -190,7 +196,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     throw ApiError(404, "the model '" + r.model + "' does not exist (this server has '" + opt.model_id + "')", "model",
                    "model_not_found");
   Job job;
-  job.prompt = prompt_tokens(r);
+  std::string rendered;
+  job.prompt = prompt_tokens(r, &rendered);
   if (job.prompt.empty()) throw ApiError(400, "the prompt has no tokens", chat ? "messages" : "prompt");
   const int64_t n_ctx = engine.n_ctx();
   if (static_cast<int64_t>(job.prompt.size()) > n_ctx)
@@ -199,12 +206,29 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                        std::to_string(n_ctx) + " (--ctx)",
                    chat ? "messages" : "prompt", "context_length_exceeded");
   job.params = r.gen;
+  // The generation starts inside a reasoning block the template's prompt opened (Qwen3, R1).
+  const bool opens = chat && prompt_opens_reasoning(rendered, markers);
+  const Tokenizer* tok_ptr = &model.tokenizer();
+  auto piece = [tok_ptr](int32_t id) { return std::string_view(tok_ptr->token_to_piece(id)); };
+  auto is_end = [tok_ptr](int32_t id) { return tok_ptr->is_eog(id); };
   if (r.schema) {
-    const Tokenizer* tok = &model.tokenizer();
-    job.params.make_filter = [schema = r.schema, tok] {
-      return std::make_unique<JsonTokenFilter>(
-          *schema, [tok](int32_t id) { return std::string_view(tok->token_to_piece(id)); },
-          [tok](int32_t id) { return tok->is_eog(id); });
+    job.params.make_filter = [schema = r.schema, piece, is_end] {
+      return std::make_unique<JsonTokenFilter>(*schema, piece, is_end);
+    };
+  }
+  // A forced tool call: the reply is one call of the allowed functions in the model's syntax
+  // (hermes' where the template has none), its arguments fitting their schema.
+  ToolCallFormat call_format = tool_format;
+  if (!r.forced_tools.empty()) {
+    std::vector<JsonFrame> frames;
+    for (const auto& t : r.forced_tools) {
+      ToolCallFrame f = tool_call_frame(tool_format, t.name);
+      call_format = f.format;
+      // A prompt that opened the reasoning: close it first, as the template writes it.
+      frames.push_back({(opens ? markers.close + "\n\n" : "") + f.before, t.arguments, f.after});
+    }
+    job.params.make_filter = [frames = std::move(frames), piece, is_end] {
+      return std::make_unique<FramedJsonTokenFilter>(frames, piece, is_end);
     };
   }
   // No max_tokens: until the context is full (finish_reason "length"), as OpenAI's API does.
@@ -220,11 +244,17 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
 
   ResponseHead head{chat, random_id(chat ? "chatcmpl-" : "cmpl-"), unix_now(), opt.model_id};
   const Tokenizer& tok = model.tokenizer();
-  // With tools, the reply is parsed back into tool_calls in the template's syntax. Reasoning
-  // (<think>) stays in the content, streamed or not, so both give the same text.
-  const bool tools = chat && !r.tools.is_null() && tool_format != ToolCallFormat::none;
+  // With tools, the reply is parsed back into tool_calls in the template's syntax (the forced
+  // call's syntax when one was forced). Reasoning goes to reasoning_content unless the request
+  // or --reasoning-format says "none"; stream and non-stream split it with the same splitter
+  // (runtime/reasoning), so both give the same text.
+  const bool tools = chat && !r.tools.is_null() && call_format != ToolCallFormat::none;
+  const bool split = chat && r.split_reasoning.value_or(opt.split_reasoning);
   ToolCallParseOptions parse;
-  parse.parse_reasoning = false;
+  parse.parse_tool_calls = tools;
+  parse.parse_reasoning = split;
+  parse.reasoning_open = opens;
+  parse.reasoning_markers = markers;
   parse.tools = r.tools;
   if (!r.stream) {
     std::string text;
@@ -238,7 +268,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     }
     if (!u.end->error.empty()) throw ApiError(u.end->error_status, u.end->error);
     const ojson lp = r.logprobs ? logprobs_json(tok, lps, chat) : ojson();
-    const ojson msg = tools ? parse_model_output(text, tool_format, parse).to_message() : ojson();
+    const ojson msg = tools || split ? parse_model_output(text, call_format, parse).to_message() : ojson();
     res.set_content(dump(full_response(head, text, lp, *u.end, msg)), "application/json");
     return;
   }
@@ -255,6 +285,9 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     ToolCallParseOptions parse;
     std::string acc;
     size_t sent = 0;
+    // With the reasoning split: the splitter, and what it gave for the update being written.
+    std::unique_ptr<ReasoningSplitter> split;
+    std::string reasoning_buf, answer_buf;
   };
   auto st = std::make_shared<StreamState>();
   st->ch = ch;
@@ -262,8 +295,15 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   st->logprobs = r.logprobs;
   st->include_usage = r.include_usage;
   st->tools = tools;
-  st->format = tool_format;
+  st->format = call_format;
   st->parse = parse;
+  st->parse.parse_reasoning = false;  // acc holds the answer only: the splitter took the reasoning
+  if (split) {
+    StreamState* raw = st.get();
+    st->split = std::make_unique<ReasoningSplitter>(
+        opens, [raw](bool reasoning, std::string_view t) { (reasoning ? raw->reasoning_buf : raw->answer_buf) += t; },
+        markers);
+  }
   streams.fetch_add(1);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
@@ -283,17 +323,23 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
           st->first = false;
           event(stream_chunk(st->head, "", ojson(), nullptr, /*role=*/true));
         }
-        std::string text = std::move(u.text);
+        std::string text = std::move(u.text), reasoning;
+        if (st->split) {
+          st->split->push(text);
+          if (u.end) st->split->flush();
+          reasoning = std::exchange(st->reasoning_buf, {});
+          text = std::exchange(st->answer_buf, {});
+        }
         if (st->tools) {
           st->acc += text;
           const size_t hold = std::max(st->sent, tool_call_start(st->acc, st->format));
           text = st->acc.substr(st->sent, hold - st->sent);
           st->sent = hold;
         }
-        if (!text.empty() || !u.logprobs.empty()) {
+        if (!text.empty() || !reasoning.empty() || !u.logprobs.empty()) {
           const ojson lp = st->logprobs ? logprobs_json(tok, u.logprobs, st->head.chat, st->offset) : ojson();
           st->offset += text.size();
-          event(stream_chunk(st->head, text, lp, nullptr));
+          event(stream_chunk(st->head, text, lp, nullptr, false, reasoning));
         }
         if (!u.end) return out.empty() || send(out);
         if (!u.end->error.empty()) {

@@ -22,6 +22,10 @@ struct ServerOptions {
   std::string chat_template;                // a template's text that replaces the model's ("": its own)
   size_t max_body_bytes = size_t{4} << 20;  // larger bodies: 413
   int http_threads = 0;                     // 0: parallel + queue + 8 (every waiting client holds one)
+  // --reasoning-format: true (deepseek, auto) sends a reply's reasoning block as the message's
+  // reasoning_content (deltas too when streamed); false (none) leaves it inline in the content.
+  // A request's own reasoning_format overrides it.
+  bool split_reasoning = true;
   EngineOptions engine;
 };
 

@@ -35,6 +35,17 @@ std::string render_metrics(const EngineStats& s, const std::map<int, int64_t>& h
          static_cast<double>(s.cache_hits));
   metric("sluice_prompt_cache_hit_ratio", "gauge", "Cached prompt tokens / prompt tokens.",
          s.prompt_tokens ? static_cast<double>(s.cached_tokens) / static_cast<double>(s.prompt_tokens) : 0.0);
+  metric("sluice_prompt_tokens_host_cached_total", "counter",
+         "Prompt tokens restored from the host-RAM cache (--cache-ram; part of the cached ones).",
+         static_cast<double>(s.host_cached_tokens));
+  metric("sluice_host_cache_hits_total", "counter", "Requests that resumed from the host-RAM cache.",
+         static_cast<double>(s.host_cache_hits));
+  metric("sluice_host_cache_entries", "gauge", "Conversations held in the host-RAM cache.",
+         static_cast<double>(s.host_cache_entries));
+  metric("sluice_host_cache_bytes", "gauge", "Bytes held in the host-RAM cache.",
+         static_cast<double>(s.host_cache_bytes));
+  metric("sluice_host_cache_budget_bytes", "gauge", "The host-RAM cache's budget (--cache-ram).",
+         static_cast<double>(s.host_cache_budget));
   metric("sluice_generated_tokens_total", "counter", "Tokens generated.", static_cast<double>(s.generated_tokens));
   metric("sluice_generation_tokens_per_second", "gauge",
          "Generated tokens per second of forward-step time, over the server's life.",

@@ -135,20 +135,45 @@ json parse_messages(const json& body) {
   return out;
 }
 
-json parse_tools(const json& body) {
+// The JSON Schema the matcher compiles, with its errors as a 400 naming `where`.
+std::shared_ptr<const JsonSchema> compile_schema(const json& schema, const std::string& where) {
+  try {
+    return std::make_shared<const JsonSchema>(JsonSchema::compile(schema));
+  } catch (const UnsupportedSchema& e) {
+    throw ApiError(400, "'" + where + "' cannot be enforced: " + e.what(), where);
+  } catch (const std::exception& e) {
+    throw ApiError(400, "'" + where + "' is not a valid schema: " + e.what(), where);
+  }
+}
+
+// tools and tool_choice. "none" (or no tools) renders no tools; "auto" renders them and parses
+// calls out of the reply; "required" and a named function also force the reply to be a call,
+// whose arguments must fit the function's parameters schema (a schema the matcher cannot
+// enforce is a 400 naming it: never fail-open).
+void parse_tools(const json& body, CompletionRequest& r) {
   const json* v = field(body, "tools");
-  std::string choice = "auto";
+  std::string choice = "auto", named;
   if (const json* c = field(body, "tool_choice")) {
-    if (c->is_string())
+    if (c->is_string()) {
       choice = c->get<std::string>();
-    else if (c->is_object())
+    } else if (c->is_object()) {
       choice = "function";
-    else
+      const auto f = c->find("function");
+      if (c->value("type", json("function")) != "function" || f == c->end() || !f->is_object() ||
+          !f->contains("name") || !(*f)["name"].is_string())
+        bad_field("tool_choice", "must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      named = (*f)["name"].get<std::string>();
+    } else {
       bad_field("tool_choice", std::string("must be a string or an object, got ") + type_name(*c));
+    }
     if (choice != "none" && choice != "auto" && choice != "required" && choice != "function")
       bad_field("tool_choice", "must be none, auto, required or a function; got '" + choice + "'");
   }
-  if (!v) return nullptr;
+  const bool forced = choice == "required" || choice == "function";
+  if (!v) {
+    if (forced) bad_field("tool_choice", "'" + choice + "' needs 'tools'");
+    return;
+  }
   if (!v->is_array()) bad_field("tools", std::string("must be an array, got ") + type_name(*v));
   for (size_t i = 0; i < v->size(); ++i) {
     const json& t = (*v)[i];
@@ -157,13 +182,23 @@ json parse_tools(const json& body) {
         !t["function"]["name"].is_string())
       bad_field(where, "must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
   }
-  // Forcing a call needs constrained sampling, which is not here yet: refuse rather than
-  // answer with text the client did not allow.
-  if (choice == "required" || choice == "function")
-    throw ApiError(400, "'tool_choice' \"" + choice + "\" is not supported yet (use \"auto\" or \"none\")",
-                   "tool_choice");
-  if (choice == "none" || v->empty()) return nullptr;
-  return *v;
+  if (forced && v->empty()) bad_field("tool_choice", "'" + choice + "' needs a non-empty 'tools'");
+  if (choice == "none" || v->empty()) return;
+  r.tools = *v;
+  if (!forced) return;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& f = (*v)[i]["function"];
+    const std::string name = f["name"].get<std::string>();
+    if (choice == "function" && name != named) continue;
+    const std::string where = "tools[" + std::to_string(i) + "].function.parameters";
+    // No parameters: a function without arguments, called with {} (any object allowed).
+    const json* params = field(f, "parameters");
+    if (params && !params->is_object()) bad_field(where, "must be a JSON Schema object");
+    auto schema = params ? compile_schema(*params, where)
+                         : std::make_shared<const JsonSchema>(JsonSchema::any_object());
+    r.forced_tools.push_back({name, std::move(schema)});
+  }
+  if (r.forced_tools.empty()) bad_field("tool_choice", "names the function '" + named + "', which is not in 'tools'");
 }
 
 void parse_prompt(const json& body, CompletionRequest& r, int32_t n_vocab) {
@@ -208,15 +243,7 @@ std::shared_ptr<const JsonSchema> parse_response_format(const json& body) {
   if (sc == js->end() || sc->is_null()) return std::make_shared<const JsonSchema>(JsonSchema::any_object());
   if (!sc->is_object() && !sc->is_boolean())
     bad_field("response_format.json_schema.schema", "must be a JSON Schema object");
-  try {
-    return std::make_shared<const JsonSchema>(JsonSchema::compile(*sc));
-  } catch (const UnsupportedSchema& e) {
-    throw ApiError(400, std::string("'response_format.json_schema.schema' cannot be enforced: ") + e.what(),
-                   "response_format.json_schema.schema");
-  } catch (const std::exception& e) {
-    throw ApiError(400, std::string("'response_format.json_schema.schema' is not a valid schema: ") + e.what(),
-                   "response_format.json_schema.schema");
-  }
+  return compile_schema(*sc, "response_format.json_schema.schema");
 }
 
 void refuse_unsupported(const json& body, bool chat) {
@@ -249,7 +276,7 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   r.model = get_string(body, "model");
   if (chat) {
     r.messages = parse_messages(body);
-    r.tools = parse_tools(body);
+    parse_tools(body, r);
   } else {
     parse_prompt(body, r, n_vocab);
   }
@@ -280,6 +307,15 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   r.gen.stop = get_stop(body);
   r.gen.ignore_eos = get_bool(body, "ignore_eos", false);
   r.schema = parse_response_format(body);
+  // Both would constrain the same reply two ways; a forced call already is JSON of a schema.
+  if (r.schema && !r.forced_tools.empty())
+    throw ApiError(400, "'response_format' cannot be combined with a forced 'tool_choice'", "response_format");
+  if (const json* rf = field(body, "reasoning_format")) {
+    const std::string f = rf->is_string() ? rf->get<std::string>() : "";
+    if (f != "none" && f != "deepseek" && f != "auto")
+      bad_field("reasoning_format", "must be none, deepseek or auto, got " + rf->dump());
+    r.split_reasoning = f != "none";
+  }
 
   // Chat: logprobs is a boolean and top_logprobs (0..20) the alternatives; completions: the
   // legacy logprobs integer (0..5) is the number of alternatives.

@@ -2,13 +2,14 @@
 // server reads is type- and range-checked here, and a bad one is a 400 naming it (ApiError),
 // so nothing past this point sees malformed input. Fields that change what the model must
 // produce but are not implemented (n > 1, logit_bias, a schema keyword the JSON matcher cannot
-// enforce, echo, ...) are
-// refused with a 400 rather than ignored: a client must never get an answer that silently
+// enforce, a tool's parameters schema it cannot enforce under a forced tool_choice, echo, ...)
+// are refused with a 400 rather than ignored: a client must never get an answer that silently
 // broke its constraints. Fields that only describe the caller (user, metadata, ...) are ignored.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,17 @@ struct CompletionRequest {
   bool logprobs = false;       // report logprobs (gen.n_logprobs alternatives each)
   // response_format json_object / json_schema: the compiled constraint (null: free text).
   std::shared_ptr<const JsonSchema> schema;
+  // tool_choice "required" (any of the tools) or {"type": "function", "function": {"name": N}}
+  // (that one): the reply must be one call of these, each with its arguments' schema (the
+  // function's `parameters`), enforced by constrained sampling. Empty: no call is forced.
+  struct ForcedTool {
+    std::string name;
+    std::shared_ptr<const JsonSchema> arguments;
+  };
+  std::vector<ForcedTool> forced_tools;
+  // reasoning_format "none": the reasoning stays inline in the content; "deepseek"/"auto": it
+  // goes to reasoning_content. Unset: the server's --reasoning-format.
+  std::optional<bool> split_reasoning;
 };
 
 // Parses and checks `body` (token ids of a completions prompt against n_vocab). Throws

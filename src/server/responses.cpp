@@ -91,15 +91,16 @@ ojson full_response(const ResponseHead& h, const std::string& text, const ojson&
   return j;
 }
 
-ojson stream_chunk(const ResponseHead& h, const std::string& text, const ojson& logprobs, const char* finish,
-                   bool role) {
+ojson stream_chunk(const ResponseHead& h, const std::string& text, const ojson& logprobs, const char* finish, bool role,
+                   const std::string& reasoning) {
   ojson j = head_json(h, true);
   ojson c;
   c["index"] = 0;
   if (h.chat) {
     ojson d = ojson::object();
     if (role) d["role"] = "assistant";
-    if (!finish) d["content"] = text;
+    if (!reasoning.empty()) d["reasoning_content"] = reasoning;
+    if (!finish && (reasoning.empty() || !text.empty())) d["content"] = text;
     c["delta"] = std::move(d);
   } else {
     c["text"] = text;

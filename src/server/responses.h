@@ -37,9 +37,10 @@ ojson logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lp, b
 ojson full_response(const ResponseHead& h, const std::string& text, const ojson& logprobs, const JobResult& r,
                     const ojson& message = nullptr);
 // One stream chunk: a delta of text (and its logprobs), or the closing one (finish set).
-// `role`: the chat stream's first chunk names the assistant role.
+// `role`: the chat stream's first chunk names the assistant role. `reasoning` (chat): the
+// delta's reasoning_content, sent before its content (which is then left out when empty).
 ojson stream_chunk(const ResponseHead& h, const std::string& text, const ojson& logprobs, const char* finish,
-                   bool role = false);
+                   bool role = false, const std::string& reasoning = {});
 // A chat stream's tool calls, sent once the generation has ended and they parsed: the
 // message's tool_calls array, each with its index.
 ojson tool_calls_chunk(const ResponseHead& h, const ojson& tool_calls);

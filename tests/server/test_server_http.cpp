@@ -1,6 +1,7 @@
 // tests/server/test_server_http: `sluice serve`'s routes in-process on stories260K — models,
 // health, metrics, completions and chat (whole and streamed: the same text), logprobs, stop
-// strings; every error in OpenAI's shape with its status (400 naming the field, 401, 404, 413,
+// strings; reasoning_content (whole, streamed, inline with "none"); tool_choice forcing a call
+// (named, required, with "auto" as the control); every error in OpenAI's shape with its status (400 naming the field, 401, 404, 413,
 // 503); a client that leaves mid-stream frees its slot; a graceful stop finishes or cancels.
 #include <gtest/gtest.h>
 
@@ -332,6 +333,125 @@ TEST_F(ServerHttpTest, ToolCallsAreParsedFromTheReply) {
   ASSERT_EQ(r.status, 200);
   EXPECT_FALSE(r.json()["choices"][0]["message"].contains("tool_calls"));
   EXPECT_NE(r.json()["choices"][0]["message"]["content"].get<std::string>().find("get_weather"), std::string::npos);
+}
+
+// A template whose generation prompt opens a <think> block (as Qwen3's and R1's do): the
+// reply is reasoning until </think>, which stories260K never writes, so all of it goes to
+// reasoning_content; streamed, the reasoning_content deltas add up to the same text. Inline
+// (reasoning_format "none", per request or for the server) it is the content, as generated.
+TEST_F(ServerHttpTest, ReasoningGoesToReasoningContentStreamedOrNot) {
+  auto o = test::server_options(2, 256);
+  o.chat_template =
+      "{% for m in messages %}{{ m['content'] }} {% endfor %}{% if add_generation_prompt %}<think>\n{% endif %}";
+  test::TestServer s(*m_, *be_, o);
+  json req = {{"messages", json::array({{{"role", "user"}, {"content", "Once upon a time"}}})},
+              {"max_tokens", 24},
+              {"temperature", 0}};
+  auto r = test::post(s.port(), "/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json msg = r.json()["choices"][0]["message"];
+  ASSERT_TRUE(msg.contains("reasoning_content")) << r.body;
+  const std::string reasoning = msg["reasoning_content"];
+  EXPECT_FALSE(reasoning.empty());
+  EXPECT_EQ(msg["content"], "") << "a reply that never closed its block is all reasoning";
+
+  req["stream"] = true;
+  r = test::post(s.port(), "/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200);
+  std::string streamed_reasoning, streamed_content;
+  for (const auto& d : test::sse_data(r.body)) {
+    if (d == "[DONE]") continue;
+    const json ch = json::parse(d);
+    if (ch["choices"].empty()) continue;
+    const json& delta = ch["choices"][0]["delta"];
+    if (delta.contains("reasoning_content")) streamed_reasoning += delta["reasoning_content"].get<std::string>();
+    if (delta.contains("content")) streamed_content += delta["content"].get<std::string>();
+  }
+  EXPECT_EQ(streamed_reasoning, reasoning);
+  EXPECT_EQ(streamed_content, "");
+
+  // Inline: the text as generated, the reasoning inside it.
+  req["stream"] = false;
+  req["reasoning_format"] = "none";
+  r = test::post(s.port(), "/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200);
+  const json inline_msg = r.json()["choices"][0]["message"];
+  EXPECT_FALSE(inline_msg.contains("reasoning_content")) << r.body;
+  const std::string raw = inline_msg["content"];
+  EXPECT_NE(raw.find(reasoning), std::string::npos) << raw;
+  o.split_reasoning = false;  // --reasoning-format none
+  test::TestServer s2(*m_, *be_, o);
+  req.erase("reasoning_format");
+  r = test::post(s2.port(), "/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.json()["choices"][0]["message"]["content"], raw);
+  EXPECT_FALSE(r.json()["choices"][0]["message"].contains("reasoning_content"));
+}
+
+// tool_choice "required" on a model that cannot write a call by itself: the constraint makes
+// the reply one call of a listed function in the template's syntax (Llama 3's here), its
+// arguments fitting the schema; the same request with "auto" gives no call (the control).
+TEST_F(ServerHttpTest, ForcedToolChoiceMakesTheReplyACall) {
+  auto o = test::server_options(2, 1024);
+  o.chat_template = "{# <|start_header_id|> ipython #}{% for m in messages %}{{ m['content'] }} {% endfor %}";
+  test::TestServer s(*m_, *be_, o);
+  const json params = {{"type", "object"},
+                       {"properties",
+                        {{"unit", {{"enum", {"celsius", "fahrenheit"}}}}, {"days", {{"type", "integer"}}}}},
+                       {"required", {"unit", "days"}},
+                       {"additionalProperties", false}};
+  json req = {{"messages", json::array({{{"role", "user"}, {"content", "Weather in Paris?"}}})},
+              {"max_tokens", 400},
+              {"temperature", 0},
+              {"tools",
+               json::array({{{"type", "function"},
+                             {"function",
+                              {{"name", "get_time"},
+                               {"parameters",
+                                {{"type", "object"},
+                                 {"properties", {{"tz", {{"enum", {"UTC", "CET"}}}}}},
+                                 {"required", {"tz"}},
+                                 {"additionalProperties", false}}}}}},
+                            {{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", params}}}}})},
+              {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}};
+  for (bool stream : {false, true}) {
+    req["stream"] = stream;
+    auto r = test::post(s.port(), "/v1/chat/completions", req);
+    ASSERT_EQ(r.status, 200) << r.body;
+    json calls, finish;
+    if (!stream) {
+      const json c = r.json()["choices"][0];
+      calls = c["message"].value("tool_calls", json());
+      finish = c["finish_reason"];
+    } else {
+      for (const auto& d : test::sse_data(r.body)) {
+        if (d == "[DONE]") continue;
+        const json ch = json::parse(d)["choices"][0];
+        if (ch["delta"].contains("tool_calls")) calls = ch["delta"]["tool_calls"];
+        if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+      }
+    }
+    EXPECT_EQ(finish, "tool_calls") << r.body;
+    ASSERT_EQ(calls.size(), 1u) << r.body;
+    EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+    const json args = json::parse(calls[0]["function"]["arguments"].get<std::string>());
+    EXPECT_TRUE(args.is_object() && args.size() == 2 && args["days"].is_number_integer() &&
+                (args["unit"] == "celsius" || args["unit"] == "fahrenheit"))
+        << args.dump();
+  }
+  // "required" with the two: a call of one of them.
+  req["stream"] = false;
+  req["tool_choice"] = "required";
+  auto r = test::post(s.port(), "/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.json()["choices"][0]["message"]["tool_calls"].size(), 1u) << r.body;
+  const std::string name = r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"];
+  EXPECT_TRUE(name == "get_time" || name == "get_weather") << name;
+  // The control: unforced, the same request is text.
+  req["tool_choice"] = "auto";
+  r = test::post(s.port(), "/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_FALSE(r.json()["choices"][0]["message"].contains("tool_calls")) << r.body;
 }
 
 TEST_F(ServerHttpTest, ApiKeyIsRequiredAndAWrongOneRefused) {

@@ -119,9 +119,52 @@ TEST(ServerRequest, BadFieldsAreNamed) {
   EXPECT_EQ(rejected(ok + R"("response_format": {"type": "text"}})", is_chat), "");
   EXPECT_EQ(rejected(ok + R"("tools": {"a": 1}})", is_chat), "tools");
   EXPECT_EQ(rejected(ok + R"("tools": [{"type": "function"}]})", is_chat), "tools[0]");
-  EXPECT_EQ(rejected(ok + R"("tool_choice": "required", "tools": [{"function": {"name": "f"}}]})", is_chat),
-            "tool_choice");
+  EXPECT_EQ(rejected(ok + R"("tool_choice": "required", "tools": [{"function": {"name": "f"}}]})", is_chat), "");
   EXPECT_EQ(rejected(ok + R"("tool_choice": 3})", is_chat), "tool_choice");
+  // A forced call: its tools must be there, the named one among them, and every parameters
+  // schema it may have to write enforceable (the 400 names which one).
+  EXPECT_EQ(rejected(ok + R"("tool_choice": "required"})", is_chat), "tool_choice");
+  EXPECT_EQ(rejected(ok + R"("tool_choice": "required", "tools": []})", is_chat), "tool_choice");
+  EXPECT_EQ(rejected(ok + R"("tool_choice": {"type": "function", "function": {"name": "g"}},
+    "tools": [{"function": {"name": "f"}}]})",
+                     is_chat),
+            "tool_choice");
+  EXPECT_EQ(rejected(ok + R"("tool_choice": {"type": "function"}, "tools": [{"function": {"name": "f"}}]})", is_chat),
+            "tool_choice");
+  const std::string bad_params = R"("tools": [{"function": {"name": "f"}}, {"function": {"name": "g",
+    "parameters": {"type": "object", "properties": {"when": {"type": "string", "format": "date"}}}}}])";
+  EXPECT_EQ(rejected(ok + R"("tool_choice": "required", )" + bad_params + "}", is_chat),
+            "tools[1].function.parameters");
+  EXPECT_EQ(rejected(ok + R"("tool_choice": {"type": "function", "function": {"name": "f"}}, )" + bad_params + "}",
+                     is_chat),
+            "")
+      << "only the named function's schema is compiled";
+  EXPECT_EQ(rejected(ok + R"("tool_choice": "auto", )" + bad_params + "}", is_chat), "") << "auto constrains nothing";
+  EXPECT_EQ(rejected(ok + R"("tool_choice": "required", "response_format": {"type": "json_object"},
+    "tools": [{"function": {"name": "f"}}]})",
+                     is_chat),
+            "response_format");
+  EXPECT_EQ(rejected(ok + R"("reasoning_format": "yes"})", is_chat), "reasoning_format");
+  EXPECT_EQ(rejected(ok + R"("reasoning_format": "none"})", is_chat), "");
+}
+
+TEST(ServerRequest, ForcedToolChoiceAndReasoningFormat) {
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f"}},
+    {"type": "function", "function": {"name": "g", "parameters": {"type": "object",
+     "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}])";
+  const std::string head = R"({"messages": [{"role": "user", "content": "q"}], )";
+  auto r = chat(head + R"("tool_choice": "required", )" + tools + "}");
+  ASSERT_EQ(r.forced_tools.size(), 2u);
+  EXPECT_EQ(r.forced_tools[0].name, "f");
+  EXPECT_EQ(r.forced_tools[1].name, "g");
+  r = chat(head + R"("tool_choice": {"type": "function", "function": {"name": "g"}}, )" + tools + "}");
+  ASSERT_EQ(r.forced_tools.size(), 1u);
+  EXPECT_EQ(r.forced_tools[0].name, "g");
+  EXPECT_TRUE(chat(head + R"("tool_choice": "auto", )" + tools + "}").forced_tools.empty());
+  EXPECT_TRUE(chat(head + R"("tool_choice": "none", )" + tools + "}").tools.is_null());
+  EXPECT_FALSE(chat(head + R"("stream": false})").split_reasoning.has_value());
+  EXPECT_EQ(chat(head + R"("reasoning_format": "none"})").split_reasoning, false);
+  EXPECT_EQ(chat(head + R"("reasoning_format": "deepseek"})").split_reasoning, true);
 }
 
 }  // namespace

@@ -95,5 +95,57 @@ TEST_F(ServerSmolLM2, SecondTurnOfALongConversationComesFromTheCache) {
   EXPECT_LE(n2 - cached, n2 / 10);
 }
 
+// More conversations than slots (three over one), each second turn after the others' first:
+// its slot was taken over every time, so it resumes from the host-RAM cache (--cache-ram) — at
+// least its whole first prompt comes from there, beyond the system prompt all three share — and
+// answers what a server without any cache answers. /metrics counts the restores.
+TEST_F(ServerSmolLM2, SecondTurnsResumeFromHostRamWhenTheirSlotWasReused) {
+  const std::vector<std::string> topics{"the moon", "bread", "rivers"};
+  auto first_turn = [&](const std::string& topic) {
+    json msgs = chat("Tell me one fact about " + topic + ".", 16)["messages"];
+    return msgs;
+  };
+  auto run = [&](bool cache, std::vector<json>* usage, std::string* metrics) {
+    auto o = test::server_options(1, 1024);
+    o.engine.prompt_cache = cache;
+    o.engine.cache_ram_bytes = cache ? size_t{256} << 20 : 0;
+    test::TestServer s(*m_, *be_, o);
+    std::vector<json> convs;
+    for (const auto& t : topics) {
+      json msgs = first_turn(t);
+      auto r = test::post(s.port(), "/v1/chat/completions",
+                          json{{"messages", msgs}, {"max_tokens", 16}, {"temperature", 0}});
+      msgs.push_back({{"role", "assistant"}, {"content", content(r)}});
+      msgs.push_back({{"role", "user"}, {"content", "Tell me another."}});
+      if (usage) usage->push_back(r.json()["usage"]);
+      convs.push_back(msgs);
+    }
+    std::vector<std::string> answers;
+    for (const auto& msgs : convs) {
+      auto r = test::post(s.port(), "/v1/chat/completions",
+                          json{{"messages", msgs}, {"max_tokens", 12}, {"temperature", 0}});
+      answers.push_back(content(r));
+      if (usage) usage->push_back(r.json()["usage"]);
+    }
+    if (metrics) *metrics = s.server().metrics_text();
+    return answers;
+  };
+  const std::vector<std::string> reference = run(false, nullptr, nullptr);
+  std::vector<json> usage;
+  std::string metrics;
+  const std::vector<std::string> got = run(true, &usage, &metrics);
+  EXPECT_EQ(got, reference);
+  for (size_t c = 0; c < topics.size(); ++c) {
+    const int first_prompt = usage[c]["prompt_tokens"];
+    const int n2 = usage[3 + c]["prompt_tokens"], cached = usage[3 + c]["prompt_tokens_details"]["cached_tokens"];
+    std::printf("conversation %zu: second turn %d prompt tokens, %d cached (first turn's prompt: %d)\n", c, n2, cached,
+                first_prompt);
+    EXPECT_GE(cached, first_prompt) << "conversation " << c
+                                    << ": the whole first turn, not just the shared system prompt";
+    EXPECT_GE(cached * 10, n2 * 7) << "conversation " << c << ": mostly from the cache";
+  }
+  EXPECT_NE(metrics.find("sluice_host_cache_hits_total 3\n"), std::string::npos) << metrics;
+}
+
 }  // namespace
 }  // namespace sluice

@@ -308,3 +308,85 @@ TEST(JsonSchema, ConstrainsTheRealModel) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// The forced tool call's filter: random draws over a toy vocabulary only ever finish as one of
+// the frames — its prefix, a value of its schema, its suffix — and a suffix that starts with
+// whitespace the value would also take (DeepSeek's "\n```") can still be reached.
+// (Every byte of a frame has a token of its own here, as in a real byte-level vocabulary:
+// otherwise a walk could reach a state no token continues.)
+// (The suffixes' tails have tokens of their own, as a byte-level vocabulary has for every
+// byte: otherwise a walk could reach a state no token continues.)
+TEST(JsonSchema, FramedFilterSpellsOnlyAFrame) {
+  const std::vector<std::string> pieces = {"<a>", "<b>", "{",    "}",      "\"x\"",   ":",         "1",    "\"s\"", ",",
+                                           " ",   "\n",  "</a>", "\n</b>", "}\n</a>", "<a>{\"x\"", "</b>", ""};
+  const int32_t eos = static_cast<int32_t>(pieces.size()) - 1;
+  const json schema_a = {{"type", "object"},
+                         {"properties", {{"x", {{"type", "integer"}}}}},
+                         {"required", {"x"}},
+                         {"additionalProperties", false}};
+  auto frames = [&] {
+    std::vector<JsonFrame> f;
+    f.push_back({"<a>", std::make_shared<const JsonSchema>(JsonSchema::compile(schema_a)), "</a>"});
+    f.push_back({"<b>", std::make_shared<const JsonSchema>(JsonSchema::any_object()), "\n</b>"});
+    return f;
+  };
+  auto make = [&] {
+    return std::make_unique<FramedJsonTokenFilter>(
+        frames(), [&](int32_t id) -> std::string_view { return pieces[static_cast<size_t>(id)]; },
+        [&](int32_t id) { return id == eos; });
+  };
+  {
+    auto f = make();
+    EXPECT_TRUE(f->allowed(0));
+    EXPECT_TRUE(f->allowed(1));
+    EXPECT_TRUE(f->allowed(14)) << "a token spanning the prefix and the value";
+    EXPECT_FALSE(f->allowed(2)) << "the value before its prefix";
+    EXPECT_FALSE(f->allowed(eos)) << "the end before any frame";
+    f->accept(1);  // <b>: the any-object frame
+    for (int32_t id : {2, 3}) f->accept(id);
+    EXPECT_TRUE(f->allowed(10)) << "whitespace the value takes";
+    EXPECT_TRUE(f->allowed(12)) << "the suffix, which starts with that whitespace";
+    EXPECT_FALSE(f->allowed(eos));
+    f->accept(12);
+    EXPECT_TRUE(f->complete());
+    EXPECT_TRUE(f->allowed(eos));
+    EXPECT_FALSE(f->allowed(9)) << "nothing after the frame";
+  }
+  std::mt19937 rng(3);
+  int finished = 0;
+  for (int t = 0; t < 300; ++t) {
+    SamplerParams sp;
+    sp.temp = 1.0f, sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = 0.0f, sp.seed = 500 + t;
+    Sampler sampler(sp);
+    sampler.set_filter(make());
+    std::string doc;
+    for (int i = 0; i < 30; ++i) {
+      std::vector<float> logits(pieces.size());
+      for (float& l : logits) l = std::uniform_real_distribution<float>(-2, 2)(rng);
+      logits[static_cast<size_t>(eos)] += 3;  // end as soon as allowed
+      const int32_t id = sampler.sample(logits.data(), static_cast<int32_t>(logits.size()));
+      sampler.accept(id);
+      if (id == eos) {
+        ++finished;
+        const bool a = doc.starts_with("<a>") && doc.ends_with("</a>");
+        const bool b = doc.starts_with("<b>") && doc.ends_with("\n</b>");
+        ASSERT_TRUE(a || b) << doc;
+        const std::string inner = doc.substr(3, doc.size() - 3 - (a ? 4 : 5));
+        const json v = json::parse(inner);
+        ASSERT_TRUE(v.is_object()) << doc;
+        if (a) {
+          EXPECT_TRUE(v.size() == 1 && v["x"].is_number_integer()) << doc;
+        }
+        break;
+      }
+      doc += pieces[static_cast<size_t>(id)];
+    }
+  }
+  EXPECT_GT(finished, 30) << "too few walks finished to say anything";
+}
+
+}  // namespace
+}  // namespace sluice

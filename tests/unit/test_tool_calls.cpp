@@ -438,5 +438,66 @@ TEST(ToolCalls, RoundTripThroughRealTemplates) {
   }
 }
 
+// The one splitter (runtime/reasoning): a whole reply parsed, and the same reply streamed in
+// pieces of every size, split the same; the template's own markers where it names them.
+TEST(ToolCalls, ReasoningStreamedOrWholeSplitsTheSame) {
+  const ReasoningMarkers think;
+  const ReasoningMarkers seed = detect_reasoning_markers("{{ '<seed:think>' }} ... {{ '</seed:think>' }}");
+  EXPECT_EQ(seed.open, "<seed:think>");
+  EXPECT_EQ(seed.close, "</seed:think>");
+  EXPECT_EQ(detect_reasoning_markers("<|im_start|>").open, "<think>");
+  EXPECT_EQ(detect_reasoning_markers("<|START_THINKING|><|END_THINKING|>").close, "<|END_THINKING|>");
+  EXPECT_TRUE(prompt_opens_reasoning("<|im_start|>assistant\n<seed:think>\n", seed));
+  EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<seed:think>\n", think));
+
+  struct Case {
+    std::string text;
+    bool open;
+    ReasoningMarkers m;
+    std::string reasoning, answer;
+  };
+  const std::vector<Case> cases = {
+      {"<think>\nStep one.\n\nStep two.\n</think>\n\nParis.", false, think, "Step one.\n\nStep two.", "Paris."},
+      {"  <think>a</think>b", false, think, "a", "b"},
+      {"still going \n", true, think, "still going", ""},
+      {"x</think>\ny", true, think, "x", "y"},
+      {"No block <think>here</think>", false, think, "", "No block <think>here</think>"},
+      {"<think></think>\n\nJust this.", false, think, "", "Just this."},
+      {"<seed:think>plan</seed:think>done", false, seed, "plan", "done"},
+      {"<think>plan</think>done", false, seed, "", "<think>plan</think>done"},
+  };
+  for (const Case& c : cases) {
+    ToolCallParseOptions o = seeded();
+    o.reasoning_open = c.open;
+    o.reasoning_markers = c.m;
+    const ParsedOutput whole = parse(c.text, F::none, o);
+    EXPECT_EQ(whole.reasoning_content, c.reasoning) << c.text;
+    EXPECT_EQ(whole.content, c.answer) << c.text;
+    for (size_t step = 1; step <= 5; ++step) {
+      std::string r, a;
+      ReasoningSplitter sp(
+          c.open, [&](bool is_r, std::string_view t) { (is_r ? r : a) += t; }, c.m);
+      for (size_t i = 0; i < c.text.size(); i += step) sp.push(std::string_view(c.text).substr(i, step));
+      sp.flush();
+      EXPECT_EQ(r, c.reasoning) << c.text << " in pieces of " << step;
+      EXPECT_EQ(a, c.answer) << c.text << " in pieces of " << step;
+    }
+  }
+}
+
+// What a forced call is constrained to spell parses back, in every format, as that call.
+TEST(ToolCalls, ForcedCallFramesParseBackAsTheCall) {
+  for (F f : {F::none, F::hermes, F::llama3, F::mistral, F::deepseek}) {
+    const ToolCallFrame fr = tool_call_frame(f, "get_weather");
+    EXPECT_EQ(fr.format, f == F::none ? F::hermes : f);
+    const std::string text = fr.before + R"({"city": "Paris", "days": 2})" + fr.after;
+    const ParsedOutput r = parse(text, fr.format);
+    ASSERT_EQ(r.tool_calls.size(), 1u) << tool_call_format_name(f) << ": " << text;
+    EXPECT_EQ(r.tool_calls[0].name, "get_weather");
+    EXPECT_EQ(args_of(r.tool_calls[0]), ojson::parse(R"({"city": "Paris", "days": 2})"));
+    EXPECT_EQ(r.content, "") << text;
+  }
+}
+
 }  // namespace
 }  // namespace sluice
