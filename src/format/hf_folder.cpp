@@ -546,8 +546,8 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     std::string line = "mlx affine";
     for (const auto& [what, n] : summary) {
       char buf[64];
-      std::snprintf(buf, sizeof buf, ": %lld tensors, %.2f MiB;", static_cast<long long>(n.first),
-                    n.second / 1048576.0);
+      std::snprintf(buf, sizeof buf, ": %lld tensor%s, %.2f MiB;", static_cast<long long>(n.first),
+                    n.first == 1 ? "" : "s", n.second / 1048576.0);
       line += " " + what + buf;
     }
     line.pop_back();

@@ -207,10 +207,10 @@ INSTANTIATE_TEST_SUITE_P(
                       QuantCase{"qwen3-q4", "qwen3", {"4-bit g64 bf16 → q4_1 (exact): 15 tensors"}},
                       QuantCase{"llama-mixed",
                                 "llama",
-                                {"2-bit g32 bf16 → q4_1 (exact): 1 tensors", "3-bit g32 bf16 → q4_1 (exact): 9 tensors",
+                                {"2-bit g32 bf16 → q4_1 (exact): 1 tensor", "3-bit g32 bf16 → q4_1 (exact): 9 tensors",
                                  "5-bit g32 bf16 → q5_1 (exact): 2 tensors",
                                  "6-bit g64 bf16 → f32 (dequantized): 2 tensors",
-                                 "8-bit g32 bf16 → f32 (dequantized): 1 tensors"}}),
+                                 "8-bit g32 bf16 → f32 (dequantized): 1 tensor"}}),
     [](const auto& info) {
       std::string n = info.param.dir;
       for (char& c : n)
