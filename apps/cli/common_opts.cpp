@@ -132,6 +132,9 @@ ModelOptions CommonOpts::model_options() const {
 }
 std::unique_ptr<Model> CommonOpts::load_model() const {
   auto m = Model::load(model, model_options());
+  // A quantized folder's weights were repacked or dequantized at load (format/hf_folder.h).
+  if (const std::string q = m->file().get_string_or("sluice.folder.quantization", ""); !q.empty())
+    std::fprintf(stderr, "%s\n", q.c_str());
   if (!routing_trace_out.empty()) m->experts().record_routing_trace();
   return m;
 }

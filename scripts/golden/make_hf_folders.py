@@ -10,8 +10,16 @@ golden.json: the token ids `tokenizers` gives for a text, and MLX-LM's logits fo
 model run in float32 on the bf16 weights, so activations are not rounded to bf16) and its 16
 greedy tokens.
 
+Then MLX-quantized copies of them, made by mlx-lm's own converter (mlx_lm.convert: the float
+folder loaded, nn.quantize'd, saved with its config.json "quantization", tokenizer files
+rewritten by transformers), with golden.json from MLX-LM's float32 run of the quantized folder
+(set_dtype(float32) widens scales and biases, so quantized_matmul computes scale*q + bias in
+float32): llama-q4 and qwen3-q4 (4 bits, groups of 64, embeddings and lm_head too) and
+llama-mixed (per-module overrides: 3 bits g32 by default, v_proj 5 bits, down_proj 6 bits g64,
+lm_head 8 bits g32, embed_tokens 2 bits g32, layer 0's k_proj left bf16).
+
   python3 -m venv /tmp/mlxvenv && /tmp/mlxvenv/bin/pip install mlx mlx-cpu mlx-lm tokenizers numpy
-  /tmp/mlxvenv/bin/python scripts/golden/make_hf_folders.py ../shared/corpus/stories-sampled.txt tests/data/hf
+  /tmp/mlxvenv/bin/python scripts/golden/make_hf_folders.py ../shared/corpus/stories-sampled.txt tests/data/hf [--quantized-only]
 (made with mlx 0.32.4, mlx-lm 0.32.2, tokenizers 0.23.3)
 """
 import json
@@ -53,8 +61,58 @@ def config_for(arch, vocab):
     return c
 
 
+def write_golden(out, tok, m):
+    """MLX-LM's float32 logits of TEXT and 16 greedy tokens for the model m loaded from out."""
+    m.set_dtype(mx.float32)
+    ids = tok.encode(TEXT).ids
+    logits = m(mx.array([ids]))[0].astype(mx.float32)
+    cur, greedy = list(ids), []
+    for _ in range(16):
+        nxt = int(mx.argmax(m(mx.array([cur]))[0, -1]).item())
+        greedy.append(nxt)
+        cur.append(nxt)
+    golden = {"text": TEXT, "ids": ids, "greedy": greedy, "logits": np.array(logits).round(6).tolist(),
+              "chat_ids": tok.encode("<|im_start|>user\nHi<|im_end|>\n").ids}
+    with open(os.path.join(out, "golden.json"), "w") as f:
+        json.dump(golden, f)
+    return greedy
+
+
+def mixed_predicate(path, module):
+    if path == "model.layers.0.self_attn.k_proj":
+        return False  # left in bf16: a folder mixing float and quantized linears
+    if "v_proj" in path:
+        return {"group_size": 32, "bits": 5}
+    if "down_proj" in path:
+        return {"group_size": 64, "bits": 6}
+    if path == "lm_head":
+        return {"group_size": 32, "bits": 8}
+    if path == "model.embed_tokens":
+        return {"group_size": 32, "bits": 2}
+    return True  # the default: 3 bits, groups of 32
+
+
+def make_quantized(root):
+    import shutil
+    from mlx_lm.convert import convert
+    for name, src, bits, group, pred in [("llama-q4", "llama", 4, 64, None), ("qwen3-q4", "qwen3", 4, 64, None),
+                                         ("llama-mixed", "llama", 3, 32, mixed_predicate)]:
+        out = os.path.join(root, name)
+        shutil.rmtree(out, ignore_errors=True)
+        convert(os.path.join(root, src), out, quantize=True, q_bits=bits, q_group_size=group, quant_predicate=pred)
+        for junk in ["README.md", "model.safetensors.index.json"]:  # one file: the index adds nothing
+            if os.path.exists(os.path.join(out, junk)):
+                os.remove(os.path.join(out, junk))
+        tok = Tokenizer.from_file(os.path.join(root, src, "tokenizer.json"))
+        m, _ = load(out)
+        print(name, "greedy", write_golden(out, tok, m))
+
+
 def main():
     corpus, root = sys.argv[1], sys.argv[2]
+    if "--quantized-only" in sys.argv:
+        make_quantized(root)
+        return
     for seed, arch in enumerate(["llama", "qwen3"]):
         out = os.path.join(root, arch)
         os.makedirs(out, exist_ok=True)
@@ -86,19 +144,8 @@ def main():
         mx.save_safetensors(os.path.join(out, "model.safetensors"), weights, metadata={"format": "pt"})
         # The oracle: MLX-LM loads the folder as a user would, then runs in float32.
         m, _ = load(out)
-        m.set_dtype(mx.float32)
-        ids = tok.encode(TEXT).ids
-        logits = m(mx.array([ids]))[0].astype(mx.float32)
-        cur, greedy = list(ids), []
-        for _ in range(16):
-            nxt = int(mx.argmax(m(mx.array([cur]))[0, -1]).item())
-            greedy.append(nxt)
-            cur.append(nxt)
-        golden = {"text": TEXT, "ids": ids, "greedy": greedy, "logits": np.array(logits).round(6).tolist(),
-                  "chat_ids": tok.encode("<|im_start|>user\nHi<|im_end|>\n").ids}
-        with open(os.path.join(out, "golden.json"), "w") as f:
-            json.dump(golden, f)
-        print(arch, "vocab", vocab, "ids", len(ids), "greedy", greedy)
+        print(arch, "vocab", vocab, "greedy", write_golden(out, tok, m))
+    make_quantized(root)
 
 
 if __name__ == "__main__":

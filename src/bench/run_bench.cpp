@@ -215,6 +215,8 @@ int run_bench(const BenchArgs& a) {
     mo.experts.prefetch = a.prefetch;
     mo.experts.progress = true;
     auto model = Model::load(path, mo);
+    if (const std::string q = model->file().get_string_or("sluice.folder.quantization", ""); !q.empty())
+      std::fprintf(stderr, "bench: %s\n", q.c_str());
     const bool streamed = model->experts().policy() != ExpertPolicy::resident;
     // The disk's speed of light for the tg rows' expert reads: 1 GiB in O_DIRECT reads of 1 MiB
     // (the size of an expert's slices) at random offsets, 32 in flight, best of two. No figure,

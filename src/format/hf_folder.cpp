@@ -1,6 +1,7 @@
 // format/hf_folder: config.json, safetensors and tokenizer.json as GGUF metadata and tensors.
 #include "format/hf_folder.h"
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "format/safetensors.h"
+#include "quant/mlx_affine.h"
 
 namespace sluice {
 namespace {
@@ -218,8 +220,175 @@ std::string gguf_name(std::string n, const fs::path& file) {
 
 struct Owned {
   std::vector<std::unique_ptr<SafetensorsFile>> files;
-  std::vector<std::vector<float>> converted;
+  std::vector<std::vector<float>> converted;  // also the repacked blocks (float storage: 4-byte aligned)
 };
+
+// config.json's MLX "quantization" (or "quantization_config", which mlx-lm writes as a copy):
+// the default bits and group size, and per-module entries keyed by the module's path (the
+// tensor name without ".weight"): an object with its own bits/group_size, or false.
+struct MlxQuantConfig {
+  const json* j = nullptr;  // null: the config says nothing (scales' shapes decide)
+  int bits = 0, group_size = 0;
+};
+
+void check_affine_mode(const json& q, const std::string& where, const fs::path& file) {
+  if (q.contains("mode") && q["mode"] != "affine")
+    fail(file.string(), ": ", where, ".mode ", q["mode"].dump(),
+         " is not supported (MLX affine quantization only; mxfp4/nvfp4/mxfp8 are not yet)");
+}
+
+// bits (2, 3, 4, 5, 6, 8) or group_size (32, 64, 128) of a quantization entry.
+int quant_int(const json& q, const char* key, const std::string& where, const fs::path& file) {
+  const bool bits = std::string(key) == "bits";
+  const std::set<int64_t> ok = bits ? std::set<int64_t>{2, 3, 4, 5, 6, 8} : std::set<int64_t>{32, 64, 128};
+  if (!q.contains(key) || !q[key].is_number_integer() || !ok.count(q[key].get<int64_t>()))
+    fail(file.string(), ": ", where, ".", key, " ", q.contains(key) ? q[key].dump() : "missing",
+         " is not one MLX writes (", bits ? "2, 3, 4, 5, 6, 8" : "32, 64, 128", ")");
+  return static_cast<int>(q[key].get<int64_t>());
+}
+
+MlxQuantConfig read_quant_config(const json& c, const fs::path& file) {
+  MlxQuantConfig q;
+  const char* key = c.contains("quantization") ? "quantization" : "quantization_config";
+  if (!c.contains(key)) return q;
+  const json& j = c[key];
+  if (!j.is_object()) fail(file.string(), ": '", key, "' is not an object");
+  if (j.contains("quant_method"))
+    fail(file.string(), ": ", key, ".quant_method ", j["quant_method"].dump(),
+         " is not supported (MLX affine quantization only: convert with mlx_lm.convert, or dequantize)");
+  check_affine_mode(j, key, file);
+  q.j = &j;
+  q.bits = quant_int(j, "bits", key, file);
+  q.group_size = quant_int(j, "group_size", key, file);
+  return q;
+}
+
+// The input width of a quantizable matrix under its GGUF name (its row length), from the
+// config's dimensions; 0 for a tensor MLX does not quantize (norms, biases).
+int64_t matrix_in(const std::string& gguf, int64_t n_embd, int64_t n_q, int64_t n_ff) {
+  if (gguf == "token_embd.weight" || gguf == "output.weight") return n_embd;
+  const size_t dot = gguf.find('.', 4);
+  if (gguf.rfind("blk.", 0) != 0 || dot == std::string::npos) return 0;
+  const std::string rest = gguf.substr(dot + 1);
+  if (rest == "attn_output.weight") return n_q;
+  if (rest == "ffn_down.weight") return n_ff;
+  for (const char* t : {"attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight", "ffn_up.weight"})
+    if (rest == t) return n_embd;
+  return 0;
+}
+
+// What was repacked or dequantized, for the load line: "4-bit g64 bf16 → q4_1" -> (tensors, bytes).
+using QuantSummary = std::map<std::string, std::pair<int64_t, size_t>>;
+
+// X.weight (uint32 codes [rows, in*bits/32]) with X.scales and X.biases ([rows, in/G]) as one
+// GGUF tensor [in, rows]: Q4_1/Q5_1 blocks when they hold the groups exactly, else float32
+// (mlx_affine.h). Every shape and dtype is checked against the config first.
+TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTensor* b, const std::string& module,
+                              const std::string& gguf, int64_t in, const MlxQuantConfig& qc, const fs::path& file,
+                              Owned& owned, QuantSummary& summary) {
+  const std::string at = file.string() + ": tensor '" + w.name + "'";
+  if (in <= 0)
+    fail(at, ": quantized (it has ", module, ".scales), but MLX quantizes only linear and embedding matrices");
+  if (!b) fail(file.string(), ": tensor '", module, ".biases' missing (", w.name, " has scales)");
+  if (w.dtype != StDtype::U32)
+    fail(at, ": dtype ", st_dtype_name(w.dtype), ", want U32 (MLX packed codes beside ", module, ".scales)");
+  if (s->dtype != StDtype::F16 && s->dtype != StDtype::BF16 && s->dtype != StDtype::F32)
+    fail(file.string(), ": tensor '", s->name, "': dtype ", st_dtype_name(s->dtype),
+         ", want F16, BF16 or F32 (affine scales)");
+  if (b->dtype != s->dtype)
+    fail(file.string(), ": tensor '", b->name, "': dtype ", st_dtype_name(b->dtype), ", want ", st_dtype_name(s->dtype),
+         " (as ", s->name, ")");
+  if (w.shape.size() != 2 || s->shape.size() != 2)
+    fail(at, ": weight and scales must be 2-D (", w.shape.size(), "-D and ", s->shape.size(), "-D)");
+  if (b->shape != s->shape) fail(file.string(), ": tensor '", b->name, "': shape differs from ", s->name, "'s");
+  const int64_t rows = w.shape[0], words = w.shape[1], n_groups = s->shape[1];
+
+  // The module's own entry, else the default; where the config does not name the module, the
+  // shapes decide (as mlx-lm's infer_quant_config does: some converters leave that implicit).
+  MlxAffineFormat f;
+  f.bits = qc.bits;
+  f.group_size = qc.group_size;
+  bool named = false;
+  const std::string where = "quantization['" + module + "']";
+  if (qc.j && qc.j->contains(module)) {
+    const json& o = (*qc.j)[module];
+    if (o.is_boolean() && !o.get<bool>())
+      fail(at, ": has scales, but config.json's ", where, " is false (not quantized)");
+    if (o.is_object()) {
+      check_affine_mode(o, where, file);
+      if (o.contains("bits")) f.bits = quant_int(o, "bits", where, file);
+      if (o.contains("group_size")) f.group_size = quant_int(o, "group_size", where, file);
+      named = true;
+    }
+  }
+  const bool fits = f.bits > 0 && words * 32 == in * f.bits && n_groups * f.group_size == in;
+  bool inferred = false;
+  if (!fits && !named && s->shape[0] == rows && n_groups > 0 && words * 32 % in == 0 && in % n_groups == 0) {
+    const int64_t bits = words * 32 / in, group = in / n_groups;
+    if ((bits == 2 || bits == 3 || bits == 4 || bits == 5 || bits == 6 || bits == 8) &&
+        (group == 32 || group == 64 || group == 128)) {
+      f.bits = static_cast<int>(bits);
+      f.group_size = static_cast<int>(group);
+      inferred = true;
+    }
+  }
+  if (f.bits == 0)
+    fail(at, ": has scales, but config.json has no 'quantization' and the shapes give no MLX format (", words,
+         " words a row, ", n_groups, " groups, ", in, " inputs)");
+  const std::string from = named ? " (config.json " + where + ")" : inferred ? " (inferred from the shapes)" : "";
+  if (words * 32 != in * f.bits)
+    fail(at, ": packed width ", words, " words, want ", in, " inputs x ", f.bits, " bits / 32 = ", in * f.bits / 32,
+         from);
+  if (s->shape[0] != rows || n_groups * f.group_size != in)
+    fail(file.string(), ": tensor '", s->name, "': shape [", s->shape[0], ", ", n_groups, "], want [", rows, ", ",
+         in / f.group_size, "] (", rows, " rows, ", in, " inputs / group size ", f.group_size, from, ")");
+  f.scale_type = s->dtype == StDtype::F16 ? DType::F16 : s->dtype == StDtype::BF16 ? DType::BF16 : DType::F32;
+  mlx_affine_check(f, in);  // holds after the checks above; a safety net
+
+  TensorView v;
+  v.name = gguf;
+  v.n_dims = 2;
+  v.ne[0] = in;
+  v.ne[1] = rows;
+  const size_t ss = st_dtype_size(s->dtype);
+  auto codes_row = [&](int64_t r) {
+    return reinterpret_cast<const uint32_t*>(w.data + static_cast<size_t>(r * words) * 4);
+  };
+  auto group_row = [&](const StTensor* t, int64_t r) { return t->data + static_cast<size_t>(r * n_groups) * ss; };
+  std::string how;
+  if (const auto type = mlx_affine_repack_type(f)) {
+    const size_t row_bytes = dtype_row_bytes(*type, in);
+    std::vector<float> blocks((row_bytes * static_cast<size_t>(rows) + 3) / 4);
+    bool exact = true;
+    for (int64_t r = 0; r < rows && exact; ++r)
+      exact = mlx_affine_repack_row(f, *type, codes_row(r), group_row(s, r), group_row(b, r), in,
+                                    reinterpret_cast<uint8_t*>(blocks.data()) + static_cast<size_t>(r) * row_bytes);
+    if (exact) {
+      v.type = *type;
+      v.nbytes = row_bytes * static_cast<size_t>(rows);
+      owned.converted.push_back(std::move(blocks));
+      how = std::string(dtype_name(*type)) + " (exact)";
+    }
+  }
+  if (how.empty()) {
+    // No GGUF block holds these groups exactly (6/8 bits, or scales that are not fp16 values):
+    // float32, the numbers quantized_matmul computes (4 bytes a weight).
+    std::vector<float> out(static_cast<size_t>(rows * in));
+    for (int64_t r = 0; r < rows; ++r)
+      mlx_affine_dequantize_row_f32(f, codes_row(r), group_row(s, r), group_row(b, r), in,
+                                    out.data() + static_cast<size_t>(r * in));
+    v.type = DType::F32;
+    v.nbytes = out.size() * 4;
+    owned.converted.push_back(std::move(out));
+    how = "f32 (dequantized)";
+  }
+  v.data = owned.converted.back().data();
+  auto& e = summary[std::to_string(f.bits) + "-bit g" + std::to_string(f.group_size) + " " +
+                    std::string(dtype_name(f.scale_type)) + " → " + how];
+  e.first += 1;
+  e.second += v.nbytes;
+  return v;
+}
 
 }  // namespace
 
@@ -249,8 +418,7 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
   }
   if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
     fail(cfg_path.string(), ": rope_scaling ", c["rope_scaling"].dump(), " is not supported yet");
-  if (c.contains("quantization") || c.contains("quantization_config"))
-    fail(cfg_path.string(), ": quantized checkpoints (MLX affine, ...) are not supported for folders yet");
+  const MlxQuantConfig quant = read_quant_config(c, cfg_path);
 
   Kv kv;
   const std::string a = arch + ".";
@@ -291,53 +459,99 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     }
     for (const auto& s : names) shards.push_back(dir / s);
   }
-  std::vector<TensorView> tensors;
+  // Every tensor of every shard by name: an MLX-quantized X.weight has its X.scales and
+  // X.biases beside it (in any shard).
+  std::map<std::string, std::pair<const StTensor*, fs::path>> by_name;
   for (const fs::path& p : shards) {
     owned->files.push_back(std::make_unique<SafetensorsFile>(p.string()));
-    for (const StTensor& t : owned->files.back()->tensors()) {
-      const std::string name = gguf_name(t.name, p);
-      if (name.empty()) continue;
-      const auto dt = st_dtype_to_dtype(t.dtype);
-      if (!dt || (*dt != DType::F32 && *dt != DType::F16 && *dt != DType::BF16))
-        fail(p.string(), ": tensor '", t.name, "' has dtype ", st_dtype_name(t.dtype),
-             " (float weights F32/F16/BF16 only; MLX-quantized folders are not supported yet)");
-      if (t.shape.empty() || t.shape.size() > 2) fail(p.string(), ": tensor '", t.name, "' is not 1-D or 2-D");
-      TensorView v;
-      v.name = name;
-      v.n_dims = static_cast<int>(t.shape.size());
-      for (int d = 0; d < v.n_dims; ++d) v.ne[d] = t.shape[t.shape.size() - 1 - static_cast<size_t>(d)];
-      if (v.n_dims == 1) {
-        // Norms and biases: the ops read them as f32 arrays.
-        std::vector<float> f(static_cast<size_t>(v.ne[0]));
-        for (size_t i = 0; i < f.size(); ++i) {
-          uint16_t h = 0;
-          if (*dt == DType::F32) {
-            std::memcpy(&f[i], t.data + 4 * i, 4);
-            continue;
-          }
-          std::memcpy(&h, t.data + 2 * i, 2);
-          f[i] = *dt == DType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
-        }
-        owned->converted.push_back(std::move(f));
-        v.type = DType::F32;
-        v.data = owned->converted.back().data();
-        v.nbytes = owned->converted.back().size() * 4;
-      } else if (reinterpret_cast<uintptr_t>(t.data) % 4 != 0) {
-        // The format promises no alignment (a header of odd length shifts every tensor); the
-        // kernels read 16/32-bit elements, so a misaligned tensor is copied once.
-        std::vector<float> copy((t.nbytes + 3) / 4);
-        std::memcpy(copy.data(), t.data, t.nbytes);
-        owned->converted.push_back(std::move(copy));
-        v.type = *dt;
-        v.data = owned->converted.back().data();
-        v.nbytes = t.nbytes;
-      } else {
-        v.type = *dt;
-        v.data = t.data;
-        v.nbytes = t.nbytes;
-      }
-      tensors.push_back(v);
+    for (const StTensor& t : owned->files.back()->tensors())
+      if (!by_name.emplace(t.name, std::make_pair(&t, p)).second)
+        fail(p.string(), ": tensor '", t.name, "' is also in another shard");
+  }
+  auto find = [&](const std::string& n) -> const StTensor* {
+    auto it = by_name.find(n);
+    return it == by_name.end() ? nullptr : it->second.first;
+  };
+  auto ends_with = [](const std::string& n, const std::string& suffix) {
+    return n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  const int64_t n_ff = static_cast<int64_t>(positive(c, "intermediate_size", cfg_path));
+  if (n_embd > (uint64_t{1} << 32) || n_head * head_dim > (uint64_t{1} << 32) || n_ff > (int64_t{1} << 32))
+    fail(cfg_path.string(), ": hidden_size, heads x head_dim or intermediate_size past 2^32");
+  QuantSummary summary;
+  std::vector<TensorView> tensors;
+  for (const auto& [tname, entry] : by_name) {
+    const StTensor& t = *entry.first;
+    const fs::path& p = entry.second;
+    if (ends_with(tname, ".scales") || ends_with(tname, ".biases")) {
+      const std::string module = tname.substr(0, tname.size() - 7);
+      if (!find(module + ".weight")) fail(p.string(), ": tensor '", tname, "' has no ", module, ".weight to belong to");
+      if (!find(module + ".scales")) fail(p.string(), ": tensor '", module, ".scales' missing (", tname, " is there)");
+      continue;  // read with its weight
     }
+    const std::string name = gguf_name(t.name, p);
+    if (name.empty()) continue;
+    if (ends_with(tname, ".weight")) {
+      const std::string module = tname.substr(0, tname.size() - 7);
+      if (const StTensor* sc = find(module + ".scales")) {
+        tensors.push_back(load_mlx_quantized(t, sc, find(module + ".biases"), module, name,
+                                             matrix_in(name, static_cast<int64_t>(n_embd),
+                                                       static_cast<int64_t>(n_head * head_dim), n_ff),
+                                             quant, p, *owned, summary));
+        continue;
+      }
+    }
+    const auto dt = st_dtype_to_dtype(t.dtype);
+    if (!dt || (*dt != DType::F32 && *dt != DType::F16 && *dt != DType::BF16))
+      fail(p.string(), ": tensor '", t.name, "' has dtype ", st_dtype_name(t.dtype),
+           " (float weights F32/F16/BF16, or MLX-quantized U32 codes with .scales and .biases beside them)");
+    if (t.shape.empty() || t.shape.size() > 2) fail(p.string(), ": tensor '", t.name, "' is not 1-D or 2-D");
+    TensorView v;
+    v.name = name;
+    v.n_dims = static_cast<int>(t.shape.size());
+    for (int d = 0; d < v.n_dims; ++d) v.ne[d] = t.shape[t.shape.size() - 1 - static_cast<size_t>(d)];
+    if (v.n_dims == 1) {
+      // Norms and biases: the ops read them as f32 arrays.
+      std::vector<float> f(static_cast<size_t>(v.ne[0]));
+      for (size_t i = 0; i < f.size(); ++i) {
+        uint16_t h = 0;
+        if (*dt == DType::F32) {
+          std::memcpy(&f[i], t.data + 4 * i, 4);
+          continue;
+        }
+        std::memcpy(&h, t.data + 2 * i, 2);
+        f[i] = *dt == DType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+      }
+      owned->converted.push_back(std::move(f));
+      v.type = DType::F32;
+      v.data = owned->converted.back().data();
+      v.nbytes = owned->converted.back().size() * 4;
+    } else if (reinterpret_cast<uintptr_t>(t.data) % 4 != 0) {
+      // The format promises no alignment (a header of odd length shifts every tensor); the
+      // kernels read 16/32-bit elements, so a misaligned tensor is copied once.
+      std::vector<float> copy((t.nbytes + 3) / 4);
+      std::memcpy(copy.data(), t.data, t.nbytes);
+      owned->converted.push_back(std::move(copy));
+      v.type = *dt;
+      v.data = owned->converted.back().data();
+      v.nbytes = t.nbytes;
+    } else {
+      v.type = *dt;
+      v.data = t.data;
+      v.nbytes = t.nbytes;
+    }
+    tensors.push_back(v);
+  }
+  if (!summary.empty()) {
+    std::string line = "mlx affine";
+    for (const auto& [what, n] : summary) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, ": %lld tensor%s, %.2f MiB;", static_cast<long long>(n.first),
+                    n.first == 1 ? "" : "s", n.second / 1048576.0);
+      line += " " + what + buf;
+    }
+    line.pop_back();
+    kv.emplace_back("sluice.folder.quantization", str(line));
   }
   return GgufFile::synthetic(dir.string(), std::move(kv), std::move(tensors), owned);
 }

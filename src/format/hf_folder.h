@@ -11,9 +11,18 @@
 // Conventions that would corrupt the output silently are handled, not ignored: Llama's HF
 // checkpoints keep Q/K in the rotate-half RoPE layout that llama.cpp's converter permutes
 // away, so they run with NEOX RoPE (metadata sluice.rope_neox) instead of a copy; RMSNorm
-// weights are the multiplier as stored; `language_model.` prefixes (MLX) are dropped. What is
-// not supported yet is refused by name: architectures other than llama / mistral / qwen3, MLX
-// quantized weights, rope_scaling, tokenizers that are not byte-level BPE.
+// weights are the multiplier as stored; `language_model.` prefixes (MLX) are dropped.
+//
+// MLX-quantized folders (config.json "quantization": bits, group_size, mode "affine", and
+// per-module entries keyed by module path): X.weight (uint32 codes) with X.scales and X.biases
+// becomes one GGUF tensor in memory the file owns — Q4_1 (2-4 bits) or Q5_1 (5 bits) blocks,
+// exact (quant/mlx_affine.h), when every scale and bias is an fp16 value; float32 otherwise (6
+// and 8 bits) — and metadata sluice.folder.quantization says what was done. A module the config
+// does not name takes the default, or the format its shapes give (as mlx-lm infers it); every
+// shape and dtype is checked against the config's dimensions. What is not supported yet is
+// refused by name: architectures other than llama / mistral / qwen3, quantization modes other
+// than affine and non-MLX quantization_config (quant_method), quantized norms, rope_scaling,
+// tokenizers that are not byte-level BPE.
 #pragma once
 #include <memory>
 #include <string>

@@ -1,9 +1,11 @@
 // quant/mlx_affine: the reference dequantizer of MLX's affine format.
 #include "quant/mlx_affine.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
+#include "quant/blocks.h"
 #include "quant/quant.h"
 
 namespace sluice {
@@ -24,6 +26,28 @@ float to_scale_type(DType t, float x) {
   return t == DType::F16 ? fp16_to_fp32(fp32_to_fp16(x)) : t == DType::BF16 ? bf16_to_fp32(fp32_to_bf16(x)) : x;
 }
 
+// Code i of a row: bits [i*bits, i*bits + bits) of the LSB-first stream.
+uint32_t code_at(const uint32_t* codes, int bits, int64_t i) {
+  const int64_t bit = i * bits, word = bit / 32, shift = bit % 32;
+  uint32_t lo;
+  std::memcpy(&lo, codes + word, 4);  // the file promises no alignment
+  uint64_t v = lo >> shift;
+  if (shift + bits > 32) {  // the code continues in the next word
+    uint32_t hi;
+    std::memcpy(&hi, codes + word + 1, 4);
+    v |= static_cast<uint64_t>(hi) << (32 - shift);
+  }
+  return static_cast<uint32_t>(v & ((uint64_t{1} << bits) - 1));
+}
+
+// The fp16 bits of x, or nullopt when x is not exactly an fp16 value.
+std::optional<uint16_t> exact_fp16(float x) {
+  const uint16_t h = fp32_to_fp16(x);
+  const float back = fp16_to_fp32(h);
+  if (back != x || (back == 0.0f && std::signbit(back) != std::signbit(x))) return std::nullopt;
+  return h;
+}
+
 }  // namespace
 
 void mlx_affine_check(const MlxAffineFormat& f, int64_t n) {
@@ -41,24 +65,58 @@ int64_t mlx_affine_row_words(const MlxAffineFormat& f, int64_t n) { return n * f
 
 void mlx_affine_dequantize_row(const MlxAffineFormat& f, const uint32_t* codes, const void* scales, const void* biases,
                                int64_t n, float* out) {
-  const uint64_t mask = (uint64_t{1} << f.bits) - 1;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t bit = i * f.bits, word = bit / 32, shift = bit % 32;
-    uint32_t lo;
-    std::memcpy(&lo, codes + word, 4);
-    uint64_t v = lo >> shift;
-    if (shift + f.bits > 32) {  // the code continues in the next word
-      uint32_t hi;
-      std::memcpy(&hi, codes + word + 1, 4);
-      v |= static_cast<uint64_t>(hi) << (32 - shift);
-    }
     const int64_t g = i / f.group_size;
     // As mx.dequantize: in the scales' type, so with f16/bf16 scales the product is rounded to
     // it and so is the sum (two roundings; float arithmetic with one would differ by an ulp).
-    out[i] = to_scale_type(f.scale_type, to_scale_type(f.scale_type, static_cast<float>(v & mask) *
+    out[i] = to_scale_type(f.scale_type, to_scale_type(f.scale_type, static_cast<float>(code_at(codes, f.bits, i)) *
                                                                          scale_at(f.scale_type, scales, g)) +
                                              scale_at(f.scale_type, biases, g));
   }
+}
+
+void mlx_affine_dequantize_row_f32(const MlxAffineFormat& f, const uint32_t* codes, const void* scales,
+                                   const void* biases, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t g = i / f.group_size;
+    out[i] = static_cast<float>(code_at(codes, f.bits, i)) * scale_at(f.scale_type, scales, g) +
+             scale_at(f.scale_type, biases, g);
+  }
+}
+
+std::optional<DType> mlx_affine_repack_type(const MlxAffineFormat& f) {
+  if (f.group_size % 32 != 0) return std::nullopt;
+  if (f.bits <= 4) return DType::Q4_1;
+  if (f.bits == 5) return DType::Q5_1;
+  return std::nullopt;
+}
+
+bool mlx_affine_repack_row(const MlxAffineFormat& f, DType type, const uint32_t* codes, const void* scales,
+                           const void* biases, int64_t n, void* dst) {
+  if (mlx_affine_repack_type(f) != type) fail("MLX affine ", f.bits, "-bit: cannot repack into ", dtype_name(type));
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const int64_t g = b * 32 / f.group_size, i0 = b * 32;
+    const auto d = exact_fp16(scale_at(f.scale_type, scales, g)), m = exact_fp16(scale_at(f.scale_type, biases, g));
+    if (!d || !m) return false;
+    uint8_t qs[16];
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t lo = code_at(codes, f.bits, i0 + j), hi = code_at(codes, f.bits, i0 + j + 16);
+      qs[j] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
+      qh |= ((lo >> 4) & 1u) << j | ((hi >> 4) & 1u) << (j + 16);
+    }
+    if (type == DType::Q4_1) {
+      block_q4_1 blk{*d, *m, {}};
+      std::memcpy(blk.qs, qs, sizeof qs);
+      std::memcpy(static_cast<block_q4_1*>(dst) + b, &blk, sizeof blk);
+    } else {
+      block_q5_1 blk{*d, *m, {}, {}};
+      std::memcpy(blk.qh, &qh, sizeof qh);  // little-endian, as ggml reads it
+      std::memcpy(blk.qs, qs, sizeof qs);
+      std::memcpy(static_cast<block_q5_1*>(dst) + b, &blk, sizeof blk);
+    }
+  }
+  return true;
 }
 
 }  // namespace sluice

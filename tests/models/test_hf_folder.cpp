@@ -3,7 +3,9 @@
 // tokenizer.json gives the ids `tokenizers` gives, the logits match MLX's float32 run on the
 // bf16 weights, and greedy continues alike. Negative controls: Llama without the NEOX RoPE
 // the HF layout needs, and Qwen3 with its q/k norms dropped, miss the golden. Unsupported or
-// broken folders are refused by name.
+// broken folders are refused by name. MLX-quantized copies (tests/data/hf/{llama-q4,qwen3-q4,
+// llama-mixed}, mlx_lm.convert) match MLX-LM's float32 run of them as tightly, and hostile
+// quantized tensors are refused naming the file, the tensor and the field.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +15,7 @@
 
 #include "backends/backend.h"
 #include "core/error.h"
+#include "format/safetensors.h"
 #include "models/model.h"
 #include "runtime/session.h"
 #include "test_util.h"
@@ -90,12 +93,13 @@ TEST_P(HfFolder, MatchesMlxLm) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, HfFolder, ::testing::Values("llama", "qwen3"));
 
-// A copy of the llama folder with one file changed: each breakage is refused by name.
-std::string broken_folder(const std::string& name, const std::function<void(const fs::path&)>& edit) {
+// A copy of a folder with one file changed: each breakage is refused by name.
+std::string broken_folder(const std::string& name, const std::function<void(const fs::path&)>& edit,
+                          const std::string& from = "llama") {
   const fs::path dir = fs::path(::testing::TempDir()) / ("sluice_hf_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
-  for (const auto& e : fs::directory_iterator(folder("llama"))) fs::copy(e.path(), dir / e.path().filename());
+  for (const auto& e : fs::directory_iterator(folder(from))) fs::copy(e.path(), dir / e.path().filename());
   edit(dir);
   return dir.string();
 }
@@ -118,9 +122,15 @@ TEST(HfFolderErrors, RefusedByName) {
        [](const fs::path& d) {
          edit_json(d / "config.json", [](auto& j) { j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; });
        }},
-      {"quantized checkpoints",
+      {"quantization.mode \"mxfp4\" is not supported",
        [](const fs::path& d) {
-         edit_json(d / "config.json", [](auto& j) { j["quantization"] = {{"group_size", 64}, {"bits", 4}}; });
+         edit_json(d / "config.json", [](auto& j) {
+           j["quantization"] = {{"group_size", 32}, {"bits", 4}, {"mode", "mxfp4"}};
+         });
+       }},
+      {"quantization_config.quant_method \"gptq\" is not supported",
+       [](const fs::path& d) {
+         edit_json(d / "config.json", [](auto& j) { j["quantization_config"] = {{"quant_method", "gptq"}}; });
        }},
       {"'hidden_size' missing",
        [](const fs::path& d) { edit_json(d / "config.json", [](auto& j) { j.erase("hidden_size"); }); }},
@@ -155,6 +165,155 @@ TEST(HfFolderErrors, RunTakesAFolder) {
                                                &rc);
   EXPECT_EQ(rc, 1);
   EXPECT_NE(stream.find("--experts stream needs a GGUF file"), std::string::npos) << stream;
+}
+
+struct QuantCase {
+  const char* dir;
+  const char* arch;
+  std::vector<std::string> summary;  // what the load line must say
+};
+
+void PrintTo(const QuantCase& q, std::ostream* os) { *os << q.dir; }  // test names without pointer bytes
+
+class HfQuantFolder : public ::testing::TestWithParam<QuantCase> {};
+
+// The tolerance is the float folders' (2e-3): the repacked Q4_1/Q5_1 blocks and the float32
+// dequantized widths give exactly the weights MLX's float32 quantized_matmul uses, so only the
+// float order of the sums differs.
+TEST_P(HfQuantFolder, MatchesMlxLm) {
+  const QuantCase& q = GetParam();
+  const nlohmann::json g = golden(q.dir);
+  auto m = Model::load(folder(q.dir));
+  EXPECT_EQ(m->hparams().arch, q.arch);
+  const std::string line = m->file().get_string_or("sluice.folder.quantization", "");
+  for (const auto& want : q.summary)
+    EXPECT_NE(line.find(want), std::string::npos) << "want '" << want << "' in " << line;
+  EXPECT_EQ(m->tokenizer().encode(g["text"].get<std::string>(), true), g["ids"].get<std::vector<int32_t>>());
+  for (const char* backend : {"ref", "cpu", "cpu-exact"}) {
+    auto be = make_backend(backend, 2);
+    EXPECT_LT(max_logit_diff(*m, *be, g), 2e-3) << q.dir << " on " << backend;
+    EXPECT_EQ(greedy(*m, *be, g["ids"].get<std::vector<int32_t>>(), 16), g["greedy"].get<std::vector<int32_t>>())
+        << q.dir << " on " << backend;
+  }
+  // Negative control: the float folder these were quantized from misses this golden, so the
+  // test sees the quantized weights.
+  auto be = make_backend("ref", 2);
+  EXPECT_GT(max_logit_diff(*Model::load(folder(q.arch)), *be, g), 0.05) << q.dir;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Quantized, HfQuantFolder,
+    ::testing::Values(QuantCase{"llama-q4", "llama", {"4-bit g64 bf16 → q4_1 (exact): 16 tensors"}},
+                      QuantCase{"qwen3-q4", "qwen3", {"4-bit g64 bf16 → q4_1 (exact): 15 tensors"}},
+                      QuantCase{"llama-mixed",
+                                "llama",
+                                {"2-bit g32 bf16 → q4_1 (exact): 1 tensor", "3-bit g32 bf16 → q4_1 (exact): 9 tensors",
+                                 "5-bit g32 bf16 → q5_1 (exact): 2 tensors",
+                                 "6-bit g64 bf16 → f32 (dequantized): 2 tensors",
+                                 "8-bit g32 bf16 → f32 (dequantized): 1 tensor"}}),
+    [](const auto& info) {
+      std::string n = info.param.dir;
+      for (char& c : n)
+        if (c == '-') c = '_';
+      return n;
+    });
+
+// A safetensors file rewritten tensor by tensor (name, dtype, shape, bytes), for hostile copies.
+struct StEntry {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+void edit_safetensors(const fs::path& p, const std::function<void(std::vector<StEntry>&)>& edit) {
+  std::vector<StEntry> es;
+  {
+    const SafetensorsFile f(p.string());
+    for (const StTensor& t : f.tensors())
+      es.push_back({t.name, std::string(st_dtype_name(t.dtype)), t.shape, {t.data, t.data + t.nbytes}});
+  }
+  edit(es);
+  nlohmann::json h = nlohmann::json::object();
+  size_t off = 0;
+  for (const auto& e : es) {
+    h[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {off, off + e.bytes.size()}}};
+    off += e.bytes.size();
+  }
+  const std::string hs = h.dump();
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  const uint64_t n = hs.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << hs;
+  for (const auto& e : es)
+    out.write(reinterpret_cast<const char*>(e.bytes.data()), static_cast<std::streamsize>(e.bytes.size()));
+}
+
+StEntry& entry(std::vector<StEntry>& es, const std::string& name) {
+  for (auto& e : es)
+    if (e.name == name) return e;
+  throw std::runtime_error("no tensor " + name);
+}
+
+TEST(HfQuantFolderErrors, RefusedNamingFileTensorAndField) {
+  const std::string up = "model.layers.0.mlp.up_proj";  // [128 out, 64 in]: 4-bit g64 codes [128, 8], scales [128, 1]
+  auto st = [](const std::function<void(std::vector<StEntry>&)>& f) {
+    return [f](const fs::path& d) { edit_safetensors(d / "model.safetensors", f); };
+  };
+  const std::pair<std::string, std::function<void(const fs::path&)>> cases[] = {
+      {"tensor 'model.layers.0.mlp.up_proj.scales': shape [64, 2], want [128, 1]", st([&](auto& es) {
+         entry(es, up + ".scales").shape = entry(es, up + ".biases").shape = {64, 2};
+       })},
+      {"tensor 'model.layers.0.mlp.up_proj.weight': packed width 7 words, want 64 inputs x 4 bits / 32 = 8",
+       st([&](auto& es) {
+         auto& w = entry(es, up + ".weight");
+         w.shape = {128, 7};
+         w.bytes.resize(128 * 7 * 4);
+       })},
+      {"packed width 8 words, want 64 inputs x 3 bits / 32 = 6 (config.json "
+       "quantization['model.layers.0.mlp.up_proj'])",
+       [&](const fs::path& d) {
+         edit_json(d / "config.json", [&](auto& j) { j["quantization"][up] = {{"bits", 3}, {"group_size", 64}}; });
+       }},
+      {"quantization.bits 7 is not one MLX writes",
+       [](const fs::path& d) { edit_json(d / "config.json", [](auto& j) { j["quantization"]["bits"] = 7; }); }},
+      {"quantization['model.layers.0.mlp.up_proj'].group_size 48 is not one MLX writes",
+       [&](const fs::path& d) {
+         edit_json(d / "config.json", [&](auto& j) { j["quantization"][up] = {{"bits", 4}, {"group_size", 48}}; });
+       }},
+      {"quantization['model.layers.0.mlp.up_proj'] is false",
+       [&](const fs::path& d) { edit_json(d / "config.json", [&](auto& j) { j["quantization"][up] = false; }); }},
+      {"tensor 'model.layers.0.mlp.up_proj.biases' missing", st([&](auto& es) {
+         es.erase(std::find_if(es.begin(), es.end(), [&](const StEntry& e) { return e.name == up + ".biases"; }));
+       })},
+      {"tensor 'model.layers.0.mlp.up_proj.biases': dtype F16, want BF16",
+       st([&](auto& es) { entry(es, up + ".biases").dtype = "F16"; })},
+      {"tensor 'model.layers.0.mlp.up_proj.weight': dtype I32, want U32",
+       st([&](auto& es) { entry(es, up + ".weight").dtype = "I32"; })},
+      {"tensor 'model.layers.0.mlp.up_proj.scales': dtype U8, want F16, BF16 or F32", st([&](auto& es) {
+         auto& s = entry(es, up + ".scales");
+         s.dtype = "U8";
+         s.shape = {128, 2};
+       })},
+      {"tensor 'model.norm.weight': quantized", st([](auto& es) {
+         es.push_back({"model.norm.scales", "BF16", {1}, {0, 0}});
+         es.push_back({"model.norm.biases", "BF16", {1}, {0, 0}});
+       })},
+      {"tensor 'model.layers.0.mlp.foo.scales' has no model.layers.0.mlp.foo.weight", st([](auto& es) {
+         es.push_back({"model.layers.0.mlp.foo.scales", "BF16", {1}, {0, 0}});
+       })},
+  };
+  for (const auto& [want, edit] : cases) {
+    const std::string dir = broken_folder("q" + std::to_string(&want - &cases[0].first), edit, "llama-q4");
+    try {
+      Model::load(dir);
+      ADD_FAILURE() << "accepted a folder that should fail with: " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      if (want.find("tensor '") != std::string::npos) {
+        EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,17 +1,22 @@
 // tests/unit/test_mlx_affine: MLX checkpoints' building blocks — the safetensors reader
 // (format/safetensors.h) on a file MLX wrote and on hostile buffers, and the MLX affine
 // dequantizer (quant/mlx_affine.h) against mx.dequantize's own output for every bit width and
-// group size MLX writes (tests/data/mlx/affine.safetensors, scripts/golden/make_mlx_affine.py).
+// group size MLX writes (tests/data/mlx/affine.safetensors, scripts/golden/make_mlx_affine.py);
+// and the repack of 2..5-bit groups into GGUF Q4_1/Q5_1 blocks (format/hf_folder loads MLX
+// folders so), bit-identical to the float32 dequantizer.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "format/safetensors.h"
+#include "quant/blocks.h"
 #include "quant/mlx_affine.h"
+#include "quant/quant.h"
 
 namespace sluice {
 namespace {
@@ -69,6 +74,115 @@ TEST(MlxAffine, DequantizesAsMlxForEveryFormat) {
   EXPECT_THROW(mlx_affine_check({7, 64, DType::F16}, 128), Error);
   EXPECT_THROW(mlx_affine_check({4, 48, DType::F16}, 96), Error);
   EXPECT_THROW(mlx_affine_check({4, 64, DType::F16}, 96), Error);
+}
+
+// Scales/biases as 16-bit values of `t` (F16 or BF16) or F32, from fp16 values v.
+std::vector<uint8_t> store_as(DType t, const std::vector<uint16_t>& fp16) {
+  std::vector<uint8_t> out(fp16.size() * (t == DType::F32 ? 4 : 2));
+  for (size_t i = 0; i < fp16.size(); ++i) {
+    const float x = fp16_to_fp32(fp16[i]);
+    if (t == DType::F32) {
+      std::memcpy(out.data() + 4 * i, &x, 4);
+    } else {
+      const uint16_t h = t == DType::F16 ? fp16[i] : fp32_to_bf16(x);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  }
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+TEST(MlxAffine, RepacksIntoQ4_1AndQ5_1BitIdentically) {
+  std::mt19937 rng(7);
+  int repacked = 0;
+  for (int bits : {2, 3, 4, 5, 6, 8}) {
+    for (int group : {32, 64, 128}) {
+      for (DType st : {DType::F16, DType::BF16, DType::F32}) {
+        const MlxAffineFormat f{bits, group, st};
+        const auto type = mlx_affine_repack_type(f);
+        ASSERT_EQ(type.has_value(), bits <= 5) << bits;
+        if (!type) continue;
+        EXPECT_EQ(*type, bits == 5 ? DType::Q5_1 : DType::Q4_1);
+        const int64_t n = 256, n_groups = n / group;
+        std::vector<uint32_t> codes(static_cast<size_t>(mlx_affine_row_words(f, n)));
+        for (auto& w : codes) w = static_cast<uint32_t>(rng());
+        // fp16 values (negative scales too), with bf16 precision where the scales are bf16, so
+        // that every one is an fp16 value and a bf16 one.
+        std::vector<uint16_t> sc, bi;
+        std::normal_distribution<float> nd(0.0f, 0.05f);
+        for (int64_t g = 0; g < n_groups; ++g) {
+          sc.push_back(fp32_to_fp16(bf16_to_fp32(fp32_to_bf16(nd(rng)))));
+          bi.push_back(fp32_to_fp16(bf16_to_fp32(fp32_to_bf16(8 * nd(rng)))));
+        }
+        const auto s = store_as(st, sc), b = store_as(st, bi);
+        std::vector<uint8_t> blocks(dtype_row_bytes(*type, n));
+        ASSERT_TRUE(mlx_affine_repack_row(f, *type, codes.data(), s.data(), b.data(), n, blocks.data()));
+        std::vector<float> got(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+        dequantize_row(*type, blocks.data(), got.data(), n);
+        mlx_affine_dequantize_row_f32(f, codes.data(), s.data(), b.data(), n, want.data());
+        EXPECT_TRUE(same_bits(got, want)) << bits << "-bit g" << group << " " << dtype_name(st);
+        ++repacked;
+        if (bits == 4 && group == 64 && st == DType::F16) {
+          // Negative control: nibbles in element order (2j low, 2j+1 high) instead of ggml's.
+          auto* blk = reinterpret_cast<block_q4_1*>(blocks.data());
+          for (int64_t k = 0; k < n / 32; ++k) {
+            uint8_t q[32];
+            for (int j = 0; j < 16; ++j) {
+              q[j] = blk[k].qs[j] & 0x0F;
+              q[j + 16] = blk[k].qs[j] >> 4;
+            }
+            for (int j = 0; j < 16; ++j) blk[k].qs[j] = static_cast<uint8_t>(q[2 * j] | (q[2 * j + 1] << 4));
+          }
+          dequantize_row(*type, blocks.data(), got.data(), n);
+          EXPECT_FALSE(same_bits(got, want)) << "the nibble order does not matter?";
+        }
+        if (st == DType::BF16) {
+          // A bf16 scale outside fp16's range (1e-6 is below its subnormals' precision; 1e5 past
+          // its max) has no exact Q4_1/Q5_1 block: the repack says so.
+          for (float bad : {1e-6f, 1e5f}) {
+            auto s2 = s;
+            const uint16_t h = fp32_to_bf16(bad);
+            std::memcpy(s2.data() + 2 * (n_groups - 1), &h, 2);
+            EXPECT_FALSE(mlx_affine_repack_row(f, *type, codes.data(), s2.data(), b.data(), n, blocks.data())) << bad;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(repacked, 4 * 3 * 3);
+  EXPECT_THROW(mlx_affine_repack_row({6, 64, DType::F16}, DType::Q4_1, nullptr, nullptr, nullptr, 64, nullptr), Error);
+}
+
+// On MLX's own codes and scales (the fixture): f16/bf16 groups repack exactly.
+TEST(MlxAffine, RepacksMlxCodes) {
+  const SafetensorsFile f(kFixture);
+  int checked = 0;
+  for (int bits : {2, 3, 4, 5}) {
+    for (const char* dt : {"float16", "bfloat16"}) {
+      const std::string name = "b" + std::to_string(bits) + "_g64_" + dt;
+      const StTensor *w = f.find(name + ".weight"), *s = f.find(name + ".scales"), *b = f.find(name + ".biases");
+      ASSERT_TRUE(w && s && b) << name;
+      const int64_t n = w->shape[1] * 32 / bits;
+      const MlxAffineFormat fmt{bits, 64, *st_dtype_to_dtype(s->dtype)};
+      const auto type = *mlx_affine_repack_type(fmt);
+      std::vector<uint8_t> blocks(dtype_row_bytes(type, n));
+      std::vector<float> got(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+      const size_t sb = st_dtype_size(s->dtype);
+      for (int64_t r = 0; r < w->shape[0]; ++r) {
+        const auto* codes = reinterpret_cast<const uint32_t*>(w->data) + r * w->shape[1];
+        const uint8_t *sr = s->data + r * (n / 64) * sb, *br = b->data + r * (n / 64) * sb;
+        ASSERT_TRUE(mlx_affine_repack_row(fmt, type, codes, sr, br, n, blocks.data())) << name;
+        dequantize_row(type, blocks.data(), got.data(), n);
+        mlx_affine_dequantize_row_f32(fmt, codes, sr, br, n, want.data());
+        EXPECT_TRUE(same_bits(got, want)) << name << " row " << r;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 8);
 }
 
 // A buffer: 8-byte length, the header, then `data` bytes.
