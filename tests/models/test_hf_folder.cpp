@@ -179,7 +179,11 @@ class HfQuantFolder : public ::testing::TestWithParam<QuantCase> {};
 
 // The tolerance is the float folders' (2e-3): the repacked Q4_1/Q5_1 blocks and the float32
 // dequantized widths give exactly the weights MLX's float32 quantized_matmul uses, so only the
-// float order of the sums differs.
+// float order of the sums differs. That holds for ref and cpu-exact (float activations). The
+// cpu backend's default int8 path rounds activations to 8 bits per 32-block (Q8_0, as
+// llama.cpp does for Q4_1/Q5_1), which MLX never does: 0.032-0.053 here, so it gets a smoke
+// bound only (0.1), and no greedy check (these random tiny models have near ties that the
+// rounding flips). Its kernels are checked against ref in tests/kernels/test_q8_matmul.cpp.
 TEST_P(HfQuantFolder, MatchesMlxLm) {
   const QuantCase& q = GetParam();
   const nlohmann::json g = golden(q.dir);
@@ -189,12 +193,13 @@ TEST_P(HfQuantFolder, MatchesMlxLm) {
   for (const auto& want : q.summary)
     EXPECT_NE(line.find(want), std::string::npos) << "want '" << want << "' in " << line;
   EXPECT_EQ(m->tokenizer().encode(g["text"].get<std::string>(), true), g["ids"].get<std::vector<int32_t>>());
-  for (const char* backend : {"ref", "cpu", "cpu-exact"}) {
+  for (const char* backend : {"ref", "cpu-exact"}) {
     auto be = make_backend(backend, 2);
     EXPECT_LT(max_logit_diff(*m, *be, g), 2e-3) << q.dir << " on " << backend;
     EXPECT_EQ(greedy(*m, *be, g["ids"].get<std::vector<int32_t>>(), 16), g["greedy"].get<std::vector<int32_t>>())
         << q.dir << " on " << backend;
   }
+  EXPECT_LT(max_logit_diff(*m, *make_backend("cpu", 2), g), 0.1) << q.dir << " on cpu (int8 activations)";
   // Negative control: the float folder these were quantized from misses this golden, so the
   // test sees the quantized weights.
   auto be = make_backend("ref", 2);
