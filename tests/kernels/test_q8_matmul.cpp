@@ -50,7 +50,7 @@ constexpr double kTolQ8Twin = 1e-11;
 
 
 std::unique_ptr<Backend> q8_backend(int threads, CpuIsa isa) {
-  return make_cpu_backend(threads, isa, CpuBackendOptions{.q8_activations = true});
+  return make_cpu_backend(threads, isa, CpuBackendOptions{.q8_activations = true, .q8_legacy_types = true});
 }
 
 using Weights = test::RandomMatrix;

@@ -46,7 +46,8 @@ class CpuBackend final : public Backend {
         k_(cpu::kernels_for(isa)),
         q8_(opt.q8_activations ? &cpu::q8_kernels_for(isa) : nullptr),
         q8_tiles_(opt.q8_tiles),
-        q8_tile_min_tokens_(opt.q8_tile_min_tokens) {
+        q8_tile_min_tokens_(opt.q8_tile_min_tokens),
+        q8_legacy_(opt.q8_legacy_types) {
     if (!cpu_isa_available(isa)) fail("cpu backend: ISA level ", cpu_isa_name(isa), " is not available on this CPU");
     scratch_.resize(static_cast<size_t>(pool_.size()));
   }
@@ -60,7 +61,7 @@ class CpuBackend final : public Backend {
     const int64_t n_in = w.ne[0], n_out = w.n_rows();
     if (n_tok <= 0 || n_out <= 0) return;
     if (q8_) {
-      if (const cpu::Q8Ops* op = q8_->get(w.type)) {
+      if (const cpu::Q8Ops* op = q8_op(w.type)) {
         matmul_q8(*op, w, x, y, n_tok);
         return;
       }
@@ -132,7 +133,11 @@ class CpuBackend final : public Backend {
   }
 
   // The int8 op for weight type t, or null (exact backend, or a type without an int8 path).
-  const cpu::Q8Ops* q8_op(DType t) const { return q8_ ? q8_->get(t) : nullptr; }
+  const cpu::Q8Ops* q8_op(DType t) const {
+    if (!q8_) return nullptr;
+    if (!q8_legacy_ && (t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1)) return nullptr;
+    return q8_->get(t);
+  }
 
   // Rows [r0, r0 + nr) of w times one token: through op when given (xq = the token quantized
   // to op->act), else the float path on x. Exactly what matmul computes for these rows.
@@ -516,6 +521,7 @@ class CpuBackend final : public Backend {
   const cpu::Q8Kernels* q8_;                 // null: quantized weights are decoded to float (the exact path)
   bool q8_tiles_;                            // CpuBackendOptions::q8_tiles
   int64_t q8_tile_min_tokens_;               // CpuBackendOptions::q8_tile_min_tokens
+  bool q8_legacy_;                           // CpuBackendOptions::q8_legacy_types
   std::vector<uint8_t> act_;                 // quantized activations of the current int8 matmul
   std::vector<uint8_t> moe_act_;             // moe_ffn_token: x and the k hidden rows, quantized
   std::vector<float> moe_gu_;                // moe_ffn_token: gate then up outputs, [2][k][F]
@@ -528,6 +534,7 @@ CpuBackendOptions cpu_backend_default_options() {
   CpuBackendOptions o;
   if (const char* e = std::getenv("SLUICE_CPU_Q8")) o.q8_activations = std::string_view(e) == "1";
   if (const char* e = std::getenv("SLUICE_CPU_Q8_TILES")) o.q8_tiles = std::string_view(e) == "1";
+  if (const char* e = std::getenv("SLUICE_CPU_Q8_LEGACY")) o.q8_legacy_types = std::string_view(e) == "1";
   if (const char* e = std::getenv("SLUICE_CPU_Q8_TILE_MIN")) {
     const int v = std::atoi(e);
     if (v < 1) fail("SLUICE_CPU_Q8_TILE_MIN='", e, "' must be a token count >= 1");

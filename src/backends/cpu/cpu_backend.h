@@ -34,9 +34,15 @@ struct CpuBackendOptions {
   // each weight row once for the batch's few tokens: a tile's repack costs more than it saves
   // while the step is bound by reading the weights (several sequences decoding together).
   int64_t q8_tile_min_tokens = cpu::kQ8TileMinTokens;
+  // With q8_activations: Q4_1, Q5_0 and Q5_1 weights (ggml's legacy 32-blocks) take the int8
+  // path too (SLUICE_CPU_Q8_LEGACY=1). Off by default: it is no faster there. SmolLM2-135M
+  // Q4_1 decode, AMD EPYC Zen 4: 1 thread 180 vs 183 tok/s (int8 vs float decode), 2 threads
+  // 232 vs 260; a 202M llama from an MLX 4-bit folder, 2 threads: about even. The float path
+  // is also the exact one, so the int8 kernels wait for a faster design (kernels_q8_impl.h).
+  bool q8_legacy_types = false;
 };
-// The defaults, with SLUICE_CPU_Q8=1|0 and SLUICE_CPU_Q8_TILES=1|0 in the environment
-// overriding q8_activations and q8_tiles.
+// The defaults, with SLUICE_CPU_Q8=1|0, SLUICE_CPU_Q8_TILES=1|0 and SLUICE_CPU_Q8_LEGACY=1|0 in
+// the environment overriding q8_activations, q8_tiles and q8_legacy_types.
 CpuBackendOptions cpu_backend_default_options();
 
 // n_threads <= 0: hardware concurrency. isa: the kernel level (must be available; see

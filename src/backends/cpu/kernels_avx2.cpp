@@ -3,9 +3,11 @@
 // (8 accumulators + 3 operands of the 16 ymm registers).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "backends/cpu/kernels.h"
 #include "quant/blocks.h"

@@ -10,9 +10,11 @@
 #endif
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "backends/cpu/kernels.h"
 #include "quant/blocks.h"

@@ -1,10 +1,12 @@
 // backends/cpu/kernels_generic: the kernel table for CPUs without AVX2, in plain C++ with no
 // ISA flags. Emulates an 8-lane vector so its accumulation order matches the contract of
 // kernels.h (and the compiler may still auto-vectorize the lane loops with SSE2).
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "backends/cpu/kernels.h"
 #include "quant/blocks.h"

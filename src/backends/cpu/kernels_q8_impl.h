@@ -126,9 +126,9 @@ inline void q8_dot_q4_0(const void* w, const uint8_t* act, size_t astride, int64
 
 // ---- Q4_1 / Q5_0 / Q5_1 · Q8_0 -------------------------------------------------------------
 // Q4_1 and Q5_1 are x = d·q + m with q unsigned (4 or 5 bits), so per block
-//   dot = d_x·d_a·Σ q·a + m_x·d_a·Σ a,
-// both sums exact in int32 (Σ a by a dot with ones: ggml keeps it in Q8_1's s instead, we
-// recompute it per row so the activations stay Q8_0). Q5_0 is x = d·(q - 16): signed like
+//   dot = d_x·d_a·Σ q·a + m_x·(d_a·Σ a),
+// both sums exact in int32. ggml keeps d_a·Σa in Q8_1's s (rounded to fp16); here the
+// activations stay Q8_0 and q8_gemm_x_1 computes it in float once per token and call. Q5_0 is x = d·(q - 16): signed like
 // Q4_0, through the sign trick. The fifth bit of element j is bit j of the 32-bit qh.
 #if SLUICE_Q8_SIMD
 // Byte j = 0xFF where bit j of `bits` is set, else 0 (32 bytes from 32 bits).
@@ -153,12 +153,37 @@ inline uint32_t q8_qh32(const uint8_t* qh) {
   return v;
 }
 
-// kFive: Q5_1 (fifth bit from qh), else Q4_1.
-template <bool kFive, class Block, int NT>
-inline void q8_dot_x_1(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
-  const auto* x = static_cast<const Block*>(w);
+// Per block of one token's Q8_0 activations: d_a and d_a·Σa (Σa exact in int32, then one
+// rounding). Q8Ops::gemm of Q4_1/Q5_1 computes them once per token and call (q8_gemm_x_1),
+// not once per weight row: they are what every row's m·Σa term needs.
+struct Q8ActSums {
+  float d, s;
+};
+inline void q8_act_sums(const block_q8_0* a, int64_t nb, Q8ActSums* out) {
+  for (int64_t i = 0; i < nb; ++i) {
+    int32_t sa = 0;
 #if SLUICE_Q8_SIMD
-  const __m256i ones = _mm256_set1_epi8(1);
+    __m256i v = q8_dot_us(_mm256_set1_epi8(1), q8_load(a[i].qs));
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+    sa = _mm_cvtsi128_si32(h);
+#else
+    for (int j = 0; j < 32; ++j) sa += a[i].qs[j];
+#endif
+    out[i].d = q8_half(a[i].d);
+    out[i].s = out[i].d * static_cast<float>(sa);
+  }
+}
+
+// kFive: Q5_1 (fifth bit from qh), else Q4_1. sums[t]: token t's Q8ActSums.
+template <bool kFive, class Block, int NT>
+inline void q8_dot_x_1(const void* w, const uint8_t* act, size_t astride, const Q8ActSums* const* sums, int64_t nb,
+                       float* out, size_t ostride) {
+  const auto* x = static_cast<const Block*>(w);
+  float summ[NT];
+  for (int t = 0; t < NT; ++t) summ[t] = 0;
+#if SLUICE_Q8_SIMD
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
@@ -168,13 +193,12 @@ inline void q8_dot_x_1(const void* w, const uint8_t* act, size_t astride, int64_
     const float dx = q8_half(x[i].d), mx = q8_half(x[i].m);
     for (int t = 0; t < NT; ++t) {
       const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
-      const __m256i aq = q8_load(a.qs);
-      const float da = q8_half(a.d);
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * da), _mm256_cvtepi32_ps(q8_dot_us(xq, aq)), acc[t]);
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(mx * da), _mm256_cvtepi32_ps(q8_dot_us(ones, aq)), acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * sums[t][i].d), _mm256_cvtepi32_ps(q8_dot_us(xq, q8_load(a.qs))),
+                               acc[t]);
+      summ[t] += mx * sums[t][i].s;
     }
   }
-  for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]);
+  for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]) + summ[t];
 #else
   for (int t = 0; t < NT; ++t) {
     const auto* a = reinterpret_cast<const block_q8_0*>(act + t * astride);
@@ -182,27 +206,50 @@ inline void q8_dot_x_1(const void* w, const uint8_t* act, size_t astride, int64_
     for (int64_t i = 0; i < nb; ++i) {
       uint32_t qh = 0;
       if constexpr (kFive) qh = q8_qh32(x[i].qh);
-      int32_t s = 0, sa = 0;
+      int32_t s = 0;
       for (int j = 0; j < 32; ++j) {
         int q = j < 16 ? x[i].qs[j] & 0xF : x[i].qs[j - 16] >> 4;
         if constexpr (kFive) q |= static_cast<int>((qh >> j) & 1) << 4;
         s += q * a[i].qs[j];
-        sa += a[i].qs[j];
       }
-      const float da = q8_half(a[i].d);
-      sum += q8_half(x[i].d) * da * static_cast<float>(s) + q8_half(x[i].m) * da * static_cast<float>(sa);
+      sum += q8_half(x[i].d) * sums[t][i].d * static_cast<float>(s);
+      summ[t] += q8_half(x[i].m) * sums[t][i].s;
     }
-    out[t * ostride] = sum;
+    out[t * ostride] = sum + summ[t];
   }
 #endif
 }
-template <int NT>
-inline void q8_dot_q4_1(const void* w, const uint8_t* a, size_t as, int64_t nb, float* out, size_t os) {
-  q8_dot_x_1<false, block_q4_1, NT>(w, a, as, nb, out, os);
-}
-template <int NT>
-inline void q8_dot_q5_1(const void* w, const uint8_t* a, size_t as, int64_t nb, float* out, size_t os) {
-  q8_dot_x_1<true, block_q5_1, NT>(w, a, as, nb, out, os);
+
+// Q8Ops::gemm of Q4_1 / Q5_1: tokens in passes of up to 4 (as q8_gemm), each pass's
+// activation sums computed once, then every row against them.
+template <bool kFive, class Block>
+void q8_gemm_x_1(const void* w, size_t row_bytes, int64_t n_rows, const void* act, size_t a_row_bytes, int64_t n_tok,
+                 int64_t n, float* y, size_t ldy) {
+  constexpr int kNT = 4;
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* ab = static_cast<const uint8_t*>(act);
+  const int64_t nb = n / 32;
+  thread_local std::vector<Q8ActSums> buf;
+  if (buf.size() < static_cast<size_t>(kNT * nb)) buf.resize(static_cast<size_t>(kNT * nb));
+  for (int64_t t = 0; t < n_tok; t += kNT) {
+    const int nt = static_cast<int>(std::min<int64_t>(kNT, n_tok - t));
+    const Q8ActSums* sums[kNT];
+    for (int k = 0; k < nt; ++k) {
+      q8_act_sums(reinterpret_cast<const block_q8_0*>(ab + (t + k) * a_row_bytes), nb, buf.data() + k * nb);
+      sums[k] = buf.data() + k * nb;
+    }
+    const uint8_t* at = ab + t * a_row_bytes;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const uint8_t* wr = wb + r * row_bytes;
+      float* yr = y + t * ldy + r;
+      switch (nt) {
+        case 4: q8_dot_x_1<kFive, Block, 4>(wr, at, a_row_bytes, sums, nb, yr, ldy); break;
+        case 3: q8_dot_x_1<kFive, Block, 3>(wr, at, a_row_bytes, sums, nb, yr, ldy); break;
+        case 2: q8_dot_x_1<kFive, Block, 2>(wr, at, a_row_bytes, sums, nb, yr, ldy); break;
+        default: q8_dot_x_1<kFive, Block, 1>(wr, at, a_row_bytes, sums, nb, yr, ldy); break;
+      }
+    }
+  }
 }
 
 template <int NT>
@@ -1153,9 +1200,7 @@ void q8_gemm(const void* w, size_t row_bytes, int64_t n_rows, const void* act, s
     }                                                                                                \
   };
 SLUICE_Q8_DOT(q4_0)
-SLUICE_Q8_DOT(q4_1)
 SLUICE_Q8_DOT(q5_0)
-SLUICE_Q8_DOT(q5_1)
 SLUICE_Q8_DOT(q8_0)
 SLUICE_Q8_DOT(q4_K)
 SLUICE_Q8_DOT(q5_K)
@@ -1213,9 +1258,9 @@ constexpr Q8Kernels q8_table(const char* name) {
   return Q8Kernels{
       .name = name,
       .q4_0 = {DType::Q8_0, q8_gemm<Dot_q4_0, QK4_0>, {}},
-      .q4_1 = {DType::Q8_0, q8_gemm<Dot_q4_1, QK4_1>, {}},
+      .q4_1 = {DType::Q8_0, q8_gemm_x_1<false, block_q4_1>, {}},
       .q5_0 = {DType::Q8_0, q8_gemm<Dot_q5_0, QK5_0>, {}},
-      .q5_1 = {DType::Q8_0, q8_gemm<Dot_q5_1, QK5_1>, {}},
+      .q5_1 = {DType::Q8_0, q8_gemm_x_1<true, block_q5_1>, {}},
       .q8_0 = {DType::Q8_0, q8_gemm<Dot_q8_0, QK8_0>, SLUICE_Q8_Q8_0_TILE},
       .q4_K = {DType::Q8_K, q8_gemm<Dot_q4_K, QK_K>, SLUICE_Q8_Q4_K_TILE},
       .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, SLUICE_Q8_Q5_K_TILE},
