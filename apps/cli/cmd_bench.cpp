@@ -49,6 +49,9 @@ CommandRunner add_bench_command(CLI::App& app) {
               "per-stage time of the pp runs (matmul GMAC/s) and the tg runs (bytes, GB/s)");
   b->add_flag("--exact", args->exact, "float-decode matmuls (no int8 activations): the parity path");
   b->add_flag("--json", args->json, "JSON instead of a markdown table");
+  b->add_flag("--lookup", args->lookup,
+              "add speculative decoding by prompt lookup vs plain greedy on a rewrite task (speedup, acceptance, "
+              "whether the tokens are identical)");
   b->add_option("--experts", args->experts,
                 "where experts live: resident | mmap | stream (stream/mmap: store figures per tg row)")
       ->capture_default_str();

@@ -24,6 +24,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "bench/bench.h"
+#include "bench/lookup_bench.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "kvcodec/kvcodec.h"
@@ -204,7 +205,7 @@ int run_bench(const BenchArgs& a) {
     std::printf(
         "| model | size | params | backend | threads | cache K/V | test | t/s | GB/s read / membw | SOL %% |\n"
         "| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |\n");
-  std::string profile_text, experts_text, sequences_text;
+  std::string profile_text, experts_text, sequences_text, lookup_text;
   for (const std::string& path : a.models) {
     std::fprintf(stderr, "bench: loading %s\n", path.c_str());
     ModelOptions mo;
@@ -467,6 +468,38 @@ int run_bench(const BenchArgs& a) {
               profile_text += tg_profile(be.counters(), base_name(path), t, cache, "tg" + std::to_string(a.n_gen) + at,
                                          static_cast<double>(a.n_gen) * a.reps, total_s, median(bw_rep));
           }
+          if (a.lookup && depth == 0 && a.n_gen > 0) {
+            std::fprintf(stderr, "bench: %d threads, %s: tg%d plain vs prompt lookup, %d repetitions\n", t,
+                         cache.c_str(), a.n_gen, a.reps);
+            KvCacheOptions lkv = kv;
+            lkv.n_ctx = 1024 + a.n_gen;  // the rewrite prompt (~250 tokens) and what follows it
+            const LookupBenchResult lr = bench_lookup(*model, be, lkv, a.n_gen, a.reps);
+            const double plain = stats(lr.plain_tps).mean, look = stats(lr.lookup_tps).mean;
+            const std::string test = "tg" + std::to_string(a.n_gen) + " lookup";
+            if (a.json) {
+              row(test, lr.lookup_tps, 0);
+              nlohmann::json& j = out.back();
+              j["plain_tps_mean"] = plain;
+              j["samples_plain_tps"] = lr.plain_tps;
+              j["speedup"] = plain > 0 ? look / plain : 0.0;
+              j["n_prompt"] = lr.n_prompt;
+              j["n_generated"] = lr.n_generated;
+              j["steps"] = lr.spec.steps;
+              j["drafted"] = lr.spec.drafted;
+              j["accepted"] = lr.spec.accepted;
+              j["acceptance"] = lr.spec.acceptance();
+              j["identical_to_plain"] = lr.identical;
+            } else {
+              char buf[320];
+              std::snprintf(buf, sizeof buf,
+                            "| %s | %d | %s | %d | %d | %.2f | %.2f | %.2fx | %lld | %lld | %.1f%% | %s |\n",
+                            base_name(path).c_str(), t, cache.c_str(), lr.n_prompt, lr.n_generated, plain, look,
+                            plain > 0 ? look / plain : 0.0, static_cast<long long>(lr.spec.steps),
+                            static_cast<long long>(lr.spec.drafted), 100 * lr.spec.acceptance(),
+                            lr.identical ? "yes" : "NO");
+              lookup_text += buf;
+            }
+          }
         }
       }
     }
@@ -488,6 +521,14 @@ int run_bench(const BenchArgs& a) {
         "| model | threads | test | aggregate t/s | t/s per sequence | MB read per step | MB read per token |\n"
         "| --- | ---: | --- | ---: | ---: | ---: | ---: |\n%s",
         sequences_text.c_str());
+  if (!lookup_text.empty())
+    std::printf(
+        "\nspeculative decoding by prompt lookup vs plain greedy, on a rewrite task (one paragraph with one "
+        "word changed, through the model's chat template; steps/drafted/accepted of the last repetition):\n\n"
+        "| model | threads | cache | prompt | generated | plain t/s | lookup t/s | speedup | steps | drafted | "
+        "accepted | tokens identical |\n"
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n%s",
+        lookup_text.c_str());
   if (!a.json && a.n_prompt > 0)
     std::printf(
         "\npp rows: matmul multiply-accumulates per second (weights x activations, attention not counted) / "

@@ -26,6 +26,7 @@ struct BenchArgs {
   std::string experts = "resident", expert_cache = "4G";  // as given (labels; "auto")
   size_t expert_cache_bytes = size_t{4} << 30;            // expert_cache parsed, unless "auto"
   bool prefetch = true;
+  bool lookup = false;  // --lookup: speculative decoding by prompt lookup vs plain greedy (bench/lookup_bench.h)
 };
 
 // Runs the benchmark; prints to stdout (progress to stderr). Throws Error on bad arguments.

@@ -157,6 +157,43 @@ TEST(BenchCli, StreamedExpertsReportTheStore) {
   std::filesystem::remove(model);
 }
 
+// --lookup on the real model: the rewrite task's tokens are plain greedy's, and SmolLM2 copies
+// the paragraph, so most drafts are accepted (a property of the model copying its input; the
+// speedup, a wall-clock figure, is reported but not asserted). The same run on stories260K, which
+// has no chat template and does not copy, is the control: its rows carry the same fields, and
+// its acceptance stays low.
+TEST(BenchCli, LookupReportsAcceptanceAndIdenticalTokens) {
+  SLUICE_REQUIRE_SHARED();
+  const std::string smol = test::find_smollm2_gguf();
+  ASSERT_FALSE(smol.empty()) << test::kSmolGgufRel << " not found: run scripts/setup";
+  int rc = 0;
+  const std::string out = test::run_command(kCli + " bench -m " + smol +
+                                                " -p 0 -n 48 -r 1 -t 2 --membw-mib 8 --lookup --json 2>/dev/null",
+                                            &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  ASSERT_EQ(j.size(), 2u) << out;  // tg48, then the lookup row
+  const auto& r = j[1];
+  EXPECT_EQ(r["test"], "tg48 lookup") << r;
+  EXPECT_EQ(r["identical_to_plain"], true) << r;
+  EXPECT_EQ(r["n_generated"], 48) << r;
+  EXPECT_GT(r["n_prompt"].get<int>(), 150) << r;
+  EXPECT_LE(r["accepted"].get<int64_t>(), r["drafted"].get<int64_t>()) << r;
+  EXPECT_GT(r["acceptance"].get<double>(), 0.6) << r;
+  EXPECT_GT(r["plain_tps_mean"].get<double>(), 0.0) << r;
+  EXPECT_GT(r["speedup"].get<double>(), 0.0) << r;
+
+  const auto c = nlohmann::json::parse(test::run_command(kCli + " bench -m " + test::shared_dir() +
+                                                             "/models/stories260K.gguf -p 0 -n 48 -r 1 -t 1 "
+                                                             "--membw-mib 8 --lookup --json 2>/dev/null",
+                                                         &rc));
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(c.size(), 2u) << c;
+  EXPECT_EQ(c[1]["identical_to_plain"], true) << c[1];
+  EXPECT_GT(c[1]["drafted"].get<int64_t>(), 10) << c[1];  // it did draft: the low acceptance is measured
+  EXPECT_LT(c[1]["acceptance"].get<double>(), 0.6) << c[1];
+}
+
 TEST(BenchCli, BadOptionsFail) {
   SLUICE_REQUIRE_SHARED();
   int rc = 0;
