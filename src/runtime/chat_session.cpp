@@ -84,7 +84,6 @@ ChatTurn ChatSession::respond(const TextFn& on_text, const CancelFn& cancelled) 
   using Clock = std::chrono::steady_clock;
   auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   const Tokenizer& tok = s_.model().tokenizer();
-  const auto n_vocab = static_cast<int32_t>(s_.model().hparams().n_vocab);
 
   const std::string prompt = fmt_.render(messages_, tools_, /*add_generation_prompt=*/true);
   const std::vector<int32_t> ids = fmt_.tokenize(prompt);
@@ -113,22 +112,10 @@ ChatTurn ChatSession::respond(const TextFn& on_text, const CancelFn& cancelled) 
   turn.n_evaluated = turn.n_prompt - turn.n_reused;
   const auto t1 = Clock::now();
   g.stats().prompt_seconds = secs(t0, t1);
-  // The loop of Generator::run, with a cancel check and the evaluated tokens recorded.
-  while (!g.ended()) {
-    if (cancelled && cancelled()) {
-      g.end(StopReason::callback);
-      break;
-    }
-    const int32_t id = g.next(logits.data(), n_vocab);
-    if (id < 0 || (g.ended() && g.stats().stop != StopReason::max_tokens)) break;
-    if (s_.n_past() >= s_.n_ctx()) {
-      g.end(StopReason::context_full);
-      break;
-    }
-    const int32_t one[1] = {id};
-    logits = s_.eval(one);
-    cached_.push_back(id);
-  }
+  DecodeHooks hooks;
+  hooks.cancelled = cancelled;
+  hooks.evaluated = [&](int32_t id) { cached_.push_back(id); };
+  decode_loop(s_, g, logits, hooks);
   split.flush();
   s_.checkpoint();  // the next turn usually re-renders this reply as generated: resume after it
   g.stats().generate_seconds = secs(t1, Clock::now());

@@ -148,12 +148,32 @@ std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, std::string_view prom
   return ids;
 }
 
+void decode_loop(Session& s, Generation& g, std::span<const float> logits, const DecodeHooks& hooks) {
+  const auto n_vocab = static_cast<int32_t>(s.model().hparams().n_vocab);
+  while (!g.ended()) {
+    if (hooks.cancelled && hooks.cancelled()) {
+      g.end(StopReason::callback);
+      break;
+    }
+    if (hooks.before_sample) hooks.before_sample(g.stats().n_generated);
+    const int32_t id = g.next(logits.data(), n_vocab);
+    if (id < 0 || (g.ended() && g.stats().stop != StopReason::max_tokens)) break;
+    if (s.n_past() >= s.n_ctx()) {
+      // No room to evaluate this token; it was still sampled from valid logits, so it stays.
+      g.end(StopReason::context_full);
+      break;
+    }
+    const int32_t one[1] = {id};
+    logits = s.eval(one);
+    if (hooks.evaluated) hooks.evaluated(id);
+  }
+}
+
 GenerationStats Generator::run(std::string_view prompt, const GenerateParams& p, const TextFn& on_text,
                                const StepFn& on_step) {
   using Clock = std::chrono::steady_clock;
   auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   const Tokenizer& tok = s_.model().tokenizer();
-  const auto n_vocab = static_cast<int32_t>(s_.model().hparams().n_vocab);
   s_.reset();
   const std::vector<int32_t> ids = tokenize_prompt(tok, prompt, p, s_.n_ctx());
 
@@ -162,21 +182,12 @@ GenerationStats Generator::run(std::string_view prompt, const GenerateParams& p,
   std::span<const float> logits = s_.eval(ids);
   const auto t1 = Clock::now();
   g.stats().prompt_seconds = secs(t0, t1);
-  while (!g.ended()) {
-    if (on_step && g.stats().n_generated < p.n_predict) on_step(g.stats().n_generated);
-    const int32_t id = g.next(logits.data(), n_vocab);
-    // Stop strings and the callback end here; a last token (max tokens) is still evaluated,
-    // so the session holds the whole generation (a caller could continue it) and the CLI's
-    // routing figures count one pass per token.
-    if (id < 0 || (g.ended() && g.stats().stop != StopReason::max_tokens)) break;
-    if (s_.n_past() >= s_.n_ctx()) {
-      // No room to evaluate this token; it was still sampled from valid logits, so it stays.
-      g.end(StopReason::context_full);
-      break;
-    }
-    const int32_t one[1] = {id};
-    logits = s_.eval(one);
-  }
+  DecodeHooks hooks;
+  if (on_step)
+    hooks.before_sample = [&](int n) {
+      if (n < p.n_predict) on_step(n);
+    };
+  decode_loop(s_, g, logits, hooks);
   g.stats().generate_seconds = secs(t1, Clock::now());
   return g.stats();
 }

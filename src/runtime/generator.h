@@ -117,6 +117,21 @@ class Generation {
 // A prompt as the decode loops take it: tokenized with the vocab's BOS/EOS rule and (unless
 // p.parse_special is off) special tokens spelled in it. Throws sluice::Error when it has no
 // tokens or does not fit n_ctx.
+// What a caller of decode_loop adds to it: per-token measurements before each sample, a cancel
+// check, and a record of each token evaluated into the session.
+struct DecodeHooks {
+  std::function<void(int n_generated)> before_sample;
+  std::function<bool()> cancelled;
+  std::function<void(int32_t id)> evaluated;
+};
+
+// The one-token decode loop of Generator::run and ChatSession::respond: samples from `logits`
+// through g, evaluates each kept token in s, until g ends (max tokens, end of generation, stop
+// string, callback), the context is full or hooks.cancelled() says so. A last token that ends
+// the run on max tokens is still evaluated, so the session holds the whole generation (a
+// caller can continue it) and the CLI's routing figures count one pass per token.
+void decode_loop(Session& s, Generation& g, std::span<const float> logits, const DecodeHooks& hooks = {});
+
 std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, std::string_view prompt, const GenerateParams& p,
                                      int64_t n_ctx);
 
