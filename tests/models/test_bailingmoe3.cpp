@@ -27,6 +27,7 @@
 #include "memory/memory.h"
 #include "models/bailingmoe3.h"
 #include "models/model.h"
+#include "models/session_eval_util.h"
 #include "runtime/session.h"
 #include "test_util.h"
 
@@ -37,32 +38,10 @@ const std::string kGolden = std::string(SLUICE_SOURCE_DIR) + "/tests/data/golden
 const std::vector<int32_t> kPromptIds = {1,   403, 407, 261, 378, 432, 383, 286, 261, 376, 400, 428,
                                          395, 392, 412, 444, 263, 415, 414, 401, 396, 267, 352, 379};
 
-std::vector<float> eval_all(Session& s, std::span<const int32_t> tokens) {
-  auto l = s.eval(tokens, /*all_logits=*/true);
-  return {l.begin(), l.end()};
-}
+using test::eval_all;
+using test::token_by_token;
 
-std::vector<float> token_by_token(Session& s, std::span<const int32_t> tokens) {
-  std::vector<float> out;
-  for (const int32_t& t : tokens) {
-    auto l = s.eval(std::span(&t, 1));
-    out.insert(out.end(), l.begin(), l.end());
-  }
-  return out;
-}
-
-double max_abs_vs_golden(const Model& m) {
-  auto be = make_backend("cpu", 2);
-  Session s(m, *be, KvCacheOptions{.n_ctx = 64});
-  const std::vector<float> got = eval_all(s, kPromptIds);
-  const std::vector<float> want = test::read_f32_file(kGolden + "/logits.f32.bin");
-  EXPECT_EQ(got.size(), want.size());
-  double mx = 0;
-  for (size_t i = 0; i < want.size() && i < got.size(); ++i)
-    mx = std::max(mx, std::fabs(static_cast<double>(got[i]) - want[i]));
-  std::printf("[ bailingmoe3 / cpu ] max |Δlogit| vs golden %.4f\n", mx);
-  return mx;
-}
+double max_abs_vs_golden(const Model& m) { return test::max_abs_vs_golden(m, kGolden, kPromptIds, "bailingmoe3"); }
 
 // The golden itself is checked by tests/models/test_repo_goldens.cpp (every backend).
 

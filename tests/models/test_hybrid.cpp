@@ -16,6 +16,7 @@
 #include "kernels/kernel_test_util.h"
 #include "memory/memory.h"
 #include "models/model.h"
+#include "models/session_eval_util.h"
 #include "runtime/session.h"
 #include "test_util.h"
 
@@ -30,19 +31,8 @@ std::vector<int32_t> long_prompt(int64_t n, int64_t n_vocab) {
   return p;
 }
 
-std::vector<float> eval_all(Session& s, std::span<const int32_t> tokens) {
-  auto l = s.eval(tokens, /*all_logits=*/true);
-  return {l.begin(), l.end()};
-}
-
-std::vector<float> token_by_token(Session& s, std::span<const int32_t> tokens) {
-  std::vector<float> out;
-  for (const int32_t& t : tokens) {
-    auto l = s.eval(std::span(&t, 1));
-    out.insert(out.end(), l.begin(), l.end());
-  }
-  return out;
-}
+using test::eval_all;
+using test::token_by_token;
 
 std::vector<int32_t> argmaxes(const std::vector<float>& logits, int64_t n_vocab) {
   std::vector<int32_t> a;
