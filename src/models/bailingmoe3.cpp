@@ -134,17 +134,7 @@ void bind_attention(const GgufFile& f, const Hparams& hp, int64_t l, LayerWeight
 
 MemoryLayout memory_layout(const Hparams& hp) {
   const BailingMoe3Hparams& bh = hp.ext_as<BailingMoe3Hparams>();
-  MemoryLayout m;
-  m.kv = KvGeometry{0, hp.n_head, hp.n_head_kv, hp.head_dim_k, hp.head_dim_v};  // the MLA latent rows
-  for (int64_t l = 0; l < hp.n_layer; ++l) {
-    LayerMemorySpec spec;
-    if (bh.kda[l])
-      spec = kda_memory_spec(bh.kda_shape);
-    else
-      ++m.kv.n_layer;
-    m.layers.push_back(spec);
-  }
-  return m;
+  return kda_mla_memory_layout(hp, bh.kda, bh.kda_shape);
 }
 
 // Buffers of one forward step, sized once for its T tokens.

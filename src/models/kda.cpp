@@ -41,6 +41,20 @@ LayerMemorySpec kda_memory_spec(const KdaShape& s) {
   return spec;
 }
 
+MemoryLayout kda_mla_memory_layout(const Hparams& hp, const std::vector<bool>& kda, const KdaShape& s) {
+  MemoryLayout m;
+  m.kv = KvGeometry{0, hp.n_head, hp.n_head_kv, hp.head_dim_k, hp.head_dim_v};  // the MLA latent rows
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    LayerMemorySpec spec;
+    if (kda[static_cast<size_t>(l)])
+      spec = kda_memory_spec(s);
+    else
+      ++m.kv.n_layer;
+    m.layers.push_back(spec);
+  }
+  return m;
+}
+
 void kda_qkv(Backend& be, Memory& mem, const std::vector<BatchRun>& runs, int64_t l, const KdaShape& s,
              const KdaQkvWeights& w, const float* h, int64_t T, float eps, float* proj, float* q, float* k, float* v,
              const KdaReport& report) {

@@ -45,6 +45,9 @@ KdaQkvWeights kda_bind_qkv(const GgufFile& f, const std::string& arch, const std
 // A KDA layer's memory: the q, k and v conv windows (the last K-1 inputs each, states 0..2),
 // then the state per head [D][D] (state 3).
 LayerMemorySpec kda_memory_spec(const KdaShape& s);
+// The memory of a KDA + MLA hybrid (kimi-linear, bailingmoe3): recurrent state for the layers
+// where kda[l], the MLA latent KV rows for the others.
+MemoryLayout kda_mla_memory_layout(const Hparams& hp, const std::vector<bool>& kda, const KdaShape& s);
 
 using KdaReport = std::function<void(std::string_view name, const float* data, int64_t rows, int64_t cols)>;
 

@@ -99,18 +99,7 @@ void bind_attention(const GgufFile& f, const Hparams& hp, int64_t l, LayerWeight
 
 MemoryLayout memory_layout(const Hparams& hp) {
   const KimiLinearHparams& kh = hp.ext_as<KimiLinearHparams>();
-  MemoryLayout m;
-  m.kv = KvGeometry{0, hp.n_head, hp.n_head_kv, hp.head_dim_k, hp.head_dim_v};  // the MLA latent rows
-  for (int64_t l = 0; l < hp.n_layer; ++l) {
-    LayerMemorySpec spec;
-    if (kh.kda[l]) {
-      spec = kda_memory_spec(KdaShape{hp.n_head, kh.head_dim, kh.conv_kernel});
-    } else {
-      ++m.kv.n_layer;
-    }
-    m.layers.push_back(spec);
-  }
-  return m;
+  return kda_mla_memory_layout(hp, kh.kda, KdaShape{hp.n_head, kh.head_dim, kh.conv_kernel});
 }
 
 // Buffers of one forward step's KDA layers, sized once for its T tokens.
