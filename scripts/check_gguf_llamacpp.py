@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """check_gguf_llamacpp: reads a GGUF with gguf-py (llama.cpp's own Python reader, PyPI `gguf`)
 and checks it against what llama.cpp's loader expects for the architectures `sluice synth`
-writes (llama with or without experts, qwen3, qwen3moe, olmoe, deepseek2, qwen35moe, qwen3next):
+writes (llama with or without experts, qwen3, qwen3moe, olmoe, deepseek2, qwen35moe, qwen3next,
+kimi-linear, bailingmoe3):
 
   * metadata value types exactly as llama_model_loader::get_key accepts them: u32 for counts
     and lengths, f32 for eps / freq_base / expert_weights_scale, bool for expert_weights_norm;
@@ -31,9 +32,10 @@ U32_KEYS = ["vocab_size", "context_length", "embedding_length", "block_count", "
             "expert_shared_count", "leading_dense_block_count", "attention.q_lora_rank", "attention.kv_lora_rank",
             "attention.key_length_mla", "attention.value_length_mla", "expert_gating_func", "expert_group_count",
             "expert_group_used_count", "expert_shared_feed_forward_length", "ssm.conv_kernel", "ssm.state_size",
-            "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size", "full_attention_interval"]
-F32_KEYS = ["attention.layer_norm_rms_epsilon", "rope.freq_base", "expert_weights_scale"]
-BOOL_KEYS = ["expert_weights_norm"]
+            "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size", "full_attention_interval", "kda.head_dim"]
+F32_KEYS = ["attention.layer_norm_rms_epsilon", "rope.freq_base", "expert_weights_scale", "kda.gate_lower_bound"]
+BOOL_KEYS = ["expert_weights_norm", "kda.safe_gate"]
+KDA_ARCHS = ("kimi-linear", "bailingmoe3")
 
 
 class Checker:
@@ -94,12 +96,20 @@ class Checker:
 
         required = ["context_length", "embedding_length", "block_count", "attention.head_count",
                     "attention.layer_norm_rms_epsilon", "feed_forward_length"]
-        if arch not in ("llama", "qwen3", "qwen3moe", "olmoe", "deepseek2", "qwen35moe", "qwen3next"):
+        if arch not in ("llama", "qwen3", "qwen3moe", "olmoe", "deepseek2", "qwen35moe", "qwen3next") + KDA_ARCHS:
             self.err(f"architecture {arch} is not one synth writes")
             return self.errors
         n_layer = self.val(a + "block_count", 0)
-        if arch in ("qwen3moe", "olmoe", "deepseek2", "qwen35moe", "qwen3next"):
+        if arch in ("qwen3moe", "olmoe", "deepseek2", "qwen35moe", "qwen3next") + KDA_ARCHS:
             required += ["expert_count", "expert_used_count"]
+        if arch in KDA_ARCHS:
+            # src/models/kimi-linear.cpp / bailingmoe3.cpp load_arch_hparams (get_key without
+            # `false`), and head_count_kv, whose per-layer 0 marks the recurrent (KDA) layers.
+            required += ["attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
+                         "ssm.conv_kernel", "kda.head_dim", "expert_feed_forward_length", "expert_shared_count",
+                         "expert_gating_func", "attention.head_count_kv"]
+            if arch == "bailingmoe3":
+                required += ["kda.gate_lower_bound", "leading_dense_block_count"]
         if arch in ("qwen35moe", "qwen3next"):
             required += ["ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank", "ssm.group_count"]
         if arch == "qwen35moe":  # llama.cpp's qwen3next reads no sections (plain NEOX RoPE)
@@ -138,6 +148,9 @@ class Checker:
             exp[p + "attn_norm.weight"] = (E,)
             if arch in ("qwen35moe", "qwen3next"):
                 self.expected_qwen35moe_layer(exp, a, l, E, H, Hkv, n_exp, fused_ba=arch == "qwen3next")
+                continue
+            if arch in KDA_ARCHS:
+                self.expected_kda_layer(exp, arch, a, l, E, H, n_ff, n_exp)
                 continue
             exp[p + "ffn_norm.weight"] = (E,)
             if arch == "deepseek2":
@@ -245,6 +258,73 @@ class Checker:
         exp[p + "ffn_up_shexp.weight"] = (E, fs)
         exp[p + "ffn_down_shexp.weight"] = (fs, E)
 
+    def expected_kda_layer(self, exp, arch, a, l, E, H, n_ff, n_exp):
+        # src/models/kimi-linear.cpp and bailingmoe3.cpp load_arch_tensors (llama.cpp 0c1e5709):
+        # is_recr(l) = head_count_kv[l] == 0. The 4-D conv taps and Kimi's 4-D ssm_a may also be
+        # stored with the trailing 1 dropped (quantized files); synth writes the converter's shape.
+        g = lambda k, d=None: self.val(a + k, d)
+        p = f"blk.{l}."
+        hkv = g("attention.head_count_kv")
+        recurrent = (hkv[l] if isinstance(hkv, list) else hkv) == 0
+        D, K = g("kda.head_dim"), g("ssm.conv_kernel")
+        I = H * D
+        kimi = arch == "kimi-linear"
+        if recurrent:
+            for n in ("q", "k", "v"):
+                exp[p + f"ssm_conv1d_{n}.weight"] = (K, 1, I, 1)
+                exp[p + f"attn_{n}.weight"] = (E, I)
+            exp[p + "ssm_beta.weight"] = (E, H)
+            exp[p + "ssm_dt.bias"] = (I,)
+            exp[p + "ssm_norm.weight"] = (D,)
+            exp[p + "attn_output.weight"] = (I, E)
+            if kimi:
+                exp[p + "ssm_f_a.weight"] = (E, D)
+                exp[p + "ssm_f_b.weight"] = (D, I)
+                exp[p + "ssm_g_a.weight"] = (E, D)
+                exp[p + "ssm_g_b.weight"] = (D, I)
+                exp[p + "ssm_a"] = (1, H, 1, 1)
+            else:
+                exp[p + "ssm_f_a.weight"] = (E, I)
+                exp[p + "ssm_g_a.weight"] = (E, I)
+                exp[p + "ssm_a"] = (1, H)
+        else:
+            rope, kv_lora = g("rope.dimension_count"), g("attention.kv_lora_rank")
+            k_mla, v_mla = g("attention.key_length_mla"), g("attention.value_length_mla")
+            # bailingmoe3 reads q_lora_rank; kimi-linear decides by attn_q_a_norm being present.
+            q_lora = g("attention.q_lora_rank", 0)
+            if kimi:
+                qan = next((t for t in self.r.tensors if t.name == p + "attn_q_a_norm.weight"), None)
+                q_lora = int(qan.shape[0]) if qan is not None else 0
+            if q_lora > 0:
+                exp[p + "attn_q_a.weight"] = (E, q_lora)
+                exp[p + "attn_q_a_norm.weight"] = (q_lora,)
+                exp[p + "attn_q_b.weight"] = (q_lora, H * k_mla)
+            else:
+                exp[p + "attn_q.weight"] = (E, H * k_mla)
+            exp[p + "attn_kv_a_mqa.weight"] = (E, kv_lora + rope)
+            exp[p + "attn_kv_a_norm.weight"] = (kv_lora,)
+            exp[p + "attn_k_b.weight"] = (k_mla - rope, kv_lora, H)
+            exp[p + "attn_v_b.weight"] = (kv_lora, v_mla, H)
+            if not kimi:
+                exp[p + "attn_gate.weight"] = (E, H)
+            exp[p + "attn_output.weight"] = (H * v_mla, E)
+        exp[p + "ffn_norm.weight"] = (E,)
+        if l < g("leading_dense_block_count", 0):
+            exp[p + "ffn_gate.weight"] = (E, n_ff)
+            exp[p + "ffn_up.weight"] = (E, n_ff)
+            exp[p + "ffn_down.weight"] = (n_ff, E)
+        else:
+            fe, ns = g("expert_feed_forward_length"), g("expert_shared_count")
+            fs = fe * max(ns, 1) if kimi else g("expert_shared_feed_forward_length", fe * max(1, ns))
+            exp[p + "ffn_gate_inp.weight"] = (E, n_exp)
+            exp[p + "exp_probs_b.bias"] = (n_exp,)
+            exp[p + "ffn_gate_exps.weight"] = (E, fe, n_exp)
+            exp[p + "ffn_up_exps.weight"] = (E, fe, n_exp)
+            exp[p + "ffn_down_exps.weight"] = (fe, E, n_exp)
+            exp[p + "ffn_gate_shexp.weight"] = (E, fs)
+            exp[p + "ffn_up_shexp.weight"] = (E, fs)
+            exp[p + "ffn_down_shexp.weight"] = (fs, E)
+
     def check_tensors(self, arch, a):
         exp = self.expected_tensors(arch, a)
         got = {t.name: t for t in self.r.tensors}
@@ -269,7 +349,7 @@ class Checker:
             one_d = len(t.shape) == 1
             if (one_d or "_norm.weight" in t.name or "ffn_gate_inp" in t.name) and tname != "F32":
                 self.err(f"tensor {t.name}: {tname}, llama.cpp/llama-quantize keep norms, biases and routers F32")
-            if "ssm_conv1d.weight" in t.name and tname != "F32":
+            if "ssm_conv1d" in t.name and tname != "F32":
                 self.err(f"tensor {t.name}: {tname}, llama-quantize never quantizes ssm_conv1d (F32 from the converter)")
             if t.data_offset % align:
                 self.err(f"tensor {t.name}: data at {t.data_offset} is not {align}-aligned")

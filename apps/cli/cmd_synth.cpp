@@ -154,8 +154,11 @@ CommandRunner add_synth_command(CLI::App& app) {
       "With --vocab above the tokenizer's size the padding tokens get zero LM-head rows (logit 0), so text stays real.\n"
       "qwen35moe, qwen3next: ssm_a = -U(1,16) (-exp(A_log)), ssm_dt.bias N(0, 0.01), conv taps N(0, 1/K);\n"
       "--layers keeps an attention layer every 4th layer.\n"
+      "kimi-linear, bailingmoe3 (KDA + MLA): ssm_a U(-4,-1) (-exp(A_log)) / U(1,2) (exp(A_log)), ssm_dt.bias\n"
+      "U(-4.6,-2.25) / U(-4,-2) (a decay of ~0.6-0.99 per token), conv taps N(0, 1/K); MLA every 4th layer (kimi: and\n"
+      "the last; ling3-8b: and those after the last group of 4).\n"
       "Types: f32, f16; q8_0, q4_0, q4_k, q6_k (every matrix, like llama-quantize --pure); q4_k_m (llama.cpp's Q4_K_M\n"
-      "mix). Norms, routers and ssm_conv1d stay f32; rows a block does not divide fall back as llama.cpp does (Q4_K->Q5_0,\n"
+      "mix). Norms, routers and ssm_conv1d* stay f32; rows a block does not divide fall back as llama.cpp does (Q4_K->Q5_0,\n"
       "Q6_K->Q8_0, Q5_K->Q5_1, else F16).\n"
       "--routing-locality X (MoE only): the last quarter of the residual channels is handed, in proportion X, from the\n"
       "token embedding and the FFN outputs (scaled by 1-X there) to the attention outputs (scaled by 1+3X); each router\n"
@@ -165,8 +168,8 @@ CommandRunner add_synth_command(CLI::App& app) {
       "experts were the previous token's, vs 24-25% at X=0 and 27-29% at X=0.5). X=0 (default) is the plain model.");
   cmd->add_option(
       "--arch", o.arch,
-      "llama | mixtral | qwen3 | qwen3moe | olmoe | deepseek2 | qwen35moe | qwen3next (optional with a full-size "
-      "preset)");
+      "llama | mixtral | qwen3 | qwen3moe | olmoe | deepseek2 | qwen35moe | qwen3next | kimi-linear | bailingmoe3 "
+      "(optional with a full-size preset)");
   cmd->add_option("--preset", o.preset, "tiny, or a full-size shape (see --list-presets)")->capture_default_str();
   cmd->add_option("--layers", o.layers, "override the preset's layer count");
   cmd->add_option("--vocab", o.vocab, "override the vocabulary size (pads the tokenizer with unused tokens)");

@@ -77,14 +77,39 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& typ
   const int64_t ctx_begin = X > 0 ? E - E / 4 : -1;
   const bool mla = s.gguf_arch == "deepseek2";
 
+  // KDA hybrids: attn_v is in the KDA layers only, and llama.cpp's q4_k_m counters count those.
+  int64_t n_kda = 0, kda_index = -1;
+  if (s.kda())
+    for (int64_t l = 0; l < s.n_layer; ++l) n_kda += !s.is_mla_layer(l);
+
   std::vector<TensorPlan> out;
   auto add = [&](const std::string& name, std::vector<int64_t> ne) {
     TensorPlan t;
     t.name = name;
     t.ne = std::move(ne);
-    t.type = synth_tensor_type(type, name, t.ne, s.n_layer, s.n_expert,
-                               std::max<int64_t>(1, s.full_attention_interval));
-    if (name.size() > 6 && name.compare(name.size() - 6, 6, ".ssm_a") == 0) {  // not ssm_alpha
+    const bool kda_v = s.kda() && contains(name, ".attn_v.weight");
+    t.type = synth_tensor_type(type, name, t.ne, s.n_layer, s.n_expert, std::max<int64_t>(1, s.full_attention_interval),
+                               kda_v ? kda_index : -1, kda_v ? n_kda : -1);
+    const bool is_ssm_a = name.size() > 6 && name.compare(name.size() - 6, 6, ".ssm_a") == 0;  // not ssm_alpha
+    if (s.kda() && is_ssm_a) {
+      // KDA per-head A (the scripts/golden generators' ranges): kimi-linear stores −exp(A_log),
+      // A_log in log 1..log 4, so A in [−4, −1]; bailingmoe3 stores exp(A_log) in [1, 2], the
+      // slope of the safe gate's sigmoid.
+      t.init.uniform = true;
+      t.init.lo = s.kda_low_rank() ? -4.0f : 1.0f, t.init.hi = s.kda_low_rank() ? -1.0f : 2.0f;
+    } else if (s.kda() && contains(name, ".ssm_dt.bias")) {
+      // kimi-linear: dt_bias = softplus⁻¹(0.01..0.1) ≈ −4.6..−2.25, so softplus(f_b(f_a(x)) + dt_bias)
+      // ~0.03 and a step keeps exp(A·0.03) ≈ 0.9 of the state (0.6-0.99 over the ranges);
+      // bailingmoe3: U(−4, −2), so the log-decay −5·sigmoid(A·(W_f·x + dt_bias)) ≈ −0.2 per step
+      // (exp ≈ 0.6..0.97). Without this the state would forget most of itself every token (or,
+      // with a large dt, overflow its decays), as qwen35's ssm_a/ssm_dt.bias care avoids.
+      t.init.uniform = true;
+      t.init.lo = s.kda_low_rank() ? -4.6f : -4.0f, t.init.hi = s.kda_low_rank() ? -2.25f : -2.0f;
+    } else if (s.kda() && contains(name, ".attn_gate.")) {
+      // bailingmoe3's head-wise MLA output gate [n_embd, n_head]: gain 2 (as the golden), so the
+      // heads' sigmoid gates differ (logit std 1).
+      t.init.std = 2.0f / std::sqrt(static_cast<float>(t.ne[0]));
+    } else if (is_ssm_a) {
       // ssm_a = −exp(A_log), A_log ~ log U(1, 16) (the HF init draws A ~ U(0, 16)): per value
       // head decay rates from 1 to 16, so the state forgets at e^{−A·softplus(·)} per token.
       t.init.uniform = true, t.init.lo = -16.0f, t.init.hi = -1.0f;
@@ -136,6 +161,69 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& typ
   add("output.weight", {E, V});
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
+    if (s.kda()) {
+      // kimi-linear, bailingmoe3 (models/kimi_linear.cpp, models/bailingmoe3.cpp; llama.cpp's
+      // converters' order, as scripts/golden/make_kimi_linear.py and make_bailingmoe3.py).
+      const int64_t D = s.kda_head_dim, I = H * D, K = s.ssm_conv_kernel;
+      add(p + "attn_norm.weight", {E});
+      if (!s.is_mla_layer(l)) {
+        ++kda_index;
+        add(p + "attn_q.weight", {E, I});
+        add(p + "attn_k.weight", {E, I});
+        add(p + "attn_v.weight", {E, I});
+        for (const char* n : {"q", "k", "v"}) add(p + "ssm_conv1d_" + n + ".weight", {K, 1, I, 1});
+        if (s.kda_low_rank()) {
+          add(p + "ssm_f_a.weight", {E, D});  // decay gate, low rank through D
+          add(p + "ssm_f_b.weight", {D, I});
+          add(p + "ssm_beta.weight", {E, H});
+          add(p + "ssm_a", {1, H, 1, 1});  // −exp(A_log)
+          add(p + "ssm_dt.bias", {I});
+          add(p + "ssm_g_a.weight", {E, D});  // output gate, low rank
+          add(p + "ssm_g_b.weight", {D, I});
+        } else {
+          add(p + "ssm_f_a.weight", {E, I});  // the safe gate's full-rank input
+          add(p + "ssm_beta.weight", {E, H});
+          add(p + "ssm_a", {1, H});  // exp(A_log)
+          add(p + "ssm_dt.bias", {I});
+          add(p + "ssm_g_a.weight", {E, I});  // output gate, full rank
+        }
+        add(p + "ssm_norm.weight", {D});
+        add(p + "attn_output.weight", {I, E});
+      } else {
+        const int64_t q_w = H * (s.qk_nope + s.qk_rope);
+        if (s.q_lora_rank > 0) {
+          add(p + "attn_q_a.weight", {E, s.q_lora_rank});
+          add(p + "attn_q_a_norm.weight", {s.q_lora_rank});
+          add(p + "attn_q_b.weight", {s.q_lora_rank, q_w});
+        } else {
+          add(p + "attn_q.weight", {E, q_w});
+        }
+        add(p + "attn_kv_a_mqa.weight", {E, s.kv_lora_rank + s.qk_rope});
+        add(p + "attn_kv_a_norm.weight", {s.kv_lora_rank});
+        add(p + "attn_k_b.weight", {s.qk_nope, s.kv_lora_rank, H});
+        add(p + "attn_v_b.weight", {s.kv_lora_rank, s.v_head, H});
+        if (!s.kda_low_rank()) add(p + "attn_gate.weight", {E, H});  // bailingmoe3's head-wise gate
+        add(p + "attn_output.weight", {H * s.v_head, E});
+      }
+      add(p + "ffn_norm.weight", {E});
+      if (l < s.n_layer_dense_lead) {
+        add(p + "ffn_gate.weight", {E, s.n_ff});
+        add(p + "ffn_up.weight", {E, s.n_ff});
+        add(p + "ffn_down.weight", {s.n_ff, E});
+      } else {
+        const int64_t ne = s.n_expert, fe = s.n_ff_exp;
+        const int64_t fs = s.n_ff_shexp > 0 ? s.n_ff_shexp : fe * s.n_expert_shared;
+        add(p + "ffn_gate_inp.weight", {E, ne});
+        add(p + "exp_probs_b.bias", {ne});
+        add(p + "ffn_gate_exps.weight", {E, fe, ne});
+        add(p + "ffn_up_exps.weight", {E, fe, ne});
+        add(p + "ffn_down_exps.weight", {fe, E, ne});
+        add(p + "ffn_gate_shexp.weight", {E, fs});
+        add(p + "ffn_up_shexp.weight", {E, fs});
+        add(p + "ffn_down_shexp.weight", {fs, E});
+      }
+      continue;
+    }
     if (s.hybrid()) {
       // qwen35moe, qwen3next (models/qwen35.cpp; llama.cpp's converter order): post_attention_norm is the
       // pre-FFN norm; a Gated DeltaNet or a gated attention block; MoE + one gated shared expert.

@@ -32,6 +32,14 @@ SynthShape qwen3next(std::string preset, std::string note) {
   return qwen35(std::move(preset), std::move(note), "qwen3next");
 }
 
+// Kimi Delta Attention + MLA hybrids (kimi-linear, bailingmoe3): sigmoid routing with a selection
+// bias, the chosen weights renormalised (both models always renormalise), MLA every 4th layer.
+SynthShape kda_hybrid(std::string arch, std::string preset, std::string note) {
+  SynthShape s = dense(arch, std::move(preset), arch, std::move(note));
+  s.gating_func = 2, s.expert_weights_norm = true, s.mla_interval = 4, s.ssm_conv_kernel = 4;
+  return s;
+}
+
 // Full-size shapes are from the models' public config.json (Hugging Face): hidden_size,
 // num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
 // moe_intermediate_size, num_experts(_per_tok), vocab_size, rope_theta, rms_norm_eps,
@@ -127,6 +135,36 @@ std::vector<SynthShape> make_presets() {
     p.push_back(s);
   }
   {
+    // The golden kimi-linear (tests/data/golden/kimi-linear, scripts/golden/make_kimi_linear.py):
+    // 3 KDA layers (4 heads x 32, low-rank gates) and one MLA layer without RoPE (kv_lora 64,
+    // nope 32, rope 16, v 32), a dense first layer, 8 experts top-2 + 1 shared, scale 2.5.
+    SynthShape s = kda_hybrid("kimi-linear", "tiny",
+                              "KDA + MLA: n_embd 128, 4 layers (MLA last), KDA 4x32 heads, kv_lora 64; 1 dense (FFN "
+                              "256), 8 experts top-2 + 1 shared (FFN 64), sigmoid");
+    s.n_ctx_train = 512, s.n_embd = 128, s.n_layer = 4, s.n_head = 4, s.n_ff = 256, s.rms_eps = 1e-5f;
+    s.kda_head_dim = 32, s.mla_tail = 1;
+    s.kv_lora_rank = 64, s.qk_nope = 32, s.qk_rope = 16, s.v_head = 32;
+    s.n_layer_dense_lead = 1, s.n_expert = 8, s.n_expert_used = 2, s.n_expert_shared = 1, s.n_ff_exp = 64;
+    s.expert_weights_scale = 2.5f;
+    p.push_back(s);
+  }
+  {
+    // The golden bailingmoe3 (tests/data/golden/bailingmoe3, scripts/golden/make_bailingmoe3.py):
+    // layers 0-2 and 4 KDA (4 heads x 32, full-rank safe gate, lower bound -5), layer 3 MLA with
+    // NORM RoPE and a head-wise output gate; a dense first layer, 16 experts in 4 groups (2 used)
+    // top-4 + 1 shared (64 wide), scale 2.5. Its fifth layer is KDA (mla_tail 0), unlike
+    // ling3-8b's rule, which would make it MLA.
+    SynthShape s = kda_hybrid("bailingmoe3", "tiny",
+                              "KDA + gated MLA: n_embd 128, 5 layers (MLA at 3), KDA 4x32 heads, kv_lora 64; 1 dense "
+                              "(FFN 256), 16 experts top-4 in 4 groups (2 used) + shared (FFN 64), sigmoid");
+    s.n_ctx_train = 512, s.n_embd = 128, s.n_layer = 5, s.n_head = 4, s.n_ff = 256, s.rms_eps = 1e-6f;
+    s.rope_base = 1e4f, s.kda_head_dim = 32, s.mla_tail = 0, s.kda_gate_lower_bound = -5.0f;
+    s.kv_lora_rank = 64, s.qk_nope = 32, s.qk_rope = 16, s.v_head = 32;
+    s.n_layer_dense_lead = 1, s.n_expert = 16, s.n_expert_used = 4, s.n_expert_shared = 1, s.n_ff_exp = 32;
+    s.n_ff_shexp = 64, s.n_group = 4, s.n_group_used = 2, s.expert_weights_scale = 2.5f;
+    p.push_back(s);
+  }
+  {
     SynthShape s = dense("llama", "llama2-7b", "llama",
                          "Llama-2-7B: n_embd 4096, 32 layers, 32 heads, FFN 11008, vocab 32000");
     s.n_vocab = 32000, s.n_ctx_train = 4096, s.n_embd = 4096, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 32;
@@ -217,6 +255,58 @@ std::vector<SynthShape> make_presets() {
     s.rms_eps = 1e-6f, s.rope_base = 1e4f;
     p.push_back(s);
   }
+  {
+    // Kimi-Linear-48B-A3B-Instruct (config.json, as given in the Sluice issue 14 brief; the file
+    // itself is not reachable here): hidden_size 2304, 27 layers; linear_attn_config
+    // full_attn_layers (1-based) [4, 8, 12, 16, 20, 24, 27] = MLA at 0-based 3, 7, ..., 23 and the
+    // last layer 26 (mla_interval 4, mla_tail 1; mlx-lm kimi_linear.py: a layer is KDA when
+    // (idx + 1) is in kda_layers), KDA num_heads 32 x head_dim 128, short_conv_kernel_size 4;
+    // MLA 32 heads, q_lora_rank null (one attn_q), kv_lora_rank 512, qk_nope 128, qk_rope 64,
+    // v_head 128, no RoPE (llama.cpp's kimi-linear graph; no rope.freq_base written, as its
+    // converter's golden); num_experts 256, num_experts_per_token 8, moe_intermediate_size 1024,
+    // num_shared_experts 1, first_k_dense_replace 1 with intermediate_size 9216,
+    // moe_router_activation_func sigmoid, moe_renormalize; vocab_size 163840.
+    // Not knowable here (no config.json, no network): routed_scaling_factor (2.446 is written,
+    // the value recalled for this model; mlx-lm's default is 1.0), rms_norm_eps (1e-5, as the
+    // golden), the context length (1048576, the 1M context the model card
+    // advertises); expert groups are not written (num_expert_group 1, as the converter).
+    SynthShape s = kda_hybrid("kimi-linear", "kimi-linear-48b-a3b",
+                              "Kimi-Linear-48B-A3B: n_embd 2304, 27 layers (MLA at 3, 7, ..., 23, 26), KDA 32x128 "
+                              "heads, kv_lora 512; 1 dense (FFN 9216), 256 experts top-8 + 1 shared (FFN 1024), vocab "
+                              "163840");
+    s.n_vocab = 163840, s.n_ctx_train = 1048576, s.n_embd = 2304, s.n_layer = 27, s.n_head = 32, s.n_ff = 9216;
+    s.rms_eps = 1e-5f, s.kda_head_dim = 128, s.mla_tail = 1;
+    s.kv_lora_rank = 512, s.qk_nope = 128, s.qk_rope = 64, s.v_head = 128;
+    s.n_layer_dense_lead = 1, s.n_expert = 256, s.n_expert_used = 8, s.n_expert_shared = 1, s.n_ff_exp = 1024;
+    s.expert_weights_scale = 2.446f;
+    p.push_back(s);
+  }
+  {
+    // Ling 3 8B "tiny" hybrid (HF BailingMoeV3ForCausalLM): the defaults of mlx-lm 0.32.2's
+    // bailing_moe_v3.py ModelArgs, which llama.cpp (src/models/bailingmoe3.cpp at 0c1e5709) names
+    // LLM_TYPE_7_9B_A1_3B for exactly 24 layers, n_embd 1536 and 128 experts: hidden_size 1536,
+    // 24 layers, layer_group_size 4 (MLA at 3, 7, ..., 23; _is_kda_layer also makes the layers
+    // after the last whole group MLA: mla_tail 2), 16 heads, KDA head_dim 128,
+    // short_conv_kernel_size 4, kda_safe_gate, kda_lower_bound -5, no_kda_lora (full-rank
+    // gates); MLA q_lora_rank 256, kv_lora_rank 512, qk_nope 128, qk_rope 64, v_head 128,
+    // rope_interleave (NORM RoPE), rope_theta 6e6; 128 experts top-8, moe_intermediate_size 512,
+    // 1 shared expert of 512 (moe_shared_expert_intermediate_size), first_k_dense_replace 1 with
+    // intermediate_size 4608, n_group 8, topk_group 4, routed_scaling_factor 2.5, always
+    // renormalised; rms_norm_eps 1e-6; vocab_size 157184; max_position_embeddings 131072.
+    // Not knowable here: whether the released config.json differs from these defaults, and its
+    // rope_scaling (none written: Sluice has no YaRN, and without the keys llama.cpp uses plain
+    // RoPE too) and SwiGLU clamps (none written; Sluice refuses files with them).
+    SynthShape s = kda_hybrid("bailingmoe3", "ling3-8b",
+                              "Ling 3 8B (A1.3B): n_embd 1536, 24 layers (MLA every 4th), KDA 16x128 heads, q_lora "
+                              "256, kv_lora 512; 1 dense (FFN 4608), 128 experts top-8 in 8 groups (4 used) + shared "
+                              "(FFN 512), vocab 157184");
+    s.n_vocab = 157184, s.n_ctx_train = 131072, s.n_embd = 1536, s.n_layer = 24, s.n_head = 16, s.n_ff = 4608;
+    s.rms_eps = 1e-6f, s.rope_base = 6e6f, s.kda_head_dim = 128, s.mla_tail = 2, s.kda_gate_lower_bound = -5.0f;
+    s.q_lora_rank = 256, s.kv_lora_rank = 512, s.qk_nope = 128, s.qk_rope = 64, s.v_head = 128;
+    s.n_layer_dense_lead = 1, s.n_expert = 128, s.n_expert_used = 8, s.n_expert_shared = 1, s.n_ff_exp = 512;
+    s.n_ff_shexp = 512, s.n_group = 8, s.n_group_used = 4, s.expert_weights_scale = 2.5f;
+    p.push_back(s);
+  }
   return p;
 }
 
@@ -276,6 +366,13 @@ SynthShape synth_resolve_shape(const SynthOptions& opt, int64_t tokenizer_vocab)
       fail("synth: --layers ", opt.layers, " leaves no attention layer (", s.preset, " has one every ",
            s.full_attention_interval, " layers)");
     s.n_layer = opt.layers;
+    if (s.kda()) {
+      bool any_mla = false;
+      for (int64_t l = 0; l < s.n_layer; ++l) any_mla = any_mla || s.is_mla_layer(l);
+      if (!any_mla)
+        fail("synth: --layers ", opt.layers, " leaves no attention layer (", s.preset, " has an MLA layer every ",
+             s.mla_interval, " layers)");
+    }
   }
   if (tokenizer_vocab <= 0) fail("synth: the tokenizer has no tokens");
   if (opt.vocab < 0) fail("synth: --vocab ", opt.vocab, " must be positive");

@@ -1,6 +1,7 @@
 // synth/synth: `sluice synth` as a library. Writes random-weight GGUF models of every supported
-// architecture (llama dense, mixtral = llama + experts, qwen3, qwen3moe, olmoe, deepseek2, and the
-// Gated DeltaNet + gated attention hybrids qwen35moe and qwen3next) with
+// architecture (llama dense, mixtral = llama + experts, qwen3, qwen3moe, olmoe, deepseek2, the
+// Gated DeltaNet + gated attention hybrids qwen35moe and qwen3next, and the Kimi Delta Attention
+// + MLA hybrids kimi-linear and bailingmoe3) with
 // llama.cpp's metadata keys, value types, tensor names and layouts, a tokenizer copied from
 // another GGUF, deterministic weights (seed, tensor name, index) and llama-quantize-like
 // output types. Data is generated, quantized and written one tensor at a time (row chunks
@@ -21,7 +22,7 @@ namespace sluice {
 // follow models/model.h's Hparams and llama.cpp's metadata keys ({arch} = gguf_arch).
 struct SynthShape {
   std::string arch;         // synth's name: llama | mixtral | qwen3 | qwen3moe | olmoe | deepseek2 | qwen35moe |
-                            // qwen3next
+                            // qwen3next | kimi-linear | bailingmoe3
   std::string preset;       // "tiny", "qwen3-30b-a3b", ...
   std::string gguf_arch;    // general.architecture (mixtral is written as "llama" with experts)
   std::string note;         // one line for --list-presets
@@ -45,7 +46,7 @@ struct SynthShape {
   bool expert_weights_norm = false;       // deepseek2: {arch}.expert_weights_norm
   float expert_weights_scale = 1.0f;      // deepseek2: {arch}.expert_weights_scale
   int64_t n_group = 1, n_group_used = 1;  // deepseek2: {arch}.expert_group_count / expert_group_used_count
-  // DeepSeek MLA (deepseek2 only).
+  // DeepSeek MLA (deepseek2, and the MLA layers of kimi-linear / bailingmoe3).
   int64_t q_lora_rank = 0;  // 0: q comes from one attn_q matrix (V2-Lite)
   int64_t kv_lora_rank = 0;
   int64_t qk_nope = 0;
@@ -68,6 +69,27 @@ struct SynthShape {
   // Qwen3-Next writes beta and alpha as one ssm_ba [n_embd, 2·H_v] (rows per key-head group:
   // beta of its H_v/H_k value heads, then their alpha); Qwen3.5 as ssm_beta + ssm_alpha.
   bool fused_beta_alpha() const { return gguf_arch == "qwen3next"; }
+  // Kimi Delta Attention hybrids (kimi-linear, bailingmoe3; models/kda.h): KDA layers of n_head
+  // heads x kda_head_dim with short convs of ssm_conv_kernel taps, and MLA layers (the MLA fields
+  // above) where is_mla_layer says; llama.cpp's converter marks them by the per-layer array
+  // {arch}.attention.head_count_kv (0 KDA, 1 MLA). MoE as deepseek2's (gating_func, groups,
+  // exp_probs_b, shared experts, leading dense layers).
+  int64_t kda_head_dim = 0;           // {arch}.kda.head_dim (> 0: a KDA hybrid)
+  int64_t mla_interval = 0;           // layer l is MLA when (l + 1) % mla_interval == 0, and per mla_tail
+  int mla_tail = 0;                   // 0: nothing more; 1: the last layer is MLA too (Kimi's full_attn_layers
+                                      // end with the last layer); 2: the layers after the last whole group of
+                                      // mla_interval are MLA (mlx-lm bailing_moe_v3.py, _is_kda_layer)
+  float kda_gate_lower_bound = 0.0f;  // bailingmoe3: {arch}.kda.gate_lower_bound (the safe gate; < 0)
+  bool kda() const { return kda_head_dim > 0; }
+  bool is_mla_layer(int64_t l) const {
+    if ((l + 1) % mla_interval == 0) return true;
+    if (mla_tail == 1) return l == n_layer - 1;
+    if (mla_tail == 2) return l >= n_layer / mla_interval * mla_interval;
+    return false;
+  }
+  // Kimi's decay and output gates are low rank (ssm_f_a/f_b, ssm_g_a/g_b through kda_head_dim);
+  // Ling 3's are full rank (ssm_f_a, ssm_g_a [n_embd, n_head·kda_head_dim]: "no_kda_lora").
+  bool kda_low_rank() const { return gguf_arch == "kimi-linear"; }
 };
 
 // The preset table (tiny presets first, one per arch, then full-size shapes of real models).
@@ -146,8 +168,14 @@ SynthShape synth_resolve_shape(const SynthOptions& opt, int64_t tokenizer_vocab)
 //  - ssm_ba (qwen3next's fused beta/alpha), like qwen35moe's ssm_beta/ssm_alpha, has no rule of
 //    its own in llama-quant.cpp (no tensor category; its ssm_beta exclusion is GLM5_NEXT's only),
 //    so it gets the type's default: Q4_K in q4_k_m (Q5_0 where 256 does not divide n_embd).
+//  - the KDA hybrids (kimi-linear, bailingmoe3): every ssm_conv1d* tensor (ssm_conv1d_q/k/v) F32,
+//    llama.cpp's is_quantizable ("Mamba/Kimi's small conv1d weights": name.find("ssm_conv1d"));
+//    attn_v exists only in the KDA layers, so llama.cpp's i_attention_wv / n_attention_wv are the
+//    index among the KDA layers and their count: pass them as attn_v_index / n_attn_v (>= 0
+//    overrides the layer / attn_interval rule). ssm_f_*, ssm_g_*, ssm_beta, attn_gate have no rule
+//    of their own (the type's default).
 DType synth_tensor_type(std::string_view type, std::string_view name, const std::vector<int64_t>& ne, int64_t n_layer,
-                        int64_t n_expert, int64_t attn_interval = 1);
+                        int64_t n_expert, int64_t attn_interval = 1, int64_t attn_v_index = -1, int64_t n_attn_v = -1);
 
 // Writes the model to `path`. Weights are N(0, σ²) from a counter-based generator keyed by
 // (seed, tensor name, element index), σ = gain/sqrt(fan_in) with fan_in = ne[0]:
@@ -162,6 +190,9 @@ DType synth_tensor_type(std::string_view type, std::string_view name, const std:
 //   qwen35moe/qwen3next (see plan.cpp): ssm_out is a residual writer like attn_output; ssm_a = −U(1, 16)
 //   (−exp(A_log), A_log ~ log U(1, 16)); ssm_dt.bias N(0, 0.1²); ssm_conv1d N(0, 1/K);
 //   ffn_gate_inp_shexp (the shared expert's sigmoid gate) N(0, 1/n_embd).
+//   kimi-linear/bailingmoe3 (see plan.cpp): ssm_a U(−4, −1) (−exp(A_log)) / U(1, 2) (exp(A_log));
+//   ssm_dt.bias U(−4.6, −2.25) / U(−4, −2), so each token keeps ~0.6-0.99 of the KDA state;
+//   bailingmoe3's attn_gate gain 2; conv taps N(0, 1/K).
 // routing_locality X in [0, 1] gives MoE routers temporal structure; see plan.cpp for the
 // exact construction. X = 0 writes the plain model (same bytes as without the option).
 // Memory: tensors are produced one at a time in chunks of ~4M elements spread over `threads`

@@ -45,12 +45,12 @@ DType fallback(DType t, int64_t ne0) {
 }  // namespace
 
 DType synth_tensor_type(std::string_view type, std::string_view name, const std::vector<int64_t>& ne, int64_t n_layer,
-                        int64_t n_expert, int64_t attn_interval) {
+                        int64_t n_expert, int64_t attn_interval, int64_t attn_v_index, int64_t n_attn_v) {
   // What llama-quantize never touches: 1-D tensors, anything not ending in "weight" (biases,
   // ssm_a), norms, routers and the conv taps (is_quantizable: "Mamba's small yet 2D weights";
   // llama.cpp's converter writes them F32 too, and Sluice requires it).
   if (ne.size() < 2 || !ends_with(name, "weight") || contains(name, "_norm.weight") ||
-      contains(name, "ffn_gate_inp.weight") || contains(name, "ssm_conv1d.weight"))
+      contains(name, "ffn_gate_inp.weight") || contains(name, "ssm_conv1d"))
     return DType::F32;
   if (type == "f32") return DType::F32;
   if (type == "f16") return DType::F16;
@@ -71,7 +71,9 @@ DType synth_tensor_type(std::string_view type, std::string_view name, const std:
   } else if (contains(name, "attn_v.weight")) {
     // i_attention_wv: the index among the attn_v tensors (every attn_interval-th layer of a
     // hybrid); n_attention_wv counts attn_qkv too, so it stays n_layer.
-    if (use_more_bits(layer / std::max<int64_t>(1, attn_interval), n_layer)) t = DType::Q6_K;
+    const bool more = attn_v_index >= 0 ? use_more_bits(attn_v_index, n_attn_v)
+                                        : use_more_bits(layer / std::max<int64_t>(1, attn_interval), n_layer);
+    if (more) t = DType::Q6_K;
     if (n_expert == 8) t = DType::Q8_0;  // "for the 8-expert model, bumping this to Q8_0 trades just ~128MB"
   } else if (contains(name, "attn_k.weight")) {
     if (n_expert == 8) t = DType::Q8_0;

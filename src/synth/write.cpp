@@ -34,9 +34,60 @@ uint32_t ftype_of(const std::string& type) {
   fail("synth: unknown type '", type, "'");
 }
 
+// The KDA hybrids' keys (kimi-linear, bailingmoe3) in the order of llama.cpp's converters, as
+// scripts/golden/make_kimi_linear.py and make_bailingmoe3.py write them: head_count_kv is a
+// per-layer u32 array (0 KDA, 1 MLA); MLA in the absorbed form (one latent head of
+// [kv_lora | rope] keys, kv_lora values). kimi-linear writes no rope.freq_base (its MLA has no
+// RoPE) and no expert groups; bailingmoe3 adds the safe-gate keys, groups and the shared width.
+void write_kda_hparams(GgufWriter& w, const SynthShape& s) {
+  const std::string a = s.gguf_arch + ".";
+  auto u32 = [&](const std::string& key, int64_t v) { w.set_u32(a + key, static_cast<uint32_t>(v)); };
+  const bool ling = s.gguf_arch == "bailingmoe3";
+  u32("vocab_size", s.n_vocab);
+  u32("context_length", s.n_ctx_train);
+  u32("embedding_length", s.n_embd);
+  u32("block_count", s.n_layer);
+  u32("feed_forward_length", s.n_ff);
+  u32("attention.head_count", s.n_head);
+  auto kv = std::make_shared<GgufArray>();
+  kv->elem_type = GgufType::UINT32;
+  for (int64_t l = 0; l < s.n_layer; ++l)
+    kv->items.push_back(GgufValue{GgufType::UINT32, uint32_t{s.is_mla_layer(l) ? 1u : 0u}});
+  w.set(a + "attention.head_count_kv", GgufValue{GgufType::ARRAY, std::move(kv)});
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
+  if (ling) w.set_f32(a + "rope.freq_base", s.rope_base);
+  if (s.q_lora_rank > 0) u32("attention.q_lora_rank", s.q_lora_rank);
+  u32("attention.kv_lora_rank", s.kv_lora_rank);
+  u32("attention.key_length", s.kv_lora_rank + s.qk_rope);
+  u32("attention.value_length", s.kv_lora_rank);
+  u32("attention.key_length_mla", s.qk_nope + s.qk_rope);
+  u32("attention.value_length_mla", s.v_head);
+  u32("rope.dimension_count", s.qk_rope);
+  u32("ssm.conv_kernel", s.ssm_conv_kernel);
+  u32("kda.head_dim", s.kda_head_dim);
+  if (ling) {
+    w.set_bool(a + "kda.safe_gate", true);
+    w.set_f32(a + "kda.gate_lower_bound", s.kda_gate_lower_bound);
+  }
+  u32("expert_count", s.n_expert);
+  u32("expert_used_count", s.n_expert_used);
+  if (ling) {
+    u32("expert_group_count", s.n_group);
+    u32("expert_group_used_count", s.n_group_used);
+  }
+  u32("expert_feed_forward_length", s.n_ff_exp);
+  if (ling) u32("expert_shared_feed_forward_length", s.n_ff_shexp);
+  u32("expert_shared_count", s.n_expert_shared);
+  u32("leading_dense_block_count", s.n_layer_dense_lead);
+  w.set_f32(a + "expert_weights_scale", s.expert_weights_scale);
+  w.set_bool(a + "expert_weights_norm", s.expert_weights_norm);
+  u32("expert_gating_func", s.gating_func);
+}
+
 // Hyperparameters under {arch}.*: counts and lengths u32, eps / freq_base / weights_scale f32,
 // expert_weights_norm bool — the exact types llama.cpp's llama_model_loader::get_key accepts.
 void write_hparams(GgufWriter& w, const SynthShape& s) {
+  if (s.kda()) return write_kda_hparams(w, s);
   const std::string a = s.gguf_arch + ".";
   auto u32 = [&](const std::string& key, int64_t v) { w.set_u32(a + key, static_cast<uint32_t>(v)); };
   const bool mla = s.gguf_arch == "deepseek2";

@@ -3,7 +3,8 @@
 // deterministic in the seed and not in the thread count, quantized stays near F16, the padded
 // vocabulary works, q4_k_m picks llama.cpp's types, routing locality raises expert reuse, the
 // files pass the independent gguf-py check of llama.cpp's rules, the qwen35moe and qwen3next
-// hybrids have their goldens' exact layout, and the CLI works end to end.
+// hybrids and the KDA hybrids kimi-linear and bailingmoe3 have their goldens' exact layout, the
+// full-size presets have the real models' shapes, and the CLI works end to end.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "models/model.h"
 #include "runtime/parity.h"
 #include "runtime/session.h"
+#include "synth/plan.h"
 #include "synth/synth.h"
 #include "test_util.h"
 
@@ -55,9 +57,10 @@ struct Tiny {
 std::string tiny_name(const Tiny& t) { return t.arch + (t.preset == "tiny" ? "" : "_" + t.preset); }
 void PrintTo(const Tiny& t, std::ostream* os) { *os << tiny_name(t); }  // readable ctest names
 
-const std::vector<Tiny> kTinies = {{"llama", "tiny"},        {"mixtral", "tiny"},   {"qwen3", "tiny"},
-                                   {"qwen3moe", "tiny"},     {"olmoe", "tiny"},     {"deepseek2", "tiny"},
-                                   {"deepseek2", "tiny-v3"}, {"qwen35moe", "tiny"}, {"qwen3next", "tiny"}};
+const std::vector<Tiny> kTinies = {{"llama", "tiny"},        {"mixtral", "tiny"},    {"qwen3", "tiny"},
+                                   {"qwen3moe", "tiny"},     {"olmoe", "tiny"},      {"deepseek2", "tiny"},
+                                   {"deepseek2", "tiny-v3"}, {"qwen35moe", "tiny"},  {"qwen3next", "tiny"},
+                                   {"kimi-linear", "tiny"},  {"bailingmoe3", "tiny"}};
 
 std::string write_synth(const Tiny& t, const std::string& type, uint64_t seed = 1, int threads = 2,
                         float locality = 0.0f, int64_t vocab = 0, const std::string& tag = "", bool fast = false) {
@@ -483,6 +486,141 @@ TEST(Synth, Qwen3NextLayersAndQ4KMTypes) {
   EXPECT_EQ(synth_resolve_shape(big, 512).n_layer, 12);
 }
 
+// The tiny KDA hybrids are their goldens' shapes (tests/data/golden/{kimi-linear,bailingmoe3},
+// written by scripts/golden/make_kimi_linear.py / make_bailingmoe3.py in the layout of llama.cpp's
+// converters, and run by llama.cpp for their logits): the same {arch}.* keys in the same order
+// with the same types and values, and the same tensors in the same order with the same shapes
+// and types. (The goldens' python writer adds no general.file_type etc., so only the
+// architecture's keys are compared.) Then the value ranges that keep the recurrence sane.
+void expect_same_arch_layout(const GgufFile& golden, const GgufFile& synth, const std::string& arch) {
+  std::vector<std::string> gk, sk;
+  for (const auto& [k, v] : golden.metadata())
+    if (k.rfind(arch + ".", 0) == 0) gk.push_back(k);
+  for (const auto& [k, v] : synth.metadata())
+    if (k.rfind(arch + ".", 0) == 0) sk.push_back(k);
+  EXPECT_EQ(sk, gk);
+  for (const auto& k : gk) {
+    if (!synth.has(k)) continue;
+    const GgufValue &mine = *synth.find(k), &v = *golden.find(k);
+    EXPECT_EQ(gguf_type_name(mine.type), gguf_type_name(v.type)) << k;
+    EXPECT_EQ(mine.to_string(1 << 20), v.to_string(1 << 20)) << k;
+  }
+  ASSERT_EQ(synth.tensors().size(), golden.tensors().size());
+  for (size_t i = 0; i < golden.tensors().size(); ++i) {
+    const TensorView &g = golden.tensors()[i], &t = synth.tensors()[i];
+    EXPECT_EQ(t.name, g.name) << "tensor " << i;
+    EXPECT_EQ(std::vector<int64_t>(t.ne, t.ne + t.n_dims), std::vector<int64_t>(g.ne, g.ne + g.n_dims)) << g.name;
+    EXPECT_EQ(dtype_name(t.type), dtype_name(g.type)) << g.name;
+  }
+}
+
+// All values of an F32 tensor lie in [lo, hi].
+void expect_f32_in(const GgufFile& f, const std::string& name, float lo, float hi) {
+  const TensorView& t = f.tensor(name);
+  ASSERT_EQ(t.type, DType::F32) << name;
+  const int64_t n = t.ne[0] * t.n_rows();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = static_cast<const float*>(t.data)[i];
+    EXPECT_TRUE(v >= lo && v <= hi) << name << "[" << i << "] = " << v;
+  }
+}
+
+TEST(Synth, KdaHybridTiniesMatchGoldenLayout) {
+  SLUICE_REQUIRE_SHARED();
+  for (const char* arch : {"kimi-linear", "bailingmoe3"}) {
+    SCOPED_TRACE(arch);
+    const std::string path = std::string(SLUICE_SOURCE_DIR) + "/tests/data/golden/" + arch + "/model.gguf";
+    if (!fs::exists(path)) GTEST_SKIP() << path << " not found: KDA layout check SKIPPED";
+    const GgufFile golden(path);
+    const GgufFile synth(write_synth({arch, "tiny"}, "f16"));
+    expect_same_arch_layout(golden, synth, arch);
+  }
+  const GgufFile kimi(write_synth({"kimi-linear", "tiny"}, "f16"));
+  expect_f32_in(kimi, "blk.0.ssm_a", -4.0f, -1.0f);         // −exp(A_log), A_log in [0, log 4]
+  expect_f32_in(kimi, "blk.1.ssm_dt.bias", -4.6f, -2.25f);  // softplus⁻¹(0.01..0.1)
+  const GgufFile ling(write_synth({"bailingmoe3", "tiny"}, "f16"));
+  expect_f32_in(ling, "blk.0.ssm_a", 1.0f, 2.0f);  // exp(A_log), A_log in [0, log 2]
+  expect_f32_in(ling, "blk.4.ssm_dt.bias", -4.0f, -2.0f);
+  EXPECT_EQ(ling.get_f32("bailingmoe3.kda.gate_lower_bound"), -5.0f);
+  // Conv taps N(0, 1/K), F32 in every output type (llama-quantize skips "ssm_conv1d").
+  const TensorView& conv = ling.tensor("blk.2.ssm_conv1d_k.weight");
+  double ss = 0;
+  for (int64_t i = 0; i < conv.ne[0] * conv.n_rows(); ++i)
+    ss += double(static_cast<const float*>(conv.data)[i]) * static_cast<const float*>(conv.data)[i];
+  EXPECT_NEAR(ss / double(conv.ne[0] * conv.n_rows()), 1.0 / 4, 0.05);
+  EXPECT_EQ(synth_tensor_type("q4_k_m", "blk.0.ssm_conv1d_q.weight", {4, 1, 4096, 1}, 27, 256), DType::F32);
+}
+
+// MLA layer indices of a shape.
+std::vector<int> mla_layers(const SynthShape& s) {
+  std::vector<int> v;
+  for (int l = 0; l < s.n_layer; ++l)
+    if (s.is_mla_layer(l)) v.push_back(l);
+  return v;
+}
+
+// The full-size KDA presets: Kimi-Linear-48B-A3B and Ling 3 8B shapes as written (layer
+// pattern, parameter counts: 48B / ~8B total), their q4_k_m types follow llama.cpp's counters
+// (attn_v only in the KDA layers: index among them, over their count), and --layers 2 of
+// ling3-8b (the full-width MLA with q_lora, 128 experts in 8 groups) writes, loads and runs.
+TEST(Synth, KdaHybridFullSizePresets) {
+  SLUICE_REQUIRE_SHARED();
+  SynthOptions kimi;
+  kimi.preset = "kimi-linear-48b-a3b";
+  const SynthShape k = synth_resolve_shape(kimi, 512);
+  EXPECT_EQ(k.gguf_arch, "kimi-linear");
+  EXPECT_EQ(k.n_layer, 27);
+  EXPECT_EQ(mla_layers(k), (std::vector<int>{3, 7, 11, 15, 19, 23, 26}));  // full_attn_layers [4, 8, ..., 24, 27]
+  const int64_t kp = synth_param_count(k);
+  std::printf("kimi-linear-48b-a3b: %.2fB parameters\n", kp / 1e9);
+  EXPECT_GT(kp, 47'000'000'000);
+  EXPECT_LT(kp, 50'000'000'000);
+  SynthOptions ling;
+  ling.preset = "ling3-8b";
+  const SynthShape g = synth_resolve_shape(ling, 512);
+  EXPECT_EQ(g.gguf_arch, "bailingmoe3");
+  EXPECT_EQ(mla_layers(g), (std::vector<int>{3, 7, 11, 15, 19, 23}));
+  const int64_t gp = synth_param_count(g);
+  std::printf("ling3-8b: %.2fB parameters\n", gp / 1e9);
+  EXPECT_GT(gp, 7'500'000'000);  // llama.cpp names this shape LLM_TYPE_7_9B_A1_3B
+  EXPECT_LT(gp, 8'300'000'000);
+  ling.layers = 26;  // 24 + 2: the two layers after the last group of 4 are MLA (mlx-lm _is_kda_layer)
+  EXPECT_EQ(mla_layers(synth_resolve_shape(ling, 512)), (std::vector<int>{3, 7, 11, 15, 19, 23, 24, 25}));
+  kimi.layers = 6;  // the last layer stays MLA
+  EXPECT_EQ(mla_layers(synth_resolve_shape(kimi, 512)), (std::vector<int>{3, 5}));
+
+  // q4_k_m over the 27-layer plan: the 20 KDA layers' attn_v get Q6_K where use_more_bits(i, 20)
+  // picks (i the KDA index: i < 2, i >= 17, and (i - 2) % 3 == 2); conv taps and ssm_a F32.
+  std::vector<int> q6;
+  for (const auto& t : synth::plan_tensors(k, "q4_k_m", 0.0f, 512)) {
+    if (t.name.find("ssm_conv1d") != std::string::npos || t.name.find(".ssm_a") != std::string::npos) {
+      EXPECT_EQ(t.type, DType::F32) << t.name;
+    }
+    if (t.name.find(".attn_v.weight") != std::string::npos && t.type == DType::Q6_K)
+      q6.push_back(std::stoi(t.name.substr(4)));
+  }
+  // KDA layers 0-2, 4-6, ..., 24, 25; indices 0, 1, 4, 7, 10, 13, 16, 17, 18, 19 are layers:
+  EXPECT_EQ(q6, (std::vector<int>{0, 1, 5, 9, 13, 17, 21, 22, 24, 25}));
+
+  SynthOptions o;
+  o.preset = "ling3-8b", o.layers = 2, o.vocab = 512, o.type = "q4_0", o.fast = true, o.threads = 2;
+  o.tokenizer = tokenizer_path();
+  const std::string path = (tmp_dir() / "ling3-8b-2l.gguf").string();
+  synth_write(o, path);
+  auto m = Model::load(path);
+  EXPECT_EQ(m->hparams().arch, "bailingmoe3");
+  EXPECT_EQ(m->hparams().n_embd, 1536);
+  EXPECT_EQ(m->hparams().moe.n_expert, 128);
+  EXPECT_NE(m->file().find_tensor("blk.1.attn_q_a.weight"), nullptr);
+  const std::vector<float> l = prompt_logits(*m, {1, 403, 407});
+  double ss = 0;
+  for (float x : l) {
+    ASSERT_TRUE(std::isfinite(x));
+    ss += double(x) * x;
+  }
+  EXPECT_GT(ss / l.size(), 0.25) << "degenerate logits";
+}
+
 // Fraction of each token's experts that the previous token also used, over MoE layers.
 double expert_reuse(const Model& m, const std::vector<int32_t>& tokens) {
   auto cpu = make_backend("cpu-exact", 2);
@@ -603,6 +741,10 @@ TEST(Synth, ClearErrors) {
   expect_error(a, "leaves no attention layer");
   a = o, a.arch = "qwen3next", a.layers = 3;
   expect_error(a, "leaves no attention layer");
+  a = o, a.arch = "bailingmoe3", a.layers = 3;  // tiny: MLA only at layer 3
+  expect_error(a, "leaves no attention layer");
+  a = o, a.arch = "kimi-linear", a.layers = 1;
+  expect_error(a, "leaves no MoE layer");
   a = o, a.arch = "mixtral", a.routing_locality = 1.5f;
   expect_error(a, "outside 0..1");
   a = o, a.arch = "llama";
