@@ -93,6 +93,9 @@ void CommonOpts::add(CLI::App* app) {
   app->add_option("--prefetch-extra", prefetch_extra, "the predictor stages the top k+M experts (-1: M = max(1, k/4))");
   app->add_option("--expert-io", expert_io, "stream: auto | uring | pread")->capture_default_str();
   app->add_flag("--no-direct-io", no_direct_io, "stream: read experts through the page cache instead of O_DIRECT");
+  app->add_option("--lora", lora,
+                  "an MLX-LM LoRA adapter folder (adapter_config.json, adapters.safetensors) merged into the "
+                  "weights at load");
   app->add_flag("--mmap", mmap_weights,
                 "resident: map the file instead of reading it into memory (faster start, slower decode)");
   app->add_option("--gpu-expert-cache", gpu_expert_cache,
@@ -122,6 +125,7 @@ ModelOptions CommonOpts::model_options() const {
   o.experts.direct_io = !no_direct_io;
   o.experts.progress = true;
   o.read_weights = !mmap_weights;
+  o.lora = lora;
   o.progress = [last = size_t{0}](size_t done, size_t total) mutable {
     // A line per GiB for big files (reading from a cold disk takes a while), nothing for small ones.
     if (total < (size_t{1} << 30) || (done - last < (size_t{1} << 30) && done != total)) return;
@@ -135,6 +139,7 @@ std::unique_ptr<Model> CommonOpts::load_model() const {
   // A quantized folder's weights were repacked or dequantized at load (format/hf_folder.h).
   if (const std::string q = m->file().get_string_or("sluice.folder.quantization", ""); !q.empty())
     std::fprintf(stderr, "%s\n", q.c_str());
+  if (!m->lora_summary().empty()) std::fprintf(stderr, "%s\n", m->lora_summary().c_str());
   if (!routing_trace_out.empty()) m->experts().record_routing_trace();
   return m;
 }

@@ -41,6 +41,7 @@ struct CommonOpts {
   bool no_direct_io = false;
   std::string gpu_expert_cache;
   bool mmap_weights = false;
+  std::string lora;  // an MLX-LM LoRA adapter folder merged at load
 
   void add(CLI::App* app);
   std::unique_ptr<Backend> make() const;

@@ -524,6 +524,19 @@ std::unique_ptr<GgufFile> GgufFile::synthetic(std::string name, std::vector<std:
   return f;
 }
 
+void GgufFile::replace_tensor(std::string_view name, DType type, const void* data, size_t nbytes,
+                              std::shared_ptr<void> owner) {
+  const auto it = tensor_index_.find(std::string(name));
+  if (it == tensor_index_.end()) fail(path_, ": no tensor '", name, "' to replace");
+  TensorView& t = tensors_[it->second];
+  if (dtype_row_bytes(type, t.ne[0]) * static_cast<size_t>(t.n_rows()) != nbytes)
+    fail(path_, ": replacing tensor '", name, "': ", nbytes, " bytes do not fit its shape as ", dtype_name(type));
+  t.type = type;
+  t.data = data;
+  t.nbytes = nbytes;
+  replaced_.push_back(std::move(owner));
+}
+
 GgufFile::~GgufFile() { release(); }
 
 void GgufFile::release() {

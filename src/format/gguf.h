@@ -115,6 +115,11 @@ class GgufFile {
   // Tensors in file order; data points into the mapping, already bounds-checked.
   const std::vector<TensorView>& tensors() const { return tensors_; }
   const TensorView* find_tensor(std::string_view name) const;
+  // Points tensor `name` at other bytes of the same shape (type `type`, nbytes long) that
+  // `owner` keeps alive: how a LoRA adapter's merged weights (format/lora.h) take the place of
+  // the file's. Call before anything binds the tensor. Throws when there is no such tensor or
+  // nbytes does not fit the shape.
+  void replace_tensor(std::string_view name, DType type, const void* data, size_t nbytes, std::shared_ptr<void> owner);
   // Throws "missing tensor NAME in FILE".
   const TensorView& tensor(std::string_view name) const;
 
@@ -137,7 +142,8 @@ class GgufFile {
   std::unordered_map<std::string, size_t> kv_index_;
   std::vector<TensorView> tensors_;
   std::unordered_map<std::string, size_t> tensor_index_;
-  std::shared_ptr<void> keepalive_;  // synthetic(): what owns the tensors' memory
+  std::shared_ptr<void> keepalive_;              // synthetic(): what owns the tensors' memory
+  std::vector<std::shared_ptr<void>> replaced_;  // replace_tensor(): the new bytes' owners
 };
 
 // Writes GGUF v3. Two ways to use it:

@@ -218,6 +218,14 @@ std::string gguf_name(std::string n, const fs::path& file) {
   return "blk." + index + "." + it->second;
 }
 
+}  // namespace
+
+std::string hf_tensor_gguf_name(const std::string& hf_name, const std::string& file) {
+  return gguf_name(hf_name, file);
+}
+
+namespace {
+
 struct Owned {
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   std::vector<std::vector<float>> converted;  // also the repacked blocks (float storage: 4-byte aligned)

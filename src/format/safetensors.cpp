@@ -129,6 +129,7 @@ void SafetensorsFile::parse() {
 
   for (auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
+      if (entry.is_null()) continue;  // the format's Option: mx.save_safetensors writes null without metadata
       if (!entry.is_object()) fail(f, ": __metadata__ is not an object");
       for (auto& [k, v] : entry.items()) {
         if (!v.is_string()) fail(f, ": __metadata__['", k, "'] is not a string");

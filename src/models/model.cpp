@@ -4,6 +4,7 @@
 #include "models/model.h"
 
 #include "format/hf_folder.h"
+#include "format/lora.h"
 
 #include <algorithm>
 #include <numeric>
@@ -147,6 +148,11 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     m->file_ = open_model_folder(path);
   } else {
     m->file_ = std::make_unique<GgufFile>(path, read ? GgufFile::Load::read : GgufFile::Load::map, opt.progress);
+  }
+  if (!opt.lora.empty()) {
+    // The adapted tensors become owned f32 copies; streamed experts are read by file offset.
+    if (opt.experts.policy == ExpertPolicy::stream) fail(path, ": --lora with --experts stream is not supported");
+    m->lora_summary_ = apply_lora_adapter(*m->file_, opt.lora).line();
   }
   const GgufFile& f = *m->file_;
   m->hp_ = read_core_hparams(f);

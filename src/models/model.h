@@ -118,6 +118,8 @@ struct ModelOptions {
   // policies always map it: they exist for models larger than memory.
   bool read_weights = true;
   GgufFile::Progress progress;  // while reading weights: bytes done, total
+  // An MLX-LM LoRA adapter folder merged into the weights at load (format/lora.h); empty: none.
+  std::string lora;
 };
 
 class Model {
@@ -127,6 +129,8 @@ class Model {
   ~Model();
 
   const GgufFile& file() const { return *file_; }
+  // What --lora merged ("lora: 3 tensors merged (rank 4, scale 2)"); empty without an adapter.
+  const std::string& lora_summary() const { return lora_summary_; }
   const Hparams& hparams() const { return hp_; }
   Hparams& mutable_hparams() { return hp_; }  // tests: negative controls perturb the config
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -167,6 +171,7 @@ class Model {
 
  private:
   std::unique_ptr<GgufFile> file_;
+  std::string lora_summary_;
   Hparams hp_;
   std::unique_ptr<Tokenizer> tokenizer_;
   const TensorView* tok_embd_ = nullptr;     // [n_embd, n_vocab]

@@ -5,12 +5,16 @@
 // the HF layout needs, and Qwen3 with its q/k norms dropped, miss the golden. Unsupported or
 // broken folders are refused by name. MLX-quantized copies (tests/data/hf/{llama-q4,qwen3-q4,
 // llama-mixed}, mlx_lm.convert) match MLX-LM's float32 run of them as tightly, and hostile
-// quantized tensors are refused naming the file, the tensor and the field.
+// quantized tensors are refused naming the file, the tensor and the field. An MLX-LM LoRA
+// adapter (tests/data/hf/llama-lora, scripts/golden/make_lora_adapter.py) merged at load
+// (format/lora.h) matches MLX-LM running the base folder with it; broken adapters are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "backends/backend.h"
@@ -314,6 +318,88 @@ TEST(HfQuantFolderErrors, RefusedNamingFileTensorAndField) {
       if (want.find("tensor '") != std::string::npos) {
         EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
       }
+    }
+  }
+}
+
+// The adapter merged into the llama folder against MLX-LM loading the folder with it
+// (adapter_path): as tight as the folders themselves. Negative control: the base folder without
+// the adapter misses this golden (the adapter moves logits by up to ~1.5).
+TEST(HfLora, MatchesMlxLmWithTheAdapter) {
+  const nlohmann::json g = golden("llama-lora");
+  ModelOptions opt;
+  opt.lora = folder("llama-lora");
+  auto m = Model::load(folder("llama"), opt);
+  EXPECT_EQ(m->lora_summary(), "lora: 3 tensors merged (rank 4, scale 2)");
+  for (const char* backend : {"ref", "cpu", "cpu-exact"}) {
+    auto be = make_backend(backend, 2);
+    const double d = max_logit_diff(*m, *be, g);
+    std::printf("[ lora ] max |dlogit| vs MLX-LM on %s: %.2e\n", backend, d);
+    EXPECT_LT(d, 2e-3) << backend;
+    EXPECT_EQ(greedy(*m, *be, g["ids"].get<std::vector<int32_t>>(), 16), g["greedy"].get<std::vector<int32_t>>())
+        << backend;
+  }
+  auto be = make_backend("ref", 2);
+  EXPECT_GT(max_logit_diff(*Model::load(folder("llama")), *be, g), 0.05);
+  // Layer 0 was not adapted: its tensors are still the folder's own bytes.
+  EXPECT_EQ(m->file().find_tensor("blk.0.attn_q.weight")->type, DType::BF16);
+  EXPECT_EQ(m->file().find_tensor("blk.1.attn_q.weight")->type, DType::F32);
+}
+
+// A copy of the adapter with its config or factors changed: each is refused naming the file
+// and what is wrong, before the model is used.
+TEST(HfLora, BrokenAdaptersAreRefusedByName) {
+  const std::string a = "model.layers.1.self_attn.q_proj";
+  auto cfg = [](std::function<void(nlohmann::json&)> f) {
+    return [f](const fs::path& d) { edit_json(d / "adapter_config.json", f); };
+  };
+  // Rewrites adapters.safetensors with its header entries edited (data bytes kept; entries are
+  // renamed, not copied: the reader refuses two entries over the same bytes).
+  auto st = [](std::function<void(nlohmann::json&)> f) {
+    return [f](const fs::path& d) {
+      const fs::path p = d / "adapters.safetensors";
+      std::ifstream in(p, std::ios::binary);
+      std::string bytes((std::istreambuf_iterator<char>(in)), {});
+      uint64_t n = 0;
+      std::memcpy(&n, bytes.data(), 8);
+      nlohmann::json h = nlohmann::json::parse(bytes.substr(8, n));
+      f(h);
+      std::string hs = h.dump();
+      const uint64_t m = hs.size();
+      std::ofstream(p, std::ios::binary) << std::string(reinterpret_cast<const char*>(&m), 8) << hs
+                                         << bytes.substr(8 + n);
+    };
+  };
+  const std::pair<std::string, std::function<void(const fs::path&)>> cases[] = {
+      {"fine_tune_type 'dora' is not supported", cfg([](auto& j) { j["fine_tune_type"] = "dora"; })},
+      {"lora_parameters.scale missing", cfg([](auto& j) { j["lora_parameters"].erase("scale"); })},
+      {"'" + a + ".lora_b' missing", st([&](auto& h) { h.erase(a + ".lora_b"); })},
+      {"is not a LoRA factor (.lora_a / .lora_b; DoRA magnitudes are not supported)", st([&](auto& h) {
+         h[a + ".m"] = h[a + ".lora_a"];
+         h.erase(a + ".lora_a");
+       })},
+      {"model.layers.9.self_attn.q_proj' adapts blk.9.attn_q.weight, which", st([&](auto& h) {
+         for (const char* f : {".lora_a", ".lora_b"}) {
+           h["model.layers.9.self_attn.q_proj" + std::string(f)] = h[a + f];
+           h.erase(a + f);
+         }
+       })},
+      {"'model.layers.1.mlp.down_proj': the factors make a [64, 64] update but blk.1.ffn_down.weight is [64, 128]",
+       st([&](auto& h) {  // q_proj's lora_a [64, 4] and down_proj's [128, 4] swapped
+         const std::string d = "model.layers.1.mlp.down_proj.lora_a";
+         std::swap(h[a + ".lora_a"], h[d]);
+       })},
+      {"adapters.safetensors: cannot open", [](const fs::path& d) { fs::remove(d / "adapters.safetensors"); }},
+  };
+  for (const auto& [want, edit] : cases) {
+    const std::string dir = broken_folder("lora" + std::to_string(&want - &cases[0].first), edit, "llama-lora");
+    ModelOptions opt;
+    opt.lora = dir;
+    try {
+      Model::load(folder("llama"), opt);
+      ADD_FAILURE() << "accepted an adapter that should fail with: " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }
   }
 }

@@ -257,6 +257,8 @@ TEST(Safetensors, RefusesHostileHeadersNamingWhatIsWrong) {
        "too many elements"},
       {file_of(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"extra":1}})", 4), "unexpected field 'extra'"},
       {file_of(R"({"__metadata__":{"k":1}})", 0), "__metadata__['k'] is not a string"},
+      {file_of(R"({"__metadata__":null})", 0), ""},  // valid: what mx.save_safetensors writes without metadata
+      {file_of(R"({"__metadata__":[1]})", 0), "__metadata__ is not an object"},
   };
   for (const auto& [bytes, want] : cases) {
     const std::string err = error_of(bytes);

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""scripts/golden/make_lora_adapter.py: an MLX-LM LoRA adapter for the tiny llama folder and
+MLX's logits with it applied, the golden of format/lora (tests/models/test_hf_folder.cpp).
+
+tests/data/hf/llama-lora/ holds what `mlx_lm.lora` writes: adapter_config.json (num_layers,
+lora_parameters: rank, scale, dropout, keys) and adapters.safetensors (lora_a [in, r] and
+lora_b [r, out] of each adapted linear, named by module path). Training would start lora_b at
+zero; here both are random (seeded) so the adapter changes every adapted output. golden.json:
+the token ids, MLX-LM's float32 logits of tests/data/hf/llama loaded with this adapter
+(mlx_lm.utils.load(..., adapter_path=...)), and 16 greedy tokens, as make_hf_folders.py writes
+them for the folders. The seed is the first from 7 up whose 16 greedy steps all have a top-2
+logit margin of at least 0.01 (seed 7's first step was a 9e-5 near tie), so a float-order
+difference cannot flip the golden's greedy tokens.
+
+  /tmp/mlxvenv/bin/python scripts/golden/make_lora_adapter.py tests/data/hf
+(made with mlx 0.32.4, mlx-lm 0.32.2, tokenizers 0.23.3; the venv as in make_hf_folders.py)
+"""
+import json
+import os
+import sys
+
+import mlx.core as mx
+import mlx.utils
+from mlx_lm.tuner.utils import linear_to_lora_layers
+from mlx_lm.utils import load
+from tokenizers import Tokenizer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_hf_folders import write_golden  # noqa: E402
+
+# The last layer only (num_layers 1 of 2), three of its linears: layer 0 must stay as it was.
+CONFIG = {"fine_tune_type": "lora", "num_layers": 1,
+          "lora_parameters": {"rank": 4, "scale": 2.0, "dropout": 0.0,
+                              "keys": ["self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj"]}}
+
+
+def greedy_margin(model, ids):
+    """The smallest top-2 logit gap over 16 greedy steps from ids (float32)."""
+    model.set_dtype(mx.float32)
+    cur, worst = list(ids), float("inf")
+    for _ in range(16):
+        last = model(mx.array([cur]))[0, -1]
+        top = mx.sort(last)[-2:]
+        worst = min(worst, float((top[1] - top[0]).item()))
+        cur.append(int(mx.argmax(last).item()))
+    return worst
+
+
+def main():
+    root = sys.argv[1]
+    base, out = os.path.join(root, "llama"), os.path.join(root, "llama-lora")
+    os.makedirs(out, exist_ok=True)
+    tok = Tokenizer.from_file(os.path.join(base, "tokenizer.json"))
+    from make_hf_folders import TEXT
+    for seed in range(7, 100):
+        model, _ = load(base)
+        model.freeze()
+        linear_to_lora_layers(model, CONFIG["num_layers"], CONFIG["lora_parameters"])
+        mx.random.seed(seed)
+        adapters = {}
+        for k, v in mlx.utils.tree_flatten(model.trainable_parameters()):
+            adapters[k] = (0.1 * mx.random.normal(v.shape)).astype(mx.float32)
+        model.load_weights(list(adapters.items()), strict=False)
+        margin = greedy_margin(model, tok.encode(TEXT).ids)
+        print("seed", seed, "greedy margin", margin)
+        if margin >= 0.01:
+            break
+    mx.save_safetensors(os.path.join(out, "adapters.safetensors"), adapters)
+    with open(os.path.join(out, "adapter_config.json"), "w") as f:
+        json.dump(CONFIG, f, indent=2)
+    print("adapted:", sorted(adapters))
+    # The oracle: MLX-LM loads the base folder with the adapter, as a user would.
+    m, _ = load(base, adapter_path=out)
+    print("greedy", write_golden(out, tok, m))
+
+
+if __name__ == "__main__":
+    main()
