@@ -3,6 +3,7 @@
 // CMake build or the tests (tests never assert on time). Build by hand against a build dir:
 //   g++ -std=c++20 -O2 -Isrc bench/bench_kernels.cpp build/libsluice.a -pthread -o bench_kernels
 // Usage: bench_kernels [n_in n_out [types]]   types: comma list of ggml names, e.g. f16,q4_K
+// (SLUICE_CPU_Q8=1 for the int8 path, SLUICE_CPU_Q8_TILE_MIN=N for where its tiles start)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -71,10 +72,15 @@ int main(int argc, char** argv) {
     }
     for (auto& [name, be] : bes) {
       const double s1 = seconds_per_call([&] { be->matmul(w, x.data(), y.data(), 1); }, 0.3);
+      // T=8: eight sequences decoding together; T=32: a prefill chunk.
+      const double s8 = name == "ref" ? 0 : seconds_per_call([&] { be->matmul(w, x.data(), y.data(), 8); }, 0.3);
       const double s32 = name == "ref" ? 0 : seconds_per_call([&] { be->matmul(w, x.data(), y.data(), 32); }, 0.3);
-      std::printf("  %-5s %-10s T=1: %7.2f GB/s %8.3f ms   T=32: %7.1f GFLOP/s\n", std::string(dtype_name(t)).c_str(),
-                  name.c_str(), static_cast<double>(wb.size()) / s1 * 1e-9, s1 * 1e3,
-                  s32 > 0 ? 2.0 * static_cast<double>(n_in * n_out) * 32 / s32 * 1e-9 : 0.0);
+      auto gflops = [&](double s, int T) {
+        return s > 0 ? 2.0 * static_cast<double>(n_in * n_out) * T / s * 1e-9 : 0.0;
+      };
+      std::printf("  %-5s %-10s T=1: %7.2f GB/s %8.3f ms   T=8: %7.1f GFLOP/s   T=32: %7.1f GFLOP/s\n",
+                  std::string(dtype_name(t)).c_str(), name.c_str(), static_cast<double>(wb.size()) / s1 * 1e-9,
+                  s1 * 1e3, gflops(s8, 8), gflops(s32, 32));
     }
   }
 

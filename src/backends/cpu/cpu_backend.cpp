@@ -228,7 +228,12 @@ class CpuBackend final : public Backend {
   // kernel computes each (row, token) product as matmul's row path does, so for batches
   // below the tile size this is bitwise Backend::moe_ffn_batch; otherwise it is that default.
   void moe_ffn_batch(std::span<const FfnExpertRows> ex, const float* x, float* out, int64_t n_tok, int64_t E) override {
-    if (ex.empty() || n_tok >= q8_tile_min_tokens_) return Backend::moe_ffn_batch(ex, x, out, n_tok, E);
+    // The default runs a matmul per expert over that expert's tokens, which takes the tiles from
+    // q8_tile_min_tokens_ tokens: while every expert has fewer (a few sequences decoding, each
+    // expert serving one or two of their tokens) the fused row path computes the same bits.
+    int64_t most = 0;
+    for (const FfnExpertRows& e : ex) most = std::max(most, e.n);
+    if (ex.empty() || (q8_tiles_ && most >= q8_tile_min_tokens_)) return Backend::moe_ffn_batch(ex, x, out, n_tok, E);
     const TensorView &g0 = *ex[0].gate, &u0 = *ex[0].up, &d0 = *ex[0].down;
     const int64_t F = g0.ne[1], n = static_cast<int64_t>(ex.size());
     const cpu::Q8Ops *qg = q8_op(g0.type), *qu = q8_op(u0.type), *qd = q8_op(d0.type);
@@ -270,15 +275,11 @@ class CpuBackend final : public Backend {
     }
     int64_t B3 = B;
     while (B3 < kMoeDownRows && E / (2 * B3) >= 4 * pool_.size()) B3 *= 2;
-    const int64_t nbE = (E + B3 - 1) / B3, max_m = [&] {
-      int64_t m = 0;
-      for (const FfnExpertRows& e : ex) m = std::max(m, e.n);
-      return m;
-    }();
+    const int64_t nbE = (E + B3 - 1) / B3;
     std::fill(out, out + n_tok * E, 0.0f);
     run(nbE, rows * E * F, [&](int64_t i0, int64_t i1, int th) {
       float* y = reinterpret_cast<float*>(
-          scratch_aligned(th, static_cast<size_t>(max_m * kMoeDownRows) * sizeof(float)));
+          scratch_aligned(th, static_cast<size_t>(most * kMoeDownRows) * sizeof(float)));
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t r0 = i * B3, nr = std::min(B3, E - r0);
         for (int64_t j = 0; j < n; ++j) {

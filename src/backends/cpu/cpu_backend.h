@@ -35,10 +35,14 @@ struct CpuBackendOptions {
   // while the step is bound by reading the weights (several sequences decoding together).
   int64_t q8_tile_min_tokens = cpu::kQ8TileMinTokens;
   // With q8_activations: Q4_1, Q5_0 and Q5_1 weights (ggml's legacy 32-blocks) take the int8
-  // path too (SLUICE_CPU_Q8_LEGACY=1). Off by default: it is no faster there. SmolLM2-135M
-  // Q4_1 decode, AMD EPYC Zen 4: 1 thread 180 vs 183 tok/s (int8 vs float decode), 2 threads
-  // 232 vs 260; a 202M llama from an MLX 4-bit folder, 2 threads: about even. The float path
-  // is also the exact one, so the int8 kernels wait for a faster design (kernels_q8_impl.h).
+  // path too (SLUICE_CPU_Q8_LEGACY=1). Off by default: faster only on some CPUs and only for
+  // decode, and the activation rounding costs what their users check. SmolLM2-135M Q4_1 decode
+  // (int8 vs float): Intel Xeon (AVX-512 VNNI, AMX) 1 thread 87 vs 67 tok/s, 2 threads 113 vs
+  // 104, but pp512 442 vs 619 (no int8 tiles); AMD EPYC Zen 4, 1 thread 180 vs 183, 2 threads
+  // 232 vs 260 (before the row prefetch of kernels.h). With it on, MLX 4-bit folders repacked
+  // to Q4_1 miss MLX-LM's logits by 0.03-0.05 (2e-3 with the float path), and greedy SmolLM2
+  // replies and prompt-lookup acceptance change (tests/models/test_hf_folder.cpp,
+  // test_chat_session.cpp, test_speculative.cpp).
   bool q8_legacy_types = false;
 };
 // The defaults, with SLUICE_CPU_Q8=1|0, SLUICE_CPU_Q8_TILES=1|0 and SLUICE_CPU_Q8_LEGACY=1|0 in

@@ -18,6 +18,15 @@
 
 namespace sluice::cpu {
 
+// Asks for [p, p + n) in L1 ahead of its use: the decode row paths call it on the next
+// row (or group of rows) while they compute the current one. Intel Xeon's prefetchers lose
+// the stream of a kernel that reads a few KiB per row between longer computations: a
+// 2048 × 131072 Q8_0 matrix from DRAM, 1 thread, 6.8 GB/s without it and 13.7 GB/s with it
+// (2 threads 12.9 vs 27.4, the read bandwidth measured beside it 25.6).
+inline void prefetch_lines(const void* p, size_t n) {
+  for (size_t o = 0; o < n; o += 64) __builtin_prefetch(static_cast<const char*>(p) + o);
+}
+
 // Fast paths for one quantized weight type. Both produce exactly the floats of quant/'s
 // dequantize_row (same operations, same rounding, no fused multiply-add), so the cpu
 // backend's results do not depend on which path ran.

@@ -474,7 +474,10 @@ template <class D>
 void gemv(const void* w, size_t row_bytes, int64_t n_rows, const float* x, int64_t n, float* y) {
   const auto* wb = static_cast<const uint8_t*>(w);
   int64_t r = 0;
-  for (; r + 4 <= n_rows; r += 4) gemv_rows<D, 4>(wb + r * row_bytes, row_bytes, x, n, y + r);
+  for (; r + 4 <= n_rows; r += 4) {
+    prefetch_lines(wb + (r + 4) * row_bytes, 4 * row_bytes);
+    gemv_rows<D, 4>(wb + r * row_bytes, row_bytes, x, n, y + r);
+  }
   for (; r < n_rows; ++r) gemv_rows<D, 1>(wb + r * row_bytes, row_bytes, x, n, y + r);
 }
 

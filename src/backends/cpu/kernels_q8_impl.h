@@ -241,6 +241,7 @@ void q8_gemm_x_1(const void* w, size_t row_bytes, int64_t n_rows, const void* ac
     const uint8_t* at = ab + t * a_row_bytes;
     for (int64_t r = 0; r < n_rows; ++r) {
       const uint8_t* wr = wb + r * row_bytes;
+      prefetch_lines(wr + row_bytes, row_bytes);
       float* yr = y + t * ldy + r;
       switch (nt) {
         case 4: q8_dot_x_1<kFive, Block, 4>(wr, at, a_row_bytes, sums, nb, yr, ldy); break;
@@ -1178,6 +1179,7 @@ void q8_gemm(const void* w, size_t row_bytes, int64_t n_rows, const void* act, s
   const int64_t nb = n / QK;
   for (int64_t r = 0; r < n_rows; ++r) {
     const uint8_t* wr = wb + r * row_bytes;
+    prefetch_lines(wr + row_bytes, row_bytes);
     int64_t t = 0;
     for (; t + kNT <= n_tok; t += kNT) Dot<kNT>::run(wr, ab + t * a_row_bytes, a_row_bytes, nb, y + t * ldy + r, ldy);
     // The last 1-3 tokens in one pass too (an expert serving 2 or 3 of a few sequences'
