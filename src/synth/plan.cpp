@@ -156,6 +156,25 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& typ
     out.push_back(std::move(t));
   };
 
+  // One layer's MLA attention (deepseek2, and the MLA layers of the KDA hybrids), with
+  // bailingmoe3's head-wise output gate where asked.
+  auto add_mla_attention = [&](const std::string& p, bool head_gate) {
+    const int64_t q_w = H * (s.qk_nope + s.qk_rope);
+    if (s.q_lora_rank > 0) {
+      add(p + "attn_q_a.weight", {E, s.q_lora_rank});
+      add(p + "attn_q_a_norm.weight", {s.q_lora_rank});
+      add(p + "attn_q_b.weight", {s.q_lora_rank, q_w});
+    } else {
+      add(p + "attn_q.weight", {E, q_w});
+    }
+    add(p + "attn_kv_a_mqa.weight", {E, s.kv_lora_rank + s.qk_rope});
+    add(p + "attn_kv_a_norm.weight", {s.kv_lora_rank});
+    add(p + "attn_k_b.weight", {s.qk_nope, s.kv_lora_rank, H});
+    add(p + "attn_v_b.weight", {s.kv_lora_rank, s.v_head, H});
+    if (head_gate) add(p + "attn_gate.weight", {E, H});
+    add(p + "attn_output.weight", {H * s.v_head, E});
+  };
+
   add("token_embd.weight", {E, V});
   add("output_norm.weight", {E});
   add("output.weight", {E, V});
@@ -190,20 +209,7 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& typ
         add(p + "ssm_norm.weight", {D});
         add(p + "attn_output.weight", {I, E});
       } else {
-        const int64_t q_w = H * (s.qk_nope + s.qk_rope);
-        if (s.q_lora_rank > 0) {
-          add(p + "attn_q_a.weight", {E, s.q_lora_rank});
-          add(p + "attn_q_a_norm.weight", {s.q_lora_rank});
-          add(p + "attn_q_b.weight", {s.q_lora_rank, q_w});
-        } else {
-          add(p + "attn_q.weight", {E, q_w});
-        }
-        add(p + "attn_kv_a_mqa.weight", {E, s.kv_lora_rank + s.qk_rope});
-        add(p + "attn_kv_a_norm.weight", {s.kv_lora_rank});
-        add(p + "attn_k_b.weight", {s.qk_nope, s.kv_lora_rank, H});
-        add(p + "attn_v_b.weight", {s.kv_lora_rank, s.v_head, H});
-        if (!s.kda_low_rank()) add(p + "attn_gate.weight", {E, H});  // bailingmoe3's head-wise gate
-        add(p + "attn_output.weight", {H * s.v_head, E});
+        add_mla_attention(p, !s.kda_low_rank());  // bailingmoe3's head-wise gate
       }
       add(p + "ffn_norm.weight", {E});
       if (l < s.n_layer_dense_lead) {
@@ -266,19 +272,7 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& typ
     }
     add(p + "attn_norm.weight", {E});
     if (mla) {
-      const int64_t q_w = H * (s.qk_nope + s.qk_rope);
-      if (s.q_lora_rank > 0) {
-        add(p + "attn_q_a.weight", {E, s.q_lora_rank});
-        add(p + "attn_q_a_norm.weight", {s.q_lora_rank});
-        add(p + "attn_q_b.weight", {s.q_lora_rank, q_w});
-      } else {
-        add(p + "attn_q.weight", {E, q_w});
-      }
-      add(p + "attn_kv_a_mqa.weight", {E, s.kv_lora_rank + s.qk_rope});
-      add(p + "attn_kv_a_norm.weight", {s.kv_lora_rank});
-      add(p + "attn_k_b.weight", {s.qk_nope, s.kv_lora_rank, H});
-      add(p + "attn_v_b.weight", {s.kv_lora_rank, s.v_head, H});
-      add(p + "attn_output.weight", {H * s.v_head, E});
+      add_mla_attention(p, false);
     } else {
       const int64_t q_w = H * s.head_dim, kv_w = s.n_head_kv * s.head_dim;
       add(p + "attn_q.weight", {E, q_w});
