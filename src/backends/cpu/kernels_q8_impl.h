@@ -51,79 +51,10 @@ inline void q8_scales_mins_k4(const uint8_t* q, uint8_t* sc, uint8_t* m) {
   __builtin_memcpy(m + 4, &m_hi, 4);
 }
 
-// ---- Q8_0 · Q8_0 --------------------------------------------------------------------------
-// Every dot below takes NT activation rows (act + t·astride) and writes out[t·ostride]:
+// Every dot of this file takes NT activation rows (act + t·astride) and writes out[t·ostride]:
 // the weights are loaded and unpacked once for NT tokens (prefill reuse), while each
 // token's accumulators see exactly the operations of the NT = 1 instance, so a token's
 // result does not depend on the batch it came in.
-template <int NT>
-inline void q8_dot_q8_0(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
-  const auto* x = static_cast<const block_q8_0*>(w);
-#if SLUICE_Q8_SIMD
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m256i xq = q8_load(x[i].qs);
-    const __m256i ax = _mm256_sign_epi8(xq, xq);
-    const float dx = q8_half(x[i].d);
-    for (int t = 0; t < NT; ++t) {
-      const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
-      const __m256i p = q8_dot_us(ax, _mm256_sign_epi8(q8_load(a.qs), xq));
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * q8_half(a.d)), _mm256_cvtepi32_ps(p), acc[t]);
-    }
-  }
-  for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]);
-#else
-  for (int t = 0; t < NT; ++t) {
-    const auto* a = reinterpret_cast<const block_q8_0*>(act + t * astride);
-    float sum = 0;
-    for (int64_t i = 0; i < nb; ++i) {
-      int32_t s = 0;
-      for (int j = 0; j < QK8_0; ++j) s += x[i].qs[j] * a[i].qs[j];
-      sum += q8_half(x[i].d) * q8_half(a[i].d) * static_cast<float>(s);
-    }
-    out[t * ostride] = sum;
-  }
-#endif
-}
-
-// ---- Q4_0 · Q8_0: element j < 16 is the low nibble of qs[j], j >= 16 the high one of qs[j-16]
-template <int NT>
-inline void q8_dot_q4_0(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
-  const auto* x = static_cast<const block_q4_0*>(w);
-#if SLUICE_Q8_SIMD
-  const __m256i m4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qs));
-    const __m256i xq = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4), eight);
-    const __m256i ax = _mm256_sign_epi8(xq, xq);
-    const float dx = q8_half(x[i].d);
-    for (int t = 0; t < NT; ++t) {
-      const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
-      const __m256i p = q8_dot_us(ax, _mm256_sign_epi8(q8_load(a.qs), xq));
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * q8_half(a.d)), _mm256_cvtepi32_ps(p), acc[t]);
-    }
-  }
-  for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]);
-#else
-  for (int t = 0; t < NT; ++t) {
-    const auto* a = reinterpret_cast<const block_q8_0*>(act + t * astride);
-    float sum = 0;
-    for (int64_t i = 0; i < nb; ++i) {
-      int32_t s = 0;
-      for (int j = 0; j < QK4_0 / 2; ++j) {
-        s += ((x[i].qs[j] & 0xF) - 8) * a[i].qs[j];
-        s += ((x[i].qs[j] >> 4) - 8) * a[i].qs[j + QK4_0 / 2];
-      }
-      sum += q8_half(x[i].d) * q8_half(a[i].d) * static_cast<float>(s);
-    }
-    out[t * ostride] = sum;
-  }
-#endif
-}
-
 // ---- Q4_1 / Q5_0 / Q5_1 · Q8_0 -------------------------------------------------------------
 // Q4_1 and Q5_1 are x = d·q + m with q unsigned (4 or 5 bits), so per block
 //   dot = d_x·d_a·Σ q·a + m_x·(d_a·Σ a),
@@ -151,6 +82,69 @@ inline uint32_t q8_qh32(const uint8_t* qh) {
   uint32_t v;
   __builtin_memcpy(&v, qh, 4);
   return v;
+}
+
+// ---- Q8_0, Q4_0, Q5_0 · Q8_0: blocks of 32 signed values, x = d·q, so per block
+// dot = d_x·d_a·Σ q·a (exact in int32). One loop for the three; U unpacks a block's values
+// into 32 bytes (SIMD) or gives value j (the scalar twin). Q4_0's element j < 16 is the low
+// nibble of qs[j], j >= 16 the high nibble of qs[j - 16], minus 8; Q5_0 adds bit j of qh as
+// the fifth bit, minus 16 (|q| ≤ 16 keeps maddubs' pair sums exact).
+struct Q8Unpack_q8_0 {
+  using Block = block_q8_0;
+#if SLUICE_Q8_SIMD
+  static __m256i bytes(const Block& b) { return q8_load(b.qs); }
+#endif
+  static int value(const Block& b, int j) { return b.qs[j]; }
+};
+struct Q8Unpack_q4_0 {
+  using Block = block_q4_0;
+#if SLUICE_Q8_SIMD
+  static __m256i bytes(const Block& b) { return _mm256_sub_epi8(q8_nibbles32(b.qs), _mm256_set1_epi8(8)); }
+#endif
+  static int value(const Block& b, int j) { return (j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4) - 8; }
+};
+struct Q8Unpack_q5_0 {
+  using Block = block_q5_0;
+#if SLUICE_Q8_SIMD
+  static __m256i bytes(const Block& b) {
+    const __m256i hi = _mm256_and_si256(q8_bits_to_bytes(q8_qh32(b.qh)), _mm256_set1_epi8(0x10));
+    return _mm256_sub_epi8(_mm256_or_si256(q8_nibbles32(b.qs), hi), _mm256_set1_epi8(16));
+  }
+#endif
+  static int value(const Block& b, int j) {
+    const int q = (j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4) | static_cast<int>((q8_qh32(b.qh) >> j) & 1) << 4;
+    return q - 16;
+  }
+};
+template <class U, int NT>
+inline void q8_dot_signed32(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
+  const auto* x = static_cast<const typename U::Block*>(w);
+#if SLUICE_Q8_SIMD
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m256i xq = U::bytes(x[i]);
+    const __m256i ax = _mm256_sign_epi8(xq, xq);
+    const float dx = q8_half(x[i].d);
+    for (int t = 0; t < NT; ++t) {
+      const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
+      const __m256i p = q8_dot_us(ax, _mm256_sign_epi8(q8_load(a.qs), xq));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * q8_half(a.d)), _mm256_cvtepi32_ps(p), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]);
+#else
+  for (int t = 0; t < NT; ++t) {
+    const auto* a = reinterpret_cast<const block_q8_0*>(act + t * astride);
+    float sum = 0;
+    for (int64_t i = 0; i < nb; ++i) {
+      int32_t s = 0;
+      for (int j = 0; j < 32; ++j) s += U::value(x[i], j) * a[i].qs[j];
+      sum += q8_half(x[i].d) * q8_half(a[i].d) * static_cast<float>(s);
+    }
+    out[t * ostride] = sum;
+  }
+#endif
 }
 
 // Per block of one token's Q8_0 activations: d_a and d_a·Σa (Σa exact in int32, then one
@@ -251,45 +245,6 @@ void q8_gemm_x_1(const void* w, size_t row_bytes, int64_t n_rows, const void* ac
       }
     }
   }
-}
-
-template <int NT>
-inline void q8_dot_q5_0(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
-  const auto* x = static_cast<const block_q5_0*>(w);
-#if SLUICE_Q8_SIMD
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    // q - 16 in [-16, 15]: |q - 16| ≤ 16 keeps maddubs' pair sums exact.
-    const __m256i xq =
-        _mm256_sub_epi8(_mm256_or_si256(q8_nibbles32(x[i].qs),
-                                        _mm256_and_si256(q8_bits_to_bytes(q8_qh32(x[i].qh)), _mm256_set1_epi8(0x10))),
-                        _mm256_set1_epi8(16));
-    const __m256i ax = _mm256_sign_epi8(xq, xq);
-    const float dx = q8_half(x[i].d);
-    for (int t = 0; t < NT; ++t) {
-      const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
-      const __m256i p = q8_dot_us(ax, _mm256_sign_epi8(q8_load(a.qs), xq));
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * q8_half(a.d)), _mm256_cvtepi32_ps(p), acc[t]);
-    }
-  }
-  for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]);
-#else
-  for (int t = 0; t < NT; ++t) {
-    const auto* a = reinterpret_cast<const block_q8_0*>(act + t * astride);
-    float sum = 0;
-    for (int64_t i = 0; i < nb; ++i) {
-      const uint32_t qh = q8_qh32(x[i].qh);
-      int32_t s = 0;
-      for (int j = 0; j < 32; ++j) {
-        const int q = (j < 16 ? x[i].qs[j] & 0xF : x[i].qs[j - 16] >> 4) | static_cast<int>((qh >> j) & 1) << 4;
-        s += (q - 16) * a[i].qs[j];
-      }
-      sum += q8_half(x[i].d) * q8_half(a[i].d) * static_cast<float>(s);
-    }
-    out[t * ostride] = sum;
-  }
-#endif
 }
 
 // ---- Q4_K / Q5_K · Q8_K: x = (d·sc)·q - dmin·m per sub-block of 32, so
@@ -1201,12 +1156,18 @@ void q8_gemm(const void* w, size_t row_bytes, int64_t n_rows, const void* act, s
       q8_dot_##name<NT>(w, a, as, nb, out, os);                                                      \
     }                                                                                                \
   };
-SLUICE_Q8_DOT(q4_0)
-SLUICE_Q8_DOT(q5_0)
-SLUICE_Q8_DOT(q8_0)
 SLUICE_Q8_DOT(q4_K)
 SLUICE_Q8_DOT(q5_K)
 #undef SLUICE_Q8_DOT
+template <class U>
+struct Dot_signed32 {
+  template <int NT>
+  struct Of {
+    static void run(const void* w, const uint8_t* a, size_t as, int64_t nb, float* out, size_t os) {
+      q8_dot_signed32<U, NT>(w, a, as, nb, out, os);
+    }
+  };
+};
 template <int NT>
 struct Dot_q6_K {
   static void run(const void* w, const uint8_t* a, size_t as, int64_t nb, float* out, size_t os) {
@@ -1259,11 +1220,11 @@ inline void q8_quantize_q8_K_512(const float* x, void* yv, int64_t n) {
 constexpr Q8Kernels q8_table(const char* name) {
   return Q8Kernels{
       .name = name,
-      .q4_0 = {DType::Q8_0, q8_gemm<Dot_q4_0, QK4_0>, {}},
+      .q4_0 = {DType::Q8_0, q8_gemm<Dot_signed32<Q8Unpack_q4_0>::Of, QK4_0>, {}},
       .q4_1 = {DType::Q8_0, q8_gemm_x_1<false, block_q4_1>, {}},
-      .q5_0 = {DType::Q8_0, q8_gemm<Dot_q5_0, QK5_0>, {}},
+      .q5_0 = {DType::Q8_0, q8_gemm<Dot_signed32<Q8Unpack_q5_0>::Of, QK5_0>, {}},
       .q5_1 = {DType::Q8_0, q8_gemm_x_1<true, block_q5_1>, {}},
-      .q8_0 = {DType::Q8_0, q8_gemm<Dot_q8_0, QK8_0>, SLUICE_Q8_Q8_0_TILE},
+      .q8_0 = {DType::Q8_0, q8_gemm<Dot_signed32<Q8Unpack_q8_0>::Of, QK8_0>, SLUICE_Q8_Q8_0_TILE},
       .q4_K = {DType::Q8_K, q8_gemm<Dot_q4_K, QK_K>, SLUICE_Q8_Q4_K_TILE},
       .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, SLUICE_Q8_Q5_K_TILE},
       .q6_K = {DType::Q8_K, q8_gemm<Dot_q6_K, QK_K>, SLUICE_Q8_Q6_K_TILE},
