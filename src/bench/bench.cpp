@@ -20,6 +20,7 @@
 #endif
 #include <vector>
 
+#include "backends/cpu/kernels.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "memory/io_engine.h"
@@ -166,13 +167,10 @@ __attribute__((target("avx2"))) double int8_macs_avx2(int64_t iters) {
 #endif
 }  // namespace
 
-double int8_peak(int n_threads) {
-#if defined(__x86_64__)
-  const CpuFeatures& f = cpu_features();
-  const bool vnni = cpu_isa_available(CpuIsa::avx512) && f.avx512vnni;
-  if (!vnni && !f.avx2) return 0;
+namespace {
+// Best of 3 of n_threads threads running macs(iters) at once: total MACs per second.
+double peak_of_threads(int n_threads, int64_t iters, double (*macs_fn)(int64_t)) {
   n_threads = std::max(1, n_threads);
-  constexpr int64_t kIters = 2'000'000;
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     std::atomic<bool> go{false};
@@ -182,7 +180,7 @@ double int8_peak(int n_threads) {
       th.emplace_back([&, t] {
         while (!go.load(std::memory_order_acquire)) {
         }
-        macs[static_cast<size_t>(t)] = vnni ? int8_macs_vnni(kIters) : int8_macs_avx2(kIters);
+        macs[static_cast<size_t>(t)] = macs_fn(iters);
       });
     const auto t0 = std::chrono::steady_clock::now();
     go.store(true, std::memory_order_release);
@@ -193,10 +191,24 @@ double int8_peak(int n_threads) {
     best = std::max(best, total / s);
   }
   return best;
+}
+}  // namespace
+
+double int8_peak(int n_threads) {
+#if defined(__x86_64__)
+  const CpuFeatures& f = cpu_features();
+  const bool vnni = cpu_isa_available(CpuIsa::avx512) && f.avx512vnni;
+  if (!vnni && !f.avx2) return 0;
+  return peak_of_threads(n_threads, 2'000'000, vnni ? int8_macs_vnni : int8_macs_avx2);
 #else
   (void)n_threads;
   return 0;
 #endif
+}
+
+double amx_int8_peak(int n_threads) {
+  if (!cpu::q8_kernels_amx()) return 0;
+  return peak_of_threads(n_threads, 200'000, cpu::amx_int8_macs);
 }
 
 void kv_fill_synthetic(KvCache& kv, Backend& be, int64_t n_layer, int64_t n_pos, uint64_t seed) {

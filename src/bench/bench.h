@@ -36,6 +36,9 @@ double disk_read_bandwidth(const std::string& path, size_t bytes, size_t block, 
 // the AVX2 kernels use per 32 MACs) where VNNI is missing; 0 without AVX2. What a prefill's
 // matmul MACs are compared against.
 double int8_peak(int n_threads);
+// The AMX-INT8 peak of n_threads threads (tdpbssd, 16384 MACs each), where the cpu backend has
+// AMX tiles (cpu::q8_kernels_amx()); else 0.
+double amx_int8_peak(int n_threads);
 
 // Writes positions [0, n_pos) of layers [0, n_layer) of kv with synthetic K/V rows through
 // KvCache::store (each codec's own encoder, as a prefill would store them): Gaussian

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/kernels.h"
 #include "bench/bench.h"
 #include "bench/lookup_bench.h"
 #include "core/cpu_features.h"
@@ -195,9 +196,15 @@ int run_bench(const BenchArgs& a) {
   const CpuIdentity cpu = cpu_identity();
   const CpuFeatures& feat = cpu_features();
   const std::string isa(cpu_isa_name(cpu_isa_select()));
-  const std::string amx = feat.amx_int8 ? "present, not used (no AMX kernels yet)" : "none";
-  const nlohmann::json cpu_json = {{"vendor", cpu.vendor},           {"model", cpu.model},        {"isa", isa},
-                                   {"avx512_vnni", feat.avx512vnni}, {"amx_int8", feat.amx_int8}, {"amx_used", false}};
+  // AMX: the int8 tiles of Q4_K/Q5_K/Q6_K prefill, where granted and not turned off.
+  const bool amx_used = !a.exact && cpu_backend_default_options().q8_amx && cpu_isa_select() == CpuIsa::avx512 &&
+                        cpu::q8_kernels_amx();
+  const std::string amx = amx_used        ? "used (AMX-INT8 prefill tiles: Q4_K, Q5_K, Q6_K)"
+                          : feat.amx_int8 ? "present, not used (SLUICE_CPU_AMX=0, --exact or no kernel permission)"
+                                          : "none";
+  const nlohmann::json cpu_json = {
+      {"vendor", cpu.vendor},           {"model", cpu.model},        {"isa", isa},
+      {"avx512_vnni", feat.avx512vnni}, {"amx_int8", feat.amx_int8}, {"amx_used", amx_used}};
   if (!a.json)
     std::printf("cpu: %s (%s); kernels: %s%s; AMX: %s\n\n", cpu.model.c_str(), cpu.vendor.c_str(), isa.c_str(),
                 feat.avx512vnni ? " + VNNI" : "", amx.c_str());
@@ -247,6 +254,10 @@ int run_bench(const BenchArgs& a) {
       std::fprintf(stderr, "bench: %d threads: measuring read bandwidth (%zu MiB)\n", t, a.membw_mib);
       const double bw = membw_read(t, a.membw_mib << 20, a.reps);
       const double peak = a.n_prompt > 0 ? int8_peak(t) : 0;
+      const double amx_peak = a.n_prompt > 0 && amx_used ? amx_int8_peak(t) : 0;
+      if (amx_peak > 0 && !a.json)
+        std::fprintf(stderr, "bench: %d threads: AMX-INT8 peak %.1f GMAC/s (int8 VNNI peak %.1f)\n", t, amx_peak / 1e9,
+                     peak / 1e9);
       for (const CachePair& cp : pairs) {
         KvCacheOptions kv;
         kv.n_ctx = max_depth + std::max({a.n_prompt, a.n_gen, 2}) + 1;  // 2: the warm-up batch
@@ -304,6 +315,10 @@ int run_bench(const BenchArgs& a) {
                 j["matmul_gmacs"] = macs_per_s / 1e9;
                 j["int8_peak_gmacs"] = peak / 1e9;
                 if (peak > 0) j["int8_peak_fraction"] = macs_per_s / peak;
+                if (amx_peak > 0) {
+                  j["amx_int8_peak_gmacs"] = amx_peak / 1e9;
+                  j["amx_peak_fraction"] = macs_per_s / amx_peak;
+                }
               }
               out.push_back(j);
             } else if (gbps > 0) {
@@ -532,7 +547,8 @@ int run_bench(const BenchArgs& a) {
   if (!a.json && a.n_prompt > 0)
     std::printf(
         "\npp rows: matmul multiply-accumulates per second (weights x activations, attention not counted) / "
-        "the int8 peak measured by the same binary (vpdpbusd chains, or vpmaddubsw+vpmaddwd without VNNI).\n");
+        "the int8 peak measured by the same binary (vpdpbusd chains, or vpmaddubsw+vpmaddwd without VNNI)%s.\n",
+        amx_used ? "; with AMX, the JSON also has amx_int8_peak_gmacs (tdpbssd chains) and amx_peak_fraction" : "");
   if (a.json)
     std::cout << out.dump(2) << "\n";
   else

@@ -55,6 +55,7 @@ CpuFeatures detect() {
     f.avx512bw = (b7 >> 30) & 1;
     f.avx512vl = (b7 >> 31) & 1;
     f.avx512vnni = (c7 >> 11) & 1;
+    f.avx512vbmi = (c7 >> 1) & 1;
     if (a7 >= 1) {
       unsigned a71 = 0, b71 = 0, c71 = 0, d71 = 0;
       __cpuid_count(7, 1, a71, b71, c71, d71);

@@ -13,7 +13,7 @@ struct CpuFeatures {
   // needs (XCR0: YMM for AVX*, ZMM/opmask for AVX-512, tile state for AMX).
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
-  bool avx512vnni = false, avx512bf16 = false;
+  bool avx512vnni = false, avx512bf16 = false, avx512vbmi = false;
   bool amx_tile = false, amx_int8 = false, amx_bf16 = false;  // CPU + XCR0 support; permission separate
 };
 

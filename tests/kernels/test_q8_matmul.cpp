@@ -123,6 +123,16 @@ TEST(Q8Matmul, ScalarTwinMatchesSimd) {
   }
 }
 
+// Every ISA level, and at avx512 also with the AMX tiles where this CPU has them.
+std::vector<std::pair<CpuIsa, bool>> isa_tile_levels() {
+  std::vector<std::pair<CpuIsa, bool>> v;
+  for (CpuIsa isa : available_isas()) {
+    v.emplace_back(isa, false);
+    if (isa == CpuIsa::avx512 && cpu::q8_kernels_amx()) v.emplace_back(isa, true);
+  }
+  return v;
+}
+
 // The prefill tiles (kernels.h, Q8TileOps): the scalar twin of the packed tile equals the
 // vector code bitwise (same exact integer sums, same fused multiply-adds); tiles and the row
 // path agree to float rounding; partial tiles (rows not a multiple of 16) and token counts
@@ -139,17 +149,19 @@ TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
       Weights w(t, n_in, n_out, 31 + static_cast<uint32_t>(n_out));
       const auto x = randn(static_cast<size_t>(T * n_in), 32 + static_cast<uint32_t>(T));
       const auto yg = matmul(*gen, w.view, x, T);
-      for (CpuIsa isa : available_isas()) {
-        auto tiles =
-            make_cpu_backend(2, isa,
-                             CpuBackendOptions{.q8_activations = true, .q8_tiles = true, .q8_tile_min_tokens = 1});
+      for (auto [isa, amx] : isa_tile_levels()) {
+        const std::string level = std::string(cpu_isa_name(isa)) + (amx ? "+amx" : "");
+        auto tiles = make_cpu_backend(
+            2, isa,
+            CpuBackendOptions{.q8_activations = true, .q8_tiles = true, .q8_tile_min_tokens = 1, .q8_amx = amx});
         auto rows = make_cpu_backend(2, isa, CpuBackendOptions{.q8_activations = true, .q8_tiles = false});
         const auto yt = matmul(*tiles, w.view, x, T);
-        EXPECT_LE(nmse(matmul(*rows, w.view, x, T), yt), kTolQ8Twin) << dtype_name(t) << " " << cpu_isa_name(isa);
-        const cpu::Q8Ops* lop = cpu::q8_kernels_for(isa).get(t);
-        if (lop && lop->tile.gemm) {  // this level has tiles: bitwise the scalar twin, pack included
+        EXPECT_LE(nmse(matmul(*rows, w.view, x, T), yt), kTolQ8Twin) << dtype_name(t) << " " << level;
+        const cpu::Q8Ops* lop = (amx ? cpu::q8_kernels_amx() : &cpu::q8_kernels_for(isa))->get(t);
+        if (lop && lop->tile.gemm) {  // this level has tiles: bitwise the scalar twin
           EXPECT_EQ(0, std::memcmp(yg.data(), yt.data(), yt.size() * 4))
-              << dtype_name(t) << " " << cpu_isa_name(isa) << " rows=" << n_out << " T=" << T;
+              << dtype_name(t) << " " << level << " rows=" << n_out << " T=" << T;
+          if (lop->tile.amx) continue;  // another layout: only the results compare
           const size_t tb = op->tile.bytes(n_in), rb = dtype_row_bytes(t, n_in);
           for (int64_t r0 = 0; r0 < n_out; r0 += cpu::kQ8TileRows) {
             const int64_t nr = std::min(cpu::kQ8TileRows, n_out - r0);
@@ -163,6 +175,42 @@ TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
     }
   }
   EXPECT_EQ(tiled_types, 4) << "Q8_0, Q4_K, Q5_K and Q6_K have tiles";
+}
+
+// The AMX-INT8 tiles (kernels_amx.cpp) against the scalar twin, bitwise, at token counts that
+// take every tile configuration (one half, two halves, partial halves, several 32-token groups)
+// and a partial row tile; negative control: one flipped weight byte in the packed planes
+// changes the results. Skips where this CPU or kernel gives no AMX.
+TEST(Q8Matmul, AmxTilesAreBitwiseTheScalarTwin) {
+  const cpu::Q8Kernels* amx = cpu::q8_kernels_amx();
+  if (!amx) GTEST_SKIP() << "no AMX-INT8 here (CPU, VBMI or kernel permission): the AMX tiles are not tested";
+  const CpuBackendOptions tiles{.q8_activations = true, .q8_tiles = true, .q8_tile_min_tokens = 1};
+  auto gen = make_cpu_backend(1, CpuIsa::generic, tiles);
+  auto be = make_cpu_backend(2, CpuIsa::avx512, tiles);
+  ASSERT_STREQ(cpu_backend_q8_level(*be), "avx512-amx");
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const cpu::Q8Ops* op = amx->get(t);
+    ASSERT_TRUE(op && op->tile.amx) << dtype_name(t);
+    const int64_t n_in = 512, n_out = 37;
+    Weights w(t, n_in, n_out, 71);
+    for (int64_t T : {1, 15, 16, 17, 31, 32, 33, 70}) {
+      const auto x = randn(static_cast<size_t>(T * n_in), 72 + static_cast<uint32_t>(T));
+      const auto want = matmul(*gen, w.view, x, T), got = matmul(*be, w.view, x, T);
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), got.size() * 4)) << dtype_name(t) << " T=" << T;
+    }
+    // Negative control on the kernel itself: 16 rows, 5 tokens.
+    const size_t rb = dtype_row_bytes(t, n_in), ab = dtype_row_bytes(DType::Q8_K, n_in);
+    std::vector<uint8_t> act(5 * ab), buf(op->tile.bytes(n_in) + 64);
+    const auto x = randn(static_cast<size_t>(5 * n_in), 99);
+    for (int k = 0; k < 5; ++k) quantize_row(DType::Q8_K, x.data() + k * n_in, act.data() + k * ab, n_in);
+    uint8_t* tile = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+    std::vector<float> y0(5 * 16), y1(5 * 16);
+    op->tile.pack(w.bytes.data(), rb, 16, n_in, tile);
+    op->tile.gemm(tile, n_in, act.data(), ab, 5, y0.data(), 16, 16);
+    tile[1000] ^= 0x11;  // the lo plane of the first super-block
+    op->tile.gemm(tile, n_in, act.data(), ab, 5, y1.data(), 16, 16);
+    EXPECT_NE(0, std::memcmp(y0.data(), y1.data(), y0.size() * 4)) << dtype_name(t) << ": a changed weight went unseen";
+  }
 }
 
 // The vector Q8_K quantizers write quantize_row's bytes: Gaussian rows, rows whose largest

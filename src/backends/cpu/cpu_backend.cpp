@@ -44,12 +44,18 @@ class CpuBackend final : public Backend {
   CpuBackend(int n_threads, CpuIsa isa, const CpuBackendOptions& opt)
       : pool_(n_threads),
         k_(cpu::kernels_for(isa)),
-        q8_(opt.q8_activations ? &cpu::q8_kernels_for(isa) : nullptr),
+        q8_(opt.q8_activations ? q8_table(isa, opt.q8_amx) : nullptr),
         q8_tiles_(opt.q8_tiles),
         q8_tile_min_tokens_(opt.q8_tile_min_tokens),
         q8_legacy_(opt.q8_legacy_types) {
     if (!cpu_isa_available(isa)) fail("cpu backend: ISA level ", cpu_isa_name(isa), " is not available on this CPU");
     scratch_.resize(static_cast<size_t>(pool_.size()));
+  }
+
+  static const cpu::Q8Kernels* q8_table(CpuIsa isa, bool amx) {
+    if (amx && isa == CpuIsa::avx512)
+      if (const cpu::Q8Kernels* k = cpu::q8_kernels_amx()) return k;
+    return &cpu::q8_kernels_for(isa);
   }
 
   std::string_view name() const override { return "cpu"; }
@@ -536,6 +542,7 @@ CpuBackendOptions cpu_backend_default_options() {
   if (const char* e = std::getenv("SLUICE_CPU_Q8")) o.q8_activations = std::string_view(e) == "1";
   if (const char* e = std::getenv("SLUICE_CPU_Q8_TILES")) o.q8_tiles = std::string_view(e) == "1";
   if (const char* e = std::getenv("SLUICE_CPU_Q8_LEGACY")) o.q8_legacy_types = std::string_view(e) == "1";
+  if (const char* e = std::getenv("SLUICE_CPU_AMX")) o.q8_amx = std::string_view(e) == "1";
   if (const char* e = std::getenv("SLUICE_CPU_Q8_TILE_MIN")) {
     const int v = std::atoi(e);
     if (v < 1) fail("SLUICE_CPU_Q8_TILE_MIN='", e, "' must be a token count >= 1");

@@ -44,9 +44,14 @@ struct CpuBackendOptions {
   // replies and prompt-lookup acceptance change (tests/models/test_hf_folder.cpp,
   // test_chat_session.cpp, test_speculative.cpp).
   bool q8_legacy_types = false;
+  // With q8_tiles at the avx512 level: the AMX-INT8 tiles for Q4_K/Q5_K/Q6_K where the CPU has
+  // AMX and the kernel grants it (cpu::q8_kernels_amx()); off (SLUICE_CPU_AMX=0) = the VNNI tiles.
+  // Same results bitwise either way.
+  bool q8_amx = true;
 };
-// The defaults, with SLUICE_CPU_Q8=1|0, SLUICE_CPU_Q8_TILES=1|0 and SLUICE_CPU_Q8_LEGACY=1|0 in
-// the environment overriding q8_activations, q8_tiles and q8_legacy_types.
+// The defaults, with SLUICE_CPU_Q8=1|0, SLUICE_CPU_Q8_TILES=1|0, SLUICE_CPU_Q8_LEGACY=1|0 and
+// SLUICE_CPU_AMX=1|0 in the environment overriding q8_activations, q8_tiles, q8_legacy_types
+// and q8_amx.
 CpuBackendOptions cpu_backend_default_options();
 
 // n_threads <= 0: hardware concurrency. isa: the kernel level (must be available; see

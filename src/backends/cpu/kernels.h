@@ -134,6 +134,9 @@ struct Q8TileOps {
   // y[t*ldy + r] = dot(W_r, A_t) for r < nr, t < n_tok (A_t = a + t*a_row_bytes, as gemm).
   void (*gemm)(const uint8_t* tile, int64_t n, const void* a, size_t a_row_bytes, int64_t n_tok, float* y, size_t ldy,
                int64_t nr) = nullptr;
+  // The AMX tiles (kernels_amx.cpp) pack another layout than the VNNI tiles and the scalar
+  // twin; their results are still bitwise the twin's.
+  bool amx = false;
 };
 
 struct Q8Ops {
@@ -174,6 +177,12 @@ const Q8Kernels& q8_kernels_generic();
 const Q8Kernels& q8_kernels_avx2();
 const Q8Kernels& q8_kernels_avx512();
 const Q8Kernels& q8_kernels_for(CpuIsa isa);
+// The avx512-vnni table with AMX-INT8 prefill tiles for Q4_K, Q5_K and Q6_K (kernels_amx.cpp),
+// or null where the CPU lacks AMX-INT8 (or VNNI, VBMI) or the kernel refuses the tile state.
+const Q8Kernels* q8_kernels_amx();
+// Multiply-adds of `iters` rounds of four independent tdpbssd (16×16×64 each) on this thread,
+// for the AMX peak of `sluice bench`; 0 (and nothing run) where q8_kernels_amx() is null.
+double amx_int8_macs(int64_t iters);
 
 const Kernels& kernels_generic();
 const Kernels& kernels_avx2();    // call only if cpu_isa_available(CpuIsa::avx2)
