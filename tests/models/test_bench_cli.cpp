@@ -56,8 +56,8 @@ TEST(BenchCli, CacheTypesAndDepthInJson) {
     EXPECT_FALSE(row["cpu"]["model"].get<std::string>().empty());
     EXPECT_TRUE(row["cpu"]["isa"] == "generic" || row["cpu"]["isa"] == "avx2" || row["cpu"]["isa"] == "avx512");
     // AMX is used where granted (its tiles serve Q4_K/Q5_K/Q6_K prefill) unless SLUICE_CPU_AMX=0.
-    EXPECT_EQ(row["cpu"]["amx_used"], cpu::q8_kernels_amx() && cpu_backend_default_options().q8_amx &&
-                                          cpu_isa_select() == CpuIsa::avx512);
+    EXPECT_EQ(row["cpu"]["amx_used"],
+              cpu::q8_kernels_amx() && cpu_backend_default_options().q8_amx && cpu_isa_select() == CpuIsa::avx512);
     EXPECT_EQ(row["cpu"]["amx_int8"], cpu_features().amx_int8);
   }
 }

@@ -119,7 +119,6 @@ void amx_q6_K_pack(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8
   const int64_t nb = n / QK_K;
   auto* T = reinterpret_cast<AmxKTile*>(tile);
   const ScaleSplit split;
-  const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
   alignas(64) Q6KTile b;
   for (int64_t i = 0; i < nb; ++i) {
     q6_K_tile_pack_512(static_cast<const uint8_t*>(w) + static_cast<size_t>(i) * sizeof(block_q6_K), row_bytes, nr,
@@ -130,14 +129,7 @@ void amx_q6_K_pack(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8
     for (int c = 0; c < 4; ++c)
       for (int k = 0; k < 16; ++k) {
         const int h = c / 2, p = 2 * (c % 2) + k / 8, g = k % 8, s = 8 * h + 2 * p + g / 4;
-        const __m512i l = _mm512_loadu_si512(b.ql[16 * h + 8 * (p & 1) + g]);
-        const __m512i lo = _mm512_and_si512(p < 2 ? l : _mm512_srli_epi16(l, 4), m4);
-        const __m512i qh = _mm512_loadu_si512(b.qh[8 * h + g]);
-        const __m512i hb = p == 0   ? _mm512_slli_epi16(qh, 4)
-                           : p == 1 ? _mm512_slli_epi16(qh, 2)
-                           : p == 2 ? qh
-                                    : _mm512_srli_epi16(qh, 2);
-        const __m512i q = _mm512_or_si512(lo, _mm512_and_si512(hb, m30));
+        const __m512i q = q6_K_tile_q(b, h, p, g);
         const __m512i sc = lane_bytes(reinterpret_cast<const uint8_t*>(b.sc[s]));
         // 32·sc as int16 in both halves of each lane (sc sign-extended from its byte).
         const __m512i sc16 = _mm512_srai_epi16(_mm512_slli_epi16(sc, 8), 8);

@@ -894,11 +894,24 @@ inline void q6_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t 
 }
 
 #if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
+// The 6-bit q (0..63) of inputs 128h + 32p + 4g..+3 of the tile's 16 rows, 4 bytes per row.
+inline __m512i q6_K_tile_q(const Q6KTile& b, int h, int p, int g) {
+  const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+  const __m512i l = _mm512_loadu_si512(b.ql[16 * h + 8 * (p & 1) + g]);
+  const __m512i lo = _mm512_and_si512(p < 2 ? l : _mm512_srli_epi16(l, 4), m4);
+  const __m512i qh = _mm512_loadu_si512(b.qh[8 * h + g]);
+  // bits 2p, 2p+1 of each byte to bits 4, 5 (16-bit shifts; the mask drops what crossed bytes)
+  const __m512i hb = p == 0   ? _mm512_slli_epi16(qh, 4)
+                     : p == 1 ? _mm512_slli_epi16(qh, 2)
+                     : p == 2 ? qh
+                              : _mm512_srli_epi16(qh, 2);
+  return _mm512_or_si512(lo, _mm512_and_si512(hb, m30));
+}
+
 template <int NT>
 struct Q6KTileTokens {
   static void run(const Q6KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
                   __mmask16 rows) {
-    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
     __m512 acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
@@ -912,17 +925,7 @@ struct Q6KTileTokens {
       for (int h = 0; h < 2; ++h)
         for (int p = 0; p < 4; ++p) {  // the 32-element group (h, p): sub-blocks 8h + 2p and + 1
           __m512i wv[8];
-          for (int g = 0; g < 8; ++g) {
-            const __m512i l = _mm512_loadu_si512(b.ql[16 * h + 8 * (p & 1) + g]);
-            const __m512i lo = _mm512_and_si512(p < 2 ? l : _mm512_srli_epi16(l, 4), m4);
-            const __m512i qh = _mm512_loadu_si512(b.qh[8 * h + g]);
-            // bits 2p, 2p+1 of each byte to bits 4, 5 (16-bit shifts; the mask drops what crossed bytes)
-            const __m512i hb = p == 0   ? _mm512_slli_epi16(qh, 4)
-                               : p == 1 ? _mm512_slli_epi16(qh, 2)
-                               : p == 2 ? qh
-                                        : _mm512_srli_epi16(qh, 2);
-            wv[g] = _mm512_or_si512(lo, _mm512_and_si512(hb, m30));
-          }
+          for (int g = 0; g < 8; ++g) wv[g] = q6_K_tile_q(b, h, p, g);
           const int s0 = 8 * h + 2 * p;
           const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[s0])));
           const __m512i sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[s0 + 1])));
