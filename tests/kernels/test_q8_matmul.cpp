@@ -158,10 +158,10 @@ TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
         const auto yt = matmul(*tiles, w.view, x, T);
         EXPECT_LE(nmse(matmul(*rows, w.view, x, T), yt), kTolQ8Twin) << dtype_name(t) << " " << level;
         const cpu::Q8Ops* lop = (amx ? cpu::q8_kernels_amx() : &cpu::q8_kernels_for(isa))->get(t);
-        if (lop && lop->tile.gemm) {  // this level has tiles: bitwise the scalar twin
+        if (lop && lop->tile.any()) {  // this level has tiles: bitwise the scalar twin
           EXPECT_EQ(0, std::memcmp(yg.data(), yt.data(), yt.size() * 4))
               << dtype_name(t) << " " << level << " rows=" << n_out << " T=" << T;
-          if (lop->tile.amx) continue;  // another layout: only the results compare
+          if (!lop->tile.pack) continue;  // AMX: packs as it goes; only the results compare
           const size_t tb = op->tile.bytes(n_in), rb = dtype_row_bytes(t, n_in);
           for (int64_t r0 = 0; r0 < n_out; r0 += cpu::kQ8TileRows) {
             const int64_t nr = std::min(cpu::kQ8TileRows, n_out - r0);
@@ -190,7 +190,7 @@ TEST(Q8Matmul, AmxTilesAreBitwiseTheScalarTwin) {
   ASSERT_STREQ(cpu_backend_q8_level(*be), "avx512-amx");
   for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const cpu::Q8Ops* op = amx->get(t);
-    ASSERT_TRUE(op && op->tile.amx) << dtype_name(t);
+    ASSERT_TRUE(op && op->tile.gemm_rows && op->tile.act_pack) << dtype_name(t);
     const int64_t n_in = 512, n_out = 37;
     Weights w(t, n_in, n_out, 71);
     for (int64_t T : {1, 15, 16, 17, 31, 32, 33, 70}) {
@@ -198,17 +198,18 @@ TEST(Q8Matmul, AmxTilesAreBitwiseTheScalarTwin) {
       const auto want = matmul(*gen, w.view, x, T), got = matmul(*be, w.view, x, T);
       EXPECT_EQ(0, std::memcmp(want.data(), got.data(), got.size() * 4)) << dtype_name(t) << " T=" << T;
     }
-    // Negative control on the kernel itself: 16 rows, 5 tokens.
+    // Negative control on the kernel itself: 16 rows, 5 tokens, one weight byte changed.
     const size_t rb = dtype_row_bytes(t, n_in), ab = dtype_row_bytes(DType::Q8_K, n_in);
-    std::vector<uint8_t> act(5 * ab), buf(op->tile.bytes(n_in) + 64);
+    std::vector<uint8_t> act(5 * ab), abuf(op->tile.act_bytes(n_in, 5) + 64);
     const auto x = randn(static_cast<size_t>(5 * n_in), 99);
     for (int k = 0; k < 5; ++k) quantize_row(DType::Q8_K, x.data() + k * n_in, act.data() + k * ab, n_in);
-    uint8_t* tile = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+    uint8_t* a = abuf.data() + (64 - reinterpret_cast<uintptr_t>(abuf.data()) % 64) % 64;
+    op->tile.act_pack(act.data(), ab, n_in, 5, a);
     std::vector<float> y0(5 * 16), y1(5 * 16);
-    op->tile.pack(w.bytes.data(), rb, 16, n_in, tile);
-    op->tile.gemm(tile, n_in, act.data(), ab, 5, y0.data(), 16, 16);
-    tile[1000] ^= 0x11;  // the lo plane of the first super-block
-    op->tile.gemm(tile, n_in, act.data(), ab, 5, y1.data(), 16, 16);
+    std::vector<uint8_t> wb = w.bytes;
+    op->tile.gemm_rows(wb.data(), rb, 16, n_in, a, 5, y0.data(), 16);
+    wb[3 * rb + 100] ^= 0x11;  // row 3, inside its first block's quants
+    op->tile.gemm_rows(wb.data(), rb, 16, n_in, a, 5, y1.data(), 16);
     EXPECT_NE(0, std::memcmp(y0.data(), y1.data(), y0.size() * 4)) << dtype_name(t) << ": a changed weight went unseen";
   }
 }

@@ -313,11 +313,26 @@ class CpuBackend final : public Backend {
       for (int64_t t = t0; t < t1; ++t)
         quantize_act(op.act, x + t * n_in, act + static_cast<size_t>(t) * a_bytes, n_in);
     });
-    if (q8_tiles_ && op.tile.gemm && n_tok >= q8_tile_min_tokens_) {
+    if (q8_tiles_ && op.tile.any() && n_tok >= q8_tile_min_tokens_) {
       // Prefill: each unit packs 16 rows into the thread's tile buffer once, then runs every
-      // token against it. Units start at multiples of 16 rows whatever the thread count.
-      const size_t tile_bytes = op.tile.bytes(n_in);
+      // token against it (AMX: gemm_rows, one super-block at a time, on the activations
+      // repacked once for all units). Units start at multiples of 16 rows whatever the thread count.
       const int64_t n_units = (n_out + cpu::kQ8TileRows - 1) / cpu::kQ8TileRows;
+      if (op.tile.gemm_rows) {
+        const size_t bytes = op.tile.act_bytes(n_in, n_tok);
+        if (act_tiles_.size() < bytes + 64) act_tiles_.resize(bytes + 64);
+        uint8_t* a = act_tiles_.data() + (64 - reinterpret_cast<uintptr_t>(act_tiles_.data()) % 64) % 64;
+        op.tile.act_pack(act, a_bytes, n_in, n_tok, a);
+        run(n_units, n_out * n_in * n_tok, [&](int64_t u0, int64_t u1, int) {
+          for (int64_t u = u0; u < u1; ++u) {
+            const int64_t r0 = u * cpu::kQ8TileRows, nr = std::min(cpu::kQ8TileRows, n_out - r0);
+            op.tile.gemm_rows(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes, ldw_bytes, nr,
+                              n_in, a, n_tok, y + r0, static_cast<size_t>(n_out));
+          }
+        });
+        return;
+      }
+      const size_t tile_bytes = op.tile.bytes(n_in);
       run(n_units, n_out * n_in * n_tok, [&](int64_t u0, int64_t u1, int thread) {
         uint8_t* tile = scratch_aligned(thread, tile_bytes);
         for (int64_t u = u0; u < u1; ++u) {
@@ -530,6 +545,7 @@ class CpuBackend final : public Backend {
   int64_t q8_tile_min_tokens_;               // CpuBackendOptions::q8_tile_min_tokens
   bool q8_legacy_;                           // CpuBackendOptions::q8_legacy_types
   std::vector<uint8_t> act_;                 // quantized activations of the current int8 matmul
+  std::vector<uint8_t> act_tiles_;           // the same, repacked by Q8TileOps::act_pack (AMX)
   std::vector<uint8_t> moe_act_;             // moe_ffn_token: x and the k hidden rows, quantized
   std::vector<float> moe_gu_;                // moe_ffn_token: gate then up outputs, [2][k][F]
   std::vector<std::vector<float>> scratch_;  // per pool thread; a backend runs one op at a time

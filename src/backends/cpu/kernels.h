@@ -134,9 +134,15 @@ struct Q8TileOps {
   // y[t*ldy + r] = dot(W_r, A_t) for r < nr, t < n_tok (A_t = a + t*a_row_bytes, as gemm).
   void (*gemm)(const uint8_t* tile, int64_t n, const void* a, size_t a_row_bytes, int64_t n_tok, float* y, size_t ldy,
                int64_t nr) = nullptr;
-  // The AMX tiles (kernels_amx.cpp) pack another layout than the VNNI tiles and the scalar
-  // twin; their results are still bitwise the twin's.
-  bool amx = false;
+  // The AMX tiles (kernels_amx.cpp) instead: bytes, pack and gemm null, gemm_rows packs and
+  // multiplies rows [0, nr) of w in one pass, y[t*ldy + r] = dot(W_r, A_t), reading the
+  // activations as act_pack repacked them (once per matmul: all n_tok tokens of the quantized
+  // rows a, into act_bytes(n, n_tok) bytes, 64-byte aligned). Bitwise the scalar twin's results.
+  void (*gemm_rows)(const void* w, size_t row_bytes, int64_t nr, int64_t n, const void* packed_a, int64_t n_tok,
+                    float* y, size_t ldy) = nullptr;
+  size_t (*act_bytes)(int64_t n, int64_t n_tok) = nullptr;
+  void (*act_pack)(const void* a, size_t a_row_bytes, int64_t n, int64_t n_tok, uint8_t* out) = nullptr;
+  bool any() const { return gemm || gemm_rows; }
 };
 
 struct Q8Ops {
