@@ -61,9 +61,23 @@ def main():
     ap.add_argument("-n", "--n-gen", type=int, default=128)
     ap.add_argument("-r", "--reps", type=int, default=3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-repack", action="store_true",
+                    help="llama.cpp without its extra buffer types (CPU_REPACK, AMX): its -nr; for memory-limited runs "
+                         "and where its AMX kernels crash (llama-cpp-python 0.3.36 built GGML_NATIVE on a Xeon)")
     a = ap.parse_args()
 
-    from llama_cpp import Llama  # imported late: --help works without the package
+    import llama_cpp.llama_cpp as llama_cpp  # imported late: --help works without the package
+    from llama_cpp import Llama
+
+    if a.no_repack:  # Llama() has no argument for it: its model parameters start from these defaults
+        defaults = llama_cpp.llama_model_default_params
+
+        def no_extra_bufts():
+            p = defaults()
+            p.use_extra_bufts = False
+            return p
+
+        llama_cpp.llama_model_default_params = no_extra_bufts
 
     print("llama.cpp: loading %s" % a.model, file=sys.stderr)
     llm = Llama(model_path=a.model, n_threads=a.threads, n_threads_batch=a.threads, n_ctx=a.n_prompt + a.n_gen + 8,
