@@ -191,9 +191,19 @@ TEST(Q8Matmul, AmxTilesAreBitwiseTheScalarTwin) {
   for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const cpu::Q8Ops* op = amx->get(t);
     ASSERT_TRUE(op && op->tile.gemm_rows && op->tile.act_pack) << dtype_name(t);
+    // One super-block (nothing to pipeline), two, and five; up to 64 tokens the fused pass,
+    // above it the planes packed first.
+    for (int64_t n : {256, 1280}) {
+      Weights wn(t, n, 21, 73);
+      for (int64_t T : {9, 40, 65, 97}) {
+        const auto x = randn(static_cast<size_t>(T * n), 74 + static_cast<uint32_t>(T));
+        const auto want = matmul(*gen, wn.view, x, T), got = matmul(*be, wn.view, x, T);
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), got.size() * 4)) << dtype_name(t) << " n=" << n << " T=" << T;
+      }
+    }
     const int64_t n_in = 512, n_out = 37;
     Weights w(t, n_in, n_out, 71);
-    for (int64_t T : {1, 15, 16, 17, 31, 32, 33, 70}) {
+    for (int64_t T : {1, 15, 16, 17, 31, 32, 33, 64, 70}) {
       const auto x = randn(static_cast<size_t>(T * n_in), 72 + static_cast<uint32_t>(T));
       const auto want = matmul(*gen, w.view, x, T), got = matmul(*be, w.view, x, T);
       EXPECT_EQ(0, std::memcmp(want.data(), got.data(), got.size() * 4)) << dtype_name(t) << " T=" << T;
