@@ -148,10 +148,9 @@ class HostRamCache : public PromptCache {
     std::vector<int64_t> cached, host_cached;
     Scheduler::HostCacheStats stats;
   };
-  Run run(bool fault) {
+  Run run(bool fault, size_t host_bytes = size_t{64} << 20) {
     const auto V = static_cast<int32_t>(m_->hparams().n_vocab);
-    Scheduler s(*m_, *be_, mem(256), /*max_batch_tokens=*/16, /*prompt_cache_slots=*/2,
-                /*host_cache_bytes=*/size_t{64} << 20);
+    Scheduler s(*m_, *be_, mem(256), /*max_batch_tokens=*/16, /*prompt_cache_slots=*/2, host_bytes);
     s.debug_reuse_mismatched_prefix = fault;
     const auto common = ids(V, 6, 11);  // a shared "system prompt"
     Run out;
@@ -194,6 +193,33 @@ TEST_P(HostRamCache, ConversationsResumeFromHostRamAndAnswerAsAlone) {
       from_host, static_cast<long long>(got.stats.entries), got.stats.bytes, static_cast<long long>(got.stats.saved),
       static_cast<long long>(got.stats.evicted));
   EXPECT_GE(from_host, 3) << "with two slots at least three of the five were only in host RAM";
+}
+
+// Eviction: a budget of about two and a half first-turn entries. Entries go (evicted > 0; the
+// least recently used first, Scheduler::host_save: the order itself is not asserted here), the
+// cache never holds more than its budget, fewer second turns come from host RAM than with
+// room for all, and the conversations whose entries went are recomputed and still answer
+// exactly as alone.
+TEST_P(HostRamCache, EvictsWithinItsBudgetAndStillAnswersAsAlone) {
+  const Run roomy = run(false);
+  ASSERT_GT(roomy.stats.entries, 0);
+  EXPECT_EQ(roomy.stats.evicted, 0) << "64 MiB holds every conversation";
+  const size_t entry = roomy.stats.bytes / static_cast<size_t>(roomy.stats.entries);
+  const size_t budget = entry * 5 / 2;
+  const Run tight = run(false, budget);
+  EXPECT_GT(tight.stats.evicted, 0);
+  EXPECT_LE(tight.stats.bytes, budget);
+  EXPECT_LE(tight.stats.entries, 2);
+  int from_host_roomy = 0, from_host_tight = 0;
+  for (size_t i = 0; i < tight.prompts.size(); ++i) {
+    EXPECT_EQ(tight.tokens[i], alone(tight.prompts[i], 6)) << "conversation " << i;
+    from_host_roomy += roomy.host_cached[i] > 0;
+    from_host_tight += tight.host_cached[i] > 0;
+  }
+  EXPECT_LT(from_host_tight, from_host_roomy) << "evicted entries cannot be restored";
+  std::printf(
+      "host-RAM cache of %zu bytes (entries ~%zu): %d of 5 second turns from it (%d with 64 MiB), %lld evicted\n",
+      budget, entry, from_host_tight, from_host_roomy, static_cast<long long>(tight.stats.evicted));
 }
 
 TEST_P(HostRamCache, NegativeControlEntriesReusedWhateverTheirTokensChangeTheOutput) {
