@@ -238,6 +238,37 @@ inline void amx_k_terms(const AmxKTile& b, const AmxAct& a, int m, const int32_t
   }
 }
 
+// The 2×2 block of one super-block (load_config): the lo and hi sums of 16 tokens a0 (and of
+// 16 more, a1, when non-null) against the planes b, left in tiles 0-1 (2-3); then stored to c.
+inline void amx_block_tdp(const AmxKTile& b, const AmxAct& a0, const AmxAct* a1) {
+  _tile_zero(0);
+  _tile_zero(1);
+  if (a1) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  for (int k = 0; k < 4; ++k) {
+    _tile_loadd(4, a0.qs[k], 64);
+    _tile_loadd(6, b.lo[k], 64);
+    _tile_loadd(7, b.hi[k], 64);
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbssd(1, 4, 7);
+    if (a1) {
+      _tile_loadd(5, a1->qs[k], 64);
+      _tile_dpbssd(2, 5, 6);
+      _tile_dpbssd(3, 5, 7);
+    }
+  }
+}
+inline void amx_block_store(int32_t (*c)[16][16], bool two) {
+  _tile_stored(0, c[0], 64);
+  _tile_stored(1, c[1], 64);
+  if (two) {
+    _tile_stored(2, c[2], 64);
+    _tile_stored(3, c[3], 64);
+  }
+}
+
 // amx_k_terms with token t's accumulator in acc[t] (a register) instead of y.
 template <bool kMins>
 inline void amx_k_terms_acc(const AmxKTile& b, const AmxAct& a, int m, const int32_t (*c_lo)[16],
@@ -281,33 +312,9 @@ void amx_gemm_packed(const AmxKTile* T, int64_t nb, const AmxAct* A, int64_t n_t
       if (m1) amx_k_terms_acc<kMins>(T[i], a1[i], m1, c[2], c[3], acc + 16);
     };
     for (int64_t i = 0; i < nb; ++i) {
-      const AmxKTile& b = T[i];
-      _tile_zero(0);
-      _tile_zero(1);
-      if (m1) {
-        _tile_zero(2);
-        _tile_zero(3);
-      }
-      for (int k = 0; k < 4; ++k) {
-        _tile_loadd(4, a0[i].qs[k], 64);
-        _tile_loadd(6, b.lo[k], 64);
-        _tile_loadd(7, b.hi[k], 64);
-        _tile_dpbssd(0, 4, 6);
-        _tile_dpbssd(1, 4, 7);
-        if (m1) {
-          _tile_loadd(5, a1[i].qs[k], 64);
-          _tile_dpbssd(2, 5, 6);
-          _tile_dpbssd(3, 5, 7);
-        }
-      }
+      amx_block_tdp(T[i], a0[i], m1 ? &a1[i] : nullptr);
       if (i > 0) terms(i - 1);  // the previous super-block's float pass while these tdps run
-      int32_t(*c)[16][16] = cs[i & 1];
-      _tile_stored(0, c[0], 64);
-      _tile_stored(1, c[1], 64);
-      if (m1) {
-        _tile_stored(2, c[2], 64);
-        _tile_stored(3, c[3], 64);
-      }
+      amx_block_store(cs[i & 1], m1 > 0);
     }
     terms(nb - 1);
     for (int t = 0; t < m0 + m1; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ldy, rows, acc[t]);
@@ -352,33 +359,10 @@ void amx_gemm_rows(const void* w, size_t row_bytes, int64_t nr, int64_t n, const
     };
     for (int64_t p = 0; p < n_pairs; ++p) {
       const bool two = n_tok - 32 * p > 16;
-      const AmxAct& a0 = A[(2 * p) * nb + i];
-      _tile_zero(0);
-      _tile_zero(1);
-      if (two) {
-        _tile_zero(2);
-        _tile_zero(3);
-      }
-      for (int k = 0; k < 4; ++k) {
-        _tile_loadd(4, a0.qs[k], 64);
-        _tile_loadd(6, b.lo[k], 64);
-        _tile_loadd(7, b.hi[k], 64);
-        _tile_dpbssd(0, 4, 6);
-        _tile_dpbssd(1, 4, 7);
-        if (two) {
-          _tile_loadd(5, (&a0)[nb].qs[k], 64);
-          _tile_dpbssd(2, 5, 6);
-          _tile_dpbssd(3, 5, 7);
-        }
-      }
+      const AmxAct* a0 = A + (2 * p) * nb + i;
+      amx_block_tdp(b, *a0, two ? a0 + nb : nullptr);
       if (p > 0) terms(p - 1);
-      int32_t(*c)[16][16] = cs[p & 1];
-      _tile_stored(0, c[0], 64);
-      _tile_stored(1, c[1], 64);
-      if (two) {
-        _tile_stored(2, c[2], 64);
-        _tile_stored(3, c[3], 64);
-      }
+      amx_block_store(cs[p & 1], two);
     }
     terms(n_pairs - 1);
   }
