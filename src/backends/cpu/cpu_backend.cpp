@@ -322,7 +322,12 @@ class CpuBackend final : public Backend {
         const size_t bytes = op.tile.act_bytes(n_in, n_tok);
         if (act_tiles_.size() < bytes + 64) act_tiles_.resize(bytes + 64);
         uint8_t* a = act_tiles_.data() + (64 - reinterpret_cast<uintptr_t>(act_tiles_.data()) % 64) % 64;
-        op.tile.act_pack(act, a_bytes, n_in, n_tok, a);
+        // In 16-token groups across the pool: group g starts at act_bytes(n_in, 16g).
+        run((n_tok + 15) / 16, n_tok * n_in, [&](int64_t g0, int64_t g1, int) {
+          for (int64_t g = g0; g < g1; ++g)
+            op.tile.act_pack(act + static_cast<size_t>(16 * g) * a_bytes, a_bytes, n_in,
+                             std::min<int64_t>(16, n_tok - 16 * g), a + op.tile.act_bytes(n_in, 16 * g));
+        });
         run(n_units, n_out * n_in * n_tok, [&](int64_t u0, int64_t u1, int) {
           for (int64_t u = u0; u < u1; ++u) {
             const int64_t r0 = u * cpu::kQ8TileRows, nr = std::min(cpu::kQ8TileRows, n_out - r0);
