@@ -23,7 +23,12 @@ conv taps N(0, 1/K). Decay: A_log ~ U(log 1, log 2), dt_bias ~ U(-4, -2), so a s
 is about -5*sigmoid(-3) ~ -0.2 (exp ~ 0.6..0.97). attn_gate gain 2 so the heads' gates differ.
 Matrices F16; norms, biases, conv taps, ssm_a and the router F32.
 
-Usage: make_bailingmoe3.py OUT.gguf [SEED]
+--clamp-mrope: the variant of tests/data/golden/bailingmoe3-clamp: SwiGLU clamps per layer
+(swiglu_clamp_exp for the routed experts, swiglu_clamp_shexp for the shared experts and the
+dense FFN of layer 0; small enough that most up values are clipped) and the VL files' mrope
+sections (rope.dimension_sections [3, 2, 2, 0]: llama.cpp then rotates NEOX pairs).
+
+Usage: make_bailingmoe3.py OUT.gguf [SEED] [--clamp-mrope]
 """
 import os
 import sys
@@ -43,9 +48,12 @@ N_EXP, N_EXP_USED, N_FF_EXP, N_SHARED, N_FF_SHEXP = 16, 4, 32, 1, 64
 N_GROUP, N_GROUP_USED = 4, 2
 KV_LORA, QK_NOPE, QK_ROPE, V_HEAD = 64, 32, 16, 32
 LOWER_BOUND = -5.0
+CLAMP_EXP = [0.0, 0.35, 0.3, 0.25, 0.4]     # layer 0 is dense: no routed experts to clamp
+CLAMP_SHEXP = [0.3, 0.45, 0.4, 0.35, 0.5]   # layer 0: its dense FFN
+ROPE_SECTIONS = [3, 2, 2, 0]
 
 
-def make(path, seed):
+def make(path, seed, clamp_mrope=False):
     rng = np.random.default_rng(seed)
     tok = GGUFReader(TOKENIZER_SRC)
     n_vocab = len(tok.fields["tokenizer.ggml.tokens"].data)
@@ -92,6 +100,11 @@ def make(path, seed):
     w.add_key_value(a + "expert_weights_scale", 2.5, f32)
     w.add_key_value(a + "expert_weights_norm", True, GGUFValueType.BOOL)
     w.add_key_value(a + "expert_gating_func", 2, u32)  # sigmoid
+    if clamp_mrope:
+        w.add_key_value(a + "swiglu_clamp_exp", CLAMP_EXP, GGUFValueType.ARRAY, sub_type=f32)
+        w.add_key_value(a + "swiglu_clamp_shexp", CLAMP_SHEXP, GGUFValueType.ARRAY, sub_type=f32)
+        w.add_key_value(a + "rope.dimension_sections", ROPE_SECTIONS, GGUFValueType.ARRAY,
+                        sub_type=GGUFValueType.INT32)
     for key, f in tok.fields.items():
         if key.startswith("tokenizer."):
             val, t, sub = field_value(f)
@@ -147,4 +160,5 @@ def make(path, seed):
 
 
 if __name__ == "__main__":
-    make(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 1)
+    args = [x for x in sys.argv[1:] if x != "--clamp-mrope"]
+    make(args[0], int(args[1]) if len(args) > 1 else 1, "--clamp-mrope" in sys.argv)

@@ -24,7 +24,7 @@ void Backend::moe_ffn_token(std::span<const FfnExpert> experts, const float* x, 
     up.resize(static_cast<size_t>(F));
     matmul(*e.gate, x, gate.data(), 1);
     matmul(*e.up, x, up.data(), 1);
-    swiglu(gate.data(), up.data(), gate.data(), F);
+    swiglu(gate.data(), up.data(), gate.data(), F, e.limit);
     matmul(*e.down, gate.data(), y.data(), 1);
     for (int64_t c = 0; c < n_embd; ++c) out[c] += e.weight * y[static_cast<size_t>(c)];
   }
@@ -44,7 +44,7 @@ void Backend::moe_ffn_batch(std::span<const FfnExpertRows> experts, const float*
     ys[j].resize(static_cast<size_t>(m * n_embd));
     matmul(*e.gate, xg.data(), gate.data(), m);
     matmul(*e.up, xg.data(), up.data(), m);
-    swiglu(gate.data(), up.data(), gate.data(), m * F);
+    swiglu(gate.data(), up.data(), gate.data(), m * F, e.limit);
     matmul(*e.down, gate.data(), ys[j].data(), m);
   }
   std::fill(out, out + n_tok * n_embd, 0.0f);

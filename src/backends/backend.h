@@ -72,6 +72,7 @@ struct FfnExpert {
   // expert cache of its own (cuda's VRAM tier) keys it by (layer, expert), never by address,
   // because a streamed expert's host buffer is reused for other experts.
   int32_t layer = -1, expert = -1;
+  float limit = 0.0f;  // the SwiGLU clamp (Backend::swiglu); 0: none
 };
 
 // One routed expert of a small batch's MoE FFN (Backend::moe_ffn_batch): its matrices and the
@@ -84,6 +85,7 @@ struct FfnExpertRows {
   const float* weights = nullptr;    // their routing weights
   int64_t n = 0;                     // >= 1
   int32_t layer = -1, expert = -1;   // as FfnExpert
+  float limit = 0.0f;                // the SwiGLU clamp (Backend::swiglu); 0: none
 };
 
 // The gated delta rule over one sequence's run of T tokens (Gated DeltaNet, arXiv:2412.06464;
@@ -134,8 +136,10 @@ class Backend {
                     float base, RopeMode mode) = 0;
   // In place, each of n_rows rows of length n.
   virtual void softmax(float* x, int64_t n_rows, int64_t n) = 0;
-  // out = silu(gate) ⊙ up, n elements. out may alias gate or up.
-  virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // out = silu(gate) ⊙ up, n elements. out may alias gate or up. limit > 0 is the SwiGLU clamp
+  // of llama.cpp's swiglu_clamp_exp/shexp (Ling 3): out = min(silu(gate), limit) ⊙
+  // clamp(up, -limit, limit); limit <= 0: none.
+  virtual void swiglu(const float* gate, const float* up, float* out, int64_t n, float limit) = 0;
   // out = gelu(x) (tanh approximation, as ggml_gelu). out may alias x.
   virtual void gelu(const float* x, float* out, int64_t n) = 0;
   // out = a + b elementwise. out may alias a or b.

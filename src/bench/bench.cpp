@@ -320,8 +320,8 @@ void CountingBackend::rope(float* x, const int32_t* pos, int64_t n_tok, int64_t 
 void CountingBackend::softmax(float* x, int64_t n_rows, int64_t n) {
   timed(last_ == BenchStage::router ? BenchStage::router : BenchStage::other, 0, [&] { in_.softmax(x, n_rows, n); });
 }
-void CountingBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {
-  timed(last_, 0, [&] { in_.swiglu(gate, up, out, n); });
+void CountingBackend::swiglu(const float* gate, const float* up, float* out, int64_t n, float limit) {
+  timed(last_, 0, [&] { in_.swiglu(gate, up, out, n, limit); });
 }
 void CountingBackend::gelu(const float* x, float* out, int64_t n) {
   timed(last_, 0, [&] { in_.gelu(x, out, n); });

@@ -90,7 +90,7 @@ class CountingBackend final : public Backend {
   void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot, float base,
             RopeMode mode) override;
   void softmax(float* x, int64_t n_rows, int64_t n) override;
-  void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+  void swiglu(const float* gate, const float* up, float* out, int64_t n, float limit) override;
   void gelu(const float* x, float* out, int64_t n) override;
   void add(const float* a, const float* b, float* out, int64_t n) override;
   void store_row(const float* src, DType t, void* dst, int64_t n) override;

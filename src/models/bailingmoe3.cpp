@@ -17,9 +17,10 @@
 //   β       = sigmoid(W_β·x) per head
 //   o       = the delta rule with a per-channel decay, scale 1/√D
 //   out     = W_o · (rms_norm(o) per head ⊙ sigmoid(W_g·x))             (W_g full rank [E→I])
-// MLA layer: the absorbed MLA of models/mla.h with NORM RoPE (adjacent pairs; text-only files
-// carry no mrope sections) and scale 1/√(qk_nope + rope), then each head's output times
-// sigmoid(W_gate·x)_h (attn_gate [E→H]) before W_o.
+// MLA layer: the absorbed MLA of models/mla.h with RoPE (NORM, adjacent pairs; NEOX where the
+// file gives mrope sections, as the VL model's do) and scale 1/√(qk_nope + rope), then each
+// head's output times sigmoid(W_gate·x)_h (attn_gate [E→H]) before W_o.
+// SwiGLU clamps (swiglu_clamp_exp/shexp): min(silu(gate), L) · clamp(up, -L, L) per layer.
 #include "models/bailingmoe3.h"
 
 #include <algorithm>
@@ -72,7 +73,7 @@ void read_hparams(const GgufFile& f, Hparams& hp) {
     fail(f.path(), ": missing key '", a, "expert_count' (", hp.arch, " is a mixture-of-experts architecture)");
   // llama.cpp requires expert_gating_func for bailingmoe3 (Ling 3's router is a sigmoid).
   if (!f.has(a + "expert_gating_func")) fail(f.path(), ": missing key '", a, "expert_gating_func'");
-  hp.rope_mode = RopeMode::normal;
+  hp.rope_mode = RopeMode::normal;  // NEOX where mrope sections are given (below)
   hp.n_ff_exp = f.get_u32(a + "expert_feed_forward_length");
   hp.n_expert_shared = f.get_u32(a + "expert_shared_count");
   hp.n_ff_shexp = f.get_u32_or(a + "expert_shared_feed_forward_length", 0);
@@ -80,15 +81,40 @@ void read_hparams(const GgufFile& f, Hparams& hp) {
   moe.norm_weights = f.get_bool_or(a + "expert_weights_norm", false);
   moe.weights_scale = f.get_f32_or(a + "expert_weights_scale", 1.0f);
   read_expert_groups(f, hp);
-  // SwiGLU clamps (expert_swiglu_limit_list) change the experts' activation; not implemented,
-  // so a file that sets one is refused rather than run wrong.
-  for (const char* k : {"swiglu_clamp_exp", "swiglu_clamp_shexp"})
-    for (float v : f32_or_array(f, a + k))
-      if (v > 1e-6f) fail(f.path(), ": ", a, k, " = ", v, ": SwiGLU clamps are not supported yet");
-  // mrope sections are written only for the VL model's files; text positions are 1-D.
-  if (f.has(a + "rope.dimension_sections"))
-    for (int32_t v : f.get_i32_array(a + "rope.dimension_sections"))
-      if (v != 0) fail(f.path(), ": ", a, "rope.dimension_sections: multi-section RoPE is not supported");
+  // SwiGLU clamps (HF expert_swiglu_limit_list): one value for every layer or one per layer;
+  // swiglu_clamp_exp for the routed experts, swiglu_clamp_shexp for the shared experts and the
+  // leading dense FFNs (llama.cpp's build_ffn reads it for both); <= 1e-6: none.
+  for (auto [key, out] :
+       {std::pair{"swiglu_clamp_exp", &hp.swiglu_limit_exp}, std::pair{"swiglu_clamp_shexp", &hp.swiglu_limit_shexp}}) {
+    std::vector<float> v = f32_or_array(f, a + key);
+    if (v.size() == 1) v.assign(static_cast<size_t>(hp.n_layer), v[0]);
+    if (!v.empty() && static_cast<int64_t>(v.size()) < hp.n_layer)
+      fail(f.path(), ": ", a, key, " has ", v.size(), " values for ", hp.n_layer, " layers");
+    for (float& x : v) {
+      if (!std::isfinite(x) || x < 0) fail(f.path(), ": ", a, key, " = ", x, " (want a finite limit >= 0)");
+      if (x <= 1e-6f) x = 0.0f;
+    }
+    *out = std::move(v);
+  }
+  // mrope sections (the VL model's files): llama.cpp then uses MROPE, i.e. NEOX pairs, with
+  // text positions (p, p, p, 0) over the sections; with s[3] = 0 every pair of the first
+  // sections gets position p, which is NEOX RoPE. Sections with s[0] or s[1] = 0 are ignored
+  // (llama.cpp's use_mrope()).
+  if (f.has(a + "rope.dimension_sections")) {
+    const std::vector<int32_t> s = f.get_i32_array(a + "rope.dimension_sections");
+    if (s.size() != 4) fail(f.path(), ": ", a, "rope.dimension_sections must hold 4 integers, has ", s.size());
+    for (int32_t v : s)
+      if (v < 0) fail(f.path(), ": ", a, "rope.dimension_sections: negative section ", v);
+    if (s[0] > 0 && s[1] > 0) {
+      if (s[3] != 0)
+        fail(f.path(), ": ", a, "rope.dimension_sections[3] = ", s[3],
+             ": a fourth (vision) section keeps text pairs at position 0; not supported");
+      if (int64_t{s[0]} + s[1] + s[2] > hp.n_rot)
+        fail(f.path(), ": ", a, "rope.dimension_sections sum to ", int64_t{s[0]} + s[1] + s[2],
+             ", more than rope.dimension_count ", hp.n_rot);
+      hp.rope_mode = RopeMode::neox;
+    }
+  }
 
   auto bh = std::make_shared<BailingMoe3Hparams>();
   if (!f.has(a + "attention.value_length"))

@@ -11,7 +11,7 @@
 namespace sluice {
 
 struct BailingMoe3Hparams final : ArchHparams {
-  MlaHparams mla;                  // the full-attention layers (RoPE on, NORM pairs)
+  MlaHparams mla;                  // the full-attention layers (RoPE on; NORM pairs, NEOX with mrope sections)
   KdaShape kda_shape;              // {arch}.attention.head_count x {arch}.kda.head_dim, {arch}.ssm.conv_kernel taps
   std::vector<bool> kda;           // per layer: a KDA layer (head_count_kv 0), else MLA
   float gate_lower_bound = -5.0f;  // {arch}.kda.gate_lower_bound (< 0): the KDA log-decay lies in (it, 0)

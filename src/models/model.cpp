@@ -276,7 +276,7 @@ void Model::ffn_block(Backend& be, int64_t l, const float* h, float* out, int64_
     if (hook && *hook) (*hook)(name, il, d, rows, cols);
   };
   if (!w.is_moe()) {
-    ffn_swiglu(be, {*w.ffn_gate, *w.ffn_up, *w.ffn_down}, h, out, T);
+    ffn_swiglu(be, {*w.ffn_gate, *w.ffn_up, *w.ffn_down}, h, out, T, hp_.swiglu_limit(hp_.swiglu_limit_shexp, l));
     return;
   }
   const int64_t n_exp = hp_.moe.n_expert;
@@ -297,12 +297,13 @@ void Model::ffn_block(Backend& be, int64_t l, const float* h, float* out, int64_
     const int next = predictor_->predict(be, il, h, T, &guess);
     if (next >= 0) experts_->prefetch(next, guess);
   }
-  moe_experts(be, *batch, il, r, h, out, T, E);
+  moe_experts(be, *batch, il, r, h, out, T, E, hp_.swiglu_limit(hp_.swiglu_limit_exp, l));
   report("ffn_moe_out", out, T, E);
   if (w.ffn_gate_shexp) {
     // Shared experts: always on, weight 1, or sigmoid(gate·x) per token where gated.
     std::vector<float> sh(T * E);
-    ffn_swiglu(be, {*w.ffn_gate_shexp, *w.ffn_up_shexp, *w.ffn_down_shexp}, h, sh.data(), T);
+    ffn_swiglu(be, {*w.ffn_gate_shexp, *w.ffn_up_shexp, *w.ffn_down_shexp}, h, sh.data(), T,
+               hp_.swiglu_limit(hp_.swiglu_limit_shexp, l));
     report("ffn_shexp", sh.data(), T, E);
     if (w.ffn_gate_inp_shexp) {
       std::vector<float> gate(T);

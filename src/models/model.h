@@ -60,7 +60,13 @@ struct Hparams {
   int64_t n_expert_shared = 0;     // {arch}.expert_shared_count: always-on experts (*_shexp), width n_ff_exp each
   int64_t n_ff_shexp = 0;          // {arch}.expert_shared_feed_forward_length: their total width (0: n_ff_exp each)
   int64_t n_layer_dense_lead = 0;  // {arch}.leading_dense_block_count: first layers with a dense FFN
-  const Arch* module = nullptr;    // the architecture module that runs this model
+  // SwiGLU clamps per layer (Backend::swiglu's limit; empty or 0: none): {arch}.swiglu_clamp_exp
+  // for the routed experts, {arch}.swiglu_clamp_shexp for the shared experts and dense FFNs.
+  std::vector<float> swiglu_limit_exp, swiglu_limit_shexp;
+  float swiglu_limit(const std::vector<float>& per_layer, int64_t l) const {
+    return l < static_cast<int64_t>(per_layer.size()) ? per_layer[static_cast<size_t>(l)] : 0.0f;
+  }
+  const Arch* module = nullptr;            // the architecture module that runs this model
   std::shared_ptr<const ArchHparams> ext;  // the module's own hyperparameters (null: none)
   // The module's hyperparameters as its own type T (the module knows which it stored).
   template <class T>

@@ -41,13 +41,13 @@ float* grown(std::vector<float>& v, int64_t n) {
 
 }  // namespace
 
-void ffn_swiglu(Backend& be, const ExpertWeights& w, const float* x, float* out, int64_t n_tok) {
+void ffn_swiglu(Backend& be, const ExpertWeights& w, const float* x, float* out, int64_t n_tok, float swiglu_limit) {
   const int64_t F = w.gate.ne[1];
   float* gate = grown(t_scratch.gate, n_tok * F);
   float* up = grown(t_scratch.up, n_tok * F);
   be.matmul(w.gate, x, gate, n_tok);
   be.matmul(w.up, x, up, n_tok);
-  be.swiglu(gate, up, gate, n_tok * F);
+  be.swiglu(gate, up, gate, n_tok * F, swiglu_limit);
   be.matmul(w.down, gate, out, n_tok);
 }
 
@@ -124,14 +124,14 @@ void take_views(ExpertBatch& batch, const ExpertGroups& g, std::vector<ExpertWei
 // Decode (one token) with views that outlive next(): every chosen expert in one backend call,
 // in ascending expert order (the order of the sum below, so the result is the same).
 void moe_experts_one_token(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x, float* out,
-                           int64_t n_embd) {
+                           int64_t n_embd, float limit) {
   const ExpertGroups g = group_by_expert(r, 1);
   std::vector<ExpertWeights> views;
   take_views(batch, g, views);
   std::vector<FfnExpert> ex(g.size());
   for (size_t i = 0; i < g.size(); ++i)
     ex[i] = {&views[i].gate, &views[i].up, &views[i].down, g.weights[static_cast<size_t>(g.first[i])],
-             layer,          g.expert[i]};
+             layer,          g.expert[i],  limit};
   be.moe_ffn_token(ex, x, out, n_embd);
 }
 
@@ -139,25 +139,32 @@ void moe_experts_one_token(Backend& be, ExpertBatch& batch, int layer, const Moe
 // chosen experts with their tokens in one backend call, in ascending expert order (the order
 // of the grouped path's sum below, so the result is the same).
 void moe_experts_small_batch(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x,
-                             float* out, int64_t n_tok, int64_t n_embd) {
+                             float* out, int64_t n_tok, int64_t n_embd, float limit) {
   const ExpertGroups g = group_by_expert(r, n_tok);
   std::vector<ExpertWeights> views;
   take_views(batch, g, views);
   std::vector<FfnExpertRows> rows(g.size());
   for (size_t i = 0; i < g.size(); ++i)
-    rows[i] = {
-        &views[i].gate, &views[i].up, &views[i].down, g.tokens.data() + g.first[i], g.weights.data() + g.first[i],
-        g.count(i),     layer,        g.expert[i]};
+    rows[i] = {&views[i].gate,
+               &views[i].up,
+               &views[i].down,
+               g.tokens.data() + g.first[i],
+               g.weights.data() + g.first[i],
+               g.count(i),
+               layer,
+               g.expert[i],
+               limit};
   be.moe_ffn_batch(rows, x, out, n_tok, n_embd);
 }
 
 }  // namespace
 
 void moe_experts(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x, float* out,
-                 int64_t n_tok, int64_t n_embd) {
-  if (n_tok == 1 && batch.views_outlive_next()) return moe_experts_one_token(be, batch, layer, r, x, out, n_embd);
+                 int64_t n_tok, int64_t n_embd, float swiglu_limit) {
+  if (n_tok == 1 && batch.views_outlive_next())
+    return moe_experts_one_token(be, batch, layer, r, x, out, n_embd, swiglu_limit);
   if (n_tok <= kMoeSmallBatch && batch.views_outlive_next())
-    return moe_experts_small_batch(be, batch, layer, r, x, out, n_tok, n_embd);
+    return moe_experts_small_batch(be, batch, layer, r, x, out, n_tok, n_embd, swiglu_limit);
   // Each expert's output rows (in its group's token order) start at row first[i] of one
   // buffer. Experts come in the order the store has them ready; the sum waits for all.
   const ExpertGroups g = group_by_expert(r, n_tok);
@@ -173,7 +180,7 @@ void moe_experts(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r
     const int64_t m = g.count(static_cast<size_t>(i));
     float* xg = grown(t_scratch.xg, m * n_embd);
     be.gather_rows(x, n_embd, g.tokens.data() + g.first[i], m, xg);
-    ffn_swiglu(be, w, xg, y + g.first[i] * n_embd, m);
+    ffn_swiglu(be, w, xg, y + g.first[i] * n_embd, m, swiglu_limit);
   }
   be.fill(out, n_tok * n_embd, 0.0f);
   for (size_t i = 0; i < g.size(); ++i) {
@@ -184,9 +191,9 @@ void moe_experts(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r
 }
 
 void moe_experts(Backend& be, ExpertSource& experts, int layer, const MoeRouting& r, const float* x, float* out,
-                 int64_t n_tok, int64_t n_embd) {
+                 int64_t n_tok, int64_t n_embd, float swiglu_limit) {
   auto batch = experts.acquire(layer, moe_expert_uses(r));
-  moe_experts(be, *batch, layer, r, x, out, n_tok, n_embd);
+  moe_experts(be, *batch, layer, r, x, out, n_tok, n_embd, swiglu_limit);
 }
 
 }  // namespace sluice

@@ -236,7 +236,7 @@ void gated_deltanet(const Model& m, Backend& be, Memory& mem, const Batch& b, co
   report("delta_out", s.attn.data(), T * Hv, Dv);
   // Gated RMSNorm per value head: rms_norm(o) ⊙ silu(z).
   be.rms_norm(s.attn.data(), static_cast<const float*>(w.norm->data), s.attn.data(), T * Hv, Dv, hp.rms_eps);
-  be.swiglu(s.z.data(), s.attn.data(), s.attn.data(), T * Hv * Dv);
+  be.swiglu(s.z.data(), s.attn.data(), s.attn.data(), T * Hv * Dv, 0.0f);
   report("final_output", s.attn.data(), T, Hv * Dv);
 }
 

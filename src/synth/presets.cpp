@@ -295,7 +295,7 @@ std::vector<SynthShape> make_presets() {
     // renormalised; rms_norm_eps 1e-6; vocab_size 157184; max_position_embeddings 131072.
     // Not knowable here: whether the released config.json differs from these defaults, and its
     // rope_scaling (none written: Sluice has no YaRN, and without the keys llama.cpp uses plain
-    // RoPE too) and SwiGLU clamps (none written; Sluice refuses files with them).
+    // RoPE too) and SwiGLU clamps (none written; models/bailingmoe3 runs files that have them).
     SynthShape s = kda_hybrid("bailingmoe3", "ling3-8b",
                               "Ling 3 8B (A1.3B): n_embd 1536, 24 layers (MLA every 4th), KDA 16x128 heads, q_lora "
                               "256, kv_lora 512; 1 dense (FFN 4608), 128 experts top-8 in 8 groups (4 used) + shared "

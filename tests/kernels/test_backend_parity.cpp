@@ -10,6 +10,7 @@
 // N = cached positions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -303,18 +304,46 @@ TEST(BackendParity, Softmax) {
   }
 }
 
+// The SwiGLU clamp (Ling 3's swiglu_clamp_exp/shexp): min(silu(g), L) · clamp(u, -L, L) on
+// every level against the ref twin, the limit active on a large share of the values; the
+// unclamped result differs (negative control), and out may alias gate.
+TEST(BackendParity, SwigluClampedMatchesRef) {
+  Backends be;
+  const float limit = 0.7f;
+  for (int64_t n : {1, 7, 16, 17, 1000, 10007}) {
+    const auto a = randn(static_cast<size_t>(n), 43, 2.0f);
+    const auto b = randn(static_cast<size_t>(n), 44);
+    std::vector<float> sr(a.size()), plain(a.size());
+    be.ref->swiglu(a.data(), b.data(), sr.data(), n, limit);
+    be.ref->swiglu(a.data(), b.data(), plain.data(), n, 0.0f);
+    for (size_t i = 0; i < sr.size(); ++i) {
+      const double s = a[i] / (1.0 + std::exp(-static_cast<double>(a[i])));
+      ASSERT_NEAR(sr[i], std::min(s, 0.7) * std::clamp(static_cast<double>(b[i]), -0.7, 0.7), 1e-6) << i;
+    }
+    if (n >= 1000) {
+      EXPECT_GT(nmse(sr, plain), 1e-2) << "the limit must be active in this test";
+    }
+    for (auto& [isa, cpu] : be.cpu) {
+      std::vector<float> s = a;
+      cpu->swiglu(s.data(), b.data(), s.data(), n, limit);  // in place
+      EXPECT_LE(track(key("swiglu_clamp", "f32", isa), nmse(sr, s)), kTolElementwise)
+          << cpu_isa_name(isa) << " n=" << n;
+    }
+  }
+}
+
 TEST(BackendParity, SwigluGeluAdd) {
   Backends be;
   for (int64_t n : {1, 7, 16, 17, 1000, 10007}) {
     const auto a = randn(static_cast<size_t>(n), 41, 4.0f);  // wide range: exp saturation paths
     const auto b = randn(static_cast<size_t>(n), 42);
     std::vector<float> sr(a.size()), gr(a.size()), ar(a.size());
-    be.ref->swiglu(a.data(), b.data(), sr.data(), n);
+    be.ref->swiglu(a.data(), b.data(), sr.data(), n, 0.0f);
     be.ref->gelu(a.data(), gr.data(), n);
     be.ref->add(a.data(), b.data(), ar.data(), n);
     for (auto& [isa, cpu] : be.cpu) {
       std::vector<float> s(a.size()), g = a, ad = a;
-      cpu->swiglu(a.data(), b.data(), s.data(), n);
+      cpu->swiglu(a.data(), b.data(), s.data(), n, 0.0f);
       cpu->gelu(g.data(), g.data(), n);  // in place
       cpu->add(ad.data(), b.data(), ad.data(), n);
       EXPECT_LE(track(key("swiglu", "f32", isa), nmse(sr, s)), kTolElementwise)
@@ -325,12 +354,13 @@ TEST(BackendParity, SwigluGeluAdd) {
     }
   }
   // Saturation: gelu of ±large is x or 0; swiglu of large negative gate is ~0, never NaN.
+  // (The clamped swiglu: BackendParity.SwigluClampedMatchesRef.)
   for (auto& [isa, cpu] : be.cpu) {
     const std::vector<float> x = {-200.0f, -90.0f, -20.0f, 0.0f, 20.0f, 90.0f, 200.0f};
     const std::vector<float> one(x.size(), 1.0f);
     std::vector<float> g(x.size()), s(x.size());
     cpu->gelu(x.data(), g.data(), static_cast<int64_t>(x.size()));
-    cpu->swiglu(x.data(), one.data(), s.data(), static_cast<int64_t>(x.size()));
+    cpu->swiglu(x.data(), one.data(), s.data(), static_cast<int64_t>(x.size()), 0.0f);
     for (size_t i = 0; i < x.size(); ++i) {
       ASSERT_TRUE(std::isfinite(g[i]) && std::isfinite(s[i])) << cpu_isa_name(isa) << " x=" << x[i];
       if (x[i] >= 20) {

@@ -247,13 +247,17 @@ TEST(CudaParity, SoftmaxSwigluGeluAdd) {
     const auto a = randn(static_cast<size_t>(n), 41, 4.0f);
     const auto b = randn(static_cast<size_t>(n), 42);
     std::vector<float> sr(a.size()), gr(a.size()), ar(a.size()), s(a.size()), g = a, ad = a;
-    be.ref->swiglu(a.data(), b.data(), sr.data(), n);
+    std::vector<float> src(a.size()), sc(a.size());  // clamped (limit 0.7)
+    be.ref->swiglu(a.data(), b.data(), sr.data(), n, 0.0f);
+    be.ref->swiglu(a.data(), b.data(), src.data(), n, 0.7f);
     be.ref->gelu(a.data(), gr.data(), n);
     be.ref->add(a.data(), b.data(), ar.data(), n);
-    be.cuda->swiglu(a.data(), b.data(), s.data(), n);
+    be.cuda->swiglu(a.data(), b.data(), s.data(), n, 0.0f);
+    be.cuda->swiglu(a.data(), b.data(), sc.data(), n, 0.7f);
     be.cuda->gelu(g.data(), g.data(), n);
     be.cuda->add(ad.data(), b.data(), ad.data(), n);
     EXPECT_LE(track("swiglu", nmse(sr, s)), kTolElementwise) << n;
+    EXPECT_LE(track("swiglu_clamp", nmse(src, sc)), kTolElementwise) << n;
     EXPECT_LE(track("gelu", nmse(gr, g)), kTolElementwise) << n;
     EXPECT_EQ(0, std::memcmp(ar.data(), ad.data(), ar.size() * sizeof(float))) << "add n=" << n;
   }
@@ -261,7 +265,7 @@ TEST(CudaParity, SoftmaxSwigluGeluAdd) {
   const std::vector<float> one(x.size(), 1.0f);
   std::vector<float> g(x.size()), s(x.size());
   be.cuda->gelu(x.data(), g.data(), static_cast<int64_t>(x.size()));
-  be.cuda->swiglu(x.data(), one.data(), s.data(), static_cast<int64_t>(x.size()));
+  be.cuda->swiglu(x.data(), one.data(), s.data(), static_cast<int64_t>(x.size()), 0.0f);
   for (size_t i = 0; i < x.size(); ++i) {
     ASSERT_TRUE(std::isfinite(g[i]) && std::isfinite(s[i])) << x[i];
     if (x[i] >= 20) {

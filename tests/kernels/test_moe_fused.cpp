@@ -253,5 +253,35 @@ TEST(MoeFusedBatch, NegativeControls) {
   EXPECT_GT(nmse(want, batch_fused(*q8, dropped, x, n_tok, mx.E)), 5 * kTolQ8);
 }
 
+// SwiGLU clamps (FfnExpert/FfnExpertRows::limit, Ling 3): the fused one-token and small-batch
+// passes stay bitwise their defaults with a limit on some experts, match ref, and the limit
+// is active (the unclamped result differs: negative control).
+TEST(MoeFused, ClampedExpertsBitwiseTheDefaultAndMatchRef) {
+  const Mix mx = kMixes[0];
+  const int64_t n_tok = 4;
+  Experts e(mx.gate_up, mx.down, mx.E, mx.F, 8, 71);
+  const float limits[] = {0.2f, 0.0f, 0.3f, 0.25f, 0.2f, 0.0f, 0.4f, 0.2f};
+  for (size_t j = 0; j < e.ex.size(); ++j) e.ex[j].limit = limits[j];
+  BatchRouting r(e, n_tok, 3, 5);
+  for (FfnExpertRows& row : r.rows) row.limit = limits[static_cast<size_t>(row.expert)];
+  const std::vector<float> x1 = randn(static_cast<size_t>(mx.E), 12), xb = randn(static_cast<size_t>(n_tok * mx.E), 13);
+  auto ref = make_ref_backend();
+  const auto want1 = fused(*ref, e.ex, x1, mx.E), wantb = batch_fused(*ref, r, xb, n_tok, mx.E);
+  for (CpuIsa isa : available_isas())
+    for (bool q8 : {false, true}) {
+      SCOPED_TRACE(std::string(cpu_isa_name(isa)) + (q8 ? " q8" : " exact"));
+      auto b = make_cpu_backend(2, isa, CpuBackendOptions{.q8_activations = q8});
+      const auto a1 = fused(*b, e.ex, x1, mx.E), c1 = composed(*b, e.ex, x1, mx.E);
+      ASSERT_EQ(std::memcmp(a1.data(), c1.data(), a1.size() * sizeof(float)), 0);
+      const auto ab = batch_fused(*b, r, xb, n_tok, mx.E), cb = batch_default(*b, r, xb, n_tok, mx.E);
+      ASSERT_EQ(std::memcmp(ab.data(), cb.data(), ab.size() * sizeof(float)), 0);
+      EXPECT_LT(nmse(want1, a1), q8 ? kTolQ8 : kTolExact);
+      EXPECT_LT(nmse(wantb, ab), q8 ? kTolQ8 : kTolExact);
+    }
+  auto unclamped = e.ex;
+  for (FfnExpert& x : unclamped) x.limit = 0.0f;
+  EXPECT_GT(nmse(want1, fused(*ref, unclamped, x1, mx.E)), 10 * kTolQ8);
+}
+
 }  // namespace
 }  // namespace sluice

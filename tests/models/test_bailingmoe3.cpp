@@ -4,7 +4,9 @@
 // Here: the memory layout; a prompt in one batch equals the same prompt
 // token by token (ref: bitwise) and a split prefill equals the whole; and negative controls
 // that must fail the golden: no head-wise attention gate, softmax instead of sigmoid routing,
-// no group limit, MLA without RoPE, another gate lower bound.
+// no group limit, MLA without RoPE, another gate lower bound. The variant golden
+// tests/data/golden/bailingmoe3-clamp (SwiGLU clamps per layer, mrope sections) fails without
+// either clamp or with NORM instead of NEOX pairs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,6 +37,7 @@ namespace sluice {
 namespace {
 
 const std::string kGolden = std::string(SLUICE_SOURCE_DIR) + "/tests/data/golden/bailingmoe3";
+const std::string kClampGolden = std::string(SLUICE_SOURCE_DIR) + "/tests/data/golden/bailingmoe3-clamp";
 const std::vector<int32_t> kPromptIds = {1,   403, 407, 261, 378, 432, 383, 286, 261, 376, 400, 428,
                                          395, 392, 412, 444, 263, 415, 414, 401, 396, 267, 352, 379};
 
@@ -93,12 +96,14 @@ TEST_P(BailingMoe3Batch, PromptInOneBatchEqualsTokenByTokenAndSplitPrefill) {
 
 INSTANTIATE_TEST_SUITE_P(BailingMoe3, BailingMoe3Batch, ::testing::Values("ref", "cpu"));
 
-// What the module does not implement must be refused, naming the key, not run wrong: SwiGLU
-// clamps (expert_swiglu_limit_list), the VL model's mrope sections, a non-safe KDA gate. And
-// an all-zero clamp list (what the converter writes for layers without a limit) loads.
-TEST(BailingMoe3, RefusesWhatItDoesNotImplement) {
+// Metadata the module reads beyond the golden's: SwiGLU clamps (one value or one per layer;
+// an all-zero list, what the converter writes for layers without a limit, is none) and mrope
+// sections load; what it does not implement or cannot mean is refused naming the key: a
+// fourth (vision) mrope section, sections wider than the rope dims, a clamp list of the wrong
+// length or a negative clamp, a non-safe KDA gate.
+TEST(BailingMoe3, ReadsClampsAndSectionsAndRefusesWhatItCannotRun) {
   GgufFile in(kGolden + "/model.gguf");
-  auto variant = [&](const std::function<void(GgufWriter&)>& extra) {
+  auto load = [&](const std::function<void(GgufWriter&)>& extra, std::string* err) -> std::unique_ptr<Model> {
     GgufWriter w;
     for (const auto& [k, v] : in.metadata()) w.set(k, v);
     extra(w);
@@ -106,30 +111,56 @@ TEST(BailingMoe3, RefusesWhatItDoesNotImplement) {
       w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes);
     const std::string path = (std::filesystem::temp_directory_path() / "sluice_bailingmoe3_variant.gguf").string();
     w.write(path);
-    std::string err;
+    std::unique_ptr<Model> m;
     try {
-      Model::load(path);
+      m = Model::load(path);  // maps the file; the tests below read hparams only
     } catch (const Error& e) {
-      err = e.what();
+      *err = e.what();
     }
     std::filesystem::remove(path);
+    return m;
+  };
+  auto error = [&](const std::function<void(GgufWriter&)>& extra) {
+    std::string err;
+    load(extra, &err);
     return err;
   };
-  EXPECT_NE(variant([](GgufWriter& w) {
-              w.set_f32_array("bailingmoe3.swiglu_clamp_exp", {0, 7, 7, 7, 7});
-            }).find("swiglu_clamp_exp"),
+  std::string err;
+  auto m = load(
+      [](GgufWriter& w) {
+        w.set_f32_array("bailingmoe3.swiglu_clamp_exp", {0, 7, 6, 5, 1e-7f});
+        w.set_f32("bailingmoe3.swiglu_clamp_shexp", 7.0f);
+        w.set_i32_array("bailingmoe3.rope.dimension_sections", {4, 2, 2, 0});
+      },
+      &err);
+  ASSERT_TRUE(m) << err;
+  const Hparams& hp = m->hparams();
+  EXPECT_EQ(hp.swiglu_limit_exp, (std::vector<float>{0, 7, 6, 5, 0}));  // 1e-7: none, as llama.cpp's 1e-6 test
+  EXPECT_EQ(hp.swiglu_limit_shexp, std::vector<float>(5, 7.0f));
+  EXPECT_EQ(hp.rope_mode, RopeMode::neox);
+  m = load([](GgufWriter& w) { w.set_i32_array("bailingmoe3.rope.dimension_sections", {4, 0, 2, 0}); }, &err);
+  ASSERT_TRUE(m) << err;
+  EXPECT_EQ(m->hparams().rope_mode, RopeMode::normal) << "s[1] = 0: llama.cpp's use_mrope() is false";
+  EXPECT_EQ(m->hparams().swiglu_limit_exp, std::vector<float>{});
+
+  EXPECT_NE(error([](GgufWriter& w) {
+              w.set_i32_array("bailingmoe3.rope.dimension_sections", {3, 2, 2, 1});
+            }).find("dimension_sections[3]"),
             std::string::npos);
-  EXPECT_NE(variant([](GgufWriter& w) {
-              w.set_f32("bailingmoe3.swiglu_clamp_shexp", 7.0f);
-            }).find("swiglu_clamp_shexp"),
+  EXPECT_NE(error([](GgufWriter& w) {
+              w.set_i32_array("bailingmoe3.rope.dimension_sections", {8, 8, 4, 0});
+            }).find("rope.dimension_sections sum to 20"),
             std::string::npos);
-  EXPECT_NE(variant([](GgufWriter& w) {
-              w.set_i32_array("bailingmoe3.rope.dimension_sections", {4, 2, 2, 0});
-            }).find("dimension_sections"),
+  EXPECT_NE(error([](GgufWriter& w) {
+              w.set_f32_array("bailingmoe3.swiglu_clamp_exp", {7, 7, 7});
+            }).find("swiglu_clamp_exp has 3 values for 5 layers"),
             std::string::npos);
-  EXPECT_NE(variant([](GgufWriter& w) { w.set_bool("bailingmoe3.kda.safe_gate", false); }).find("safe_gate"),
+  EXPECT_NE(error([](GgufWriter& w) {
+              w.set_f32("bailingmoe3.swiglu_clamp_shexp", -1.0f);
+            }).find("swiglu_clamp_shexp = -1"),
             std::string::npos);
-  EXPECT_EQ(variant([](GgufWriter& w) { w.set_f32_array("bailingmoe3.swiglu_clamp_exp", {0, 0, 0, 0, 0}); }), "");
+  EXPECT_NE(error([](GgufWriter& w) { w.set_bool("bailingmoe3.kda.safe_gate", false); }).find("safe_gate"),
+            std::string::npos);
 }
 
 // How close the golden's routing comes to a tie, on ref over the prompt and the greedy tokens
@@ -208,6 +239,30 @@ TEST(BailingMoe3Negative, MlaWithoutRopeFails) {
 
 TEST(BailingMoe3Negative, AnotherGateLowerBoundFails) {
   EXPECT_GT(perturbed([](Model&, BailingMoe3Hparams& bh) { bh.gate_lower_bound = -4.0f; }), 0.03);
+}
+
+// The clamp golden (its match on every backend: test_repo_goldens.cpp) fails without the
+// routed experts' clamp, without the shared/dense clamp, or with NORM pairs for its mrope file.
+double clamp_golden_error(const std::function<void(Hparams&)>& p) {
+  auto m = Model::load(kClampGolden + "/model.gguf");
+  p(m->mutable_hparams());
+  return test::max_abs_vs_golden(*m, kClampGolden, kPromptIds, "bailingmoe3-clamp");
+}
+
+TEST(BailingMoe3Negative, ClampGoldenBaselinePasses) {
+  EXPECT_LE(clamp_golden_error([](Hparams&) {}), 0.03);
+}
+
+TEST(BailingMoe3Negative, ClampGoldenWithoutExpertClampFails) {
+  EXPECT_GT(clamp_golden_error([](Hparams& hp) { hp.swiglu_limit_exp.clear(); }), 0.03);
+}
+
+TEST(BailingMoe3Negative, ClampGoldenWithoutSharedClampFails) {
+  EXPECT_GT(clamp_golden_error([](Hparams& hp) { hp.swiglu_limit_shexp.clear(); }), 0.03);
+}
+
+TEST(BailingMoe3Negative, ClampGoldenWithNormRopeFails) {
+  EXPECT_GT(clamp_golden_error([](Hparams& hp) { hp.rope_mode = RopeMode::normal; }), 0.03);
 }
 
 }  // namespace

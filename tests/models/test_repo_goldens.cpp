@@ -115,7 +115,7 @@ TEST(RepoGoldenNegative, Qwen3NextWithTiledKeyHeadsFails) {
 
 std::vector<RepoGoldenCase> cases() {
   std::vector<RepoGoldenCase> v;
-  for (const char* n : {"qwen3next", "qwen35", "kimi-linear", "bailingmoe3"})
+  for (const char* n : {"qwen3next", "qwen35", "kimi-linear", "bailingmoe3", "bailingmoe3-clamp"})
     for (const char* b : {"ref", "cpu", "cpu-exact", "cuda"}) v.push_back({n, b});
   return v;
 }

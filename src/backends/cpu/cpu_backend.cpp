@@ -204,7 +204,7 @@ class CpuBackend final : public Backend {
       }
     });
     for (int64_t j = 0; j < n; ++j) {
-      swiglu(g + j * F, u + j * F, g + j * F, F);
+      swiglu(g + j * F, u + j * F, g + j * F, F, ex[static_cast<size_t>(j)].limit);
       if (qd) quantize_act(qd->act, g + j * F, hq + static_cast<size_t>(j) * hb, F);
     }
     // Phase 3 units are long row ranges (up to kMoeDownRows, at least 4 units per thread): each
@@ -275,10 +275,11 @@ class CpuBackend final : public Backend {
                 xr + static_cast<size_t>(first[j]) * xb, xb, ex[j].n, E, y, static_cast<size_t>(F));
       }
     });
-    for (int64_t r = 0; r < rows; ++r) {
-      swiglu(g + r * F, u + r * F, g + r * F, F);
-      quantize_act(qd->act, g + r * F, hq + static_cast<size_t>(r) * hb, F);
-    }
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t r = first[j]; r < first[j + 1]; ++r) {
+        swiglu(g + r * F, u + r * F, g + r * F, F, ex[static_cast<size_t>(j)].limit);
+        quantize_act(qd->act, g + r * F, hq + static_cast<size_t>(r) * hb, F);
+      }
     int64_t B3 = B;
     while (B3 < kMoeDownRows && E / (2 * B3) >= 4 * pool_.size()) B3 *= 2;
     const int64_t nbE = (E + B3 - 1) / B3;
@@ -426,8 +427,11 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
-    elementwise(n, [&](int64_t i, int64_t m) { k_.swiglu(gate + i, up + i, out + i, m); });
+  void swiglu(const float* gate, const float* up, float* out, int64_t n, float limit) override {
+    if (limit > 0)
+      elementwise(n, [&](int64_t i, int64_t m) { k_.swiglu_limit(gate + i, up + i, out + i, m, limit); });
+    else
+      elementwise(n, [&](int64_t i, int64_t m) { k_.swiglu(gate + i, up + i, out + i, m); });
   }
   void gelu(const float* x, float* out, int64_t n) override {
     elementwise(n, [&](int64_t i, int64_t m) { k_.gelu(x + i, out + i, m); });

@@ -73,6 +73,8 @@ struct Kernels {
   // x[i] = exp(x[i] - m) in place; returns Σ x[i] (after).
   float (*exp_sub_sum)(float* x, float m, int64_t n);
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);
+  // min(silu(g), limit) · clamp(u, -limit, limit): Backend::swiglu with a clamp (limit > 0).
+  void (*swiglu_limit)(const float* gate, const float* up, float* out, int64_t n, float limit);
   void (*gelu)(const float* x, float* out, int64_t n);
   void (*add)(const float* a, const float* b, float* out, int64_t n);
 

@@ -258,6 +258,18 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   });
 }
 
+// min(silu(g), L) · clamp(u, -L, L), with min(a, b) = -max(-a, -b).
+void swiglu_limit(const float* gate, const float* up, float* out, int64_t n, float limit) {
+  const V one = Simd::set1(1.0f), zero = Simd::zero(), lo = Simd::set1(-limit);
+  for_each_vec(n, [&](int64_t i, int64_t k) {
+    const V g = loadn(gate + i, k);
+    const V s = Simd::div(g, Simd::add(one, Simd::exp(Simd::sub(zero, g))));
+    const V s_min = Simd::sub(zero, Simd::max(Simd::sub(zero, s), lo));
+    const V u = Simd::max(Simd::sub(zero, Simd::max(Simd::sub(zero, loadn(up + i, k)), lo)), lo);
+    storen(out + i, Simd::mul(s_min, u), k);
+  });
+}
+
 // gelu(x) = 0.5x(1 + tanh(y)), y = sqrt(2/π)(x + 0.044715x³). Since 1 + tanh(y) = 2/(1 + e^(-2y)),
 // this is x / (1 + e^(-2y)): no cancellation for large negative x, unlike 1 - 2/(e^(2y) + 1).
 void gelu(const float* x, float* out, int64_t n) {
@@ -515,6 +527,7 @@ constexpr Kernels kTable = {
     .max = max_f32,
     .exp_sub_sum = exp_sub_sum,
     .swiglu = swiglu,
+    .swiglu_limit = swiglu_limit,
     .gelu = gelu,
     .add = add,
     .q8_0 = kQ8_0,

@@ -481,13 +481,13 @@ void CudaBackend::softmax(float* x, int64_t n_rows, int64_t n) {
   m.download(1, dx, x, bytes, "softmax");
 }
 
-void CudaBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {
+void CudaBackend::swiglu(const float* gate, const float* up, float* out, int64_t n, float limit) {
   Impl& m = *impl_;
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
   if (!bytes) return;
   float* dg = m.upload(0, gate, bytes);
   const float* du = m.upload(2, up, bytes);
-  cuda::swiglu(dg, du, dg, n, m.stream);
+  cuda::swiglu(dg, du, dg, n, limit, m.stream);
   m.download(1, dg, out, bytes, "swiglu");
 }
 
@@ -565,6 +565,10 @@ void CudaBackend::moe_ffn_token(std::span<const FfnExpert> ex, const float* x, f
     std::fill(out, out + E, 0.0f);
     return;
   }
+  // The fused plan runs one unclamped swiglu over every expert's hidden rows; clamped experts
+  // (Ling 3's swiglu_clamp_exp) take the default path, whose swiglu op carries the limit.
+  for (const FfnExpert& e : ex)
+    if (e.limit > 0.0f) return Backend::moe_ffn_token(ex, x, out, E);
   // Shapes and launches first: nothing is uploaded for a call that is going to fail.
   std::vector<cuda::MoeMatrix> mats(static_cast<size_t>(3 * k));
   for (int j = 0; j < k; ++j) {
@@ -697,7 +701,7 @@ void CudaBackend::moe_ffn_token(std::span<const FfnExpert> ex, const float* x, f
     if (l.kind != cuda::MoeLaunchKind::gate_up && !hidden_ready) {
       // silu(gate) ⊙ up for every expert at once (padding between experts is computed too
       // and never read).
-      cuda::swiglu(dg, du, dg, plan.h_floats, m.stream);
+      cuda::swiglu(dg, du, dg, plan.h_floats, 0.0f, m.stream);
       hidden_ready = true;
     }
     switch (l.kind) {

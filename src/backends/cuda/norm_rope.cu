@@ -101,11 +101,13 @@ __global__ void softmax_kernel(float* x, int64_t n) {
   for (int64_t i = threadIdx.x; i < n; i += kThreads) xr[i] = xr[i] / sum;
 }
 
-__global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
+__global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n, float limit) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float g = gate[i];
-    out[i] = g / (1.0f + expf(-g)) * up[i];  // g -> -inf: g / inf = -0, never NaN
+    float s = g / (1.0f + expf(-g)), u = up[i];  // g -> -inf: g / inf = -0, never NaN
+    if (limit > 0.0f) s = fminf(s, limit), u = fminf(fmaxf(u, -limit), limit);
+    out[i] = s * u;
   }
 }
 
@@ -179,8 +181,8 @@ void softmax(float* x, int64_t n_rows, int64_t n, cudaStream_t s) {
   if (n_rows > 0) softmax_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, s>>>(x, n);
 }
 
-void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s) {
-  if (n > 0) swiglu_kernel<<<grid_for(n), kThreads, 0, s>>>(gate, up, out, n);
+void swiglu(const float* gate, const float* up, float* out, int64_t n, float limit, cudaStream_t s) {
+  if (n > 0) swiglu_kernel<<<grid_for(n), kThreads, 0, s>>>(gate, up, out, n, limit);
 }
 
 void gelu(const float* x, float* out, int64_t n, cudaStream_t s) {

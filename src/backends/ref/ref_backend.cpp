@@ -105,10 +105,12 @@ class RefBackend final : public Backend {
     }
   }
 
-  void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
+  void swiglu(const float* gate, const float* up, float* out, int64_t n, float limit) override {
     for (int64_t i = 0; i < n; ++i) {
       const double g = gate[i];
-      out[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * up[i]);
+      double s = g / (1.0 + std::exp(-g)), u = up[i];
+      if (limit > 0) s = std::min(s, double{limit}), u = std::clamp(u, -double{limit}, double{limit});
+      out[i] = static_cast<float>(s * u);
     }
   }
 
