@@ -87,9 +87,11 @@ void read_hparams(const GgufFile& f, Hparams& hp) {
   for (auto [key, out] :
        {std::pair{"swiglu_clamp_exp", &hp.swiglu_limit_exp}, std::pair{"swiglu_clamp_shexp", &hp.swiglu_limit_shexp}}) {
     std::vector<float> v = f32_or_array(f, a + key);
-    if (v.size() == 1) v.assign(static_cast<size_t>(hp.n_layer), v[0]);
-    if (!v.empty() && static_cast<int64_t>(v.size()) < hp.n_layer)
-      fail(f.path(), ": ", a, key, " has ", v.size(), " values for ", hp.n_layer, " layers");
+    const int64_t n_block = hp.n_layer + hp.n_layer_nextn;
+    if (v.size() == 1) v.assign(static_cast<size_t>(n_block), v[0]);
+    if (!v.empty() && static_cast<int64_t>(v.size()) != n_block)
+      fail(f.path(), ": ", a, key, " has ", v.size(), " values for ", n_block, " blocks");
+    v = hp.per_layer(std::move(v));
     for (float& x : v) {
       if (!std::isfinite(x) || x < 0) fail(f.path(), ": ", a, key, " = ", x, " (want a finite limit >= 0)");
       if (x <= 1e-6f) x = 0.0f;

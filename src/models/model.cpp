@@ -43,16 +43,24 @@ Hparams read_core_hparams(const GgufFile& f) {
   const std::string a = hp.arch + ".";
   hp.n_ctx_train = f.get_u32(a + "context_length");
   hp.n_embd = positive_key(f, a + "embedding_length", f.get_u32(a + "embedding_length"));
-  hp.n_layer = positive_key(f, a + "block_count", f.get_u32(a + "block_count"), 4096);
+  // Multi-token-prediction (NextN) blocks, which llama.cpp's converters now write by default
+  // for Qwen3.5/Qwen3-Next, Ling 3 and DeepSeek-V3, are the last nextn_predict_layers of
+  // block_count, and per-layer arrays cover them too. Decoding does not run them (llama.cpp's
+  // n_layer()), so the model is the blocks before them; their tensors stay unread.
+  const int64_t n_block = positive_key(f, a + "block_count", f.get_u32(a + "block_count"), 4096);
+  hp.n_layer_nextn = f.get_u32_or(a + "nextn_predict_layers", 0);
+  if (hp.n_layer_nextn >= n_block)
+    fail(f.path(), ": ", a, "nextn_predict_layers = ", hp.n_layer_nextn, " leaves no layer of block_count ", n_block);
+  hp.n_layer = n_block - hp.n_layer_nextn;
   // Head counts may be per-layer arrays in real files; Sluice needs them uniform for now.
-  auto heads = f.get_u32_per_layer(a + "attention.head_count", hp.n_layer);
+  auto heads = hp.per_layer(f.get_u32_per_layer(a + "attention.head_count", static_cast<size_t>(n_block)));
   for (size_t l = 1; l < heads.size(); ++l)
     if (heads[l] != heads[0]) fail(f.path(), ": per-layer ", a, "attention.head_count values differ (not supported)");
   hp.n_head = positive_key(f, a + "attention.head_count", heads[0], 4096);
   // head_count_kv may be per layer, 0 marking a layer without attention (the linear-attention
   // layers of Kimi Linear and Ling 3); the attention layers must agree.
   if (f.has(a + "attention.head_count_kv")) {
-    for (uint32_t v : f.get_u32_per_layer(a + "attention.head_count_kv", hp.n_layer)) {
+    for (uint32_t v : hp.per_layer(f.get_u32_per_layer(a + "attention.head_count_kv", static_cast<size_t>(n_block)))) {
       hp.n_head_kv_layer.push_back(v);
       if (v == 0) continue;
       if (hp.n_head_kv != 0 && v != hp.n_head_kv)
@@ -71,7 +79,8 @@ Hparams read_core_hparams(const GgufFile& f) {
                                f.get_u32_or(a + "attention.key_length", hp.n_embd / hp.n_head));
   hp.head_dim_v = positive_key(f, a + "attention.value_length",
                                f.get_u32_or(a + "attention.value_length", hp.head_dim_k));
-  for (uint32_t v : f.get_u32_per_layer(a + "feed_forward_length", hp.n_layer)) hp.n_ff.push_back(v);
+  for (uint32_t v : hp.per_layer(f.get_u32_per_layer(a + "feed_forward_length", static_cast<size_t>(n_block))))
+    hp.n_ff.push_back(v);
   hp.rms_eps = f.get_f32(a + "attention.layer_norm_rms_epsilon");
   hp.rope_base = f.get_f32_or(a + "rope.freq_base", 10000.0f);
   hp.n_rot = f.get_u32_or(a + "rope.dimension_count", static_cast<uint32_t>(hp.head_dim_k));

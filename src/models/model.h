@@ -42,7 +42,8 @@ struct Hparams {
   int64_t n_vocab = 0;                    // rows of token_embd
   int64_t n_ctx_train = 0;                // {arch}.context_length
   int64_t n_embd = 0;                     // {arch}.embedding_length: width of the residual stream
-  int64_t n_layer = 0;                    // {arch}.block_count
+  int64_t n_layer = 0;                    // {arch}.block_count less the NextN blocks: the layers run
+  int64_t n_layer_nextn = 0;              // {arch}.nextn_predict_layers: trailing MTP blocks, not run
   int64_t n_head = 0;                     // {arch}.attention.head_count: query heads
   int64_t n_head_kv = 0;                  // {arch}.attention.head_count_kv (can be < n_head: grouped-query attention)
   std::vector<int64_t> n_head_kv_layer;   // the same per layer; 0: a layer without attention (linear attention)
@@ -63,6 +64,12 @@ struct Hparams {
   // SwiGLU clamps per layer (Backend::swiglu's limit; empty or 0: none): {arch}.swiglu_clamp_exp
   // for the routed experts, {arch}.swiglu_clamp_shexp for the shared experts and dense FFNs.
   std::vector<float> swiglu_limit_exp, swiglu_limit_shexp;
+  // A per-layer metadata array (one value per block_count block) cut to the layers run.
+  template <class T>
+  std::vector<T> per_layer(std::vector<T> v) const {
+    if (static_cast<int64_t>(v.size()) > n_layer) v.resize(static_cast<size_t>(n_layer));
+    return v;
+  }
   float swiglu_limit(const std::vector<float>& per_layer, int64_t l) const {
     return l < static_cast<int64_t>(per_layer.size()) ? per_layer[static_cast<size_t>(l)] : 0.0f;
   }

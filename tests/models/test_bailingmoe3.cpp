@@ -153,7 +153,7 @@ TEST(BailingMoe3, ReadsClampsAndSectionsAndRefusesWhatItCannotRun) {
             std::string::npos);
   EXPECT_NE(error([](GgufWriter& w) {
               w.set_f32_array("bailingmoe3.swiglu_clamp_exp", {7, 7, 7});
-            }).find("swiglu_clamp_exp has 3 values for 5 layers"),
+            }).find("swiglu_clamp_exp has 3 values for 5 blocks"),
             std::string::npos);
   EXPECT_NE(error([](GgufWriter& w) {
               w.set_f32("bailingmoe3.swiglu_clamp_shexp", -1.0f);
@@ -161,6 +161,54 @@ TEST(BailingMoe3, ReadsClampsAndSectionsAndRefusesWhatItCannotRun) {
             std::string::npos);
   EXPECT_NE(error([](GgufWriter& w) { w.set_bool("bailingmoe3.kda.safe_gate", false); }).find("safe_gate"),
             std::string::npos);
+}
+
+// A multi-token-prediction block (llama.cpp's converters append it: block_count counts it,
+// {arch}.nextn_predict_layers says how many trailing blocks are MTP, per-layer arrays cover
+// it) is not run: the golden's file with a sixth block (a copy of block 4 plus the nextn
+// tensors) gives the golden's logits bit for bit on ref; read as a sixth layer it does not.
+TEST(BailingMoe3, NextNBlocksAreNotRun) {
+  GgufFile in(kGolden + "/model.gguf");
+  const int64_t E = in.get_u32("bailingmoe3.embedding_length");
+  auto write = [&](bool declare_nextn) {
+    GgufWriter w;
+    for (const auto& [k, v] : in.metadata()) w.set(k, v);
+    w.set_u32("bailingmoe3.block_count", 6);
+    w.set_i32_array("bailingmoe3.attention.head_count_kv", {0, 0, 0, 1, 0, 0});
+    if (declare_nextn) w.set_u32("bailingmoe3.nextn_predict_layers", 1);
+    for (const auto& t : in.tensors()) {
+      const std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+      w.add_tensor(t.name, t.type, ne, t.data, t.nbytes);
+      if (std::string(t.name).rfind("blk.4.", 0) == 0)
+        w.add_tensor("blk.5." + std::string(t.name).substr(6), t.type, ne, t.data, t.nbytes);
+    }
+    const std::vector<float> ones(static_cast<size_t>(E), 1.0f), eh(static_cast<size_t>(2 * E * E), 0.01f);
+    w.add_tensor("blk.5.nextn.eh_proj.weight", DType::F32, {2 * E, E}, eh.data(), eh.size() * sizeof(float));
+    for (const char* n : {"blk.5.nextn.enorm.weight", "blk.5.nextn.hnorm.weight", "blk.5.layer_output_norm.weight"})
+      w.add_tensor(n, DType::F32, {E}, ones.data(), ones.size() * sizeof(float));
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              (declare_nextn ? "sluice_b3_mtp.gguf" : "sluice_b3_six.gguf"))
+                                 .string();
+    w.write(path);
+    return path;
+  };
+  auto logits = [&](const std::string& path) {
+    auto m = Model::load(path);
+    auto be = make_backend("ref", 1);
+    Session s(*m, *be, KvCacheOptions{.n_ctx = 64});
+    return std::make_pair(m->hparams().n_layer, eval_all(s, kPromptIds));
+  };
+  const std::string mtp = write(true), six = write(false);
+  const auto [n_golden, want] = logits(kGolden + "/model.gguf");
+  const auto [n_mtp, got] = logits(mtp);
+  const auto [n_six, wrong] = logits(six);
+  std::filesystem::remove(mtp);
+  std::filesystem::remove(six);
+  EXPECT_EQ(n_mtp, n_golden);
+  ASSERT_EQ(want.size(), got.size());
+  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+  EXPECT_EQ(n_six, n_golden + 1);
+  EXPECT_GT(test::nmse(want, wrong), 1e-4) << "negative control: the sixth block run as a layer";
 }
 
 // How close the golden's routing comes to a tie, on ref over the prompt and the greedy tokens
