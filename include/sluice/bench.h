@@ -9,7 +9,7 @@
 namespace sluice {
 
 struct BenchConfig {
-  std::vector<std::string> models;
+  std::vector<std::string> models{};
   int n_prompt = 512, n_gen = 128, reps = 5;
   std::vector<int> threads{2};
   std::vector<int64_t> depths{0};  // positions already in the KV cache (synthetic rows)

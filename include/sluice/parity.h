@@ -17,7 +17,7 @@ struct ParityConfig {
   int n_decode = 4;                // greedy decode steps compared after the prompt
   // Called before the run for each side that multiplies quantized weights by int8 activations
   // (which: 0 the Engine's backend, 1 backend_b), with that path's level.
-  std::function<void(int which, const std::string& int8_level)> on_int8_backend;
+  std::function<void(int which, const std::string& int8_level)> on_int8_backend{};
 };
 
 struct ParityRow {

@@ -12,11 +12,11 @@
 namespace sluice {
 
 struct PerplexityConfig {
-  int64_t n_ctx = 512;       // chunk length
-  int64_t n_chunks = -1;     // chunks to score (-1: all that fit)
-  KvOptions kv;              // cache codecs
-  std::string kld_base_out;  // write the base log-probs here
-  std::string kld_in;        // compare against this base file (its tokens and n_ctx are used)
+  int64_t n_ctx = 512;         // chunk length
+  int64_t n_chunks = -1;       // chunks to score (-1: all that fit)
+  KvOptions kv{};              // cache codecs
+  std::string kld_base_out{};  // write the base log-probs here
+  std::string kld_in{};        // compare against this base file (its tokens and n_ctx are used)
 };
 
 struct PerplexitySummary {

@@ -15,9 +15,9 @@ namespace sluice {
 struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                          // 0: any free port (bind() says which)
-  std::string api_key;                      // non-empty: /v1/* wants "Authorization: Bearer KEY"
-  std::string model_id;                     // the name /v1/models lists
-  std::string chat_template;                // a template's text replacing the model's ("": its own)
+  std::string api_key{};                    // non-empty: /v1/* wants "Authorization: Bearer KEY"
+  std::string model_id{};                   // the name /v1/models lists
+  std::string chat_template{};              // a template's text replacing the model's ("": its own)
   size_t max_body_bytes = size_t{4} << 20;  // larger bodies: 413
   bool split_reasoning = true;              // a reply's reasoning block goes to reasoning_content
   int parallel = 4;                         // requests decoding together (slots)

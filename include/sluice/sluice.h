@@ -40,7 +40,7 @@ struct ExpertOptions {
   std::string policy = "resident";    // resident | mmap (page cache) | stream (bounded cache)
   std::string cache = "4G";           // stream: the cache budget (a size, or "auto": what the memory limit leaves)
   int pin_per_layer = 0;              // stream: the N most-routed experts of each layer stay cached
-  std::string routing_counts;         // routing counts (a run's save_routing_counts) choosing the pins
+  std::string routing_counts{};       // routing counts (a run's save_routing_counts) choosing the pins
   bool prefetch = true;               // mmap/stream: predict the next layer's experts and read them early
   int prefetch_extra = -1;            // the predictor stages the top k+M experts (-1: M = max(1, k/4))
   bool prefetch_gate = true;          // stream: read a guess only when it is expected to pay
@@ -51,17 +51,17 @@ struct ExpertOptions {
 };
 
 struct EngineOptions {
-  std::string backend = "cpu";   // ref | cpu | cpu-exact | cuda (when built)
-  int n_threads = 0;             // 0: all cores
-  int64_t n_ctx = 0;             // generate()'s context until set_context: 0 = min(training context, 4096)
-  std::string gpu_expert_cache;  // cuda: VRAM budget for routed experts (e.g. "8G"; empty: no separate budget)
-  KvOptions kv;
-  ExpertOptions experts;
+  std::string backend = "cpu";     // ref | cpu | cpu-exact | cuda (when built)
+  int n_threads = 0;               // 0: all cores
+  int64_t n_ctx = 0;               // generate()'s context until set_context: 0 = min(training context, 4096)
+  std::string gpu_expert_cache{};  // cuda: VRAM budget for routed experts (e.g. "8G"; empty: no separate budget)
+  KvOptions kv{};
+  ExpertOptions experts{};
   bool read_weights = true;  // resident: read the file into memory (false: map it)
-  std::string lora;          // an MLX-LM LoRA adapter folder merged into the weights at load
-  std::function<void(size_t done, size_t total)> load_progress;  // bytes of weights read so far
+  std::string lora{};        // an MLX-LM LoRA adapter folder merged into the weights at load
+  std::function<void(size_t done, size_t total)> load_progress{};  // bytes of weights read so far
   // A line about what the load did (a quantized folder repacked, a LoRA merged), as it happens.
-  std::function<void(const std::string& line)> on_load_note;
+  std::function<void(const std::string& line)> on_load_note{};
 };
 
 // A model's shape (Engine::info, sluice/inspect.h model_info).
@@ -105,11 +105,11 @@ struct GenerateOptions {
   bool parse_special = true;  // prompt text spelling a special token (e.g. <|im_start|>) becomes that token
   // Generation stops when the text reaches one of these (they may span tokens). The text up to
   // it is returned and streamed; the stop string itself and anything after it are not.
-  std::vector<std::string> stop;
-  SpeculativeOptions speculative;
+  std::vector<std::string> stop{};
+  SpeculativeOptions speculative{};
   // Called before each token is sampled, with the count generated so far (not called with
   // speculative decoding).
-  std::function<void(int n_generated)> on_token;
+  std::function<void(int n_generated)> on_token{};
 };
 
 enum class StopReason {

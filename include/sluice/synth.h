@@ -32,17 +32,17 @@ struct SynthStatus {
 };
 
 struct SynthConfig {
-  std::string arch;  // may stay empty when `preset` names a full-size model
+  std::string arch{};  // may stay empty when `preset` names a full-size model
   std::string preset = "tiny";
   int64_t layers = 0;        // > 0: override n_layer
   int64_t vocab = 0;         // > 0: override n_vocab (must be >= the tokenizer's size)
   std::string type = "f16";  // one of synth_types()
   uint64_t seed = 1;
-  std::string tokenizer;          // GGUF whose tokenizer.* keys are copied (required)
+  std::string tokenizer{};        // GGUF whose tokenizer.* keys are copied (required)
   float routing_locality = 0.0f;  // 0..1: consecutive tokens reuse experts
   int threads = 0;                // <= 0: all cores
   bool fast = false;              // large quantized matrices from a pool of encoded rows
-  std::function<void(const SynthStatus&)> progress;
+  std::function<void(const SynthStatus&)> progress{};
 };
 
 struct SynthSummary {

@@ -9,9 +9,9 @@ namespace sluice {
 
 struct PromptTemplateInput {
   std::string messages_json = "[]";  // a JSON array of messages ({"role", "content", ...})
-  std::string tools_json;            // a JSON array of tool definitions; empty: none (None)
+  std::string tools_json{};          // a JSON array of tool definitions; empty: none (None)
   bool add_generation_prompt = false;
-  std::optional<std::string> bos_token, eos_token;  // undefined in the template when absent
+  std::optional<std::string> bos_token{}, eos_token{};  // undefined in the template when absent
 };
 
 class PromptTemplate {
