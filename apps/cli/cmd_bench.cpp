@@ -1,14 +1,14 @@
-// apps/cli/cmd_bench: the `sluice bench` options; the run is bench/run_bench.
+// apps/cli/cmd_bench: the `sluice bench` options; the run is sluice::bench (src/bench/run_bench).
 #include <memory>
 
-#include "bench/run_bench.h"
 #include "commands.h"
-#include "kvcodec/kvcodec.h"
+#include "sluice/bench.h"
+#include "sluice/sluice.h"
 
 namespace sluice::cli {
 
 CommandRunner add_bench_command(CLI::App& app) {
-  auto args = std::make_shared<BenchArgs>();
+  auto args = std::make_shared<BenchConfig>();
   CLI::App* b = app.add_subcommand("bench",
                                    "throughput (pp/tg tok/s), bytes per token and % of the measured memory bandwidth");
   b->add_option("-m,--model", args->models, "GGUF model file(s)");
@@ -16,7 +16,7 @@ CommandRunner add_bench_command(CLI::App& app) {
   b->add_option("-n,--n-gen", args->n_gen, "generated tokens per tg test (0: skip)")->capture_default_str();
   b->add_option("-r,--repetitions", args->reps, "repetitions of each test")->capture_default_str();
   b->add_option("-t,--threads", args->threads, "thread counts, comma separated")->delimiter(',')->capture_default_str();
-  const std::string types(kv_type_names());
+  const std::string types = cache_type_names();
   b->add_option("--cache-type", args->cache_type, "KV cache type(s) of K and V, comma separated: " + types)
       ->delimiter(',')
       ->capture_default_str();
@@ -63,7 +63,7 @@ CommandRunner add_bench_command(CLI::App& app) {
   return [args, b]() -> int {
     if (!b->parsed()) return 0;
     if (args->expert_cache != "auto") args->expert_cache_bytes = parse_byte_size("--expert-cache", args->expert_cache);
-    return run_bench(*args);
+    return bench(*args);
   };
 }
 

@@ -1,5 +1,5 @@
 // apps/cli/cmd_chat: `sluice chat -m M` — an interactive terminal chat: the model's chat template
-// over the conversation (runtime/chat_session: the prompt cache keeps each turn from
+// over the conversation (sluice/chat.h: the prompt cache keeps each turn from
 // re-processing the ones before), streamed replies with reasoning shown apart, line editing and
 // history with libedit on a terminal, plain line reads otherwise (a conversation can be piped
 // in), /commands, multi-line input, and Ctrl-C that stops a reply without quitting.
@@ -21,10 +21,8 @@
 
 #include "commands.h"
 #include "common_opts.h"
-
-#include "core/error.h"
-#include "runtime/chat_format.h"
-#include "runtime/chat_session.h"
+#include "sluice/chat.h"
+#include "sluice/sluice.h"
 
 namespace sluice::cli {
 namespace {
@@ -33,7 +31,7 @@ using ojson = nlohmann::ordered_json;
 
 struct ChatArgs {
   CommonOpts co;
-  GenerateParams gp;
+  GenerateOptions gp;
   std::string chat_template, system;
   bool verbose = false, no_prompt_cache = false;
 };
@@ -172,7 +170,7 @@ const char* kHelp =
 void note(const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); }
 
 // Runs one /command; returns false for /quit.
-bool run_command(ChatSession& chat, const std::string& msg) {
+bool run_command(Chat& chat, const std::string& msg) {
   const size_t sp = msg.find(' ');
   const std::string cmd = msg.substr(0, sp);
   std::string arg = sp == std::string::npos ? "" : msg.substr(sp + 1);
@@ -193,9 +191,9 @@ bool run_command(ChatSession& chat, const std::string& msg) {
   } else if (cmd == "/save") {
     if (arg.empty()) fail("/save needs a file name");
     std::ofstream out(arg, std::ios::binary);
-    out << chat.messages().dump(2, ' ', false, ojson::error_handler_t::replace) << "\n";
+    out << chat.messages_json(2) << "\n";
     if (!out) fail("cannot write ", arg);
-    note("[saved " + std::to_string(chat.messages().size()) + " messages to " + arg + "]");
+    note("[saved " + std::to_string(chat.n_messages()) + " messages to " + arg + "]");
   } else if (cmd == "/load") {
     if (arg.empty()) fail("/load needs a file name");
     std::ifstream in(arg, std::ios::binary);
@@ -203,8 +201,8 @@ bool run_command(ChatSession& chat, const std::string& msg) {
     const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
     const ojson j = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) fail(arg, " is not JSON");
-    chat.set_messages(j.is_object() && j.contains("messages") ? j["messages"] : j);
-    note("[loaded " + std::to_string(chat.messages().size()) + " messages from " + arg + "]");
+    chat.set_messages_json((j.is_object() && j.contains("messages") ? j["messages"] : j).dump());
+    note("[loaded " + std::to_string(chat.n_messages()) + " messages from " + arg + "]");
   } else {
     fail("unknown command ", cmd, " (/help lists them)");
   }
@@ -238,14 +236,14 @@ class ReplyPrinter {
   bool in_reasoning_ = false;
 };
 
-void report_turn(const ChatTurn& t, const ChatArgs& a, int64_t n_ctx) {
-  const GenerationStats& st = t.stats;
-  if (st.stop == StopReason::callback) note("[stopped]");
-  if (st.stop == StopReason::context_full)
+void report_turn(const ChatReply& t, const ChatArgs& a, int64_t n_ctx) {
+  const GenerateStats& st = t.stats;
+  if (st.stop_reason == StopReason::callback) note("[stopped]");
+  if (st.stop_reason == StopReason::context_full)
     note("[context full at " + std::to_string(n_ctx) +
          " tokens: the reply was cut. /reset starts over; /save FILE keeps the conversation for a run with a "
          "larger --ctx]");
-  if (st.stop == StopReason::max_tokens) note("[reply cut at -n " + std::to_string(a.gp.n_predict) + " tokens]");
+  if (st.stop_reason == StopReason::max_tokens) note("[reply cut at -n " + std::to_string(a.gp.n_predict) + " tokens]");
   if (a.verbose)
     std::fprintf(stderr,
                  "[prompt: %lld tokens, %lld reused from the cache, %lld evaluated in %.3f s (%.1f tok/s); reply: %d "
@@ -253,7 +251,7 @@ void report_turn(const ChatTurn& t, const ChatArgs& a, int64_t n_ctx) {
                  static_cast<long long>(t.n_prompt), static_cast<long long>(t.n_reused),
                  static_cast<long long>(t.n_evaluated), st.prompt_seconds,
                  t.n_evaluated / std::max(st.prompt_seconds, 1e-9), st.n_generated, st.generate_seconds,
-                 st.n_generated / std::max(st.generate_seconds, 1e-9), stop_reason_name(st.stop));
+                 st.n_generated / std::max(st.generate_seconds, 1e-9), stop_reason_name(st.stop_reason));
 }
 
 int run(ChatArgs& a) {
@@ -265,20 +263,18 @@ int run(ChatArgs& a) {
     if (override_source.empty()) fail("--chat-template: ", a.chat_template, " is empty");
   }
   const auto t_load = std::chrono::steady_clock::now();
-  auto model = a.co.load_model();
-  auto be = a.co.make();
-  const ChatFormat fmt(*model, override_source);
-  Session s(*model, *be, a.co.kv(*model, 1, 0));
-  ChatSession chat(s, fmt, a.gp);
-  chat.set_prompt_cache(!a.no_prompt_cache);
-  if (!a.system.empty()) chat.set_system(a.system);
+  auto engine = a.co.open();
+  auto chat = Chat::create(*engine, override_source);
+  engine->set_context(a.co.context_size(engine->info(), 1, 0));
+  chat->start(a.gp, !a.no_prompt_cache);
+  if (!a.system.empty()) chat->set_system(a.system);
   std::fprintf(stderr, "loaded %s (%s) in %.2f s; backend %s, %d threads; context %lld tokens; template: %s\n",
-               a.co.model.c_str(), model->hparams().arch.c_str(),
+               a.co.model.c_str(), engine->architecture().c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(),
-               std::string(be->name()).c_str(), be->n_threads(), static_cast<long long>(s.n_ctx()),
-               !override_source.empty() ? a.chat_template.c_str()
-               : fmt.is_fallback()      ? "ChatML (the model has none)"
-                                        : "the model's own");
+               engine->backend_name().c_str(), engine->n_threads(), static_cast<long long>(engine->context_size()),
+               !override_source.empty()       ? a.chat_template.c_str()
+               : chat->template_is_fallback() ? "ChatML (the model has none)"
+                                              : "the model's own");
 
   const bool tty = isatty(STDIN_FILENO);
   const char* no_color = std::getenv("NO_COLOR");
@@ -308,15 +304,15 @@ int run(ChatArgs& a) {
     in.remember(msg);
     try {
       if (msg.front() == '/') {
-        if (!run_command(chat, msg)) break;
+        if (!run_command(*chat, msg)) break;
         continue;
       }
       ReplyPrinter out(color);
-      const ChatTurn t = chat.send(
+      const ChatReply t = chat->send(
           msg, [&](std::string_view text, bool reasoning) { return out.print(text, reasoning); },
           [] { return g_interrupts > 0; });
       out.finish();
-      report_turn(t, a, s.n_ctx());
+      report_turn(t, a, engine->context_size());
     } catch (const Error& e) {
       std::string m = e.what();
       if (m.starts_with("context full"))
@@ -326,7 +322,7 @@ int run(ChatArgs& a) {
       note(std::string("internal error: ") + e.what());  // reported, and the chat goes on
     }
   }
-  a.co.report_experts(*model);
+  a.co.report_experts(*engine);
   return 0;
 }
 

@@ -1,12 +1,12 @@
 // apps/cli/cmd_pack: `sluice pack IN -o OUT` (and --unpack): the expert-bundled layout of
-// memory/pack.h, whose header explains why a packed file is Sluice-only.
+// sluice/pack.h (memory/pack.h explains why a packed file is Sluice-only).
 #include <unistd.h>
 
 #include <cstdio>
 #include <memory>
 
 #include "commands.h"
-#include "memory/pack.h"
+#include "sluice/pack.h"
 
 namespace sluice::cli {
 
@@ -26,10 +26,10 @@ CommandRunner add_pack_command(CLI::App& app) {
   cmd->add_flag("--unpack", o->unpack, "the reverse: stacked expert tensors again, loadable by llama.cpp");
   return [o] {
     const bool tty = ::isatty(2);
-    PackProgress progress = [tty](size_t done, size_t total) {
+    const auto progress = [tty](size_t done, size_t total) {
       if (tty && (done % 64 == 0 || done == total)) std::fprintf(stderr, "\rwriting tensor %zu/%zu", done, total);
     };
-    const PackResult r = o->unpack ? unpack_experts(o->in, o->out, progress) : pack_experts(o->in, o->out, progress);
+    const PackSummary r = pack_model(o->in, o->out, o->unpack, progress);
     std::fprintf(stderr, "%s%s %s -> %s: %d MoE layers, %lld experts, %.1f MB -> %.1f MB in %.2f s\n", tty ? "\r" : "",
                  o->unpack ? "unpacked" : "packed", o->in.c_str(), o->out.c_str(), r.moe_layers,
                  static_cast<long long>(r.experts), r.bytes_in / 1e6, r.bytes_out / 1e6, r.seconds);

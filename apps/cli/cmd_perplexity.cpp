@@ -1,6 +1,7 @@
 // apps/cli/cmd_perplexity: `sluice perplexity` — perplexity of a text, and KL divergence of one
 // configuration (KV codecs, weight types, backends) against a saved base run, printed as
-// llama-perplexity prints them. The method and the file format live in runtime/perplexity.
+// llama-perplexity prints them. The method and the file format live in the library
+// (sluice/perplexity.h, runtime/perplexity).
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -8,12 +9,8 @@
 #include <string>
 
 #include "commands.h"
-
-#include "backends/backend.h"
-#include "core/error.h"
-#include "kvcodec/kvcodec.h"
-#include "models/model.h"
-#include "runtime/perplexity.h"
+#include "sluice/perplexity.h"
+#include "sluice/sluice.h"
 
 namespace sluice::cli {
 namespace {
@@ -25,18 +22,14 @@ struct PerplexityArgs {
   bool no_auto_asymmetric = false, no_kv_rotation = false, no_kv_mean = false;
 };
 
-DType cache_type(const std::string& s) {
-  auto t = kv_type_from_name(s);
-  if (!t) fail("cache type '", s, "' is not supported (", kv_type_names(), ")");
-  return *t;
-}
-
 int run(const PerplexityArgs& a) {
   if (!a.kld.empty() && !a.kld_base.empty()) fail("perplexity: --kld and --kld-base exclude each other");
   if (a.kld.empty() && a.text_file.empty()) fail("perplexity: -f TEXT is required (except with --kld)");
   const auto t0 = std::chrono::steady_clock::now();
-  auto model = Model::load(a.model);
-  auto be = make_backend(a.backend, a.threads);
+  EngineOptions eo;
+  eo.backend = a.backend;
+  eo.n_threads = a.threads;
+  auto engine = Engine::open(a.model, eo);
   std::vector<int32_t> tokens;
   if (a.kld.empty()) {
     std::FILE* f = std::fopen(a.text_file.c_str(), "rb");
@@ -46,29 +39,30 @@ int run(const PerplexityArgs& a) {
     size_t n;
     while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
     std::fclose(f);
-    tokens = model->tokenizer().encode(text, /*add_special=*/true);
+    tokens = engine->tokenize(text, /*add_bos=*/true);
   }
-  PerplexityOptions o;
+  PerplexityConfig o;
   o.n_ctx = a.ctx;
   o.n_chunks = a.chunks;
-  o.kv.type_k = cache_type(a.cache_type_k.empty() ? a.cache_type : a.cache_type_k);
-  o.kv.type_v = cache_type(a.cache_type_v.empty() ? a.cache_type : a.cache_type_v);
+  o.kv.type_k = a.cache_type_k.empty() ? a.cache_type : a.cache_type_k;
+  o.kv.type_v = a.cache_type_v.empty() ? a.cache_type : a.cache_type_v;
   o.kv.auto_asymmetric = !a.no_auto_asymmetric;
-  if (a.no_kv_rotation) o.kv.rotation = KvCacheOptions::Rotation::off;
-  if (a.no_kv_mean) o.kv.k_mean = KvCacheOptions::KMean::off;
+  o.kv.rotation = !a.no_kv_rotation;
+  o.kv.k_mean = !a.no_kv_mean;
+  check_kv_options(o.kv);
   o.kld_base_out = a.kld_base;
   o.kld_in = a.kld;
   std::fprintf(stderr, "perplexity: %s (%s), backend %s, %d threads, %zu tokens\n", a.model.c_str(),
-               model->hparams().arch.c_str(), std::string(be->name()).c_str(), be->n_threads(), tokens.size());
-  const PerplexityResult r = perplexity_run(*model, *be, tokens, o, stdout);
+               engine->architecture().c_str(), engine->backend_name().c_str(), engine->n_threads(), tokens.size());
+  const PerplexitySummary r = perplexity(*engine, tokens, o, stdout);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf(
       "kv cache: K %s%s, V %s%s, %zu bytes/token (all layers), ctx %lld, %lld chunks, %lld tokens scored, %.1f s\n",
-      std::string(kv_type_name(r.type_k)).c_str(), r.rotated_k ? " (rotated)" : "",
-      std::string(kv_type_name(r.type_v)).c_str(), r.rotated_v ? " (rotated)" : "", r.kv_bytes_per_token,
-      static_cast<long long>(r.n_ctx), static_cast<long long>(r.n_chunks), static_cast<long long>(r.count), secs);
+      r.type_k.c_str(), r.rotated_k ? " (rotated)" : "", r.type_v.c_str(), r.rotated_v ? " (rotated)" : "",
+      r.kv_bytes_per_token, static_cast<long long>(r.n_ctx), static_cast<long long>(r.n_chunks),
+      static_cast<long long>(r.count), secs);
   std::printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
-  if (r.has_kld) std::printf("\n%s", format_kld_report(r.kld).c_str());
+  if (r.has_kld) std::printf("\n%s", r.kld_report.c_str());
   return 0;
 }
 
@@ -91,8 +85,8 @@ CommandRunner add_perplexity_command(CLI::App& app) {
   cmd->add_option("-t,--threads", a->threads, "worker threads (0 = all cores)")->capture_default_str();
   cmd->add_option("--cache-type", a->cache_type, "KV cache type of K and V (shorthand for both)")
       ->capture_default_str();
-  cmd->add_option("--cache-type-k", a->cache_type_k, "K cache type: " + std::string(kv_type_names()));
-  cmd->add_option("--cache-type-v", a->cache_type_v, "V cache type: " + std::string(kv_type_names()));
+  cmd->add_option("--cache-type-k", a->cache_type_k, "K cache type: " + cache_type_names());
+  cmd->add_option("--cache-type-v", a->cache_type_v, "V cache type: " + cache_type_names());
   cmd->add_flag("--no-auto-asymmetric", a->no_auto_asymmetric, "keep a K type below 8 bits even with GQA >= 6");
   cmd->add_flag(
       "--no-kv-rotation", a->no_kv_rotation,

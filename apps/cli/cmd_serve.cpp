@@ -1,4 +1,4 @@
-// apps/cli/cmd_serve: `sluice serve` — the OpenAI-compatible HTTP server (src/server) over one
+// apps/cli/cmd_serve: `sluice serve` — the OpenAI-compatible HTTP server (sluice/serve.h) over one
 // model: options, the signal thread (SIGTERM/SIGINT: stop accepting, let running requests
 // finish for --shutdown-grace seconds, cancel the rest, exit 0), and nothing else.
 #include <pthread.h>
@@ -13,8 +13,8 @@
 
 #include "commands.h"
 #include "common_opts.h"
-#include "core/error.h"
-#include "server/http_server.h"
+#include "sluice/serve.h"
+#include "sluice/sluice.h"
 
 namespace sluice::cli {
 namespace {
@@ -51,24 +51,24 @@ int run_serve(const ServeOpts& o) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-  server::ServerOptions so;
+  ServeOptions so;
   so.host = o.host;
   so.port = o.port;
   so.api_key = o.api_key;
   so.model_id = o.alias.empty() ? std::filesystem::path(o.co.model).stem().string() : o.alias;
   if (!o.chat_template.empty()) so.chat_template = read_file(o.chat_template);
   so.max_body_bytes = static_cast<size_t>(o.max_body_mb * 1024 * 1024);
-  so.engine.parallel = o.parallel;
-  so.engine.max_queue = o.queue;
-  so.engine.max_batch_tokens = o.batch;
-  so.engine.prompt_cache = !o.no_prompt_cache;
-  so.engine.cache_ram_bytes = o.no_prompt_cache ? 0 : static_cast<size_t>(o.cache_ram_mb * 1024 * 1024);
+  so.parallel = o.parallel;
+  so.max_queue = o.queue;
+  so.max_batch_tokens = o.batch;
+  so.prompt_cache = !o.no_prompt_cache;
+  so.cache_ram_bytes = o.no_prompt_cache ? 0 : static_cast<size_t>(o.cache_ram_mb * 1024 * 1024);
   so.split_reasoning = o.reasoning_format != "none";
 
-  auto model = o.co.load_model();
-  auto be = o.co.make();
-  so.engine.memory.kv = o.co.kv(*model, 0, 0);
-  server::HttpServer srv(*model, *be, so);
+  auto engine = o.co.open();
+  so.n_ctx = o.co.context_size(engine->info(), 0, 0);
+  auto server = Server::create(*engine, so);
+  Server& srv = *server;
   const int port = srv.bind();
   std::thread sig([&] {
     int got = 0;
@@ -79,8 +79,8 @@ int run_serve(const ServeOpts& o) {
   });
   std::fprintf(stderr,
                "serve: %s (%s), backend %s, %d threads; %d slots of %lld tokens, queue %d; listening on http://%s:%d\n",
-               so.model_id.c_str(), model->hparams().arch.c_str(), std::string(be->name()).c_str(), be->n_threads(),
-               o.parallel, static_cast<long long>(so.engine.memory.kv.n_ctx), o.queue, o.host.c_str(), port);
+               so.model_id.c_str(), engine->architecture().c_str(), engine->backend_name().c_str(), engine->n_threads(),
+               o.parallel, static_cast<long long>(so.n_ctx), o.queue, o.host.c_str(), port);
   srv.run();
   // run() returns after stop(); if it returned on its own, wake the signal thread to stop.
   pthread_kill(sig.native_handle(), SIGTERM);

@@ -1,5 +1,5 @@
 // apps/cli/cmd_synth: `sluice synth` — option parsing, the default tokenizer lookup, the
-// progress bar and the preset table; the model itself is written by src/synth.
+// progress bar and the preset table; the model itself is written by the library (sluice/synth.h).
 #include <unistd.h>
 
 #include <chrono>
@@ -8,8 +8,8 @@
 #include <memory>
 
 #include "commands.h"
-#include "core/error.h"
-#include "synth/synth.h"
+#include "sluice/error.h"
+#include "sluice/synth.h"
 
 namespace sluice::cli {
 namespace {
@@ -17,7 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct SynthArgs {
-  SynthOptions opt;
+  SynthConfig opt;
   std::string output;
   bool list_presets = false;
   bool quiet = false;
@@ -55,16 +55,15 @@ std::string fmt_count(double n) {
 int list_presets() {
   std::printf("%-10s %-17s %6s %6s %7s %9s %8s %9s  %s\n", "arch", "preset", "n_embd", "layers", "heads", "experts",
               "vocab", "params", "shape");
-  for (SynthShape s : synth_presets()) {
-    const bool tok_vocab = s.n_vocab == 0;
-    if (tok_vocab) s.n_vocab = 512;  // stories260K's, for the parameter count
+  for (const SynthPreset& s : synth_preset_table()) {
+    const bool tok_vocab = s.n_vocab == 0;  // the parameter count assumes stories260K's 512
     const std::string experts = s.n_expert ? std::to_string(s.n_expert) + "/" + std::to_string(s.n_expert_used) +
                                                  (s.n_expert_shared ? "+" + std::to_string(s.n_expert_shared) : "")
                                            : "-";
     std::printf("%-10s %-17s %6lld %6lld %3lld/%-3lld %9s %8s %9s  %s\n", s.arch.c_str(), s.preset.c_str(),
                 (long long)s.n_embd, (long long)s.n_layer, (long long)s.n_head,
                 (long long)(s.kv_lora_rank ? 1 : s.n_head_kv), experts.c_str(),
-                tok_vocab ? "tok" : std::to_string(s.n_vocab).c_str(), fmt_count(double(synth_param_count(s))).c_str(),
+                tok_vocab ? "tok" : std::to_string(s.n_vocab).c_str(), fmt_count(double(s.n_params)).c_str(),
                 s.note.c_str());
   }
   std::printf(
@@ -72,7 +71,7 @@ int list_presets() {
       "vocab 'tok': the tokenizer's size (params shown for 512). --layers N overrides the layer count,\n"
       "--vocab N the vocabulary (the tokenizer is padded with unused tokens).\n"
       "types: ");
-  for (const auto& t : synth_type_names()) std::printf("%s ", t.c_str());
+  for (const auto& t : synth_types()) std::printf("%s ", t.c_str());
   std::printf("\n");
   return 0;
 }
@@ -82,7 +81,7 @@ int list_presets() {
 class ProgressBar {
  public:
   ProgressBar() : tty_(isatty(STDERR_FILENO) != 0) {}
-  void operator()(const SynthProgress& p) {
+  void operator()(const SynthStatus& p) {
     const double frac = p.bytes_total ? double(p.bytes_done) / double(p.bytes_total) : 1.0;
     if (!p.done) {
       if (tty_ && p.seconds - last_ < 0.2) return;
@@ -114,7 +113,7 @@ class ProgressBar {
 int run(const SynthArgs& a) {
   if (a.list_presets) return list_presets();
   if (a.output.empty()) fail("synth: -o/--output is required");
-  SynthOptions opt = a.opt;
+  SynthConfig opt = a.opt;
   if (opt.tokenizer.empty()) {
     std::vector<std::string> tried;
     opt.tokenizer = default_tokenizer(&tried);
@@ -126,17 +125,16 @@ int run(const SynthArgs& a) {
     }
   }
   auto bar = std::make_shared<ProgressBar>();
-  if (!a.quiet) opt.progress = [bar](const SynthProgress& p) { (*bar)(p); };
-  const SynthResult r = synth_write(opt, a.output);
+  if (!a.quiet) opt.progress = [bar](const SynthStatus& p) { (*bar)(p); };
+  const SynthSummary r = synth(opt, a.output);
   std::string types;
   for (const auto& [t, n] : r.type_counts) types += (types.empty() ? "" : ", ") + t + " x" + std::to_string(n);
   std::fprintf(stderr,
                "wrote %s: %s (%s preset), %lld layers, vocab %lld, type %s, seed %llu\n"
                "  %s parameters, %d tensors (%s), %.3f GB in %.1f s (%.1f MB/s)\n",
-               a.output.c_str(), r.shape.arch.c_str(), r.shape.preset.c_str(), (long long)r.shape.n_layer,
-               (long long)r.shape.n_vocab, opt.type.c_str(), (unsigned long long)opt.seed,
-               fmt_count(double(r.n_params)).c_str(), r.n_tensors, types.c_str(), r.file_bytes / 1e9, r.seconds,
-               r.seconds > 0 ? r.file_bytes / 1e6 / r.seconds : 0.0);
+               a.output.c_str(), r.arch.c_str(), r.preset.c_str(), (long long)r.n_layer, (long long)r.n_vocab,
+               opt.type.c_str(), (unsigned long long)opt.seed, fmt_count(double(r.n_params)).c_str(), r.n_tensors,
+               types.c_str(), r.file_bytes / 1e9, r.seconds, r.seconds > 0 ? r.file_bytes / 1e6 / r.seconds : 0.0);
   return 0;
 }
 
@@ -144,7 +142,7 @@ int run(const SynthArgs& a) {
 
 CommandRunner add_synth_command(CLI::App& app) {
   auto args = std::make_shared<SynthArgs>();
-  SynthOptions& o = args->opt;
+  SynthConfig& o = args->opt;
   auto* cmd = app.add_subcommand("synth",
                                  "write a random-weight model of any supported architecture (GGUF, llama.cpp layout)");
   cmd->footer(

@@ -1,6 +1,6 @@
 // apps/cli/cmd_template: `sluice template -f TEMPLATE [--messages M.json] [--tools T.json]
 // [--add-generation-prompt] [--bos TEXT] [--eos TEXT]`: prints the prompt a chat template
-// (template/chat_template.h) renders, byte for byte as transformers' apply_chat_template would.
+// (sluice/template.h) renders, byte for byte as transformers' apply_chat_template would.
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "commands.h"
-#include "core/error.h"
-#include "template/chat_template.h"
+#include "sluice/error.h"
+#include "sluice/template.h"
 
 namespace sluice::cli {
 namespace {
@@ -48,24 +48,25 @@ CommandRunner add_template_command(CLI::App& app) {
   auto* bos = cmd->add_option("--bos", o->bos, "bos_token (undefined in the template when not given)");
   auto* eos = cmd->add_option("--eos", o->eos, "eos_token (undefined in the template when not given)");
   return [o, bos, eos] {
-    const ChatTemplate t(read_file(o->tmpl, "template"), o->tmpl);
-    ChatTemplateInput in;
+    const PromptTemplate t(read_file(o->tmpl, "template"), o->tmpl);
+    PromptTemplateInput in;
     if (!o->messages.empty()) {
       nlohmann::ordered_json m = read_json(o->messages, "messages file");
       if (m.is_object() && m.contains("messages")) {
-        if (m.contains("tools")) in.tools = m["tools"];
+        if (m.contains("tools")) in.tools_json = m["tools"].dump();
         m = m["messages"];
       }
       if (!m.is_array()) fail(o->messages, ": expected an array of messages");
-      in.messages = m;
+      in.messages_json = m.dump();
     }
     if (!o->tools.empty()) {
-      in.tools = read_json(o->tools, "tools file");
-      if (!in.tools.is_array()) fail(o->tools, ": expected an array of tool definitions");
+      const nlohmann::ordered_json tools = read_json(o->tools, "tools file");
+      if (!tools.is_array()) fail(o->tools, ": expected an array of tool definitions");
+      in.tools_json = tools.dump();
     }
     in.add_generation_prompt = o->gen;
-    if (*bos) in.extra["bos_token"] = o->bos;
-    if (*eos) in.extra["eos_token"] = o->eos;
+    if (*bos) in.bos_token = o->bos;
+    if (*eos) in.eos_token = o->eos;
     const std::string out = t.apply(in);
     std::fwrite(out.data(), 1, out.size(), stdout);
     return 0;

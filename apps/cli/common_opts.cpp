@@ -7,10 +7,9 @@
 #include <exception>
 #include <limits>
 #include <sstream>
+#include <string>
+#include <vector>
 
-#include "commands.h"
-#include "core/error.h"
-#include "kvcodec/kvcodec.h"
 
 namespace sluice::cli {
 
@@ -41,12 +40,6 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 }  // namespace
 
-DType parse_cache_type(const std::string& s) {
-  auto t = kv_type_from_name(s);
-  if (!t) fail("cache type '", s, "' is not supported (", kv_type_names(), ")");
-  return *t;
-}
-
 void CommonOpts::add(CLI::App* app) {
   app->add_option("-m,--model", model, "GGUF model file, or a Hugging Face / MLX model folder")
       ->required()
@@ -61,8 +54,8 @@ void CommonOpts::add(CLI::App* app) {
   app->add_option("-c,--ctx", ctx, "context size in tokens (0 = min(model's training context, 4096))")
       ->check(in_range(0, kInf));
   app->add_option("--cache-type", cache_type, "KV cache type of K and V (shorthand for both)")->capture_default_str();
-  app->add_option("--cache-type-k", cache_type_k, "K cache type: " + std::string(kv_type_names()));
-  app->add_option("--cache-type-v", cache_type_v, "V cache type: " + std::string(kv_type_names()));
+  app->add_option("--cache-type-k", cache_type_k, "K cache type: " + std::string(cache_type_names()));
+  app->add_option("--cache-type-v", cache_type_v, "V cache type: " + std::string(cache_type_names()));
   app->add_flag("--no-auto-asymmetric", no_auto_asymmetric, "keep a K type below 8 bits even with GQA >= 6");
   app->add_flag(
       "--no-kv-rotation", no_kv_rotation,
@@ -101,78 +94,84 @@ void CommonOpts::add(CLI::App* app) {
   app->add_option("--gpu-expert-cache", gpu_expert_cache,
                   "cuda: VRAM budget for routed experts, cached by (layer, expert) (e.g. 8G; default: all in VRAM)");
 }
-std::unique_ptr<Backend> CommonOpts::make() const {
-  BackendOptions o{.n_threads = threads};
-  if (!gpu_expert_cache.empty()) {
-    if (backend != "cuda") fail("--gpu-expert-cache needs --backend cuda");
-    o.gpu_expert_cache = parse_byte_size("--gpu-expert-cache", gpu_expert_cache);
-  }
-  return make_backend(backend, o);
-}
-void CommonOpts::report_backend(const Backend& be) {
-  if (std::string line = be.stats_line(); !line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
-}
-ModelOptions CommonOpts::model_options() const {
-  ModelOptions o;
-  o.experts.policy = expert_policy_from_name(experts);
-  set_expert_cache(o.experts, expert_cache);
+EngineOptions CommonOpts::engine_options() const {
+  EngineOptions o;
+  o.backend = backend;
+  o.n_threads = threads;
+  o.gpu_expert_cache = gpu_expert_cache;
+  o.kv.type_k = cache_type_k.empty() ? cache_type : cache_type_k;
+  o.kv.type_v = cache_type_v.empty() ? cache_type : cache_type_v;
+  o.kv.auto_asymmetric = !no_auto_asymmetric;
+  o.kv.rotation = !no_kv_rotation;
+  o.kv.k_mean = !no_kv_mean;
+  o.experts.policy = experts;
+  o.experts.cache = expert_cache;
   o.experts.pin_per_layer = pin_experts;
-  o.experts.routing_counts_path = routing_counts;
+  o.experts.routing_counts = routing_counts;
   o.experts.prefetch = prefetch;
   o.experts.prefetch_extra = prefetch_extra;
   o.experts.prefetch_gate = !no_prefetch_gate;
   o.experts.io = expert_io;
   o.experts.direct_io = !no_direct_io;
   o.experts.progress = true;
+  o.experts.record_routing_trace = !routing_trace_out.empty();
   o.read_weights = !mmap_weights;
   o.lora = lora;
-  o.progress = [last = size_t{0}](size_t done, size_t total) mutable {
+  o.load_progress = [last = size_t{0}](size_t done, size_t total) mutable {
     // A line per GiB for big files (reading from a cold disk takes a while), nothing for small ones.
     if (total < (size_t{1} << 30) || (done - last < (size_t{1} << 30) && done != total)) return;
     last = done;
     std::fprintf(stderr, "loading: %.1f / %.1f GB\n", done / 1e9, total / 1e9);
   };
+  o.on_load_note = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   return o;
 }
-std::unique_ptr<Model> CommonOpts::load_model() const {
-  auto m = Model::load(model, model_options());
-  // A quantized folder's weights were repacked or dequantized at load (format/hf_folder.h).
-  if (const std::string q = m->file().get_string_or("sluice.folder.quantization", ""); !q.empty())
-    std::fprintf(stderr, "%s\n", q.c_str());
-  if (!m->lora_summary().empty()) std::fprintf(stderr, "%s\n", m->lora_summary().c_str());
-  if (!routing_trace_out.empty()) m->experts().record_routing_trace();
-  return m;
+std::unique_ptr<Engine> CommonOpts::open() const { return Engine::open(model, engine_options()); }
+void CommonOpts::report_backend(const Engine& e) {
+  if (std::string line = e.backend_stats_line(); !line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
 }
-void CommonOpts::report_experts(const Model& m) const {
-  std::fprintf(stderr, "%s\n", format_expert_stats(m.experts().stats()).c_str());
-  if (!routing_counts_out.empty()) m.experts().save_routing_counts(routing_counts_out);
-  if (!routing_trace_out.empty()) m.experts().save_routing_trace(routing_trace_out);
+void CommonOpts::report_experts(const Engine& e) const {
+  std::fprintf(stderr, "%s\n", e.expert_stats_line().c_str());
+  if (!routing_counts_out.empty()) e.save_routing_counts(routing_counts_out);
+  if (!routing_trace_out.empty()) e.save_routing_trace(routing_trace_out);
 }
-KvCacheOptions CommonOpts::kv(const Model& m, int64_t n_prompt, int64_t n_more) const {
-  KvCacheOptions o;
-  const int64_t train = m.hparams().n_ctx_train > 0 ? m.hparams().n_ctx_train : int64_t{1} << 40;
+int64_t CommonOpts::context_size(const ModelInfo& m, int64_t n_prompt, int64_t n_more) const {
+  const int64_t train = m.n_ctx_train > 0 ? m.n_ctx_train : int64_t{1} << 40;
   if (ctx > 0) {
     if (ctx > train)
       std::fprintf(stderr,
                    "warning: --ctx %lld is beyond the model's training context of %lld; expect worse output past it\n",
                    static_cast<long long>(ctx), static_cast<long long>(train));
-    o.n_ctx = ctx;
-  } else {
-    if (n_prompt > train)
-      fail("the prompt has ", n_prompt, " tokens, more than the model's training context of ", train,
-           " (--ctx N allows a longer context)");
-    o.n_ctx = std::min(train, std::max<int64_t>(std::min<int64_t>(train, 4096), n_prompt + n_more));
+    return ctx;
   }
-  o.type_k = parse_cache_type(cache_type_k.empty() ? cache_type : cache_type_k);
-  o.type_v = parse_cache_type(cache_type_v.empty() ? cache_type : cache_type_v);
-  o.auto_asymmetric = !no_auto_asymmetric;
-  if (no_kv_rotation) o.rotation = KvCacheOptions::Rotation::off;
-  if (no_kv_mean) o.k_mean = KvCacheOptions::KMean::off;
-  return o;
+  if (n_prompt > train)
+    fail("the prompt has ", n_prompt, " tokens, more than the model's training context of ", train,
+         " (--ctx N allows a longer context)");
+  return std::min(train, std::max<int64_t>(std::min<int64_t>(train, 4096), n_prompt + n_more));
 }
 
-void add_generate_options(CLI::App* cmd, GenerateParams& gp) {
-  SamplerParams& sp = gp.sampler;
+std::vector<int32_t> parse_token_list(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    long v = 0;
+    try {
+      v = std::stol(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v < 0 || v > INT32_MAX) fail("--tokens: '", item, "' is not a token id");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty()) fail("--tokens: no token ids given");
+  return ids;
+}
+
+void add_generate_options(CLI::App* cmd, GenerateOptions& gp) {
+  GenerateOptions& sp = gp;
   cmd->add_option("-n,--n-predict", gp.n_predict, "tokens to generate")
       ->capture_default_str()
       ->check(in_range(1, kInf));

@@ -7,20 +7,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
-#include "backends/backend.h"
-#include "memory/kv_cache.h"
-#include "models/model.h"
-#include "runtime/generator.h"
+#include "sluice/sluice.h"
 
 namespace sluice::cli {
 
 // A CLI11 check: a number in [lo, hi] (either end may be ±infinity), with a message naming
 // the range ("'2' is out of range (want 0..1)").
 CLI::Validator in_range(double lo, double hi);
-
-// A KV type name -> its DType; fails naming the supported types.
-DType parse_cache_type(const std::string& s);
 
 struct CommonOpts {
   std::string model;
@@ -44,23 +39,25 @@ struct CommonOpts {
   std::string lora;  // an MLX-LM LoRA adapter folder merged at load
 
   void add(CLI::App* app);
-  std::unique_ptr<Backend> make() const;
+  EngineOptions engine_options() const;
+  // Loads the model (what the load did on stderr) and makes the backend.
+  std::unique_ptr<Engine> open() const;
   // The backend's end-of-run figures on stderr (cuda: its expert tier; nothing for the others).
-  static void report_backend(const Backend& be);
-  ModelOptions model_options() const;
-  // The model, with the routing trace recording when --routing-trace-out asks for it.
-  std::unique_ptr<Model> load_model() const;
-  // The store's figures on stderr, and the calibration file when asked for.
-  void report_experts(const Model& m) const;
-  // The cache for a prompt of n_prompt tokens and n_more after it. Without --ctx:
+  static void report_backend(const Engine& e);
+  // The store's figures on stderr, and the calibration file and trace when asked for.
+  void report_experts(const Engine& e) const;
+  // The context for a prompt of n_prompt tokens and n_more after it. Without --ctx:
   // min(training context, 4096), grown to n_prompt + n_more up to the training context; a
   // prompt longer than the training context fails, naming --ctx (which allows it, with a
   // warning when it goes past the training context).
-  KvCacheOptions kv(const Model& m, int64_t n_prompt, int64_t n_more) const;
+  int64_t context_size(const ModelInfo& m, int64_t n_prompt, int64_t n_more) const;
 };
+
+// "1,403,407" -> token ids; fails naming --tokens for anything else.
+std::vector<int32_t> parse_token_list(const std::string& s);
 
 // -n, --temp, --top-k, --top-p, --min-p, penalties, --seed, --ignore-eos, --stop, --no-special
 // on `cmd`, each checked for its range by CLI11 (a bad value is an error naming the option).
-void add_generate_options(CLI::App* cmd, GenerateParams& gp);
+void add_generate_options(CLI::App* cmd, GenerateOptions& gp);
 
 }  // namespace sluice::cli

@@ -1,7 +1,11 @@
-// sluice/sluice.h: the public API of libsluice — open a model, tokenize, generate; evaluate
-// several sequences together (Context).
-// Everything else (backends, formats, models) is internal and may change.
+// sluice/sluice.h: the public API of libsluice — open a model (Engine: backend, threads, KV
+// cache codecs, where experts live), tokenize, evaluate, generate (sampler parameters, stop
+// strings, speculative decoding, stats); evaluate several sequences together (Context).
+// The tools beside it: sluice/{inspect,parity,perplexity,bench,synth,pack,template,chat,serve}.h.
+// Everything else (backends, formats, models) is internal and may change. Errors are
+// sluice::Error (sluice/error.h).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -9,12 +13,81 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/error.h"
+
 namespace sluice {
 
+// "4G", "512M", "1.5GiB", "65536": bytes (K/M/G/T are powers of 1024). Throws Error
+// "<what>: '<text>' is not a size (e.g. 4G, 512M, 65536)".
+size_t parse_byte_size(const std::string& what, const std::string& text);
+
+// The KV cache type names, for help texts: "f16, f32, bf16, q8_0, ...".
+std::string cache_type_names();
+
+// The KV cache of every sequence: a codec per side and how rows are stored (README: KV cache
+// codecs). A type name outside cache_type_names() fails when a context is made, naming it.
+struct KvOptions {
+  std::string type_k = "f16", type_v = "f16";
+  bool auto_asymmetric = true;  // K raised to q8_0 when GQA >= 6 and K is below 8 bits
+  bool rotation = true;         // q8_0/q4_0 sides stored Hadamard-rotated
+  bool k_mean = true;           // tq K rows stored minus a per-head mean of the first positions
+};
+// Throws Error "cache type 'X' is not supported (...)" for an unknown K, then V, type.
+void check_kv_options(const KvOptions& kv);
+
+// Where a model's routed experts live and how they are read (README: --experts).
+struct ExpertOptions {
+  std::string policy = "resident";    // resident | mmap (page cache) | stream (bounded cache)
+  std::string cache = "4G";           // stream: the cache budget (a size, or "auto": what the memory limit leaves)
+  int pin_per_layer = 0;              // stream: the N most-routed experts of each layer stay cached
+  std::string routing_counts{};       // routing counts (a run's save_routing_counts) choosing the pins
+  bool prefetch = true;               // mmap/stream: predict the next layer's experts and read them early
+  int prefetch_extra = -1;            // the predictor stages the top k+M experts (-1: M = max(1, k/4))
+  bool prefetch_gate = true;          // stream: read a guess only when it is expected to pay
+  std::string io = "auto";            // stream: auto | uring | pread
+  bool direct_io = true;              // stream: O_DIRECT reads
+  bool progress = false;              // stream: progress lines on stderr while pins load and the cache warms
+  bool record_routing_trace = false;  // keep every expert request for Engine::save_routing_trace
+};
+
 struct EngineOptions {
-  std::string backend = "cpu";  // "cpu" or "ref"
-  int n_threads = 0;            // 0: all cores
-  int64_t n_ctx = 0;            // 0: min(model's training context, 4096)
+  std::string backend = "cpu";     // ref | cpu | cpu-exact | cuda (when built)
+  int n_threads = 0;               // 0: all cores
+  int64_t n_ctx = 0;               // generate()'s context until set_context: 0 = min(training context, 4096)
+  std::string gpu_expert_cache{};  // cuda: VRAM budget for routed experts (e.g. "8G"; empty: no separate budget)
+  KvOptions kv{};
+  ExpertOptions experts{};
+  bool read_weights = true;  // resident: read the file into memory (false: map it)
+  std::string lora{};        // an MLX-LM LoRA adapter folder merged into the weights at load
+  std::function<void(size_t done, size_t total)> load_progress{};  // bytes of weights read so far
+  // A line about what the load did (a quantized folder repacked, a LoRA merged), as it happens.
+  std::function<void(const std::string& line)> on_load_note{};
+};
+
+// A model's shape (Engine::info, sluice/inspect.h model_info).
+struct ModelInfo {
+  std::string arch;  // general.architecture
+  int64_t n_vocab = 0, n_ctx_train = 0, n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0;
+  int64_t head_dim_k = 0, head_dim_v = 0;
+  int64_t n_ff = 0;  // the first layer's dense FFN width
+  int64_t n_rot = 0;
+  float rms_eps = 0, rope_base = 0;
+  bool rope_neox = false;
+  size_t weight_bytes = 0;
+};
+
+// Speculative decoding: each step drafts up to draft_max tokens and verifies them in one batch;
+// the tokens are those of plain decoding.
+enum class SpeculativeMode {
+  off,
+  lookup,       // prompt lookup: the tokens that followed the last n-gram's earlier occurrence
+  draft_model,  // the greedy continuation of the Engine's draft model (Engine::load_draft)
+};
+struct SpeculativeOptions {
+  SpeculativeMode mode = SpeculativeMode::off;
+  int draft_max = 8;  // drafts per step
+  int ngram_max = 4;  // lookup: the longest n-gram looked up first ...
+  int ngram_min = 2;  // ... down to this one
 };
 
 struct GenerateOptions {
@@ -32,7 +105,11 @@ struct GenerateOptions {
   bool parse_special = true;  // prompt text spelling a special token (e.g. <|im_start|>) becomes that token
   // Generation stops when the text reaches one of these (they may span tokens). The text up to
   // it is returned and streamed; the stop string itself and anything after it are not.
-  std::vector<std::string> stop;
+  std::vector<std::string> stop{};
+  SpeculativeOptions speculative{};
+  // Called before each token is sampled, with the count generated so far (not called with
+  // speculative decoding).
+  std::function<void(int n_generated)> on_token{};
 };
 
 enum class StopReason {
@@ -49,33 +126,82 @@ struct GenerateStats {
   int n_prompt = 0, n_generated = 0;
   double prompt_seconds = 0, generate_seconds = 0;
   StopReason stop_reason = StopReason::none;
+  // Speculative decoding: verify steps after the prompt, drafts evaluated and kept, tokens
+  // evaluated again after a rollback to a checkpoint (recurrent models).
+  int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0, spec_replayed = 0;
+  double spec_acceptance() const {
+    return spec_drafted ? static_cast<double>(spec_accepted) / static_cast<double>(spec_drafted) : 0.0;
+  }
 };
 
-// A loaded model plus one session over it. Not thread-safe; one generation at a time.
+// The id of the largest of n logits (ties: the lowest id): greedy decoding.
+int32_t greedy_token(const float* logits, size_t n);
+
+// A loaded model on a backend plus one sequence (the context of generate and eval). Not
+// thread-safe; one generation at a time.
 class Engine {
  public:
-  // Throws std::runtime_error (sluice::Error) naming the file and what is wrong.
+  // Loads the model, then makes the backend. Throws sluice::Error naming the file, option or
+  // what is wrong.
   static std::unique_ptr<Engine> open(const std::string& model_path, const EngineOptions& opt = {});
   ~Engine();
 
-  std::vector<int32_t> tokenize(std::string_view text, bool add_bos = true) const;
+  // parse_special: text spelling a special token (<|im_start|>) becomes that token.
+  std::vector<int32_t> tokenize(std::string_view text, bool add_bos = true, bool parse_special = false) const;
   std::string detokenize(const std::vector<int32_t>& ids) const;
+  std::string token_to_piece(int32_t id) const;
   std::string architecture() const;
   int64_t n_vocab() const;
+  ModelInfo info() const;
+  std::string backend_name() const;
+  int n_threads() const;
+  // The backend's end-of-run figures (cuda: its expert tier); empty for the others.
+  std::string backend_stats_line() const;
+
+  // The expert store: its policy name, its figures as one line, and the figures between
+  // mark_expert_stats() and now for n_tokens tokens (a run's steady state).
+  std::string expert_policy() const;
+  std::string expert_stats_line() const;
+  void mark_expert_stats();
+  std::string expert_stats_since_mark(int64_t n_tokens) const;
+  // Adds this run's per-layer routing counts to `path` (ExpertOptions::routing_counts reads it).
+  void save_routing_counts(const std::string& path) const;
+  // Every expert request, one layer's per line (needs ExpertOptions::record_routing_trace).
+  void save_routing_trace(const std::string& path) const;
+
+  // Makes the context of generate() and eval() anew: n_ctx positions in EngineOptions::kv's
+  // codecs (throws for an unknown cache type). Without a call, the first use makes one of
+  // EngineOptions::n_ctx.
+  void set_context(int64_t n_ctx);
+  int64_t context_size() const;
+  // Evaluates `tokens` after what the context holds; returns every token's logits
+  // ([n][n_vocab]) when all_logits, else the last token's.
+  std::vector<float> eval(const std::vector<int32_t>& tokens, bool all_logits = false);
+
+  // The draft model of SpeculativeMode::draft_model: loaded with default options, run on this
+  // Engine's backend; returns its shape. set_draft_context gives it a context (KvOptions as
+  // this Engine's) and throws when its vocabulary differs from this model's.
+  ModelInfo load_draft(const std::string& path);
+  void set_draft_context(int64_t n_ctx);
 
   // Generates after `prompt` from an empty context; calls on_piece with text as it becomes
   // final (return false to stop): pieces never split a UTF-8 character and never hold any part
   // of a stop string, so a piece may cover several tokens and a token may show up later than it
   // was sampled. Invalid UTF-8 from the model is passed on as-is. Returns the text streamed
-  // (when on_piece stops the run, what was held back at that point is dropped).
+  // (when on_piece stops the run, what was held back at that point is dropped). Throws
+  // sluice::Error when the prompt is empty or longer than the context.
   std::string generate(std::string_view prompt, const GenerateOptions& opt,
                        const std::function<bool(std::string_view piece)>& on_piece = {},
                        GenerateStats* stats = nullptr);
 
+  // What it holds (src/api/engine_impl.h): the library's files beside the API (src/api,
+  // src/server) reach it through EngineAccess.
+  struct Impl;
+
  private:
   friend class Context;
+  friend struct EngineAccess;
   Engine();
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -26,7 +26,7 @@ std::unique_ptr<Context> Context::create(Engine& engine, const ContextOptions& o
   c->impl_->model = e.model.get();
   c->impl_->backend = e.backend.get();
   MemoryOptions mo;
-  mo.kv.n_ctx = opt.n_ctx > 0 ? opt.n_ctx : e.session->n_ctx();
+  mo.kv = kv_cache_options(e.kv, opt.n_ctx > 0 ? opt.n_ctx : engine.context_size());
   mo.budget_bytes = opt.memory_budget;
   c->impl_->memory = std::make_unique<Memory>(e.model->memory_layout(), mo);
   return c;

@@ -23,15 +23,12 @@
 #include <functional>
 #include <string>
 
+#include "sluice/pack.h"
+
 namespace sluice {
 
-struct PackResult {
-  int moe_layers = 0;      // layers whose experts were rewritten
-  int64_t experts = 0;     // (layer, expert) bundles
-  uint64_t bytes_in = 0;   // input file size
-  uint64_t bytes_out = 0;  // output file size
-  double seconds = 0;
-};
+// What a pack or unpack did: the public API's PackSummary (sluice/pack.h).
+using PackResult = PackSummary;
 
 // progress(done, total): tensors written so far, called after each tensor.
 using PackProgress = std::function<void(size_t done, size_t total)>;

@@ -107,6 +107,51 @@ TEST(PublicApi, MissingFileThrowsWithPath) {
   }
 }
 
+// The options the CLI passes: a bad cache type or size fails naming it; speculative decoding by
+// prompt lookup gives plain greedy's text; eval's last row is where greedy starts.
+TEST(PublicApi, OptionsSpeculativeAndEval) {
+  SLUICE_REQUIRE_SHARED();
+  const std::string model = sluice::test::shared_dir() + "/models/stories260K.gguf";
+  EXPECT_EQ(sluice::parse_byte_size("--x", "1.5K"), 1536u);
+  EXPECT_THROW(sluice::parse_byte_size("--x", "4Q"), sluice::Error);
+  sluice::KvOptions bad;
+  bad.type_v = "q9";
+  try {
+    sluice::check_kv_options(bad);
+    FAIL() << "no exception";
+  } catch (const sluice::Error& ex) {
+    EXPECT_NE(std::string(ex.what()).find("cache type 'q9' is not supported"), std::string::npos) << ex.what();
+  }
+  sluice::EngineOptions eo;
+  eo.experts.cache = "lots";
+  EXPECT_THROW(sluice::Engine::open(model, eo), sluice::Error);
+
+  auto e = sluice::Engine::open(model, {.backend = "cpu", .n_threads = 1});
+  EXPECT_EQ(e->info().n_layer, 5);
+  EXPECT_EQ(e->expert_policy(), "resident");
+  sluice::GenerateOptions g;
+  g.temp = 0;
+  g.n_predict = 48;
+  const std::string plain = e->generate("Once upon a time, there was a little girl named Lily", g);
+  g.speculative.mode = sluice::SpeculativeMode::lookup;
+  sluice::GenerateStats st;
+  EXPECT_EQ(e->generate("Once upon a time, there was a little girl named Lily", g, {}, &st), plain);
+  EXPECT_GT(st.spec_steps, 0);
+  EXPECT_LE(st.spec_accepted, st.spec_drafted);
+  g.speculative.mode = sluice::SpeculativeMode::draft_model;  // no draft model loaded
+  EXPECT_THROW(e->generate("Once", g), sluice::Error);
+
+  e->set_context(64);
+  EXPECT_EQ(e->context_size(), 64);
+  const std::vector<int32_t> ids = e->tokenize("Once upon a time");
+  const std::vector<float> all = e->eval(ids, /*all_logits=*/true);
+  ASSERT_EQ(all.size(), ids.size() * static_cast<size_t>(e->n_vocab()));
+  const int32_t first = sluice::greedy_token(all.data() + all.size() - e->n_vocab(), e->n_vocab());
+  g.speculative.mode = sluice::SpeculativeMode::off;
+  g.n_predict = 1;
+  EXPECT_EQ(e->generate("Once upon a time", g), e->token_to_piece(first));
+}
+
 }  // namespace
 
 // Context: three sequences stepped together (one prompt joins while two decode) give each
