@@ -44,6 +44,13 @@ struct AttentionArgs {
   float scale = 1.0f;             // applied to q·k before softmax
   const TqCodec* k_tq = nullptr;  // set iff k_type is a tq type
   const TqCodec* v_tq = nullptr;  // set iff v_type is a tq type
+  // Attention sinks (memory/kv_cache.h): positions 0..n_sink_k-1 of K are read from k_sink
+  // instead of k, f16 rows of [Hkv][Dk] (Hkv·Dk halves apart) in K's storage space: for a tq
+  // type the codec's rotated space (R·k, what decode_head_rotated gives before its scale),
+  // else the vector the row encodes; likewise V (n_sink_v, v_sink). 0: none.
+  const uint16_t* k_sink = nullptr;
+  const uint16_t* v_sink = nullptr;
+  int64_t n_sink_k = 0, n_sink_v = 0;
 };
 
 enum class MoeGating {

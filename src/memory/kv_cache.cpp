@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "core/error.h"
+#include "core/fp16.h"
 
 namespace sluice {
 namespace {
@@ -96,6 +98,14 @@ void KvCache::init(const KvGeometry& g, const KvCacheOptions& opt) {
   k_mean_on_ = opt.k_mean == M::all || (opt.k_mean == M::tq && kv_type_is_tq(type_k_));
   mean_window_ = std::max<int64_t>(2, opt.mean_window);
   k_mean_.assign(static_cast<size_t>(g.n_layer), {});
+  auto sinks = [&](DType t, int64_t n) {
+    const bool plain = t == DType::F32 || t == DType::F16 || t == DType::BF16;
+    return plain ? int64_t{0} : std::clamp<int64_t>(n, 0, n_ctx_);
+  };
+  n_sink_k_ = sinks(type_k_, opt.n_sink_k);
+  n_sink_v_ = sinks(type_v_, opt.n_sink_v);
+  k_sink_.assign(static_cast<size_t>(g.n_layer), std::vector<uint16_t>(n_sink_k_ * g.n_head_kv * g.head_dim_k));
+  v_sink_.assign(static_cast<size_t>(g.n_layer), std::vector<uint16_t>(n_sink_v_ * g.n_head_kv * g.head_dim_v));
   k_row_bytes_ = kv_type_row_bytes(type_k_, g.n_head_kv, g.head_dim_k);
   v_row_bytes_ = kv_type_row_bytes(type_v_, g.n_head_kv, g.head_dim_v);
   for (int64_t l = 0; l < g.n_layer; ++l) {
@@ -110,7 +120,12 @@ int64_t KvCache::rows_for(int64_t n_pos) const {
 }
 
 size_t KvCache::bytes_for(int64_t n_pos) const {
-  return (k_row_bytes_ + v_row_bytes_) * static_cast<size_t>(rows_for(n_pos)) * k_.size();
+  return (k_row_bytes_ + v_row_bytes_) * static_cast<size_t>(rows_for(n_pos)) * k_.size() + sink_bytes();
+}
+
+size_t KvCache::sink_bytes() const {
+  const int64_t h = n_sink_k_ * geo_.n_head_kv * geo_.head_dim_k + n_sink_v_ * geo_.n_head_kv * geo_.head_dim_v;
+  return static_cast<size_t>(h) * sizeof(uint16_t) * k_.size();
 }
 
 void KvCache::reserve(int64_t n_pos) {
@@ -125,6 +140,8 @@ void KvCache::copy_prefix(const KvCache& src, int64_t n_pos) {
   if (n_pos > src.capacity_) fail("kv cache: copy of ", n_pos, " rows from a cache holding ", src.capacity_);
   reserve(n_pos);
   k_mean_ = src.k_mean_;  // the prefix's rows were encoded against it
+  k_sink_ = src.k_sink_;  // rows past n_pos are written again before attention sees them
+  v_sink_ = src.v_sink_;
   for (size_t l = 0; l < k_.size(); ++l) {
     std::copy_n(src.k_[l].data(), k_row_bytes_ * static_cast<size_t>(n_pos), k_[l].data());
     std::copy_n(src.v_[l].data(), v_row_bytes_ * static_cast<size_t>(n_pos), v_[l].data());
@@ -138,6 +155,10 @@ void KvCache::copy_out(int64_t n_pos, std::vector<uint8_t>& out, std::vector<std
   for (size_t l = 0; l < k_.size(); ++l) {
     out.insert(out.end(), k_[l].data(), k_[l].data() + kb);
     out.insert(out.end(), v_[l].data(), v_[l].data() + vb);
+    for (const auto* sk : {&k_sink_[l], &v_sink_[l]}) {
+      const auto* b = reinterpret_cast<const uint8_t*>(sk->data());
+      out.insert(out.end(), b, b + sk->size() * sizeof(uint16_t));
+    }
   }
   k_mean = k_mean_;
 }
@@ -156,10 +177,16 @@ void KvCache::copy_in(const uint8_t* data, int64_t n_stored, int64_t n_pos,
     data += k_row_bytes_ * stored;
     std::copy_n(data, v_row_bytes_ * n, v_[l].data());
     data += v_row_bytes_ * stored;
+    for (auto* sk : {&k_sink_[l], &v_sink_[l]}) {
+      std::memcpy(sk->data(), data, sk->size() * sizeof(uint16_t));
+      data += sk->size() * sizeof(uint16_t);
+    }
   }
 }
 
-size_t KvCache::bytes() const { return (k_row_bytes_ + v_row_bytes_) * static_cast<size_t>(capacity_) * k_.size(); }
+size_t KvCache::bytes() const {
+  return (k_row_bytes_ + v_row_bytes_) * static_cast<size_t>(capacity_) * k_.size() + sink_bytes();
+}
 
 namespace {
 
@@ -176,12 +203,18 @@ std::vector<float> row_mean(const float* x, int64_t w, int64_t first, int64_t n)
 }  // namespace
 
 void KvCache::encode_side(Backend& be, const float* x, int64_t w, const std::vector<float>& mean, const KvRotation& rot,
-                          const TqCodec* tq, DType t, uint8_t* dst) {
+                          const TqCodec* tq, DType t, uint8_t* dst, uint16_t* sink) {
   if (!mean.empty() || rot.on()) {
     rot_buf_.assign(x, x + w);
     for (size_t i = 0; i < mean.size(); ++i) rot_buf_[i] -= mean[i];
     if (rot.on()) be.kv_rotate(rot, rot_buf_.data(), w, /*inverse=*/false);
     x = rot_buf_.data();
+  }
+  if (sink) {  // the storage space: a tq side's heads rotated by its codec
+    std::vector<float> y(x, x + w);
+    if (tq)
+      for (int64_t h = 0; h < tq->n_head(); ++h) tq->rotate(x + h * tq->head_dim(), y.data() + h * tq->head_dim());
+    for (int64_t i = 0; i < w; ++i) sink[i] = fp32_to_fp16(y[i]);
   }
   if (tq)
     tq->encode_row(x, dst);
@@ -204,8 +237,11 @@ void KvCache::store_run(Backend& be, int64_t layer, int64_t pos0, int64_t n, con
   }
   static const std::vector<float> kNone;
   for (int64_t t = 0; t < n; ++t) {
-    encode_side(be, k + t * wk, wk, k_mean_[layer], k_rot_, k_tq_.get(), type_k_, k_row(layer, pos0 + t));
-    encode_side(be, v + t * wv, wv, kNone, v_rot_, v_tq_.get(), type_v_, v_row(layer, pos0 + t));
+    const int64_t p = pos0 + t;
+    uint16_t* ks = p < n_sink_k_ ? k_sink_[layer].data() + p * wk : nullptr;
+    uint16_t* vs = p < n_sink_v_ ? v_sink_[layer].data() + p * wv : nullptr;
+    encode_side(be, k + t * wk, wk, k_mean_[layer], k_rot_, k_tq_.get(), type_k_, k_row(layer, p), ks);
+    encode_side(be, v + t * wv, wv, kNone, v_rot_, v_tq_.get(), type_v_, v_row(layer, p), vs);
   }
 }
 
@@ -238,6 +274,10 @@ AttentionArgs KvCache::attention_args(int64_t layer) const {
   a.n_head_kv = geo_.n_head_kv;
   a.head_dim_k = geo_.head_dim_k;
   a.head_dim_v = geo_.head_dim_v;
+  a.k_sink = n_sink_k_ ? k_sink_[layer].data() : nullptr;
+  a.v_sink = n_sink_v_ ? v_sink_[layer].data() : nullptr;
+  a.n_sink_k = n_sink_k_;
+  a.n_sink_v = n_sink_v_;
   return a;
 }
 

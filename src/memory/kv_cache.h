@@ -33,6 +33,19 @@
 // (positions continue without a gap). V is not treated so: Σ w·(v - μ) + μ is exact too,
 // but the sink row, with a near-zero value and most of the weight, then carries |μ| of
 // quantization error (measured: tq4/tq4 0.0367 -> 0.0373, q4_0/q4_0 0.0300 -> 0.0333).
+//
+// Attention sinks (KvCacheOptions::n_sink_k / n_sink_v, --kv-sinks-k/-v; off by default):
+// positions 0..n-1 of a quantized side are also kept as f16 rows in the side's storage space
+// (K minus its mean, rotated by the tq codec or the Hadamard rotation, exactly what the coded
+// row approximates), and attention reads those rows instead (AttentionArgs::k_sink). Why: BOS
+// takes most of many heads' attention, and with the K mean removed its key k0 - μ is far
+// from the others (BOS is left out of μ), so a tq code's error on it moves every score's
+// share. SmolLM2-135M, mean KLD vs f16 over 765 tokens, K sink of one row: tq4/q8_0 0.0289 ->
+// 0.0151, tq3g/tq3g 0.0824 -> 0.0573, tq4g/tq4g 0.0185 -> 0.0132; without a K mean it does
+// not help (tq4/q8_0 --no-kv-mean 0.0320 -> 0.0353, rotated q4_0/q4_0 0.0340 -> 0.0345), and
+// 4 rows of K and V do no better than 1 of each (tq3g/tq3g 0.0585, 0.0554). Cost: n·16 bits
+// per element of a side over the context (0.031 bits at 512 for one row); the coded rows of
+// those positions are still written and counted.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -78,6 +91,10 @@ struct KvCacheOptions {
   // μ is the mean of the first run's rows at positions 1..mean_window-1 (position 0 only when
   // the run is that one row).
   int64_t mean_window = 256;
+  // Attention sinks: positions 0..n_sink-1 of each quantized side (q8_0, q4_0, tq*) are also
+  // kept as f16 rows in the side's storage space (minus the K mean, rotated as the codec
+  // rotates), and attention reads those instead of the coded rows (see the header comment).
+  int64_t n_sink_k = 0, n_sink_v = 0;
 };
 
 // What the cache is shaped after: the model's attention geometry.
@@ -129,6 +146,11 @@ class KvCache {
   uint8_t* v_row(int64_t layer, int64_t pos) { return v_[layer].data() + pos * v_row_bytes_; }
   const uint8_t* k_data(int64_t layer) const { return k_[layer].data(); }
   const uint8_t* v_data(int64_t layer) const { return v_[layer].data(); }
+  // Sink positions of each side (KvCacheOptions::n_sink_k/v; 0 on f32/f16/bf16 sides).
+  int64_t n_sink_k() const { return n_sink_k_; }
+  int64_t n_sink_v() const { return n_sink_v_; }
+  // The bytes the sink rows take, every layer, K and V (counted by bytes() and bytes_for()).
+  size_t sink_bytes() const;
   // The tq codecs (null for the other types).
   const TqCodec* k_codec() const { return k_tq_.get(); }
   const TqCodec* v_codec() const { return v_tq_.get(); }
@@ -161,8 +183,9 @@ class KvCache {
  private:
   void init(const KvGeometry& g, const KvCacheOptions& opt);
   // One side's row (width w) into dst: minus the mean (if any), rotated, encoded.
+  // sink: the f16 sink row to write too (nullptr: the position is not a sink).
   void encode_side(Backend& be, const float* x, int64_t w, const std::vector<float>& mean, const KvRotation& rot,
-                   const TqCodec* tq, DType t, uint8_t* dst);
+                   const TqCodec* tq, DType t, uint8_t* dst, uint16_t* sink);
 
   int64_t rows_for(int64_t n_pos) const;
 
@@ -177,7 +200,9 @@ class KvCache {
   std::vector<AnonMap> k_, v_;  // per layer, n_ctx rows each
   bool k_mean_on_ = false;
   int64_t mean_window_ = 256;
-  std::vector<std::vector<float>> k_mean_;  // per layer [Hkv][Dk] (empty: none yet, or off)
+  std::vector<std::vector<float>> k_mean_;              // per layer [Hkv][Dk] (empty: none yet, or off)
+  int64_t n_sink_k_ = 0, n_sink_v_ = 0;                 // sink positions per side (0: none)
+  std::vector<std::vector<uint16_t>> k_sink_, v_sink_;  // per layer [n_sink][Hkv][D] f16
 };
 
 }  // namespace sluice

@@ -133,18 +133,16 @@ thread_local Scratch tl_scratch;
 
 // The G query heads of one KV head (q: G rows of Dk, already rotated when K is tq) against
 // positions [p_begin, p_end) of KV head hk: each K and V head is read or decoded once for the
-// whole group. Per query g it leaves the running max m[g], the sum l[g] of e^(s - m) and the
-// unnormalized weighted V sum acc[g·Dv..] (in V's storage space: rotated for tq). Every score
-// and axpy of query g is computed exactly as for a group of one (the kernels' dots depend
-// only on their operands), so grouping does not change results.
+// whole group. Per query g it updates the running max m[g], the sum l[g] of e^(s - m) and the
+// unnormalized weighted V sum acc[g·Dv..] (in V's storage space: rotated for tq), which the
+// caller started at -inf, 0, 0. Every score and axpy of query g is computed exactly as for a
+// group of one (the kernels' dots depend only on their operands), so grouping does not change
+// results.
 void attend_group(const Ctx& c, const float* q, int64_t G, int64_t hk, int64_t p_begin, int64_t p_end, float* score,
                   float* acc, float* kbuf, float* vbuf, float* m, float* l) {
   const Kernels& k = c.k;
   const AttentionArgs& a = c.a;
   const int64_t Dk = c.ks.D, Dv = c.vs.D, Hkv = a.n_head_kv, B = kAttnBlock;
-  std::fill(acc, acc + G * Dv, 0.0f);
-  std::fill(m, m + G, -std::numeric_limits<float>::infinity());
-  std::fill(l, l + G, 0.0f);
   // F32/F16 rows are read in place, several positions per kernel call (independent dot
   // products in flight); the per-position arithmetic is the same as one call per position.
   for (int64_t p0 = p_begin; p0 < p_end; p0 += B) {
@@ -259,6 +257,18 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
   const AttnKernels& ak = attn_kernels_for(k.isa);
   bind_fused(c.ks, ak);
   bind_fused(c.vs, ak);
+  // The sink rows as f16 sides (AttentionArgs::k_sink): Ctxs for positions below n_sink_k
+  // and/or n_sink_v; attend_group's choices of kernel look only at the Side.
+  auto sink_side = [&](const uint16_t* rows, int64_t D) {
+    Side sd{DType::F16, reinterpret_cast<const uint8_t*>(rows), static_cast<size_t>(Hkv * D) * 2, nullptr, D};
+    bind_fused(sd, ak);
+    return sd;
+  };
+  if ((a.n_sink_k > 0 && !a.k_sink) || (a.n_sink_v > 0 && !a.v_sink)) fail("attention: sink positions without rows");
+  const Side ks_sink = a.n_sink_k > 0 ? sink_side(a.k_sink, Dk) : c.ks;
+  const Side vs_sink = a.n_sink_v > 0 ? sink_side(a.v_sink, Dv) : c.vs;
+  const Ctx c_sink_kv{k, a, ks_sink, vs_sink}, c_sink_k{k, a, ks_sink, c.vs}, c_sink_v{k, a, c.ks, vs_sink};
+  const int64_t sink_cut[2] = {std::min(a.n_sink_k, a.n_sink_v), std::max(a.n_sink_k, a.n_sink_v)};
   const int64_t group = H / Hkv;
   auto n_vis = [&](int64_t t) { return std::max<int64_t>(0, std::min(N, a.pos0 + t + 1)); };
   // Splits per row: 1 unless the batch has few rows (see the header comment).
@@ -306,7 +316,19 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
       }
       // An unsplit row attends to all nv positions, however many splits of S that would be.
       const int64_t p_end = ns == 1 ? nv : std::min(nv, (s + 1) * S);
-      attend_group(c, q, G, hk, s * S, p_end, score, acc, kbuf, vbuf, m, l);
+      std::fill(acc, acc + G * Dv, 0.0f);
+      std::fill(m, m + G, -std::numeric_limits<float>::infinity());
+      std::fill(l, l + G, 0.0f);
+      // Sink positions first (their f16 rows), in position order: pieces cut at n_sink_k and
+      // n_sink_v, each with the sides that hold its positions.
+      int64_t p = s * S;
+      for (const int64_t cut : {sink_cut[0], sink_cut[1], p_end}) {
+        const int64_t e = std::min(cut, p_end);
+        if (e <= p) continue;
+        const Ctx& cc = p < a.n_sink_k ? (p < a.n_sink_v ? c_sink_kv : c_sink_k) : (p < a.n_sink_v ? c_sink_v : c);
+        attend_group(cc, q, G, hk, p, e, score, acc, kbuf, vbuf, m, l);
+        p = e;
+      }
       for (int64_t g = 0; g < G; ++g) {
         float* ag = acc + g * Dv;
         if (ns == 1) {

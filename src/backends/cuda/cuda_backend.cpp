@@ -543,6 +543,8 @@ void CudaBackend::attention(const AttentionArgs& a) {
            " caches (rotated codebook) is not supported on cuda; use --cache-type f16, bf16, q8_0 or q4_0");
     if (!cuda::kv_type_supported(t)) fail("cuda backend: attention over ", kv_type_name(t), " caches is not supported");
   }
+  if (a.n_sink_k > 0 || a.n_sink_v > 0)
+    fail("cuda backend: attention over f16 sink rows (--kv-sinks-k/-v) is not supported on cuda");
   if (Dv > cuda::kAttnMaxDv) fail("cuda backend: attention head_dim_v ", Dv, " exceeds ", cuda::kAttnMaxDv);
   if (Dk + 8 + 4 * Dv > 12 * 1024) fail("cuda backend: attention head_dim_k ", Dk, " is too large");
   const size_t out_bytes = static_cast<size_t>(T * H * Dv) * sizeof(float);

@@ -37,6 +37,20 @@ void check_tq(DType t, const TqCodec* c, int64_t Hkv, int64_t D) {
     fail("attention: tq codec is for ", c->n_head(), " heads of ", c->head_dim(), ", attention has ", Hkv, " of ", D);
 }
 
+// One f16 sink row of Hkv heads (AttentionArgs::k_sink) -> x, unrotated by the tq codec
+// (R^T·y in double, as TqCodec::decode_row) when the side has one.
+void sink_row(const uint16_t* src, const TqCodec* tq, int64_t Hkv, int64_t D, float* x) {
+  std::vector<double> y(static_cast<size_t>(D));
+  for (int64_t h = 0; h < Hkv; ++h) {
+    for (int64_t i = 0; i < D; ++i) y[i] = fp16_to_fp32(src[h * D + i]);
+    if (tq) {
+      fwht(y.data(), D);
+      for (int64_t i = 0; i < D; ++i) y[i] *= tq->signs()[i] / std::sqrt(static_cast<double>(D));
+    }
+    for (int64_t i = 0; i < D; ++i) x[h * D + i] = static_cast<float>(y[i]);
+  }
+}
+
 class RefBackend final : public Backend {
  public:
   std::string_view name() const override { return "ref"; }
@@ -151,6 +165,12 @@ class RefBackend final : public Backend {
       a.v_tq ? a.v_tq->decode_row(vr, v.data() + p * Hkv * Dv)
              : decode_row(a.v_type, vr, v.data() + p * Hkv * Dv, Hkv * Dv);
     }
+    // Sink positions: their f16 rows instead, back from a tq codec's rotated space.
+    if ((a.n_sink_k > 0 && !a.k_sink) || (a.n_sink_v > 0 && !a.v_sink)) fail("attention: sink positions without rows");
+    for (int64_t p = 0; p < std::min(N, a.n_sink_k); ++p)
+      sink_row(a.k_sink + p * Hkv * Dk, a.k_tq, Hkv, Dk, k.data() + p * Hkv * Dk);
+    for (int64_t p = 0; p < std::min(N, a.n_sink_v); ++p)
+      sink_row(a.v_sink + p * Hkv * Dv, a.v_tq, Hkv, Dv, v.data() + p * Hkv * Dv);
     const int64_t group = H / Hkv;
     std::vector<double> score(static_cast<size_t>(N)), acc(static_cast<size_t>(Dv));
     for (int64_t t = 0; t < T; ++t) {
