@@ -33,6 +33,10 @@ CommandRunner add_bench_command(CLI::App& app) {
   b->add_flag(
       "--no-kv-mean", args->no_kv_mean,
       "store tq K rows as given (default: minus a per-head mean of the first rows a sequence writes; exact, memory/kv_cache.h)");
+  b->add_option("--kv-sinks-k", args->kv_sinks_k,
+                "keep K of positions 0..N-1 also in f16 and attend over those (attention sinks; quantized K only)")
+      ->capture_default_str();
+  b->add_option("--kv-sinks-v", args->kv_sinks_v, "the same for V")->capture_default_str();
   b->add_option("-d,--depth", args->depths,
                 "positions already in the KV cache when each test starts, comma separated (llama-bench's @ dN); they "
                 "hold SYNTHETIC K/V rows (Gaussian, written through the cache codecs), not a prefill")

@@ -20,6 +20,7 @@ struct PerplexityArgs {
   int threads = 0;
   int64_t ctx = 512, chunks = -1;
   bool no_auto_asymmetric = false, no_kv_rotation = false, no_kv_mean = false;
+  int64_t kv_sinks_k = 0, kv_sinks_v = 0;
 };
 
 int run(const PerplexityArgs& a) {
@@ -49,6 +50,8 @@ int run(const PerplexityArgs& a) {
   o.kv.auto_asymmetric = !a.no_auto_asymmetric;
   o.kv.rotation = !a.no_kv_rotation;
   o.kv.k_mean = !a.no_kv_mean;
+  o.kv.sinks_k = a.kv_sinks_k;
+  o.kv.sinks_v = a.kv_sinks_v;
   check_kv_options(o.kv);
   o.kld_base_out = a.kld_base;
   o.kld_in = a.kld;
@@ -94,6 +97,10 @@ CommandRunner add_perplexity_command(CLI::App& app) {
   cmd->add_flag(
       "--no-kv-mean", a->no_kv_mean,
       "store tq K rows as given (default: minus a per-head mean of the first rows a sequence writes; exact, memory/kv_cache.h)");
+  cmd->add_option("--kv-sinks-k", a->kv_sinks_k,
+                  "keep K of positions 0..N-1 also in f16 and attend over those (attention sinks; quantized K only)")
+      ->capture_default_str();
+  cmd->add_option("--kv-sinks-v", a->kv_sinks_v, "the same for V")->capture_default_str();
   cmd->add_option("--kld-base", a->kld_base, "write the base log-probs to FILE");
   cmd->add_option("--kld", a->kld, "compare against the base log-probs in FILE");
   return [a] { return run(*a); };

@@ -63,6 +63,11 @@ void CommonOpts::add(CLI::App* app) {
   app->add_flag(
       "--no-kv-mean", no_kv_mean,
       "store tq K rows as given (default: minus a per-head mean of the first rows a sequence writes; exact, memory/kv_cache.h)");
+  app->add_option("--kv-sinks-k", kv_sinks_k,
+                  "keep K of positions 0..N-1 also in f16 and attend over those (attention sinks; quantized K only)")
+      ->capture_default_str()
+      ->check(in_range(0, kInf));
+  app->add_option("--kv-sinks-v", kv_sinks_v, "the same for V")->capture_default_str()->check(in_range(0, kInf));
   app->add_option("--experts", experts, "where experts live: resident | mmap (page cache) | stream (bounded cache)")
       ->capture_default_str();
   app->add_option(
@@ -104,6 +109,8 @@ EngineOptions CommonOpts::engine_options() const {
   o.kv.auto_asymmetric = !no_auto_asymmetric;
   o.kv.rotation = !no_kv_rotation;
   o.kv.k_mean = !no_kv_mean;
+  o.kv.sinks_k = kv_sinks_k;
+  o.kv.sinks_v = kv_sinks_v;
   o.experts.policy = experts;
   o.experts.cache = expert_cache;
   o.experts.pin_per_layer = pin_experts;

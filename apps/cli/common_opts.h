@@ -24,6 +24,7 @@ struct CommonOpts {
   int64_t ctx = 0;
   std::string cache_type = "f16", cache_type_k, cache_type_v;  // -k/-v override the shorthand
   bool no_auto_asymmetric = false, no_kv_rotation = false, no_kv_mean = false;
+  int64_t kv_sinks_k = 0, kv_sinks_v = 0;  // KvOptions::sinks_k / sinks_v
   // Where the experts live (memory/expert_store.h).
   std::string experts = "resident";
   std::string expert_cache = "4G";

@@ -15,8 +15,9 @@ struct BenchConfig {
   std::vector<int64_t> depths{0};  // positions already in the KV cache (synthetic rows)
   std::vector<int> sequences{1};   // tg: sequences decoding together (one batch of N tokens per step)
   bool json = false, profile = false, membw_only = false, exact = false, no_auto_asym = false;
-  bool no_kv_rotation = false;  // q8_0/q4_0 sides stored unrotated
-  bool no_kv_mean = false;      // tq K rows stored without the mean removed
+  bool no_kv_rotation = false;             // q8_0/q4_0 sides stored unrotated
+  bool no_kv_mean = false;                 // tq K rows stored without the mean removed
+  int64_t kv_sinks_k = 0, kv_sinks_v = 0;  // positions 0..N-1 also kept in f16 (attention sinks)
   // KV cache types: cache_type sets both sides; cache_type_k/_v override one side. Lists are
   // paired element by element (a single value applies to every pair).
   std::vector<std::string> cache_type{"f16"}, cache_type_k, cache_type_v;

@@ -31,6 +31,8 @@ struct KvOptions {
   bool auto_asymmetric = true;  // K raised to q8_0 when GQA >= 6 and K is below 8 bits
   bool rotation = true;         // q8_0/q4_0 sides stored Hadamard-rotated
   bool k_mean = true;           // tq K rows stored minus a per-head mean of the first positions
+  int64_t sinks_k = 0;          // positions 0..N-1 of a quantized K side also kept in f16 (attention sinks)
+  int64_t sinks_v = 0;          // the same for V
 };
 // Throws Error "cache type 'X' is not supported (...)" for an unknown K, then V, type.
 void check_kv_options(const KvOptions& kv);

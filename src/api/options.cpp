@@ -53,6 +53,8 @@ KvCacheOptions kv_cache_options(const KvOptions& kv, int64_t n_ctx) {
   o.auto_asymmetric = kv.auto_asymmetric;
   if (!kv.rotation) o.rotation = KvCacheOptions::Rotation::off;
   if (!kv.k_mean) o.k_mean = KvCacheOptions::KMean::off;
+  o.n_sink_k = kv.sinks_k;
+  o.n_sink_v = kv.sinks_v;
   return o;
 }
 

@@ -266,6 +266,8 @@ int run_bench(const BenchArgs& a) {
         kv.auto_asymmetric = !a.no_auto_asym;
         if (a.no_kv_rotation) kv.rotation = KvCacheOptions::Rotation::off;
         if (a.no_kv_mean) kv.k_mean = KvCacheOptions::KMean::off;
+        kv.n_sink_k = a.kv_sinks_k;
+        kv.n_sink_v = a.kv_sinks_v;
         Session s(*model, be, kv);
         // The types after the cache policy (auto-asymmetric K, fallbacks), as they ran.
         const DType tk = s.kv_cache().type_k(), tv = s.kv_cache().type_v();
