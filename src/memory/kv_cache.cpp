@@ -177,8 +177,8 @@ void KvCache::copy_in(const uint8_t* data, int64_t n_stored, int64_t n_pos,
     data += k_row_bytes_ * stored;
     std::copy_n(data, v_row_bytes_ * n, v_[l].data());
     data += v_row_bytes_ * stored;
-    for (auto* sk : {&k_sink_[l], &v_sink_[l]}) {
-      std::memcpy(sk->data(), data, sk->size() * sizeof(uint16_t));
+    for (auto* sk : {&k_sink_[l], &v_sink_[l]}) {  // empty (data() may be null) without sinks
+      std::copy_n(data, sk->size() * sizeof(uint16_t), reinterpret_cast<uint8_t*>(sk->data()));
       data += sk->size() * sizeof(uint16_t);
     }
   }
