@@ -84,9 +84,19 @@ void Scheduler::attach_sequence(Request& r) {
   const auto cap = static_cast<int64_t>(r.prompt.size()) - 1;
   Idle* best = nullptr;
   int64_t best_len = 0, best_match = 0;
+  int64_t best_true = 0;  // the negative control's choice: see below
   for (Idle& e : idle_) {
     const auto [match, reach] = prefix_reach(e.tokens, r.prompt, cap, mem_.seq_checkpoints(e.seq));
-    if (reach > best_len) {
+    bool better = reach > best_len;
+    if (debug_reuse_mismatched_prefix) {
+      // Take the idle sequence whose tokens part from the prompt soonest (another
+      // conversation's), so that the leak shows whatever order the requests arrive in.
+      int64_t same = 0;
+      while (same < reach && e.tokens[static_cast<size_t>(same)] == r.prompt[static_cast<size_t>(same)]) ++same;
+      better = reach > 0 && (!best || same < best_true);
+      if (better) best_true = same;
+    }
+    if (better) {
       best = &e;
       best_len = reach;
       best_match = match;
