@@ -41,7 +41,11 @@ struct SynthConfig {
   std::string tokenizer{};        // GGUF whose tokenizer.* keys are copied (required)
   float routing_locality = 0.0f;  // 0..1: consecutive tokens reuse experts
   int threads = 0;                // <= 0: all cores
-  bool fast = false;              // large quantized matrices from a pool of encoded rows
+  // Benchmark models: each large quantized matrix encodes a pool of rows for real and builds
+  // the rest from randomly chosen pool blocks. Same types, sizes and bytes per weight, same
+  // value distribution per block, written at disk speed instead of K-quant encoding speed
+  // (~16M elements/s/thread); not the same weights as without it.
+  bool fast = false;
   std::function<void(const SynthStatus&)> progress{};
 };
 

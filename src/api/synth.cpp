@@ -30,28 +30,7 @@ std::vector<SynthPreset> synth_preset_table() {
 std::vector<std::string> synth_types() { return synth_type_names(); }
 
 SynthSummary synth(const SynthConfig& c, const std::string& path) {
-  SynthOptions o;
-  o.arch = c.arch;
-  o.preset = c.preset;
-  o.layers = c.layers;
-  o.vocab = c.vocab;
-  o.type = c.type;
-  o.seed = c.seed;
-  o.tokenizer = c.tokenizer;
-  o.routing_locality = c.routing_locality;
-  o.threads = c.threads;
-  o.fast = c.fast;
-  if (c.progress)
-    o.progress = [&c](const SynthProgress& p) {
-      c.progress(SynthStatus{.tensor = p.tensor,
-                             .n_tensors = p.n_tensors,
-                             .name = p.name,
-                             .bytes_done = p.bytes_done,
-                             .bytes_total = p.bytes_total,
-                             .seconds = p.seconds,
-                             .done = p.done});
-    };
-  const SynthResult r = synth_write(o, path);
+  const SynthResult r = synth_write(c, path);
   SynthSummary s;
   s.arch = r.shape.arch;
   s.preset = r.shape.preset;

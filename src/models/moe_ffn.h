@@ -43,16 +43,15 @@ std::vector<ExpertUse> moe_expert_uses(const MoeRouting& r);
 // Batches of 2..kMoeSmallBatch tokens from such a store go to Backend::moe_ffn_batch, all
 // experts in one call (several sequences decoding together); larger ones keep the grouped
 // path, whose buffers are kept per thread for prefill.
-// swiglu_limit > 0 clamps every expert's SwiGLU (Backend::swiglu).
+// swiglu_limit > 0 clamps every expert's SwiGLU (Backend::swiglu); 0: none.
 constexpr int64_t kMoeSmallBatch = 8;
 void moe_experts(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x, float* out,
-                 int64_t n_tok, int64_t n_embd, float swiglu_limit = 0.0f);
+                 int64_t n_tok, int64_t n_embd, float swiglu_limit);
 // The same, acquiring the layer's experts from `experts` first.
 void moe_experts(Backend& be, ExpertSource& experts, int layer, const MoeRouting& r, const float* x, float* out,
-                 int64_t n_tok, int64_t n_embd, float swiglu_limit = 0.0f);
+                 int64_t n_tok, int64_t n_embd, float swiglu_limit);
 
 // A dense SwiGLU FFN: the single-expert case (swiglu_limit as Backend::swiglu's).
-void ffn_swiglu(Backend& be, const ExpertWeights& w, const float* x, float* out, int64_t n_tok,
-                float swiglu_limit = 0.0f);
+void ffn_swiglu(Backend& be, const ExpertWeights& w, const float* x, float* out, int64_t n_tok, float swiglu_limit);
 
 }  // namespace sluice

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 
-namespace sluice::synth {
+namespace sluice::synth_plan {
 namespace {
 
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
@@ -310,12 +310,12 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& typ
   return out;
 }
 
-}  // namespace sluice::synth
+}  // namespace sluice::synth_plan
 
 namespace sluice {
 int64_t synth_param_count(const SynthShape& s) {
   int64_t n = 0;
-  for (const auto& t : synth::plan_tensors(s, "f32", 0.0f, s.n_vocab)) n += t.ne[0] * t.n_rows();
+  for (const auto& t : synth_plan::plan_tensors(s, "f32", 0.0f, s.n_vocab)) n += t.ne[0] * t.n_rows();
   return n;
 }
 }  // namespace sluice

@@ -9,7 +9,7 @@
 #include "core/dtype.h"
 #include "synth/synth.h"
 
-namespace sluice::synth {
+namespace sluice::synth_plan {
 
 // Value of element (col c, row r) of a tensor: mean + std · scale(c, r) · z, z ~ N(0, 1), where
 // r counts rows across all of ne[1..3] and scale is 1 except for the routing-locality terms:
@@ -46,4 +46,4 @@ struct TensorPlan {
 std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& type, float routing_locality,
                                      int64_t n_real_vocab);
 
-}  // namespace sluice::synth
+}  // namespace sluice::synth_plan

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace sluice::synth {
+namespace sluice::synth_plan {
 
 // splitmix64's finalizer (Steele, Lea, Flood: "Fast splittable pseudorandom number generators",
 // OOPSLA 2014): a bijective avalanche mix, good enough to turn a counter into 64 random bits.
@@ -123,4 +123,4 @@ inline void uniform_fill(uint64_t key, uint64_t first, float* out, int64_t n) {
   }
 }
 
-}  // namespace sluice::synth
+}  // namespace sluice::synth_plan

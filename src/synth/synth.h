@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "sluice/synth.h"
 
 namespace sluice {
 
@@ -99,34 +100,10 @@ int64_t synth_param_count(const SynthShape& s);
 // The output types `--type` accepts, in --help order: f32 f16 q8_0 q4_0 q4_k q6_k q4_k_m.
 const std::vector<std::string>& synth_type_names();
 
-// Progress of synth_write, reported after every row chunk and once more at the end (done).
-struct SynthProgress {
-  int tensor = 0;  // 1-based index of the tensor being produced
-  int n_tensors = 0;
-  std::string_view name;     // its name
-  uint64_t bytes_done = 0;   // tensor data produced so far (all earlier tensors + this one's chunks)
-  uint64_t bytes_total = 0;  // tensor data of the whole file
-  double seconds = 0;        // since synth_write began
-  bool done = false;         // the file is complete and closed
-};
-
-struct SynthOptions {
-  std::string arch;  // may stay empty when `preset` names a full-size model
-  std::string preset = "tiny";
-  int64_t layers = 0;        // > 0: override n_layer
-  int64_t vocab = 0;         // > 0: override n_vocab (must be >= the tokenizer's size)
-  std::string type = "f16";  // one of synth_type_names()
-  uint64_t seed = 1;
-  std::string tokenizer;          // GGUF whose tokenizer.* keys are copied (required)
-  float routing_locality = 0.0f;  // 0..1, see synth_write
-  int threads = 0;                // generation/quantization threads; <= 0: all cores
-  // Benchmark models: each large quantized matrix encodes a pool of rows for real and builds
-  // the rest from randomly chosen pool blocks (see block_pool in write.cpp). Same types, sizes
-  // and bytes per weight, same value distribution per block, written at disk speed instead of
-  // K-quant encoding speed (~16M elements/s/thread); not the same weights as without it.
-  bool fast = false;
-  std::function<void(const SynthProgress&)> progress;  // optional
-};
+// Progress of synth_write (reported after every row chunk and once more at the end, done) and
+// its options are the public API's (sluice/synth.h): one definition, no copying between them.
+using SynthProgress = SynthStatus;
+using SynthOptions = SynthConfig;
 
 struct SynthResult {
   SynthShape shape;  // as written (overrides applied, n_vocab resolved)

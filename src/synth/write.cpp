@@ -216,18 +216,18 @@ void copy_tokenizer(GgufWriter& w, const GgufFile& src, int64_t n_vocab) {
 int64_t rows_per_chunk(int64_t ne0) { return std::max<int64_t>(1, (int64_t{4} << 20) / ne0); }
 
 // Generates and encodes rows [r0, r1) of tensor `t` into dst (row-major, row_bytes apart).
-void fill_rows(const synth::TensorPlan& t, uint64_t key, int64_t r0, int64_t r1, float* row, uint8_t* dst,
+void fill_rows(const synth_plan::TensorPlan& t, uint64_t key, int64_t r0, int64_t r1, float* row, uint8_t* dst,
                size_t row_bytes) {
   const int64_t ne0 = t.ne[0], ne1 = t.ne.size() > 1 ? t.ne[1] : 1;
-  const synth::TensorInit& in = t.init;
+  const synth_plan::TensorInit& in = t.init;
   for (int64_t r = r0; r < r1; ++r) {
     if (in.uniform) {
-      synth::uniform_fill(key, static_cast<uint64_t>(r) * static_cast<uint64_t>(ne0), row, ne0);
+      synth_plan::uniform_fill(key, static_cast<uint64_t>(r) * static_cast<uint64_t>(ne0), row, ne0);
       for (int64_t c = 0; c < ne0; ++c) row[c] = in.lo + (in.hi - in.lo) * row[c];
       quantize_row(t.type, row, dst + static_cast<size_t>(r - r0) * row_bytes, ne0);
       continue;
     }
-    synth::gauss_fill(key, static_cast<uint64_t>(r) * static_cast<uint64_t>(ne0), row, ne0);
+    synth_plan::gauss_fill(key, static_cast<uint64_t>(r) * static_cast<uint64_t>(ne0), row, ne0);
     if (in.zero_rows_from >= 0 && r >= in.zero_rows_from) {
       std::fill(row, row + ne0, 0.0f);
     } else if (in.ctx_begin < 0) {
@@ -252,12 +252,12 @@ constexpr int64_t kPoolRows = 64;
 
 // True when rows of `t` come in two classes (routing locality scales rows >= ctx_begin of
 // each ne1 slab).
-bool has_ctx_rows(const synth::TensorPlan& t) {
+bool has_ctx_rows(const synth_plan::TensorPlan& t) {
   const int64_t ne1 = t.ne.size() > 1 ? t.ne[1] : 1;
   return t.init.ctx_begin >= 0 && t.init.ctx_begin < ne1;
 }
 
-bool use_block_pool(const synth::TensorPlan& t, bool fast) {
+bool use_block_pool(const synth_plan::TensorPlan& t, bool fast) {
   const int64_t ne1 = t.ne.size() > 1 ? t.ne[1] : 1;
   // The context-row class is read off rows [ctx_begin, ctx_begin + kPoolRows) and the plain
   // class off rows [0, kPoolRows), so both ranges must fit in one slab.
@@ -270,7 +270,7 @@ struct BlockPool {
   std::vector<uint8_t> rows[2];  // [class][kPoolRows][row_bytes]
 };
 
-BlockPool make_block_pool(const synth::TensorPlan& t, uint64_t key, size_t row_bytes, float* row) {
+BlockPool make_block_pool(const synth_plan::TensorPlan& t, uint64_t key, size_t row_bytes, float* row) {
   BlockPool p;
   for (int c = 0; c < (has_ctx_rows(t) ? 2 : 1); ++c) {
     const int64_t r0 = c == 0 ? 0 : t.init.ctx_begin;
@@ -280,7 +280,7 @@ BlockPool make_block_pool(const synth::TensorPlan& t, uint64_t key, size_t row_b
   return p;
 }
 
-void pool_rows(const synth::TensorPlan& t, const BlockPool& p, uint64_t key, int64_t r0, int64_t r1, uint8_t* dst,
+void pool_rows(const synth_plan::TensorPlan& t, const BlockPool& p, uint64_t key, int64_t r0, int64_t r1, uint8_t* dst,
                size_t row_bytes) {
   const auto& tr = dtype_traits(t.type);
   const int64_t nb = t.ne[0] / tr.block_size, ne1 = t.ne.size() > 1 ? t.ne[1] : 1;
@@ -294,7 +294,7 @@ void pool_rows(const synth::TensorPlan& t, const BlockPool& p, uint64_t key, int
       continue;
     }
     for (int64_t j = 0; j < nb; ++j) {
-      const uint64_t h = synth::mix64(key ^ synth::mix64(static_cast<uint64_t>(r * nb + j)));
+      const uint64_t h = synth_plan::mix64(key ^ synth_plan::mix64(static_cast<uint64_t>(r * nb + j)));
       const size_t src_row = static_cast<size_t>(h % kPoolRows);
       std::memcpy(out + j * tr.block_bytes, p.rows[c].data() + src_row * row_bytes + j * tr.block_bytes,
                   tr.block_bytes);
@@ -325,7 +325,8 @@ SynthResult synth_write(const SynthOptions& opt, const std::string& path) {
   SynthResult res;
   res.shape = synth_resolve_shape(opt, tok_vocab);
   const SynthShape& s = res.shape;
-  const std::vector<synth::TensorPlan> plan = synth::plan_tensors(s, opt.type, opt.routing_locality, tok_vocab);
+  const std::vector<synth_plan::TensorPlan> plan = synth_plan::plan_tensors(s, opt.type, opt.routing_locality,
+                                                                            tok_vocab);
 
   GgufWriter w;
   w.set_string("general.architecture", s.gguf_arch);
@@ -371,11 +372,11 @@ SynthResult synth_write(const SynthOptions& opt, const std::string& path) {
 
   w.begin(path);
   for (size_t i = 0; i < plan.size(); ++i) {
-    const synth::TensorPlan& t = plan[i];
+    const synth_plan::TensorPlan& t = plan[i];
     const int64_t ne0 = t.ne[0], n_rows = t.n_rows();
     const size_t row_bytes = dtype_row_bytes(t.type, ne0);
     buf.resize(row_bytes * static_cast<size_t>(n_rows));
-    const uint64_t key = synth::tensor_key(opt.seed, t.name);
+    const uint64_t key = synth_plan::tensor_key(opt.seed, t.name);
     const int64_t chunk = rows_per_chunk(ne0);
     const bool pooled = use_block_pool(t, opt.fast);
     BlockPool bp;

@@ -592,7 +592,7 @@ TEST(Synth, KdaHybridFullSizePresets) {
   // q4_k_m over the 27-layer plan: the 20 KDA layers' attn_v get Q6_K where use_more_bits(i, 20)
   // picks (i the KDA index: i < 2, i >= 17, and (i - 2) % 3 == 2); conv taps and ssm_a F32.
   std::vector<int> q6;
-  for (const auto& t : synth::plan_tensors(k, "q4_k_m", 0.0f, 512)) {
+  for (const auto& t : synth_plan::plan_tensors(k, "q4_k_m", 0.0f, 512)) {
     if (t.name.find("ssm_conv1d") != std::string::npos || t.name.find(".ssm_a") != std::string::npos) {
       EXPECT_EQ(t.type, DType::F32) << t.name;
     }
