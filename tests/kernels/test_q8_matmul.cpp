@@ -138,8 +138,9 @@ std::vector<std::pair<CpuIsa, bool>> isa_tile_levels() {
 // path agree to float rounding; partial tiles (rows not a multiple of 16) and token counts
 // that are not a multiple of the 8-token pass are covered.
 TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
-  auto gen = make_cpu_backend(1, CpuIsa::generic,
-                              CpuBackendOptions{.q8_activations = true, .q8_tiles = true, .q8_tile_min_tokens = 1});
+  auto gen = make_cpu_backend(
+      1, CpuIsa::generic,
+      CpuBackendOptions{.q8_activations = true, .q8_tiles = true, .q8_tile_min_tokens = 1, .q8_legacy_types = true});
   int tiled_types = 0;
   for (DType t : kQ8Types) {
     const cpu::Q8Ops* op = cpu::q8_kernels_generic().get(t);
@@ -151,10 +152,15 @@ TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
       const auto yg = matmul(*gen, w.view, x, T);
       for (auto [isa, amx] : isa_tile_levels()) {
         const std::string level = std::string(cpu_isa_name(isa)) + (amx ? "+amx" : "");
-        auto tiles = make_cpu_backend(
-            2, isa,
-            CpuBackendOptions{.q8_activations = true, .q8_tiles = true, .q8_tile_min_tokens = 1, .q8_amx = amx});
-        auto rows = make_cpu_backend(2, isa, CpuBackendOptions{.q8_activations = true, .q8_tiles = false});
+        auto tiles = make_cpu_backend(2, isa,
+                                      CpuBackendOptions{.q8_activations = true,
+                                                        .q8_tiles = true,
+                                                        .q8_tile_min_tokens = 1,
+                                                        .q8_legacy_types = true,
+                                                        .q8_amx = amx});
+        auto rows =
+            make_cpu_backend(2, isa,
+                             CpuBackendOptions{.q8_activations = true, .q8_tiles = false, .q8_legacy_types = true});
         const auto yt = matmul(*tiles, w.view, x, T);
         EXPECT_LE(nmse(matmul(*rows, w.view, x, T), yt), kTolQ8Twin) << dtype_name(t) << " " << level;
         const cpu::Q8Ops* lop = (amx ? cpu::q8_kernels_amx() : &cpu::q8_kernels_for(isa))->get(t);
@@ -174,7 +180,7 @@ TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
       }
     }
   }
-  EXPECT_EQ(tiled_types, 4) << "Q8_0, Q4_K, Q5_K and Q6_K have tiles";
+  EXPECT_EQ(tiled_types, 8) << "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K have tiles";
 }
 
 // The AMX-INT8 tiles (kernels_amx.cpp) against the scalar twin, bitwise, at token counts that

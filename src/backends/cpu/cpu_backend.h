@@ -35,11 +35,13 @@ struct CpuBackendOptions {
   // while the step is bound by reading the weights (several sequences decoding together).
   int64_t q8_tile_min_tokens = cpu::kQ8TileMinTokens;
   // With q8_activations: Q4_1, Q5_0 and Q5_1 weights (ggml's legacy 32-blocks) take the int8
-  // path too (SLUICE_CPU_Q8_LEGACY=1). Off by default: faster only on some CPUs and only for
-  // decode, and the activation rounding costs what their users check. SmolLM2-135M Q4_1 decode
-  // (int8 vs float): Intel Xeon (AVX-512 VNNI, AMX) 1 thread 87 vs 67 tok/s, 2 threads 113 vs
-  // 104, but pp512 442 vs 619 (no int8 tiles); AMD EPYC Zen 4, 1 thread 180 vs 183, 2 threads
-  // 232 vs 260 (before the row prefetch of kernels.h). With it on, MLX 4-bit folders repacked
+  // path too (SLUICE_CPU_Q8_LEGACY=1), with the VNNI prefill tiles (kernels_q8_impl.h,
+  // QLegacyTile; Q4_0 always has both). SmolLM2-135M Q4_1, 2 threads, AMD EPYC Zen 4 (a VM at
+  // 30 GB/s), int8 vs float, interleaved: pp512 484/432 vs 195/177 tok/s, tg32 138/140 vs
+  // 101/74. Still off by default, because the activation rounding costs what their users
+  // check, and tiles (from kQ8TileMinTokens tokens) are not bitwise the row path, which the
+  // float path is: with it on, 8 parallel greedy SmolLM2 requests no longer each give what
+  // they give alone, nor speculative decoding plain decoding's tokens. With it on, MLX 4-bit folders repacked
   // to Q4_1 miss MLX-LM's logits by 0.03-0.05 (2e-3 with the float path), and greedy SmolLM2
   // replies and prompt-lookup acceptance change (tests/models/test_hf_folder.cpp,
   // test_chat_session.cpp, test_speculative.cpp).

@@ -1036,44 +1036,44 @@ inline void q8_0_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t 
 }
 
 #if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
-// Two 8x8 word transposes side by side: z[r] holds row r's 8 quant words in its low half and
-// row r + 8's in its high half; unpacks give, per 128-bit lane, one word of 4 rows, and a
-// qword permute puts the four row quads of a word in order.
+// The 8 quant words of 16 rows (row[r]: row r's 32 bytes) into qs[8][16]. Two 8x8 word
+// transposes side by side: z[r] holds row r's words in its low half and row r + 8's in its
+// high half; unpacks give, per 128-bit lane, one word of 4 rows, and a qword permute puts the
+// four row quads of a word in order.
+inline void q8_tile_words8_512(const __m256i row[16], uint32_t (*qs)[kQ8TileRows]) {
+  const __m512i lo_idx = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0),
+                hi_idx = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+  __m512i z[8], t[8], v[8];
+  for (int r = 0; r < 8; ++r) z[r] = _mm512_inserti64x4(_mm512_castsi256_si512(row[r]), row[r + 8], 1);
+  for (int m = 0; m < 4; ++m) {
+    t[2 * m] = _mm512_unpacklo_epi32(z[2 * m], z[2 * m + 1]);
+    t[2 * m + 1] = _mm512_unpackhi_epi32(z[2 * m], z[2 * m + 1]);
+  }
+  for (int q = 0; q < 2; ++q)  // v[4q + e], lane L: word 4(L % 2) + e of rows 4q..4q+3 (+ 8 in lanes 2, 3)
+    for (int h = 0; h < 2; ++h) {
+      v[4 * q + 2 * h] = _mm512_unpacklo_epi64(t[4 * q + h], t[4 * q + 2 + h]);
+      v[4 * q + 2 * h + 1] = _mm512_unpackhi_epi64(t[4 * q + h], t[4 * q + 2 + h]);
+    }
+  for (int e = 0; e < 4; ++e) {
+    _mm512_storeu_si512(qs[e], _mm512_permutex2var_epi64(v[e], lo_idx, v[4 + e]));
+    _mm512_storeu_si512(qs[4 + e], _mm512_permutex2var_epi64(v[e], hi_idx, v[4 + e]));
+  }
+}
+
 inline void q8_0_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
   const int64_t nb = n / QK8_0;
   auto* T = reinterpret_cast<Q80Tile*>(tile);
   const auto* wb = static_cast<const uint8_t*>(w);
-  const __m512i k80 = _mm512_set1_epi32(static_cast<int32_t>(0x80808080u));
-  const __m512i lo_idx = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0),
-                hi_idx = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+  const __m256i k80 = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t i = 0; i < nb; ++i) {
     const size_t o = static_cast<size_t>(i) * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
-    auto row = [&](int64_t r) { return r < nr ? q8_load(wb + r * row_bytes + o) : _mm256_setzero_si256(); };
-    __m512i z[8], t[8], v[8];
-    for (int r = 0; r < 8; ++r) z[r] = _mm512_inserti64x4(_mm512_castsi256_si512(row(r)), row(r + 8), 1);
-    for (int m = 0; m < 4; ++m) {
-      t[2 * m] = _mm512_unpacklo_epi32(z[2 * m], z[2 * m + 1]);
-      t[2 * m + 1] = _mm512_unpackhi_epi32(z[2 * m], z[2 * m + 1]);
-    }
-    for (int q = 0; q < 2; ++q)  // v[4q + e], lane L: word 4(L % 2) + e of rows 4q..4q+3 (+ 8 in lanes 2, 3)
-      for (int h = 0; h < 2; ++h) {
-        v[4 * q + 2 * h] = _mm512_unpacklo_epi64(t[4 * q + h], t[4 * q + 2 + h]);
-        v[4 * q + 2 * h + 1] = _mm512_unpackhi_epi64(t[4 * q + h], t[4 * q + 2 + h]);
-      }
-    for (int e = 0; e < 4; ++e) {
-      const __m512i w0 = _mm512_permutex2var_epi64(v[e], lo_idx, v[4 + e]),
-                    w1 = _mm512_permutex2var_epi64(v[e], hi_idx, v[4 + e]);
-      _mm512_storeu_si512(T[i].qs[e], _mm512_xor_si512(w0, k80));
-      _mm512_storeu_si512(T[i].qs[4 + e], _mm512_xor_si512(w1, k80));
-    }
+    __m256i rows[16];  // rows past nr are zero, as the scalar pack leaves them
+    for (int r = 0; r < 16; ++r)
+      rows[r] = r < nr ? _mm256_xor_si256(q8_load(wb + r * row_bytes + o), k80) : _mm256_setzero_si256();
+    q8_tile_words8_512(rows, T[i].qs);
     // d is the low half of the block's first word.
     _mm512_storeu_ps(T[i].d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
                                  q8_gather_rows(wb, row_bytes, nr, o - offsetof(block_q8_0, qs)))));
-  }
-  if (nr < kQ8TileRows) {  // rows past nr loaded 0, which the xor made 0x80: zero, as the scalar pack
-    const __mmask16 gone = static_cast<__mmask16>(~((1u << nr) - 1));
-    for (int64_t i = 0; i < nb; ++i)
-      for (int g = 0; g < 8; ++g) _mm512_mask_storeu_epi32(T[i].qs[g], gone, _mm512_setzero_si512());
   }
 }
 
@@ -1122,6 +1122,150 @@ inline float q8_0_tile_step(const Q80Tile& b, const block_q8_0& a, int64_t r, fl
   { q8_0_tile_bytes, q8_0_tile_pack, q8_tile_gemm_scalar<Q80Tile, block_q8_0, QK8_0, q8_0_tile_step> }
 #else
 #define SLUICE_Q8_Q8_0_TILE \
+  {}
+#endif
+
+// ---- Q4_0 / Q4_1 / Q5_0 / Q5_1 prefill tiles ----------------------------------------------
+// The Q8_0 tile's layout with each weight's unsigned code c (4 or 5 bits) in place of the
+// quant: qs[g][r] is word g (elements 4g..4g+3) of row r's 32 codes, so vpdpbusd takes them as
+// its unsigned operand. Per block, with s = Σ c·a and Σa exact int32 sums,
+//   Q4_0, Q5_0 (x = d·(c − off), off 8 or 16):  acc = fma(s − off·Σa, d·d_a, acc)
+//   Q4_1, Q5_1 (x = d·c + m):                   acc = fma(s, d·d_a, acc); acc = fma(Σa, m·d_a, acc)
+// (m is unused for the first two). The row path (q8_dot_signed32, q8_dot_x_1) adds the same
+// exact sums in another float order: the two agree to float rounding.
+struct QLegacyTile {
+  uint32_t qs[8][kQ8TileRows];
+  float d[kQ8TileRows], m[kQ8TileRows];
+};
+static_assert(sizeof(QLegacyTile) % 64 == 0, "tiles are read as 64-byte vectors");
+
+// The codes of one block type: kOff (0 for the types with a min), code(b, j) (scalar) and
+// codes(b) (32 bytes).
+template <class B, int Off, bool Five>
+struct LegacyCodes {
+  using Block = B;
+  static constexpr int kOff = Off;
+  static constexpr bool kMin = Off == 0;
+  static int code(const Block& b, int j) {
+    int c = j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4;
+    if constexpr (Five) c |= static_cast<int>((q8_qh32(b.qh) >> j) & 1) << 4;
+    return c;
+  }
+#if SLUICE_Q8_SIMD
+  static __m256i codes(const Block& b) {
+    const __m256i c = q8_nibbles32(b.qs);
+    if constexpr (Five)
+      return _mm256_or_si256(c, _mm256_and_si256(q8_bits_to_bytes(q8_qh32(b.qh)), _mm256_set1_epi8(0x10)));
+    else
+      return c;
+  }
+#endif
+};
+using LegacyQ4_0 = LegacyCodes<block_q4_0, 8, false>;
+using LegacyQ4_1 = LegacyCodes<block_q4_1, 0, false>;
+using LegacyQ5_0 = LegacyCodes<block_q5_0, 16, true>;
+using LegacyQ5_1 = LegacyCodes<block_q5_1, 0, true>;
+
+inline size_t legacy_tile_bytes(int64_t n) { return static_cast<size_t>(n / 32) * sizeof(QLegacyTile); }
+
+template <class C>
+inline void legacy_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  const int64_t nb = n / 32;
+  auto* T = reinterpret_cast<QLegacyTile*>(tile);
+  __builtin_memset(tile, 0, legacy_tile_bytes(n));
+  for (int64_t r = 0; r < nr; ++r) {
+    const auto* x = reinterpret_cast<const typename C::Block*>(static_cast<const uint8_t*>(w) + r * row_bytes);
+    for (int64_t i = 0; i < nb; ++i) {
+      uint8_t c[32];
+      for (int j = 0; j < 32; ++j) c[j] = static_cast<uint8_t>(C::code(x[i], j));
+      for (int g = 0; g < 8; ++g) __builtin_memcpy(&T[i].qs[g][r], c + 4 * g, 4);
+      T[i].d[r] = q8_half(x[i].d);
+      if constexpr (C::kMin) T[i].m[r] = q8_half(x[i].m);
+    }
+  }
+}
+
+#if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
+// The same bytes as legacy_tile_pack: codes unpacked per row, words transposed as Q8_0's.
+template <class C>
+inline void legacy_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  const int64_t nb = n / 32;
+  auto* T = reinterpret_cast<QLegacyTile*>(tile);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  for (int64_t i = 0; i < nb; ++i) {
+    const size_t o = static_cast<size_t>(i) * sizeof(typename C::Block);
+    __m256i rows[16];
+    for (int r = 0; r < 16; ++r)
+      rows[r] = r < nr ? C::codes(*reinterpret_cast<const typename C::Block*>(wb + r * row_bytes + o))
+                       : _mm256_setzero_si256();
+    q8_tile_words8_512(rows, T[i].qs);
+    const __m512i dm = q8_gather_rows(wb, row_bytes, nr, o);  // d | m << 16 (m only in Q4_1, Q5_1)
+    _mm512_storeu_ps(T[i].d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
+    _mm512_storeu_ps(T[i].m,
+                     C::kMin ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))) : _mm512_setzero_ps());
+  }
+}
+
+template <class C>
+struct LegacyTileTokens {
+  template <int NT>
+  struct Run {
+    static void run(const QLegacyTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
+                    __mmask16 rows) {
+      const __m256i k80 = _mm256_set1_epi8(static_cast<char>(0x80));
+      __m512 acc[NT];
+      for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+      for (int64_t i = 0; i < nb; ++i) {
+        const QLegacyTile& b = T[i];
+        __m512i wv[8];
+        for (int g = 0; g < 8; ++g) wv[g] = _mm512_loadu_si512(b.qs[g]);
+        const __m512 dv = _mm512_loadu_ps(b.d);
+        for (int t = 0; t < NT; ++t) {
+          const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
+          __m512i s = _mm512_setzero_si512();
+          for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(a.qs + 4 * g));
+          // Σ a by sums of absolute differences of (a + 128) from 0, minus 32·128.
+          const __m256i u = _mm256_sad_epu8(_mm256_xor_si256(q8_load(a.qs), k80), _mm256_setzero_si256());
+          __m128i x = _mm_add_epi64(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+          x = _mm_add_epi64(x, _mm_unpackhi_epi64(x, x));
+          const int32_t asum = _mm_cvtsi128_si32(x) - 32 * 128;
+          const __m512 da = _mm512_set1_ps(q8_half(a.d));
+          if constexpr (C::kMin) {
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, da), acc[t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(asum)), _mm512_mul_ps(_mm512_loadu_ps(b.m), da),
+                                     acc[t]);
+          } else {
+            const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_set1_epi32(C::kOff * asum)));
+            acc[t] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dv, da), acc[t]);
+          }
+        }
+      }
+      for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
+    }
+  };
+};
+#define SLUICE_Q8_LEGACY_TILE(C) \
+  { legacy_tile_bytes, legacy_tile_pack_512<C>, q8_tile_gemm<QLegacyTile, 32, LegacyTileTokens<C>::Run> }
+#elif !SLUICE_Q8_SIMD
+// The scalar twin: the same exact sums and fused multiply-adds per block as the vector code.
+template <class C>
+inline float legacy_tile_step(const QLegacyTile& b, const block_q8_0& a, int64_t r, float acc) {
+  int32_t s = 0, sa = 0;
+  for (int k = 0; k < 32; ++k) {
+    s += reinterpret_cast<const uint8_t*>(&b.qs[k / 4][r])[k % 4] * a.qs[k];
+    sa += a.qs[k];
+  }
+  const float da = q8_half(a.d);
+  if constexpr (C::kMin) {
+    acc = std::fma(static_cast<float>(s), b.d[r] * da, acc);
+    return std::fma(static_cast<float>(sa), b.m[r] * da, acc);
+  }
+  return std::fma(static_cast<float>(s - C::kOff * sa), b.d[r] * da, acc);
+}
+#define SLUICE_Q8_LEGACY_TILE(C) \
+  { legacy_tile_bytes, legacy_tile_pack<C>, q8_tile_gemm_scalar<QLegacyTile, block_q8_0, 32, legacy_tile_step<C>> }
+#else
+#define SLUICE_Q8_LEGACY_TILE(C) \
   {}
 #endif
 
@@ -1223,10 +1367,10 @@ inline void q8_quantize_q8_K_512(const float* x, void* yv, int64_t n) {
 constexpr Q8Kernels q8_table(const char* name) {
   return Q8Kernels{
       .name = name,
-      .q4_0 = {DType::Q8_0, q8_gemm<Dot_signed32<Q8Unpack_q4_0>::Of, QK4_0>, {}},
-      .q4_1 = {DType::Q8_0, q8_gemm_x_1<false, block_q4_1>, {}},
-      .q5_0 = {DType::Q8_0, q8_gemm<Dot_signed32<Q8Unpack_q5_0>::Of, QK5_0>, {}},
-      .q5_1 = {DType::Q8_0, q8_gemm_x_1<true, block_q5_1>, {}},
+      .q4_0 = {DType::Q8_0, q8_gemm<Dot_signed32<Q8Unpack_q4_0>::Of, QK4_0>, SLUICE_Q8_LEGACY_TILE(LegacyQ4_0)},
+      .q4_1 = {DType::Q8_0, q8_gemm_x_1<false, block_q4_1>, SLUICE_Q8_LEGACY_TILE(LegacyQ4_1)},
+      .q5_0 = {DType::Q8_0, q8_gemm<Dot_signed32<Q8Unpack_q5_0>::Of, QK5_0>, SLUICE_Q8_LEGACY_TILE(LegacyQ5_0)},
+      .q5_1 = {DType::Q8_0, q8_gemm_x_1<true, block_q5_1>, SLUICE_Q8_LEGACY_TILE(LegacyQ5_1)},
       .q8_0 = {DType::Q8_0, q8_gemm<Dot_signed32<Q8Unpack_q8_0>::Of, QK8_0>, SLUICE_Q8_Q8_0_TILE},
       .q4_K = {DType::Q8_K, q8_gemm<Dot_q4_K, QK_K>, SLUICE_Q8_Q4_K_TILE},
       .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, SLUICE_Q8_Q5_K_TILE},
@@ -1238,4 +1382,5 @@ constexpr Q8Kernels q8_table(const char* name) {
 #undef SLUICE_Q8_Q5_K_TILE
 #undef SLUICE_Q8_Q6_K_TILE
 #undef SLUICE_Q8_Q8_0_TILE
+#undef SLUICE_Q8_LEGACY_TILE
 #undef SLUICE_Q8_QUANTIZE_Q8_K
