@@ -19,7 +19,7 @@ llama-mixed (per-module overrides: 3 bits g32 by default, v_proj 5 bits, down_pr
 lm_head 8 bits g32, embed_tokens 2 bits g32, layer 0's k_proj left bf16).
 
   python3 -m venv /tmp/mlxvenv && /tmp/mlxvenv/bin/pip install mlx mlx-cpu mlx-lm tokenizers numpy
-  /tmp/mlxvenv/bin/python scripts/golden/make_hf_folders.py ../shared/corpus/stories-sampled.txt tests/data/hf [--quantized-only]
+  /tmp/mlxvenv/bin/python scripts/golden/make_hf_folders.py ../shared/corpus/stories-sampled.txt tests/data/hf [--quantized-only | --moe-only]
 (made with mlx 0.32.4, mlx-lm 0.32.2, tokenizers 0.23.3)
 """
 import json
@@ -61,16 +61,25 @@ def config_for(arch, vocab):
     return c
 
 
+def greedy_margins(m, ids, n=16):
+    """n greedy tokens after ids (the whole sequence re-run each step) and each step's top1 - top2 gap."""
+    cur, greedy, margins = list(ids), [], []
+    for _ in range(n):
+        row = np.array(m(mx.array([cur]))[0, -1].astype(mx.float32))
+        top = np.sort(row)[-2:]
+        nxt = int(np.argmax(row))
+        greedy.append(nxt)
+        margins.append(float(top[1] - top[0]))
+        cur.append(nxt)
+    return greedy, margins
+
+
 def write_golden(out, tok, m):
     """MLX-LM's float32 logits of TEXT and 16 greedy tokens for the model m loaded from out."""
     m.set_dtype(mx.float32)
     ids = tok.encode(TEXT).ids
     logits = m(mx.array([ids]))[0].astype(mx.float32)
-    cur, greedy = list(ids), []
-    for _ in range(16):
-        nxt = int(mx.argmax(m(mx.array([cur]))[0, -1]).item())
-        greedy.append(nxt)
-        cur.append(nxt)
+    greedy, _ = greedy_margins(m, ids)
     golden = {"text": TEXT, "ids": ids, "greedy": greedy, "logits": np.array(logits).round(6).tolist(),
               "chat_ids": tok.encode("<|im_start|>user\nHi<|im_end|>\n").ids}
     with open(os.path.join(out, "golden.json"), "w") as f:
@@ -108,10 +117,67 @@ def make_quantized(root):
         print(name, "greedy", write_golden(out, tok, m))
 
 
+def make_moe(root):
+    """qwen3moe: a Qwen3-MoE folder (every layer sparse, 8 experts, top 2, renormalized) with the
+    qwen3 folder's tokenizer, random bf16 weights through mlx-lm's own class (the experts stacked
+    as switch_mlp, as mlx-lm keeps them), and qwen3moe-q4: mlx_lm.convert at 4 bits g64 with the
+    model's own quant_predicate (the router mlp.gate at 8 bits)."""
+    import shutil
+    import mlx.utils
+    from mlx_lm.convert import convert
+    from mlx_lm.models import qwen3_moe
+    src, out = os.path.join(root, "qwen3"), os.path.join(root, "qwen3moe")
+    os.makedirs(out, exist_ok=True)
+    for f in ["tokenizer.json", "tokenizer_config.json", "generation_config.json"]:
+        shutil.copy(os.path.join(src, f), os.path.join(out, f))
+    tok = Tokenizer.from_file(os.path.join(out, "tokenizer.json"))
+    cfg = config_for("qwen3", tok.get_vocab_size())
+    cfg.update({"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 8,
+                "num_experts_per_tok": 2, "moe_intermediate_size": 64, "decoder_sparse_step": 1,
+                "mlp_only_layers": [], "norm_topk_prob": True})
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    q = os.path.join(root, "qwen3moe-q4")
+    ids = tok.encode(TEXT).ids
+    # Tiny random models have near-ties that float rounding flips: the first seed whose greedy
+    # steps (float and 4-bit folder) all have a top1 - top2 gap of at least 0.02.
+    for seed in range(1002, 1100):
+        mx.random.seed(seed)
+        model = qwen3_moe.Model(qwen3_moe.ModelArgs.from_dict(cfg))
+        weights = {}
+        for k, v in dict(mlx.utils.tree_flatten(model.parameters())).items():
+            if k.endswith("norm.weight"):
+                v = 1.0 + 0.1 * mx.random.normal(v.shape)
+            elif k.endswith("mlp.gate.weight"):  # router logits of std ~1: spread, token-driven choices
+                v = 0.15 * mx.random.normal(v.shape)
+            else:
+                v = 0.08 * mx.random.normal(v.shape)
+            weights[k] = v.astype(mx.bfloat16)
+        mx.save_safetensors(os.path.join(out, "model.safetensors"), weights, metadata={"format": "pt"})
+        m, _ = load(out)
+        m.set_dtype(mx.float32)
+        if min(greedy_margins(m, ids)[1]) < 0.02:
+            continue
+        shutil.rmtree(q, ignore_errors=True)
+        convert(out, q, quantize=True, q_bits=4, q_group_size=64)
+        mq, _ = load(q)
+        mq.set_dtype(mx.float32)
+        if min(greedy_margins(mq, ids)[1]) >= 0.02:
+            break
+    print("qwen3moe seed", seed, "greedy", write_golden(out, tok, m))
+    for junk in ["README.md", "model.safetensors.index.json"]:
+        if os.path.exists(os.path.join(q, junk)):
+            os.remove(os.path.join(q, junk))
+    print("qwen3moe-q4 greedy", write_golden(q, tok, mq))
+
+
 def main():
     corpus, root = sys.argv[1], sys.argv[2]
     if "--quantized-only" in sys.argv:
         make_quantized(root)
+        return
+    if "--moe-only" in sys.argv:
+        make_moe(root)
         return
     for seed, arch in enumerate(["llama", "qwen3"]):
         out = os.path.join(root, arch)
@@ -146,6 +212,7 @@ def main():
         m, _ = load(out)
         print(arch, "vocab", vocab, "greedy", write_golden(out, tok, m))
     make_quantized(root)
+    make_moe(root)
 
 
 if __name__ == "__main__":

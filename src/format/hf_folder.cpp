@@ -205,14 +205,29 @@ std::string gguf_name(std::string n, const fs::path& file) {
     fail(file.string(), ": tensor '", n, "' is not one this architecture has");
   const std::string index = n.substr(layers.size(), dot - layers.size()), rest = n.substr(dot + 1);
   static const std::map<std::string, std::string> names = {
-      {"input_layernorm.weight", "attn_norm.weight"},    {"post_attention_layernorm.weight", "ffn_norm.weight"},
-      {"self_attn.q_proj.weight", "attn_q.weight"},      {"self_attn.k_proj.weight", "attn_k.weight"},
-      {"self_attn.v_proj.weight", "attn_v.weight"},      {"self_attn.o_proj.weight", "attn_output.weight"},
-      {"self_attn.q_proj.bias", "attn_q.bias"},          {"self_attn.k_proj.bias", "attn_k.bias"},
-      {"self_attn.v_proj.bias", "attn_v.bias"},          {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-      {"self_attn.k_norm.weight", "attn_k_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},           {"mlp.down_proj.weight", "ffn_down.weight"},
+      {"input_layernorm.weight", "attn_norm.weight"},
+      {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},
+      {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"},
+      // Mixture-of-experts layers (qwen3_moe): the router, and MLX's stacked experts [E, out, in].
+      {"mlp.gate.weight", "ffn_gate_inp.weight"},
+      {"mlp.switch_mlp.gate_proj.weight", "ffn_gate_exps.weight"},
+      {"mlp.switch_mlp.up_proj.weight", "ffn_up_exps.weight"},
+      {"mlp.switch_mlp.down_proj.weight", "ffn_down_exps.weight"},
   };
+  if (rest.rfind("mlp.experts.", 0) == 0)
+    fail(file.string(), ": tensor '", n, "': experts stored one by one (Hugging Face layout) are not supported yet; ",
+         "mlx_lm.convert stacks them (switch_mlp)");
   auto it = names.find(rest);
   if (it == names.end()) fail(file.string(), ": tensor '", n, "' is not one this architecture has");
   return "blk." + index + "." + it->second;
@@ -273,16 +288,28 @@ MlxQuantConfig read_quant_config(const json& c, const fs::path& file) {
 
 // The input width of a quantizable matrix under its GGUF name (its row length), from the
 // config's dimensions; 0 for a tensor MLX does not quantize (norms, biases).
-int64_t matrix_in(const std::string& gguf, int64_t n_embd, int64_t n_q, int64_t n_ff) {
+int64_t matrix_in(const std::string& gguf, int64_t n_embd, int64_t n_q, int64_t n_ff, int64_t n_ff_exp) {
   if (gguf == "token_embd.weight" || gguf == "output.weight") return n_embd;
   const size_t dot = gguf.find('.', 4);
   if (gguf.rfind("blk.", 0) != 0 || dot == std::string::npos) return 0;
   const std::string rest = gguf.substr(dot + 1);
   if (rest == "attn_output.weight") return n_q;
   if (rest == "ffn_down.weight") return n_ff;
-  for (const char* t : {"attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight", "ffn_up.weight"})
+  if (rest == "ffn_down_exps.weight") return n_ff_exp;
+  for (const char* t : {"attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight", "ffn_up.weight",
+                        "ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight"})
     if (rest == t) return n_embd;
   return 0;
+}
+
+// MoE routers (ffn_gate_inp), which the ops read as f32 whatever the file stores.
+bool is_router(const std::string& gguf) {
+  return gguf.size() > 19 && gguf.compare(gguf.size() - 19, 19, "ffn_gate_inp.weight") == 0;
+}
+
+// Stacked experts (GGUF *_exps: [in, out, E], MLX [E, out, in]) are the one 3-D weight.
+bool is_stacked_experts(const std::string& gguf) {
+  return gguf.size() > 12 && gguf.compare(gguf.size() - 12, 12, "_exps.weight") == 0;
 }
 
 // What was repacked or dequantized, for the load line: "4-bit g64 bf16 → q4_1" -> (tensors, bytes).
@@ -306,10 +333,16 @@ TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTens
   if (b->dtype != s->dtype)
     fail(file.string(), ": tensor '", b->name, "': dtype ", st_dtype_name(b->dtype), ", want ", st_dtype_name(s->dtype),
          " (as ", s->name, ")");
-  if (w.shape.size() != 2 || s->shape.size() != 2)
-    fail(at, ": weight and scales must be 2-D (", w.shape.size(), "-D and ", s->shape.size(), "-D)");
+  // Stacked experts [E, out, ·] are E·out rows of one matrix as far as the groups go.
+  const size_t dims = is_stacked_experts(gguf) ? 3 : 2;
+  if (w.shape.size() != dims || s->shape.size() != dims)
+    fail(at, ": weight and scales must be ", dims, "-D (", w.shape.size(), "-D and ", s->shape.size(), "-D)");
   if (b->shape != s->shape) fail(file.string(), ": tensor '", b->name, "': shape differs from ", s->name, "'s");
-  const int64_t rows = w.shape[0], words = w.shape[1], n_groups = s->shape[1];
+  if (dims == 3 && (s->shape[0] != w.shape[0] || s->shape[1] != w.shape[1]))
+    fail(file.string(), ": tensor '", s->name, "': experts and rows [", s->shape[0], ", ", s->shape[1],
+         "] differ from ", w.name, "'s [", w.shape[0], ", ", w.shape[1], "]");
+  const int64_t n_exp = dims == 3 ? w.shape[0] : 1;
+  const int64_t rows = n_exp * w.shape[dims - 2], words = w.shape[dims - 1], n_groups = s->shape[dims - 1];
 
   // The module's own entry, else the default; where the config does not name the module, the
   // shapes decide (as mlx-lm's infer_quant_config does: some converters leave that implicit).
@@ -331,7 +364,8 @@ TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTens
   }
   const bool fits = f.bits > 0 && words * 32 == in * f.bits && n_groups * f.group_size == in;
   bool inferred = false;
-  if (!fits && !named && s->shape[0] == rows && n_groups > 0 && words * 32 % in == 0 && in % n_groups == 0) {
+  if (!fits && !named && s->shape[dims - 2] * n_exp == rows && n_groups > 0 && words * 32 % in == 0 &&
+      in % n_groups == 0) {
     const int64_t bits = words * 32 / in, group = in / n_groups;
     if ((bits == 2 || bits == 3 || bits == 4 || bits == 5 || bits == 6 || bits == 8) &&
         (group == 32 || group == 64 || group == 128)) {
@@ -347,24 +381,28 @@ TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTens
   if (words * 32 != in * f.bits)
     fail(at, ": packed width ", words, " words, want ", in, " inputs x ", f.bits, " bits / 32 = ", in * f.bits / 32,
          from);
-  if (s->shape[0] != rows || n_groups * f.group_size != in)
-    fail(file.string(), ": tensor '", s->name, "': shape [", s->shape[0], ", ", n_groups, "], want [", rows, ", ",
-         in / f.group_size, "] (", rows, " rows, ", in, " inputs / group size ", f.group_size, from, ")");
+  if (s->shape[dims - 2] * n_exp != rows || n_groups * f.group_size != in) {
+    const std::string lead = dims == 3 ? std::to_string(n_exp) + ", " : "";
+    fail(file.string(), ": tensor '", s->name, "': shape [", lead, s->shape[dims - 2], ", ", n_groups, "], want [",
+         lead, rows / n_exp, ", ", in / f.group_size, "] (", rows / n_exp, " rows, ", in, " inputs / group size ",
+         f.group_size, from, ")");
+  }
   f.scale_type = s->dtype == StDtype::F16 ? DType::F16 : s->dtype == StDtype::BF16 ? DType::BF16 : DType::F32;
   mlx_affine_check(f, in);  // holds after the checks above; a safety net
 
   TensorView v;
   v.name = gguf;
-  v.n_dims = 2;
+  v.n_dims = static_cast<int>(dims);
   v.ne[0] = in;
-  v.ne[1] = rows;
+  v.ne[1] = rows / n_exp;
+  if (dims == 3) v.ne[2] = n_exp;
   const size_t ss = st_dtype_size(s->dtype);
   auto codes_row = [&](int64_t r) {
     return reinterpret_cast<const uint32_t*>(w.data + static_cast<size_t>(r * words) * 4);
   };
   auto group_row = [&](const StTensor* t, int64_t r) { return t->data + static_cast<size_t>(r * n_groups) * ss; };
   std::string how;
-  if (const auto type = mlx_affine_repack_type(f)) {
+  if (const auto type = is_router(gguf) ? std::nullopt : mlx_affine_repack_type(f)) {
     const size_t row_bytes = dtype_row_bytes(*type, in);
     std::vector<float> blocks((row_bytes * static_cast<size_t>(rows) + 3) / 4);
     bool exact = true;
@@ -379,8 +417,8 @@ TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTens
     }
   }
   if (how.empty()) {
-    // No GGUF block holds these groups exactly (6/8 bits, or scales that are not fp16 values):
-    // float32, the numbers quantized_matmul computes (4 bytes a weight).
+    // No GGUF block holds these groups exactly (6/8 bits, or scales that are not fp16 values),
+    // or a router: float32, the numbers quantized_matmul computes (4 bytes a weight).
     std::vector<float> out(static_cast<size_t>(rows * in));
     for (int64_t r = 0; r < rows; ++r)
       mlx_affine_dequantize_row_f32(f, codes_row(r), group_row(s, r), group_row(b, r), in,
@@ -420,9 +458,11 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     neox = true;  // HF keeps Q/K in the rotate-half layout
   } else if (model_type == "qwen3") {
     arch = "qwen3";
+  } else if (model_type == "qwen3_moe") {
+    arch = "qwen3moe";
   } else {
     fail(cfg_path.string(), ": model_type '", model_type,
-         "' is not supported for folders yet (llama, mistral, qwen3; convert others to GGUF)");
+         "' is not supported for folders yet (llama, mistral, qwen3, qwen3_moe; convert others to GGUF)");
   }
   if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
     fail(cfg_path.string(), ": rope_scaling ", c["rope_scaling"].dump(), " is not supported yet");
@@ -447,6 +487,24 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
   kv.emplace_back(a + "rope.freq_base", f32(c.value("rope_theta", 10000.0)));
   kv.emplace_back(a + "rope.dimension_count", u32(head_dim));
   if (neox) kv.emplace_back("sluice.rope_neox", boolean(true));
+  int64_t n_ff_exp = 0;
+  if (arch == "qwen3moe") {
+    // Every layer sparse, top-k weights renormalized: what llama.cpp's qwen3moe graph runs.
+    n_ff_exp = static_cast<int64_t>(positive(c, "moe_intermediate_size", cfg_path));
+    const uint64_t n_expert = positive(c, "num_experts", cfg_path),
+                   n_used = positive(c, "num_experts_per_tok", cfg_path);
+    if (n_used > n_expert)
+      fail(cfg_path.string(), ": num_experts_per_tok ", n_used, " is more than num_experts ", n_expert);
+    if (c.value("decoder_sparse_step", 1) != 1 || !c.value("mlp_only_layers", json::array()).empty())
+      fail(cfg_path.string(), ": decoder_sparse_step other than 1 or mlp_only_layers (dense layers among the MoE ",
+           "layers) are not supported yet");
+    if (!c.value("norm_topk_prob", false))
+      fail(cfg_path.string(), ": norm_topk_prob false is not supported yet (Qwen3-MoE checkpoints set it true; ",
+           "llama.cpp's qwen3moe always renormalizes)");
+    kv.emplace_back(a + "expert_count", u32(n_expert));
+    kv.emplace_back(a + "expert_used_count", u32(n_used));
+    kv.emplace_back(a + "expert_feed_forward_length", u32(static_cast<uint64_t>(n_ff_exp)));
+  }
   add_tokenizer(dir, top, kv);
 
   // The weights: one file, or the shards the index names.
@@ -484,8 +542,9 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     return n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   const int64_t n_ff = static_cast<int64_t>(positive(c, "intermediate_size", cfg_path));
-  if (n_embd > (uint64_t{1} << 32) || n_head * head_dim > (uint64_t{1} << 32) || n_ff > (int64_t{1} << 32))
-    fail(cfg_path.string(), ": hidden_size, heads x head_dim or intermediate_size past 2^32");
+  if (n_embd > (uint64_t{1} << 32) || n_head * head_dim > (uint64_t{1} << 32) || n_ff > (int64_t{1} << 32) ||
+      n_ff_exp > (int64_t{1} << 32))
+    fail(cfg_path.string(), ": hidden_size, heads x head_dim, intermediate_size or moe_intermediate_size past 2^32");
   QuantSummary summary;
   std::vector<TensorView> tensors;
   for (const auto& [tname, entry] : by_name) {
@@ -504,7 +563,7 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
       if (const StTensor* sc = find(module + ".scales")) {
         tensors.push_back(load_mlx_quantized(t, sc, find(module + ".biases"), module, name,
                                              matrix_in(name, static_cast<int64_t>(n_embd),
-                                                       static_cast<int64_t>(n_head * head_dim), n_ff),
+                                                       static_cast<int64_t>(n_head * head_dim), n_ff, n_ff_exp),
                                              quant, p, *owned, summary));
         continue;
       }
@@ -513,14 +572,17 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     if (!dt || (*dt != DType::F32 && *dt != DType::F16 && *dt != DType::BF16))
       fail(p.string(), ": tensor '", t.name, "' has dtype ", st_dtype_name(t.dtype),
            " (float weights F32/F16/BF16, or MLX-quantized U32 codes with .scales and .biases beside them)");
-    if (t.shape.empty() || t.shape.size() > 2) fail(p.string(), ": tensor '", t.name, "' is not 1-D or 2-D");
+    if (t.shape.empty() || t.shape.size() > (is_stacked_experts(name) ? 3u : 2u))
+      fail(p.string(), ": tensor '", t.name, "' is not 1-D or 2-D", is_stacked_experts(name) ? " or 3-D" : "");
+    if (is_stacked_experts(name) && t.shape.size() != 3)
+      fail(p.string(), ": tensor '", t.name, "' is ", t.shape.size(), "-D (stacked experts are [experts, out, in])");
     TensorView v;
     v.name = name;
     v.n_dims = static_cast<int>(t.shape.size());
     for (int d = 0; d < v.n_dims; ++d) v.ne[d] = t.shape[t.shape.size() - 1 - static_cast<size_t>(d)];
-    if (v.n_dims == 1) {
-      // Norms and biases: the ops read them as f32 arrays.
-      std::vector<float> f(static_cast<size_t>(v.ne[0]));
+    if (v.n_dims == 1 || is_router(name)) {
+      // Norms, biases and MoE routers: the ops read them as f32 arrays.
+      std::vector<float> f(static_cast<size_t>(v.ne[0] * (v.n_dims == 2 ? v.ne[1] : 1)));
       for (size_t i = 0; i < f.size(); ++i) {
         uint16_t h = 0;
         if (*dt == DType::F32) {

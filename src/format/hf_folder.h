@@ -12,6 +12,9 @@
 // checkpoints keep Q/K in the rotate-half RoPE layout that llama.cpp's converter permutes
 // away, so they run with NEOX RoPE (metadata sluice.rope_neox) instead of a copy; RMSNorm
 // weights are the multiplier as stored; `language_model.` prefixes (MLX) are dropped.
+// Qwen3-MoE's experts are MLX's stacked switch_mlp.{gate,up,down}_proj [E, out, in], which is
+// GGUF's ffn_*_exps [in, out, E] byte for byte (quantized: E·out rows of groups); its router
+// mlp.gate (mlx-lm quantizes it at 8 bits) is ffn_gate_inp.
 //
 // MLX-quantized folders (config.json "quantization": bits, group_size, mode "affine", and
 // per-module entries keyed by module path): X.weight (uint32 codes) with X.scales and X.biases
@@ -20,7 +23,7 @@
 // and 8 bits) — and metadata sluice.folder.quantization says what was done. A module the config
 // does not name takes the default, or the format its shapes give (as mlx-lm infers it); every
 // shape and dtype is checked against the config's dimensions. What is not supported yet is
-// refused by name: architectures other than llama / mistral / qwen3, quantization modes other
+// refused by name: architectures other than llama / mistral / qwen3 / qwen3_moe, quantization modes other
 // than affine and non-MLX quantization_config (quant_method), quantized norms, rope_scaling,
 // tokenizers that are not byte-level BPE.
 #pragma once
