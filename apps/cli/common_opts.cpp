@@ -92,8 +92,8 @@ void CommonOpts::add(CLI::App* app) {
   app->add_option("--expert-io", expert_io, "stream: auto | uring | pread")->capture_default_str();
   app->add_flag("--no-direct-io", no_direct_io, "stream: read experts through the page cache instead of O_DIRECT");
   app->add_option("--lora", lora,
-                  "an MLX-LM LoRA adapter folder (adapter_config.json, adapters.safetensors) merged into the "
-                  "weights at load");
+                  "a LoRA adapter merged into the weights at load: PATH or PATH:SCALE, PATH a llama.cpp LoRA "
+                  "GGUF or an MLX-LM adapter folder (adapter_config.json, adapters.safetensors)");
   app->add_flag("--mmap", mmap_weights,
                 "resident: map the file instead of reading it into memory (faster start, slower decode)");
   app->add_option("--gpu-expert-cache", gpu_expert_cache,

@@ -4,7 +4,8 @@
 // for every position; then N greedy tokens (argmax, ties to the lowest id), each decoded alone.
 // Not part of the build: scripts/golden/make_goldens.sh compiles it against a llama.cpp build.
 //
-// Usage: llama_logits MODEL.gguf OUT_DIR N_GEN ID,ID,...
+// Usage: llama_logits MODEL.gguf OUT_DIR N_GEN ID,ID,... [LORA.gguf[:SCALE]]
+// (with a LoRA adapter applied through llama_set_adapters_lora, scale 1 unless given)
 // Writes OUT_DIR/logits.f32.bin ([n_prompt][n_vocab] float32) and OUT_DIR/greedy.json
 // ({"prompt_tokens", "generated", "margins"}: the top1 - top2 logit gap of each step).
 #include <cstdio>
@@ -45,8 +46,8 @@ bool decode(llama_context* ctx, const std::vector<llama_token>& ids, int pos0, b
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf OUT_DIR N_GEN ID,ID,...\n", argv[0]);
+  if (argc != 5 && argc != 6) {
+    std::fprintf(stderr, "usage: %s MODEL.gguf OUT_DIR N_GEN ID,ID,... [LORA.gguf[:SCALE]]\n", argv[0]);
     return 2;
   }
   const std::string out = argv[2];
@@ -70,6 +71,16 @@ int main(int argc, char** argv) {
   cp.type_k = cp.type_v = GGML_TYPE_F16;
   llama_context* ctx = llama_init_from_model(model, cp);
   if (!ctx) return 1;
+  if (argc == 6) {
+    std::string lora = argv[5];
+    float scale = 1.0f;
+    if (const size_t colon = lora.rfind(':'); colon != std::string::npos) {
+      scale = std::strtof(lora.c_str() + colon + 1, nullptr);
+      lora.resize(colon);
+    }
+    llama_adapter_lora* ad = llama_adapter_lora_init(model, lora.c_str());
+    if (!ad || llama_set_adapters_lora(ctx, &ad, 1, &scale) != 0) return 1;
+  }
   const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
   if (!decode(ctx, prompt, 0, true)) return 1;
   FILE* f = std::fopen((out + "/logits.f32.bin").c_str(), "wb");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/golden/make_goldens.sh: remakes the goldens under tests/data/golden (qwen3next,
-# qwen35) with llama.cpp. Not run by CI: llama.cpp takes ~15 minutes to build on 2 cores.
+# qwen35) and the GGUF LoRA golden under tests/data/lora-gguf with llama.cpp. Not run by CI: llama.cpp takes ~15 minutes to build on 2 cores.
 #
 #   LLAMA_SRC: a llama.cpp source tree (the one vendored in llama-cpp-python 0.3.36 from PyPI,
 #              commit 0c1e57098bba43ac29e6e3b677cdceebdd22334f: `pip download --no-deps
@@ -30,4 +30,15 @@ for k in 0 1 2 3 4 5 6 7; do
     echo "$arch (K=$k): min greedy margin $(min_margin "$out/greedy.json")"
   done
   .venv/bin/python -c "import json,sys; sys.exit(min(json.load(open('tests/data/golden/qwen35/greedy.json'))['margins']) < 0.05)" && break
+done
+
+# The GGUF LoRA golden (tests/data/lora-gguf): stories260K with make_gguf_lora.py's adapter
+# applied by llama.cpp (llama_set_adapters_lora, scale 1), the same prompt.
+.venv/bin/python scripts/golden/make_gguf_lora.py tests/data/lora-gguf/stories260K-lora.gguf
+.venv/bin/python scripts/golden/make_gguf_lora.py tests/data/lora-gguf/stories260K-lora-f32.gguf --f32
+for g in golden:stories260K-lora golden-f32:stories260K-lora-f32; do
+  mkdir -p "tests/data/lora-gguf/${g%%:*}"
+  "$tool" ../shared/models/stories260K.gguf "tests/data/lora-gguf/${g%%:*}" 32 "$prompt" \
+    "tests/data/lora-gguf/${g#*:}.gguf" 2>/dev/null
+  echo "lora-gguf ${g%%:*}: min greedy margin $(min_margin "tests/data/lora-gguf/${g%%:*}/greedy.json")"
 done

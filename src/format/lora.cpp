@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -59,6 +60,107 @@ std::vector<float> to_f32(const StTensor& t, const std::string& file) {
   return out;
 }
 
+// W' = W + scale·B·A as owned f32 rows replacing `name` in f: A is [r][in] (row k = a_k), B
+// [out][r]. Row o of W' is W[o] + Σ_k (scale·B[o][k])·A[k], the sum over k in order.
+void merge_into(GgufFile& f, const TensorView& base, const std::vector<float>& a, const std::vector<float>& b,
+                int64_t r, float scale) {
+  const int64_t in = base.ne[0], out = base.ne[1];
+  auto merged = std::make_shared<std::vector<float>>(static_cast<size_t>(in * out));
+  std::vector<float> bo(static_cast<size_t>(r));
+  for (int64_t o = 0; o < out; ++o) {
+    float* row = merged->data() + o * in;
+    dequantize_row(base.type, base.row(o), row, in);
+    for (int64_t k = 0; k < r; ++k) bo[static_cast<size_t>(k)] = scale * b[static_cast<size_t>(o * r + k)];
+    for (int64_t i = 0; i < in; ++i) {
+      float d = 0;
+      for (int64_t k = 0; k < r; ++k) d += a[static_cast<size_t>(k * in + i)] * bo[static_cast<size_t>(k)];
+      row[i] += d;
+    }
+  }
+  const void* data = merged->data();
+  f.replace_tensor(base.name, DType::F32, data, merged->size() * sizeof(float), merged);
+}
+
+// [rows][cols] -> [cols][rows].
+std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  std::vector<float> t(x.size());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) t[static_cast<size_t>(j * rows + i)] = x[static_cast<size_t>(i * cols + j)];
+  return t;
+}
+
+// A llama.cpp LoRA GGUF (convert_lora_to_gguf.py): general.type "adapter", adapter.type "lora",
+// adapter.lora.alpha, and per adapted tensor NAME the pair NAME.lora_a (ggml [in, r]: r rows of
+// `in`) and NAME.lora_b ([r, out]: out rows of r); llama.cpp adds scale·B·(A·x) with scale =
+// user_scale·alpha/r (user_scale when alpha is 0).
+LoraSummary apply_gguf_adapter(GgufFile& f, const std::string& path, float user_scale) {
+  const GgufFile ad(path);
+  const std::string type = ad.get_string_or("general.type", "");
+  if (type != "adapter")
+    fail(path, ": general.type is '", type, "', not 'adapter' (a LoRA GGUF from llama.cpp's convert_lora_to_gguf.py)");
+  if (const std::string t = ad.get_string_or("adapter.type", ""); t != "lora")
+    fail(path, ": adapter.type is '", t, "' (only 'lora' adapters are supported)");
+  const std::string arch = ad.get_string_or("general.architecture", ""),
+                    base_arch = f.get_string_or("general.architecture", "");
+  if (arch != base_arch)
+    fail(path, ": an adapter for architecture '", arch, "', but ", f.path(), " is '", base_arch, "'");
+  const float alpha = ad.get_f32_or("adapter.lora.alpha", 0.0f);
+  if (!std::isfinite(alpha) || !std::isfinite(user_scale))
+    fail(path, ": adapter.lora.alpha or the scale is not finite");
+  struct Pair {
+    const TensorView *a = nullptr, *b = nullptr;
+  };
+  std::map<std::string, Pair> pairs;
+  for (const TensorView& t : ad.tensors()) {
+    const bool is_a = t.name.ends_with(".lora_a"), is_b = t.name.ends_with(".lora_b");
+    if (!is_a && !is_b) fail(path, ": tensor '", t.name, "' is not a LoRA factor (.lora_a / .lora_b)");
+    Pair& p = pairs[t.name.substr(0, t.name.size() - 7)];
+    (is_a ? p.a : p.b) = &t;
+  }
+  if (pairs.empty()) fail(path, ": no LoRA factors");
+  LoraSummary sum;
+  sum.scale = user_scale;
+  struct Merge {
+    const TensorView *base, *a, *b;
+  };
+  std::vector<Merge> merges;
+  for (const auto& [name, p] : pairs) {
+    if (!p.a || !p.b)
+      fail(path, ": '", name, p.a ? ".lora_b" : ".lora_a", "' missing (its ", p.a ? "lora_a" : "lora_b", " is there)");
+    if (name == "token_embd.weight") fail(path, ": '", name, "': adapters on the embeddings are not supported");
+    const TensorView* w = f.find_tensor(name);
+    if (!w) fail(path, ": '", name, "' adapts a tensor ", f.path(), " does not have");
+    if (p.a->n_dims != 2 || p.b->n_dims != 2 || w->n_dims != 2)
+      fail(path, ": '", name, "': LoRA factors and their tensor must be 2-D (adapters on stacked experts are not ",
+           "supported)");
+    const int64_t in = p.a->ne[0], r = p.a->ne[1], out = p.b->ne[1];
+    if (p.b->ne[0] != r)
+      fail(path, ": '", name, "': lora_a is [", in, ", ", r, "] but lora_b is [", p.b->ne[0], ", ", out,
+           "] (the ranks differ)");
+    if (w->ne[0] != in || w->ne[1] != out)
+      fail(path, ": '", name, "': the factors make a [", in, ", ", out, "] update but the tensor is [", w->ne[0], ", ",
+           w->ne[1], "]");
+    if (!quant_supported(p.a->type) || !quant_supported(p.b->type))
+      fail(path, ": '", name, "': factor type ", dtype_name(p.a->type), "/", dtype_name(p.b->type),
+           " is not supported");
+    merges.push_back({w, p.a, p.b});
+    sum.rank = std::max(sum.rank, r);
+  }
+  auto rows_f32 = [](const TensorView& t) {
+    std::vector<float> x(static_cast<size_t>(t.ne[0] * t.ne[1]));
+    for (int64_t i = 0; i < t.ne[1]; ++i) dequantize_row(t.type, t.row(i), x.data() + i * t.ne[0], t.ne[0]);
+    return x;
+  };
+  for (const Merge& m : merges) {
+    const int64_t r = m.a->ne[1];
+    const float scale = alpha != 0.0f ? user_scale * alpha / static_cast<float>(r) : user_scale;
+    merge_into(f, *m.base, rows_f32(*m.a), rows_f32(*m.b), r, scale);
+    ++sum.n_tensors;
+  }
+  if (alpha != 0.0f) sum.scale = user_scale * alpha / static_cast<float>(sum.rank);
+  return sum;
+}
+
 }  // namespace
 
 std::string LoraSummary::line() const {
@@ -68,7 +170,9 @@ std::string LoraSummary::line() const {
   return buf;
 }
 
-LoraSummary apply_lora_adapter(GgufFile& f, const std::string& dir_s) {
+namespace {
+
+LoraSummary apply_mlx_adapter(GgufFile& f, const std::string& dir_s, float user_scale) {
   const fs::path dir(dir_s), cfg_path = dir / "adapter_config.json", st_path = dir / "adapters.safetensors";
   const json c = read_config(cfg_path);
   if (!c.is_object()) fail(cfg_path.string(), ": not a JSON object");
@@ -82,7 +186,7 @@ LoraSummary apply_lora_adapter(GgufFile& f, const std::string& dir_s) {
       !c["lora_parameters"]["scale"].is_number())
     fail(cfg_path.string(), ": lora_parameters.scale missing or not a number");
   LoraSummary sum;
-  sum.scale = c["lora_parameters"]["scale"].get<float>();
+  sum.scale = c["lora_parameters"]["scale"].get<float>() * user_scale;
   if (!std::isfinite(sum.scale)) fail(cfg_path.string(), ": lora_parameters.scale is not finite");
 
   // Every factor by module, checked whole before anything is merged.
@@ -129,28 +233,35 @@ LoraSummary apply_lora_adapter(GgufFile& f, const std::string& dir_s) {
     sum.rank = std::max(sum.rank, r);
   }
 
-  // W' = W + scale·(A·B)ᵀ, row o of W' (out rows of `in` elements): W[o] + scale·Σ_k B[k][o]·A[·][k].
+  // W' = W + scale·(A·B)ᵀ: the factors as merge_into's A [r][in] and B [out][r].
   for (const Merge& m : merges) {
-    const std::vector<float> a = to_f32(*m.a, st_path.string()), b = to_f32(*m.b, st_path.string());
     const int64_t in = m.base->ne[0], out = m.base->ne[1], r = m.a->shape[1];
-    auto merged = std::make_shared<std::vector<float>>(static_cast<size_t>(in * out));
-    std::vector<float> bo(static_cast<size_t>(r));
-    for (int64_t o = 0; o < out; ++o) {
-      float* row = merged->data() + o * in;
-      dequantize_row(m.base->type, m.base->row(o), row, in);
-      for (int64_t k = 0; k < r; ++k) bo[static_cast<size_t>(k)] = sum.scale * b[static_cast<size_t>(k * out + o)];
-      for (int64_t i = 0; i < in; ++i) {
-        const float* ai = a.data() + i * r;
-        float d = 0;
-        for (int64_t k = 0; k < r; ++k) d += ai[k] * bo[static_cast<size_t>(k)];
-        row[i] += d;
-      }
-    }
-    const void* data = merged->data();
-    f.replace_tensor(m.gguf, DType::F32, data, merged->size() * sizeof(float), merged);
+    merge_into(f, *m.base, transposed(to_f32(*m.a, st_path.string()), in, r),
+               transposed(to_f32(*m.b, st_path.string()), r, out), r, sum.scale);
     ++sum.n_tensors;
   }
   return sum;
+}
+
+}  // namespace
+
+LoraSummary apply_lora_adapter(GgufFile& f, const std::string& spec) {
+  std::string path = spec;
+  float scale = 1.0f;
+  std::error_code ec;
+  if (!fs::exists(spec, ec)) {
+    // PATH:SCALE
+    const size_t colon = spec.rfind(':');
+    char* end = nullptr;
+    const std::string tail = colon == std::string::npos ? "" : spec.substr(colon + 1);
+    const float v = tail.empty() ? 0.0f : std::strtof(tail.c_str(), &end);
+    if (tail.empty() || *end != '\0' || !std::isfinite(v))
+      fail("--lora ", spec, ": no such file or folder (an adapter is PATH or PATH:SCALE)");
+    path = spec.substr(0, colon);
+    scale = v;
+    if (!fs::exists(path, ec)) fail("--lora ", spec, ": no such file or folder '", path, "'");
+  }
+  return fs::is_directory(path, ec) ? apply_mlx_adapter(f, path, scale) : apply_gguf_adapter(f, path, scale);
 }
 
 }  // namespace sluice

@@ -1,5 +1,8 @@
-// format/lora: LoRA adapters merged into a model's weights at load (`-m M --lora DIR`). The
-// adapter is an MLX-LM adapter folder, what `mlx_lm.lora` writes: adapter_config.json
+// format/lora: LoRA adapters merged into a model's weights at load (`-m M --lora PATH[:SCALE]`,
+// SCALE multiplying the adapter's own). PATH is a llama.cpp LoRA GGUF (general.type "adapter",
+// adapter.lora.alpha, NAME.lora_a [in, r] and NAME.lora_b [r, out] per adapted tensor NAME;
+// llama.cpp adds SCALE·alpha/r·B·(A·x), SCALE without alpha; any tensor type dequantize_row
+// reads), or an MLX-LM adapter folder, what `mlx_lm.lora` writes: adapter_config.json
 // (fine_tune_type "lora", lora_parameters.scale) and adapters.safetensors with, per adapted
 // linear (named by its Hugging Face module path, e.g. model.layers.1.self_attn.q_proj),
 // lora_a [in, r] and lora_b [r, out]. MLX computes y = W·x + scale·(x·A)·B; here each adapted
@@ -25,7 +28,7 @@ struct LoraSummary {
   std::string line() const;  // "lora: 3 tensors merged (rank 4, scale 2)"
 };
 
-// Merges the adapter folder `dir` into f (see above). Throws sluice::Error.
-LoraSummary apply_lora_adapter(GgufFile& f, const std::string& dir);
+// Merges the adapter `spec` (PATH or PATH:SCALE, see above) into f. Throws sluice::Error.
+LoraSummary apply_lora_adapter(GgufFile& f, const std::string& spec);
 
 }  // namespace sluice
