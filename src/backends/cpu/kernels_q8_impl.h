@@ -1077,37 +1077,64 @@ inline void q8_0_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
   }
 }
 
-template <int NT>
-struct Q80TileTokens {
-  static void run(const Q80Tile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
-                  __mmask16 rows) {
-    const __m256i k80 = _mm256_set1_epi8(static_cast<char>(0x80));
-    __m512 acc[NT];
-    for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; ++i) {
-      const Q80Tile& b = T[i];
-      __m512i wv[8];
-      for (int g = 0; g < 8; ++g) wv[g] = _mm512_loadu_si512(b.qs[g]);
-      const __m512 dv = _mm512_loadu_ps(b.d);
-      for (int t = 0; t < NT; ++t) {
-        const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
-        __m512i s = _mm512_setzero_si512();
-        for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(a.qs + 4 * g));
-        // Σ a by sums of absolute differences of (a + 128) from 0, minus 32·128.
-        const __m256i u = _mm256_sad_epu8(_mm256_xor_si256(q8_load(a.qs), k80), _mm256_setzero_si256());
-        __m128i x = _mm_add_epi64(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
-        x = _mm_add_epi64(x, _mm_unpackhi_epi64(x, x));
-        const int32_t asum = _mm_cvtsi128_si32(x) - 32 * 128;
-        const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_set1_epi32(128 * asum)));
-        acc[t] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dv, _mm512_set1_ps(q8_half(a.d))), acc[t]);
+// One 32-block of a row-interleaved tile against one Q8_0 activation block: the 16 rows'
+// Σ u·a (u the tile's unsigned bytes, by vpdpbusd) and, in *asum, Σ a (sums of absolute
+// differences of a + 128 from 0, minus 32·128). Q8_0's and the legacy types' tiles share it.
+inline __m512i q8_tile_dot32(const __m512i wv[8], const block_q8_0& a, int32_t* asum) {
+  __m512i s = _mm512_setzero_si512();
+  for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(a.qs + 4 * g));
+  const __m256i u = _mm256_sad_epu8(_mm256_xor_si256(q8_load(a.qs), _mm256_set1_epi8(static_cast<char>(0x80))),
+                                    _mm256_setzero_si256());
+  __m128i x = _mm_add_epi64(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+  x = _mm_add_epi64(x, _mm_unpackhi_epi64(x, x));
+  *asum = _mm_cvtsi128_si32(x) - 32 * 128;
+  return s;
+}
+
+// Q8TileOps::gemm's token passes for the tiles of unsigned codes u = q + off (C: Tile, kOff,
+// and kMin for the types with a min m per block), per block, with s = Σ u·a and Σa exact:
+//   acc = fma(s − off·Σa, d·d_a, acc), or with a min acc = fma(s, d·d_a, acc) then
+//   acc = fma(Σa, m·d_a, acc). Q8_0 is off 128 (its quants xor 0x80).
+template <class C>
+struct OffsetTileTokens {
+  template <int NT>
+  struct Run {
+    static void run(const typename C::Tile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
+                    __mmask16 rows) {
+      __m512 acc[NT];
+      for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+      for (int64_t i = 0; i < nb; ++i) {
+        const typename C::Tile& b = T[i];
+        __m512i wv[8];
+        for (int g = 0; g < 8; ++g) wv[g] = _mm512_loadu_si512(b.qs[g]);
+        const __m512 dv = _mm512_loadu_ps(b.d);
+        for (int t = 0; t < NT; ++t) {
+          const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
+          int32_t asum;
+          const __m512i s = q8_tile_dot32(wv, a, &asum);
+          const __m512 da = _mm512_set1_ps(q8_half(a.d));
+          if constexpr (C::kMin) {
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, da), acc[t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(asum)), _mm512_mul_ps(_mm512_loadu_ps(b.m), da),
+                                     acc[t]);
+          } else {
+            const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_set1_epi32(C::kOff * asum)));
+            acc[t] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dv, da), acc[t]);
+          }
+        }
       }
+      for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
     }
-    for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
-  }
+  };
+};
+struct Q80TileCodes {
+  using Tile = Q80Tile;
+  static constexpr int kOff = 128;
+  static constexpr bool kMin = false;
 };
 
 #define SLUICE_Q8_Q8_0_TILE \
-  { q8_0_tile_bytes, q8_0_tile_pack_512, q8_tile_gemm<Q80Tile, QK8_0, Q80TileTokens> }
+  { q8_0_tile_bytes, q8_0_tile_pack_512, q8_tile_gemm<Q80Tile, QK8_0, OffsetTileTokens<Q80TileCodes>::Run> }
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: Σ q·a is exact either way; one fma per block as the vector code.
 inline float q8_0_tile_step(const Q80Tile& b, const block_q8_0& a, int64_t r, float acc) {
@@ -1144,6 +1171,7 @@ static_assert(sizeof(QLegacyTile) % 64 == 0, "tiles are read as 64-byte vectors"
 template <class B, int Off, bool Five>
 struct LegacyCodes {
   using Block = B;
+  using Tile = QLegacyTile;
   static constexpr int kOff = Off;
   static constexpr bool kMin = Off == 0;
   static int code(const Block& b, int j) {
@@ -1206,46 +1234,8 @@ inline void legacy_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, in
   }
 }
 
-template <class C>
-struct LegacyTileTokens {
-  template <int NT>
-  struct Run {
-    static void run(const QLegacyTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
-                    __mmask16 rows) {
-      const __m256i k80 = _mm256_set1_epi8(static_cast<char>(0x80));
-      __m512 acc[NT];
-      for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-      for (int64_t i = 0; i < nb; ++i) {
-        const QLegacyTile& b = T[i];
-        __m512i wv[8];
-        for (int g = 0; g < 8; ++g) wv[g] = _mm512_loadu_si512(b.qs[g]);
-        const __m512 dv = _mm512_loadu_ps(b.d);
-        for (int t = 0; t < NT; ++t) {
-          const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
-          __m512i s = _mm512_setzero_si512();
-          for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(a.qs + 4 * g));
-          // Σ a by sums of absolute differences of (a + 128) from 0, minus 32·128.
-          const __m256i u = _mm256_sad_epu8(_mm256_xor_si256(q8_load(a.qs), k80), _mm256_setzero_si256());
-          __m128i x = _mm_add_epi64(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
-          x = _mm_add_epi64(x, _mm_unpackhi_epi64(x, x));
-          const int32_t asum = _mm_cvtsi128_si32(x) - 32 * 128;
-          const __m512 da = _mm512_set1_ps(q8_half(a.d));
-          if constexpr (C::kMin) {
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, da), acc[t]);
-            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(asum)), _mm512_mul_ps(_mm512_loadu_ps(b.m), da),
-                                     acc[t]);
-          } else {
-            const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_set1_epi32(C::kOff * asum)));
-            acc[t] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dv, da), acc[t]);
-          }
-        }
-      }
-      for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
-    }
-  };
-};
 #define SLUICE_Q8_LEGACY_TILE(C) \
-  { legacy_tile_bytes, legacy_tile_pack_512<C>, q8_tile_gemm<QLegacyTile, 32, LegacyTileTokens<C>::Run> }
+  { legacy_tile_bytes, legacy_tile_pack_512<C>, q8_tile_gemm<QLegacyTile, 32, OffsetTileTokens<C>::Run> }
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: the same exact sums and fused multiply-adds per block as the vector code.
 template <class C>
