@@ -84,6 +84,36 @@ inline uint32_t q8_qh32(const uint8_t* qh) {
   return v;
 }
 
+// The unsigned codes c of ggml's legacy 32-blocks (Q4_0, Q4_1: 4 bits; Q5_0, Q5_1: 5), shared by
+// the row dots and the prefill tiles: element j < 16 is the low nibble of qs[j], j >= 16 the
+// high nibble of qs[j - 16]; the 5-bit types add bit j of qh as bit 4. The value is
+// d·(c − kOff) (Q4_0 8, Q5_0 16) or d·c + m (kMin: Q4_1, Q5_1). code(b, j) is the scalar twin
+// of codes(b) (all 32 as bytes).
+template <class B, int Off, bool Five>
+struct LegacyCodes {
+  using Block = B;
+  static constexpr int kOff = Off;
+  static constexpr bool kMin = Off == 0;
+  static int code(const Block& b, int j) {
+    int c = j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4;
+    if constexpr (Five) c |= static_cast<int>((q8_qh32(b.qh) >> j) & 1) << 4;
+    return c;
+  }
+#if SLUICE_Q8_SIMD
+  static __m256i codes(const Block& b) {
+    const __m256i c = q8_nibbles32(b.qs);
+    if constexpr (Five)
+      return _mm256_or_si256(c, _mm256_and_si256(q8_bits_to_bytes(q8_qh32(b.qh)), _mm256_set1_epi8(0x10)));
+    else
+      return c;
+  }
+#endif
+};
+using LegacyQ4_0 = LegacyCodes<block_q4_0, 8, false>;
+using LegacyQ4_1 = LegacyCodes<block_q4_1, 0, false>;
+using LegacyQ5_0 = LegacyCodes<block_q5_0, 16, true>;
+using LegacyQ5_1 = LegacyCodes<block_q5_1, 0, true>;
+
 // ---- Q8_0, Q4_0, Q5_0 · Q8_0: blocks of 32 signed values, x = d·q, so per block
 // dot = d_x·d_a·Σ q·a (exact in int32). One loop for the three; U unpacks a block's values
 // into 32 bytes (SIMD) or gives value j (the scalar twin). Q4_0's element j < 16 is the low
@@ -96,26 +126,17 @@ struct Q8Unpack_q8_0 {
 #endif
   static int value(const Block& b, int j) { return b.qs[j]; }
 };
-struct Q8Unpack_q4_0 {
-  using Block = block_q4_0;
+// Q4_0 and Q5_0: their codes minus the offset.
+template <class C>
+struct Q8Unpack_offset {
+  using Block = typename C::Block;
 #if SLUICE_Q8_SIMD
-  static __m256i bytes(const Block& b) { return _mm256_sub_epi8(q8_nibbles32(b.qs), _mm256_set1_epi8(8)); }
+  static __m256i bytes(const Block& b) { return _mm256_sub_epi8(C::codes(b), _mm256_set1_epi8(C::kOff)); }
 #endif
-  static int value(const Block& b, int j) { return (j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4) - 8; }
+  static int value(const Block& b, int j) { return C::code(b, j) - C::kOff; }
 };
-struct Q8Unpack_q5_0 {
-  using Block = block_q5_0;
-#if SLUICE_Q8_SIMD
-  static __m256i bytes(const Block& b) {
-    const __m256i hi = _mm256_and_si256(q8_bits_to_bytes(q8_qh32(b.qh)), _mm256_set1_epi8(0x10));
-    return _mm256_sub_epi8(_mm256_or_si256(q8_nibbles32(b.qs), hi), _mm256_set1_epi8(16));
-  }
-#endif
-  static int value(const Block& b, int j) {
-    const int q = (j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4) | static_cast<int>((q8_qh32(b.qh) >> j) & 1) << 4;
-    return q - 16;
-  }
-};
+using Q8Unpack_q4_0 = Q8Unpack_offset<LegacyQ4_0>;
+using Q8Unpack_q5_0 = Q8Unpack_offset<LegacyQ5_0>;
 template <class U, int NT>
 inline void q8_dot_signed32(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
   const auto* x = static_cast<const typename U::Block*>(w);
@@ -174,6 +195,8 @@ inline void q8_act_sums(const block_q8_0* a, int64_t nb, Q8ActSums* out) {
 template <bool kFive, class Block, int NT>
 inline void q8_dot_x_1(const void* w, const uint8_t* act, size_t astride, const Q8ActSums* const* sums, int64_t nb,
                        float* out, size_t ostride) {
+  using Codes = std::conditional_t<kFive, LegacyQ5_1, LegacyQ4_1>;
+  static_assert(std::is_same_v<Block, typename Codes::Block>);
   const auto* x = static_cast<const Block*>(w);
   float summ[NT];
   for (int t = 0; t < NT; ++t) summ[t] = 0;
@@ -181,9 +204,7 @@ inline void q8_dot_x_1(const void* w, const uint8_t* act, size_t astride, const 
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    __m256i xq = q8_nibbles32(x[i].qs);
-    if constexpr (kFive)
-      xq = _mm256_or_si256(xq, _mm256_and_si256(q8_bits_to_bytes(q8_qh32(x[i].qh)), _mm256_set1_epi8(0x10)));
+    const __m256i xq = Codes::codes(x[i]);
     const float dx = q8_half(x[i].d), mx = q8_half(x[i].m);
     for (int t = 0; t < NT; ++t) {
       const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
@@ -198,14 +219,8 @@ inline void q8_dot_x_1(const void* w, const uint8_t* act, size_t astride, const 
     const auto* a = reinterpret_cast<const block_q8_0*>(act + t * astride);
     float sum = 0;
     for (int64_t i = 0; i < nb; ++i) {
-      uint32_t qh = 0;
-      if constexpr (kFive) qh = q8_qh32(x[i].qh);
       int32_t s = 0;
-      for (int j = 0; j < 32; ++j) {
-        int q = j < 16 ? x[i].qs[j] & 0xF : x[i].qs[j - 16] >> 4;
-        if constexpr (kFive) q |= static_cast<int>((qh >> j) & 1) << 4;
-        s += q * a[i].qs[j];
-      }
+      for (int j = 0; j < 32; ++j) s += Codes::code(x[i], j) * a[i].qs[j];
       sum += q8_half(x[i].d) * sums[t][i].d * static_cast<float>(s);
       summ[t] += q8_half(x[i].m) * sums[t][i].s;
     }
@@ -1166,33 +1181,11 @@ struct QLegacyTile {
 };
 static_assert(sizeof(QLegacyTile) % 64 == 0, "tiles are read as 64-byte vectors");
 
-// The codes of one block type: kOff (0 for the types with a min), code(b, j) (scalar) and
-// codes(b) (32 bytes).
-template <class B, int Off, bool Five>
-struct LegacyCodes {
-  using Block = B;
+// The tile pack and kernels' view of a block type: its codes plus the tile they fill.
+template <class Codes>
+struct LegacyTileCodes : Codes {
   using Tile = QLegacyTile;
-  static constexpr int kOff = Off;
-  static constexpr bool kMin = Off == 0;
-  static int code(const Block& b, int j) {
-    int c = j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4;
-    if constexpr (Five) c |= static_cast<int>((q8_qh32(b.qh) >> j) & 1) << 4;
-    return c;
-  }
-#if SLUICE_Q8_SIMD
-  static __m256i codes(const Block& b) {
-    const __m256i c = q8_nibbles32(b.qs);
-    if constexpr (Five)
-      return _mm256_or_si256(c, _mm256_and_si256(q8_bits_to_bytes(q8_qh32(b.qh)), _mm256_set1_epi8(0x10)));
-    else
-      return c;
-  }
-#endif
 };
-using LegacyQ4_0 = LegacyCodes<block_q4_0, 8, false>;
-using LegacyQ4_1 = LegacyCodes<block_q4_1, 0, false>;
-using LegacyQ5_0 = LegacyCodes<block_q5_0, 16, true>;
-using LegacyQ5_1 = LegacyCodes<block_q5_1, 0, true>;
 
 inline size_t legacy_tile_bytes(int64_t n) { return static_cast<size_t>(n / 32) * sizeof(QLegacyTile); }
 
@@ -1357,10 +1350,12 @@ inline void q8_quantize_q8_K_512(const float* x, void* yv, int64_t n) {
 constexpr Q8Kernels q8_table(const char* name) {
   return Q8Kernels{
       .name = name,
-      .q4_0 = {DType::Q8_0, q8_gemm<Dot_signed32<Q8Unpack_q4_0>::Of, QK4_0>, SLUICE_Q8_LEGACY_TILE(LegacyQ4_0)},
-      .q4_1 = {DType::Q8_0, q8_gemm_x_1<false, block_q4_1>, SLUICE_Q8_LEGACY_TILE(LegacyQ4_1)},
-      .q5_0 = {DType::Q8_0, q8_gemm<Dot_signed32<Q8Unpack_q5_0>::Of, QK5_0>, SLUICE_Q8_LEGACY_TILE(LegacyQ5_0)},
-      .q5_1 = {DType::Q8_0, q8_gemm_x_1<true, block_q5_1>, SLUICE_Q8_LEGACY_TILE(LegacyQ5_1)},
+      .q4_0 = {DType::Q8_0, q8_gemm<Dot_signed32<Q8Unpack_q4_0>::Of, QK4_0>,
+               SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<LegacyQ4_0>)},
+      .q4_1 = {DType::Q8_0, q8_gemm_x_1<false, block_q4_1>, SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<LegacyQ4_1>)},
+      .q5_0 = {DType::Q8_0, q8_gemm<Dot_signed32<Q8Unpack_q5_0>::Of, QK5_0>,
+               SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<LegacyQ5_0>)},
+      .q5_1 = {DType::Q8_0, q8_gemm_x_1<true, block_q5_1>, SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<LegacyQ5_1>)},
       .q8_0 = {DType::Q8_0, q8_gemm<Dot_signed32<Q8Unpack_q8_0>::Of, QK8_0>, SLUICE_Q8_Q8_0_TILE},
       .q4_K = {DType::Q8_K, q8_gemm<Dot_q4_K, QK_K>, SLUICE_Q8_Q4_K_TILE},
       .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, SLUICE_Q8_Q5_K_TILE},
