@@ -164,6 +164,8 @@ def make_moe(root):
         mq.set_dtype(mx.float32)
         if min(greedy_margins(mq, ids)[1]) >= 0.02:
             break
+    else:
+        sys.exit("make_moe: no seed in 1002..1099 gives greedy gaps >= 0.02")
     print("qwen3moe seed", seed, "greedy", write_golden(out, tok, m))
     for junk in ["README.md", "model.safetensors.index.json"]:
         if os.path.exists(os.path.join(q, junk)):

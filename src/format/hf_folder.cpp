@@ -303,14 +303,10 @@ int64_t matrix_in(const std::string& gguf, int64_t n_embd, int64_t n_q, int64_t 
 }
 
 // MoE routers (ffn_gate_inp), which the ops read as f32 whatever the file stores.
-bool is_router(const std::string& gguf) {
-  return gguf.size() > 19 && gguf.compare(gguf.size() - 19, 19, "ffn_gate_inp.weight") == 0;
-}
+bool is_router(const std::string& gguf) { return gguf.ends_with("ffn_gate_inp.weight"); }
 
 // Stacked experts (GGUF *_exps: [in, out, E], MLX [E, out, in]) are the one 3-D weight.
-bool is_stacked_experts(const std::string& gguf) {
-  return gguf.size() > 12 && gguf.compare(gguf.size() - 12, 12, "_exps.weight") == 0;
-}
+bool is_stacked_experts(const std::string& gguf) { return gguf.ends_with("_exps.weight"); }
 
 // What was repacked or dequantized, for the load line: "4-bit g64 bf16 → q4_1" -> (tensors, bytes).
 using QuantSummary = std::map<std::string, std::pair<int64_t, size_t>>;
@@ -572,10 +568,9 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     if (!dt || (*dt != DType::F32 && *dt != DType::F16 && *dt != DType::BF16))
       fail(p.string(), ": tensor '", t.name, "' has dtype ", st_dtype_name(t.dtype),
            " (float weights F32/F16/BF16, or MLX-quantized U32 codes with .scales and .biases beside them)");
-    if (t.shape.empty() || t.shape.size() > (is_stacked_experts(name) ? 3u : 2u))
-      fail(p.string(), ": tensor '", t.name, "' is not 1-D or 2-D", is_stacked_experts(name) ? " or 3-D" : "");
-    if (is_stacked_experts(name) && t.shape.size() != 3)
-      fail(p.string(), ": tensor '", t.name, "' is ", t.shape.size(), "-D (stacked experts are [experts, out, in])");
+    if (is_stacked_experts(name) ? t.shape.size() != 3 : t.shape.empty() || t.shape.size() > 2)
+      fail(p.string(), ": tensor '", t.name, "' is ", t.shape.size(), "-D (",
+           is_stacked_experts(name) ? "stacked experts are [experts, out, in]" : "want 1-D or 2-D", ")");
     TensorView v;
     v.name = name;
     v.n_dims = static_cast<int>(t.shape.size());
