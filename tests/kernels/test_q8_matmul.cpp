@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "backends/cpu/kernels.h"
 #include "backends/ref/ref_backend.h"
 #include "core/cpu_features.h"
+#include "core/fp16.h"
 #include "kernels/kernel_test_util.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
@@ -44,9 +46,20 @@ constexpr double kTolQ8Tight = 1e-9;
 // 2e-5 (Q8_0), independent of the weight type. Observed ≤ 7.5e-5. 3e-4 leaves room for the
 // spread of amax over few blocks; a wrong scale or a dropped sub-block gives ≥ 1e-2.
 constexpr double kTolQ8Loose = 3e-4;
-// Scalar twin vs SIMD: identical integer sums, float terms added in another order
-// (8 lanes vs 1): observed ≤ 1e-13.
+// The super-block types (Q4_K, Q5_K, Q6_K) across levels and between their tiles and row
+// dots: identical integer sums, float terms added in another order (8 or 16 lanes vs one
+// chain): observed ≤ 1e-13. The 32-block types give the same bits on every path.
 constexpr double kTolQ8Twin = 1e-11;
+bool same_bits_everywhere(DType t) { return dtype_traits(t).block_size == 32; }
+// Bitwise for the 32-block types, within kTolQ8Twin for the others.
+void expect_same_path_result(DType t, const std::vector<float>& want, const std::vector<float>& got,
+                             const std::string& what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  if (same_bits_everywhere(t))
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4)) << dtype_name(t) << " " << what;
+  else
+    EXPECT_LE(nmse(want, got), kTolQ8Twin) << dtype_name(t) << " " << what;
+}
 
 
 std::unique_ptr<Backend> q8_backend(int threads, CpuIsa isa) {
@@ -109,17 +122,51 @@ TEST(Q8Matmul, AgainstRefTightAndLoose) {
   std::printf("[  NMSE    ] q8 matmul tight max %.3g, loose max %.3g\n", worst_tight, worst_loose);
 }
 
-// The scalar generic level is the twin of the SIMD levels: same integer sums.
+// The scalar generic level is the twin of the SIMD levels: same integer sums; for the 32-block
+// types also the same float operations in the same order (kernels_q8_impl.h), so the same
+// bits. 1056 inputs = 33 blocks of 32 leaves a partial group of four.
 TEST(Q8Matmul, ScalarTwinMatchesSimd) {
   auto gen = q8_backend(1, CpuIsa::generic);
   for (DType t : kQ8Types) {
-    Weights w(t, 1024, 45, 3);
-    const auto x = randn(3 * 1024, 4);
+    const int64_t n_in = dtype_traits(t).block_size == 32 ? 1056 : 1024;
+    Weights w(t, n_in, 45, 3);
+    const auto x = randn(static_cast<size_t>(3 * n_in), 4);
     const auto yg = matmul(*gen, w.view, x, 3);
     for (CpuIsa isa : available_isas()) {
       auto cpu = q8_backend(2, isa);
-      EXPECT_LE(nmse(yg, matmul(*cpu, w.view, x, 3)), kTolQ8Twin) << dtype_name(t) << " " << cpu_isa_name(isa);
+      expect_same_path_result(t, yg, matmul(*cpu, w.view, x, 3), std::string(cpu_isa_name(isa)));
     }
+  }
+}
+
+// The 32-block types' float order, written out here from the raw blocks for Q8_0: per block
+// i the exact Σ q·a into lane i mod 4 by fma(s, d·d_a, L), then (L0 + L2) + (L1 + L3). Every
+// level equals it bitwise; the same sums added in one chain (a plausible other order) differ
+// from it in some outputs, so the comparison sees the order.
+TEST(Q8Matmul, BlockTypesFollowTheDocumentedFloatOrder) {
+  const int64_t n_in = 1056, n_out = 64, nb = n_in / 32;
+  Weights w(DType::Q8_0, n_in, n_out, 77);
+  const auto x = randn(static_cast<size_t>(n_in), 78);
+  std::vector<block_q8_0> a(static_cast<size_t>(nb));
+  quantize_row(DType::Q8_0, x.data(), a.data(), n_in);
+  std::vector<float> lanes(static_cast<size_t>(n_out)), chain(static_cast<size_t>(n_out));
+  for (int64_t r = 0; r < n_out; ++r) {
+    const auto* wb = reinterpret_cast<const block_q8_0*>(w.bytes.data() + r * dtype_row_bytes(DType::Q8_0, n_in));
+    float L[4] = {0, 0, 0, 0}, c = 0;
+    for (int64_t i = 0; i < nb; ++i) {
+      int32_t s = 0;
+      for (int j = 0; j < 32; ++j) s += wb[i].qs[j] * a[i].qs[j];
+      const float dd = fp16_to_fp32(wb[i].d) * fp16_to_fp32(a[i].d);
+      L[i % 4] = std::fma(static_cast<float>(s), dd, L[i % 4]);
+      c = std::fma(static_cast<float>(s), dd, c);
+    }
+    lanes[r] = (L[0] + L[2]) + (L[1] + L[3]);
+    chain[r] = c;
+  }
+  EXPECT_NE(0, std::memcmp(lanes.data(), chain.data(), lanes.size() * 4)) << "the order is not observable here";
+  for (CpuIsa isa : available_isas()) {
+    auto cpu = q8_backend(2, isa);
+    EXPECT_EQ(0, std::memcmp(lanes.data(), matmul(*cpu, w.view, x, 1).data(), lanes.size() * 4)) << cpu_isa_name(isa);
   }
 }
 
@@ -134,8 +181,8 @@ std::vector<std::pair<CpuIsa, bool>> isa_tile_levels() {
 }
 
 // The prefill tiles (kernels.h, Q8TileOps): the scalar twin of the packed tile equals the
-// vector code bitwise (same exact integer sums, same fused multiply-adds); tiles and the row
-// path agree to float rounding; partial tiles (rows not a multiple of 16) and token counts
+// vector code bitwise (same exact integer sums, same fused multiply-adds); the row path equals
+// the tiles bitwise for the 32-block types and to float rounding for the others; partial tiles (rows not a multiple of 16) and token counts
 // that are not a multiple of the 8-token pass are covered.
 TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
   auto gen = make_cpu_backend(
@@ -162,7 +209,8 @@ TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
             make_cpu_backend(2, isa,
                              CpuBackendOptions{.q8_activations = true, .q8_tiles = false, .q8_legacy_types = true});
         const auto yt = matmul(*tiles, w.view, x, T);
-        EXPECT_LE(nmse(matmul(*rows, w.view, x, T), yt), kTolQ8Twin) << dtype_name(t) << " " << level;
+        expect_same_path_result(t, matmul(*rows, w.view, x, T), yt,
+                                level + " tiles vs rows, rows=" + std::to_string(n_out) + " T=" + std::to_string(T));
         const cpu::Q8Ops* lop = (amx ? cpu::q8_kernels_amx() : &cpu::q8_kernels_for(isa))->get(t);
         if (lop && lop->tile.any()) {  // this level has tiles: bitwise the scalar twin
           EXPECT_EQ(0, std::memcmp(yg.data(), yt.data(), yt.size() * 4))
@@ -292,8 +340,8 @@ TEST(Q8Matmul, NegativeControls) {
 }
 
 // Bitwise: 1, 2 and 3 threads agree, and on the row path (tiles off) a token's output does
-// not depend on its batch. With tiles (batches of ≥ kQ8TileMinTokens) the threads still agree
-// bitwise and a batch's token agrees with the same token alone to float rounding (kernels.h).
+// not depend on its batch. With tiles (a batch of ≥ kQ8TileMinTokens tokens) against the same
+// token alone (the row path): bitwise for the 32-block types, to float rounding for the others.
 TEST(Q8Matmul, DeterministicAcrossThreadsAndBatch) {
   for (CpuIsa isa : available_isas()) {
     auto tiled = q8_backend(2, isa);
@@ -311,8 +359,8 @@ TEST(Q8Matmul, DeterministicAcrossThreadsAndBatch) {
       EXPECT_EQ(0, std::memcmp(yt.data(), matmul(*q8_backend(3, isa), w.view, x, T).data(), yt.size() * 4))
           << dtype_name(t);
       std::vector<float> x0(x.begin(), x.begin() + 512);
-      EXPECT_LE(nmse(matmul(*tiled, w.view, x0, 1), std::vector<float>(yt.begin(), yt.begin() + 301)), kTolQ8Twin)
-          << dtype_name(t);
+      expect_same_path_result(t, std::vector<float>(yt.begin(), yt.begin() + 301), matmul(*tiled, w.view, x0, 1),
+                              "a batch's first token vs the same token alone");
     }
     for (DType t : kQ8Types) {
       Weights w(t, 512, 301, 21);

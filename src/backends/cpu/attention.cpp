@@ -14,11 +14,15 @@
 // GQA: a work unit is one KV head with its group of H/Hkv query heads, so each K and V row
 // is read (or decoded) once per group rather than once per query head.
 //
-// Split-KV: when a batch has few (token, head) rows (decode), each row's visible positions
-// are cut into splits of S positions that run in parallel, each leaving (max m, sum l,
-// unnormalized acc); a second pass merges them with weights e^(m_s - max m). The split is a
-// function of the shapes only, never of the thread count, so results stay bitwise identical
-// for any number of threads. With a single split the arithmetic is exactly the one-pass kernel.
+// Splits: each row's visible positions are cut into splits of S positions (S from the model's
+// shapes: never from the batch or the thread count). Each split runs the one-pass kernel from
+// a fresh state, leaving (max m, sum l, unnormalized acc), and the splits are folded into the
+// row's result in split order (merge_split). When a batch has few (token, head) rows (decode)
+// the splits run in parallel and a second pass folds them; otherwise a row folds its splits as
+// it goes. Same operations either way, so a row's result is bitwise the same whatever batch it
+// came in (a prompt-cache hit that evaluates 17 tokens answers as the whole prompt evaluated
+// at once) and for any number of threads. With a single split the arithmetic is exactly the
+// one-pass kernel.
 #include "backends/cpu/attention.h"
 
 #include <algorithm>
@@ -39,9 +43,9 @@ namespace {
 
 // Positions per online-softmax block.
 constexpr int64_t kAttnBlock = 64;
-// Positions per split (a multiple of kAttnBlock), and the row count under which a batch is
-// split: decode has T·H = H rows, fewer than the threads of a big machine can take. With very
-// few KV-head groups (T·Hkv < kSmallGroups, e.g. MLA's single latent head) splits are
+// Positions per split (a multiple of kAttnBlock), and the row count under which a batch runs
+// its splits in parallel: decode has T·H = H rows, fewer than the threads of a big machine can
+// take. With very few KV heads (Hkv < kSmallGroups, e.g. MLA's single latent head) splits are
 // shorter, so a 512-position decode still has work for several threads.
 constexpr int64_t kSplit = 512, kSplitSmall = 128, kSmallGroups = 32;
 constexpr int64_t kSplitMaxRows = 256;
@@ -207,6 +211,18 @@ void attend_group(const Ctx& c, const float* q, int64_t G, int64_t hk, int64_t p
   }
 }
 
+// Folds one split's (ms, ls, as) into a row's running (m, l, acc): the online softmax's
+// rescale, once per split. The first split into the empty state (m = -inf, l = 0, acc = 0) is
+// exact: weights 0 and 1.
+void merge_split(const Kernels& k, float ms, float ls, const float* as, float& m, float& l, float* acc, int64_t Dv) {
+  const float mn = std::max(m, ms);
+  const float wa = std::exp(m - mn), ws = std::exp(ms - mn);
+  m = mn;
+  l = l * wa + ls * ws;
+  k.scale_mul(acc, wa, nullptr, acc, Dv);
+  k.axpy_f32(ws, as, acc, Dv);
+}
+
 // acc (V storage space, already normalized) -> out (original space).
 void finish(const Ctx& c, const float* acc, float* out) {
   if (c.vs.tq)
@@ -271,39 +287,43 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
   const int64_t sink_cut[2] = {std::min(a.n_sink_k, a.n_sink_v), std::max(a.n_sink_k, a.n_sink_v)};
   const int64_t group = H / Hkv;
   auto n_vis = [&](int64_t t) { return std::max<int64_t>(0, std::min(N, a.pos0 + t + 1)); };
-  // Splits per row: 1 unless the batch has few rows (see the header comment).
-  const bool split = T * H < kSplitMaxRows;
-  const int64_t S = T * Hkv < kSmallGroups ? kSplitSmall : kSplit;  // shapes only, never threads
-  auto n_split = [&](int64_t t) { return split ? std::max<int64_t>(1, (n_vis(t) + S - 1) / S) : 1; };
-  // Units: (t, hk, s) in that order — one KV head's group of query heads, one split;
-  // unit_begin[t] = first unit of token t. Partials of split rows, per (t, h, s): [m, l,
-  // acc[Dv]] at part_begin[t] + h·ns + s.
+  // Splits per row (see the header comment); `parallel`: they are units of their own.
+  const bool parallel = T * H < kSplitMaxRows;
+  const int64_t S = Hkv < kSmallGroups ? kSplitSmall : kSplit;  // shapes only, never the batch or threads
+  auto n_split = [&](int64_t t) { return std::max<int64_t>(1, (n_vis(t) + S - 1) / S); };
+  // Units: (t, hk[, s]) in that order — one KV head's group of query heads[, one split];
+  // unit_begin[t] = first unit of token t. Partials of parallel rows of several splits, per
+  // (t, h, s): [m, l, acc[Dv]] at part_begin[t] + h·ns + s.
   std::vector<int64_t> unit_begin(static_cast<size_t>(T + 1), 0), part_begin(static_cast<size_t>(T + 1), 0);
   for (int64_t t = 0; t < T; ++t) {
-    unit_begin[t + 1] = unit_begin[t] + Hkv * n_split(t);
-    part_begin[t + 1] = part_begin[t] + H * n_split(t);
+    const int64_t ns = n_split(t);
+    unit_begin[t + 1] = unit_begin[t] + Hkv * (parallel ? ns : 1);
+    part_begin[t + 1] = part_begin[t] + (parallel && ns > 1 ? H * ns : 0);
   }
   const int64_t n_units = unit_begin[T];
-  const bool any_split = part_begin[T] > T * H;
+  const bool any_partial = part_begin[T] > 0;
   thread_local std::vector<float> partial;
-  if (any_split) partial.resize(static_cast<size_t>(part_begin[T] * (Dv + 2)));
+  if (any_partial) partial.resize(static_cast<size_t>(part_begin[T] * (Dv + 2)));
   float* part = partial.data();
 
   const int64_t work = T * H * std::max<int64_t>(1, std::min(N, a.pos0 + T)) * (Dk + Dv);
   run(pool, min_parallel_work, n_units, work, [&](int64_t u0, int64_t u1, int) {
     // Scratch: scores [G][kAttnBlock], acc [G][Dv], rotated q [G][Dk], m [G], l [G], decode
-    // buffers [Hkv·(Dk+Dv)].
+    // buffers [Hkv·(Dk+Dv)], and a row's folded splits: acc [G][Dv], m [G], l [G].
     const int64_t G = group;
-    float* score = tl_scratch.get(static_cast<size_t>(G * (kAttnBlock + Dv + Dk + 2) + Hkv * (Dk + Dv)));
+    float* score = tl_scratch.get(static_cast<size_t>(G * (kAttnBlock + Dv + Dk + 2) + Hkv * (Dk + Dv) + G * (Dv + 2)));
     float* acc = score + G * kAttnBlock;
     float* qr = acc + G * Dv;
     float* m = qr + G * Dk;
     float* l = m + G;
     float* kbuf = l + G;
     float* vbuf = kbuf + Hkv * Dk;
+    float* row_acc = vbuf + Hkv * Dv;
+    float* row_m = row_acc + G * Dv;
+    float* row_l = row_m + G;
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t t = std::upper_bound(unit_begin.begin(), unit_begin.end(), u) - unit_begin.begin() - 1;
-      const int64_t ns = n_split(t), r = u - unit_begin[t], hk = r / ns, s = r % ns, h0 = hk * G;
+      const int64_t ns = n_split(t), per = parallel ? ns : 1, r = u - unit_begin[t], hk = r / per, h0 = hk * G;
       const int64_t nv = n_vis(t);
       if (nv == 0) {
         std::fill(a.out + (t * H + h0) * Dv, a.out + (t * H + h0 + G) * Dv, 0.0f);
@@ -314,53 +334,64 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
         for (int64_t g = 0; g < G; ++g) c.ks.tq->rotate(q + g * Dk, qr + g * Dk);
         q = qr;
       }
-      // An unsplit row attends to all nv positions, however many splits of S that would be.
-      const int64_t p_end = ns == 1 ? nv : std::min(nv, (s + 1) * S);
-      std::fill(acc, acc + G * Dv, 0.0f);
-      std::fill(m, m + G, -std::numeric_limits<float>::infinity());
-      std::fill(l, l + G, 0.0f);
-      // Sink positions first (their f16 rows), in position order: pieces cut at n_sink_k and
-      // n_sink_v, each with the sides that hold its positions.
-      int64_t p = s * S;
-      for (const int64_t cut : {sink_cut[0], sink_cut[1], p_end}) {
-        const int64_t e = std::min(cut, p_end);
-        if (e <= p) continue;
-        const Ctx& cc = p < a.n_sink_k ? (p < a.n_sink_v ? c_sink_kv : c_sink_k) : (p < a.n_sink_v ? c_sink_v : c);
-        attend_group(cc, q, G, hk, p, e, score, acc, kbuf, vbuf, m, l);
-        p = e;
+      const int64_t s_begin = parallel ? r % per : 0, s_end = parallel ? s_begin + 1 : ns;
+      if (!parallel && ns > 1) {
+        std::fill(row_acc, row_acc + G * Dv, 0.0f);
+        std::fill(row_m, row_m + G, -std::numeric_limits<float>::infinity());
+        std::fill(row_l, row_l + G, 0.0f);
       }
-      for (int64_t g = 0; g < G; ++g) {
-        float* ag = acc + g * Dv;
-        if (ns == 1) {
-          k.scale_mul(ag, 1.0f / l[g], nullptr, ag, Dv);
-          finish(c, ag, a.out + (t * H + h0 + g) * Dv);
-        } else {
-          float* p = part + (part_begin[t] + (h0 + g) * ns + s) * (Dv + 2);
-          p[0] = m[g];
-          p[1] = l[g];
-          std::memcpy(p + 2, ag, static_cast<size_t>(Dv) * sizeof(float));
+      for (int64_t s = s_begin; s < s_end; ++s) {
+        const int64_t p_end = std::min(nv, (s + 1) * S);
+        std::fill(acc, acc + G * Dv, 0.0f);
+        std::fill(m, m + G, -std::numeric_limits<float>::infinity());
+        std::fill(l, l + G, 0.0f);
+        // Sink positions first (their f16 rows), in position order: pieces cut at n_sink_k and
+        // n_sink_v, each with the sides that hold its positions.
+        int64_t p = s * S;
+        for (const int64_t cut : {sink_cut[0], sink_cut[1], p_end}) {
+          const int64_t e = std::min(cut, p_end);
+          if (e <= p) continue;
+          const Ctx& cc = p < a.n_sink_k ? (p < a.n_sink_v ? c_sink_kv : c_sink_k) : (p < a.n_sink_v ? c_sink_v : c);
+          attend_group(cc, q, G, hk, p, e, score, acc, kbuf, vbuf, m, l);
+          p = e;
+        }
+        for (int64_t g = 0; g < G; ++g) {
+          float* ag = acc + g * Dv;
+          if (ns == 1) {
+            k.scale_mul(ag, 1.0f / l[g], nullptr, ag, Dv);
+            finish(c, ag, a.out + (t * H + h0 + g) * Dv);
+          } else if (parallel) {
+            float* pp = part + (part_begin[t] + (h0 + g) * ns + s) * (Dv + 2);
+            pp[0] = m[g];
+            pp[1] = l[g];
+            std::memcpy(pp + 2, ag, static_cast<size_t>(Dv) * sizeof(float));
+          } else {
+            merge_split(k, m[g], l[g], ag, row_m[g], row_l[g], row_acc + g * Dv, Dv);
+          }
         }
       }
+      if (!parallel && ns > 1)
+        for (int64_t g = 0; g < G; ++g) {
+          float* ag = row_acc + g * Dv;
+          k.scale_mul(ag, 1.0f / row_l[g], nullptr, ag, Dv);
+          finish(c, ag, a.out + (t * H + h0 + g) * Dv);
+        }
     }
   });
-  if (!any_split) return;
+  if (!any_partial) return;
 
-  // Merge the splits of each split row, in split order.
+  // Fold the splits of each parallel row, in split order (as an unparallel row does).
   run(pool, min_parallel_work, T * H, T * H * Dv * 4, [&](int64_t r0, int64_t r1, int) {
     float* acc = tl_scratch.get(static_cast<size_t>(Dv));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t t = r / H, h = r % H, ns = n_split(t);
       if (ns == 1) continue;
       const float* p0 = part + (part_begin[t] + h * ns) * (Dv + 2);
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t s = 0; s < ns; ++s) m = std::max(m, p0[s * (Dv + 2)]);
-      float l = 0.0f;
+      float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
       std::fill(acc, acc + Dv, 0.0f);
       for (int64_t s = 0; s < ns; ++s) {
         const float* p = p0 + s * (Dv + 2);
-        const float w = std::exp(p[0] - m);
-        l += w * p[1];
-        k.axpy_f32(w, p + 2, acc, Dv);
+        merge_split(k, p[0], p[1], p + 2, m, l, acc, Dv);
       }
       k.scale_mul(acc, 1.0f / l, nullptr, acc, Dv);
       finish(c, acc, a.out + (t * H + h) * Dv);

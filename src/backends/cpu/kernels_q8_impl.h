@@ -12,8 +12,12 @@
 // sum of one super-block (or block), d = a.d·x.d its float scale.
 //
 // Exactness: every integer sum is exact at every level (maddubs products ≤ 63·127·2 < 2^15;
-// a Q6_K super-block sum ≤ 256·63·127·127 < 2^31), so levels differ only in how the float
-// terms d·sumi are added (8 lanes vs one scalar): relative ~1e-7 per row.
+// a Q6_K super-block sum ≤ 256·63·127·127 < 2^31). The 32-block types add their float terms
+// d·s in one documented order on every path (four lanes: see their section), the prefill tiles
+// included, so every level and path give the same bits whatever batch a token came in. The
+// super-block types' row dots add them in 8 or 16 lanes and their tiles in one chain per row
+// (an order the row dots would pay ~15% more instructions for, where decode is compute-bound):
+// those agree to float rounding, relative ~1e-7 per row.
 
 #if SLUICE_Q8_SIMD
 // Σ over each group of 4 bytes of u[i]·s[i] (u unsigned ≤ 127 here, s signed): 8 int32.
@@ -55,12 +59,7 @@ inline void q8_scales_mins_k4(const uint8_t* q, uint8_t* sc, uint8_t* m) {
 // the weights are loaded and unpacked once for NT tokens (prefill reuse), while each
 // token's accumulators see exactly the operations of the NT = 1 instance, so a token's
 // result does not depend on the batch it came in.
-// ---- Q4_1 / Q5_0 / Q5_1 · Q8_0 -------------------------------------------------------------
-// Q4_1 and Q5_1 are x = d·q + m with q unsigned (4 or 5 bits), so per block
-//   dot = d_x·d_a·Σ q·a + m_x·(d_a·Σ a),
-// both sums exact in int32. ggml keeps d_a·Σa in Q8_1's s (rounded to fp16); here the
-// activations stay Q8_0 and q8_gemm_x_1 computes it in float once per token and call. Q5_0 is x = d·(q - 16): signed like
-// Q4_0, through the sign trick. The fifth bit of element j is bit j of the 32-bit qh.
+// ---- the codes of the legacy 32-blocks ------------------------------------------------
 #if SLUICE_Q8_SIMD
 // Byte j = 0xFF where bit j of `bits` is set, else 0 (32 bytes from 32 bits).
 inline __m256i q8_bits_to_bytes(uint32_t bits) {
@@ -114,13 +113,20 @@ using LegacyQ4_1 = LegacyCodes<block_q4_1, 0, false>;
 using LegacyQ5_0 = LegacyCodes<block_q5_0, 16, true>;
 using LegacyQ5_1 = LegacyCodes<block_q5_1, 0, true>;
 
-// ---- Q8_0, Q4_0, Q5_0 · Q8_0: blocks of 32 signed values, x = d·q, so per block
-// dot = d_x·d_a·Σ q·a (exact in int32). One loop for the three; U unpacks a block's values
-// into 32 bytes (SIMD) or gives value j (the scalar twin). Q4_0's element j < 16 is the low
-// nibble of qs[j], j >= 16 the high nibble of qs[j - 16], minus 8; Q5_0 adds bit j of qh as
-// the fifth bit, minus 16 (|q| ≤ 16 keeps maddubs' pair sums exact).
+// ---- the 32-block types (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1) · Q8_0 -----------------------------
+// Q8_0, Q4_0 and Q5_0 are x = d·v with v signed (Q8_0's quant, or the code minus 8 / 16), so
+// per block s = Σ v·a; Q4_1 and Q5_1 are x = d·c + m with c unsigned, so per block s = Σ c·a
+// and Σa. All exact int32 sums. One float order for every path that multiplies these weights
+// (the row dots at every level, the prefill tiles and their scalar twins), so that a token's
+// result never depends on which path its batch took:
+//   lane j = i mod 4:  L_j = fma(s_i, d_i·d_a,i, L_j)      [min types, then L_j = fma(Σa_i, m_i·d_a,i, L_j)]
+//   result = (L_0 + L_2) + (L_1 + L_3).
+// Four lanes because the row dots then add four blocks with one 128-bit fma (one scalar fma
+// chain per block would be latency-bound at decode), while a 16-row tile keeps four
+// accumulators per token in registers.
 struct Q8Unpack_q8_0 {
   using Block = block_q8_0;
+  static constexpr bool kMin = false;
 #if SLUICE_Q8_SIMD
   static __m256i bytes(const Block& b) { return q8_load(b.qs); }
 #endif
@@ -130,133 +136,166 @@ struct Q8Unpack_q8_0 {
 template <class C>
 struct Q8Unpack_offset {
   using Block = typename C::Block;
+  static constexpr bool kMin = false;
 #if SLUICE_Q8_SIMD
   static __m256i bytes(const Block& b) { return _mm256_sub_epi8(C::codes(b), _mm256_set1_epi8(C::kOff)); }
 #endif
   static int value(const Block& b, int j) { return C::code(b, j) - C::kOff; }
 };
+// Q4_1 and Q5_1: their unsigned codes.
+template <class C>
+struct Q8Unpack_min {
+  using Block = typename C::Block;
+  static constexpr bool kMin = true;
+#if SLUICE_Q8_SIMD
+  static __m256i bytes(const Block& b) { return C::codes(b); }
+#endif
+  static int value(const Block& b, int j) { return C::code(b, j); }
+};
 using Q8Unpack_q4_0 = Q8Unpack_offset<LegacyQ4_0>;
 using Q8Unpack_q5_0 = Q8Unpack_offset<LegacyQ5_0>;
-template <class U, int NT>
-inline void q8_dot_signed32(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
-  const auto* x = static_cast<const typename U::Block*>(w);
-#if SLUICE_Q8_SIMD
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m256i xq = U::bytes(x[i]);
-    const __m256i ax = _mm256_sign_epi8(xq, xq);
-    const float dx = q8_half(x[i].d);
-    for (int t = 0; t < NT; ++t) {
-      const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
-      const __m256i p = q8_dot_us(ax, _mm256_sign_epi8(q8_load(a.qs), xq));
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * q8_half(a.d)), _mm256_cvtepi32_ps(p), acc[t]);
-    }
-  }
-  for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]);
-#else
-  for (int t = 0; t < NT; ++t) {
-    const auto* a = reinterpret_cast<const block_q8_0*>(act + t * astride);
-    float sum = 0;
-    for (int64_t i = 0; i < nb; ++i) {
-      int32_t s = 0;
-      for (int j = 0; j < 32; ++j) s += U::value(x[i], j) * a[i].qs[j];
-      sum += q8_half(x[i].d) * q8_half(a[i].d) * static_cast<float>(s);
-    }
-    out[t * ostride] = sum;
-  }
-#endif
-}
+using Q8Unpack_q4_1 = Q8Unpack_min<LegacyQ4_1>;
+using Q8Unpack_q5_1 = Q8Unpack_min<LegacyQ5_1>;
 
-// Per block of one token's Q8_0 activations: d_a and d_a·Σa (Σa exact in int32, then one
-// rounding). Q8Ops::gemm of Q4_1/Q5_1 computes them once per token and call (q8_gemm_x_1),
-// not once per weight row: they are what every row's m·Σa term needs.
-struct Q8ActSums {
-  float d, s;
+// One token's Q8_0 activations with what every weight row needs of them, computed once per
+// token and call: d_a per block as float and, for the min types, Σa per block as float (exact),
+// both zero-padded to a multiple of 4 blocks (the row dots read four at a time).
+struct Q8Act32 {
+  const block_q8_0* q;
+  const float* d;
+  const float* sa;
 };
-inline void q8_act_sums(const block_q8_0* a, int64_t nb, Q8ActSums* out) {
-  for (int64_t i = 0; i < nb; ++i) {
-    int32_t sa = 0;
-#if SLUICE_Q8_SIMD
-    __m256i v = q8_dot_us(_mm256_set1_epi8(1), q8_load(a[i].qs));
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
-    sa = _mm_cvtsi128_si32(h);
-#else
-    for (int j = 0; j < 32; ++j) sa += a[i].qs[j];
-#endif
-    out[i].d = q8_half(a[i].d);
-    out[i].s = out[i].d * static_cast<float>(sa);
+inline int64_t q8_pad4(int64_t nb) { return (nb + 3) & ~int64_t{3}; }
+inline void q8_act32(const block_q8_0* a, int64_t nb, bool sums, float* d, float* sa) {
+  for (int64_t i = 0; i < q8_pad4(nb); ++i) {
+    d[i] = i < nb ? q8_half(a[i].d) : 0.0f;
+    if (!sums) continue;
+    int32_t s = 0;
+    if (i < nb)
+      for (int j = 0; j < 32; ++j) s += a[i].qs[j];
+    sa[i] = static_cast<float>(s);
   }
 }
 
-// kFive: Q5_1 (fifth bit from qh), else Q4_1. sums[t]: token t's Q8ActSums.
-template <bool kFive, class Block, int NT>
-inline void q8_dot_x_1(const void* w, const uint8_t* act, size_t astride, const Q8ActSums* const* sums, int64_t nb,
-                       float* out, size_t ostride) {
-  using Codes = std::conditional_t<kFive, LegacyQ5_1, LegacyQ4_1>;
-  static_assert(std::is_same_v<Block, typename Codes::Block>);
-  const auto* x = static_cast<const Block*>(w);
-  float summ[NT];
-  for (int t = 0; t < NT; ++t) summ[t] = 0;
 #if SLUICE_Q8_SIMD
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m256i xq = Codes::codes(x[i]);
-    const float dx = q8_half(x[i].d), mx = q8_half(x[i].m);
+// [Σ v0, Σ v1, Σ v2, Σ v3] of four vectors of 8 int32 (exact).
+inline __m128i q8_sum4x8(const __m256i v[4]) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+// The fp16 fields at byte offset `off` of blocks x[0..nk) as floats (0 past nk).
+template <class Block>
+inline __m128 q8_half4(const Block* x, int nk, size_t off) {
+  uint64_t h = 0;
+  for (int k = 0; k < nk; ++k) {
+    uint16_t v;
+    __builtin_memcpy(&v, reinterpret_cast<const uint8_t*>(x + k) + off, 2);
+    h |= static_cast<uint64_t>(v) << (16 * k);
+  }
+  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(h)));
+}
+// (L_0 + L_2) + (L_1 + L_3).
+inline float q8_sum_lanes4(__m128 l) {
+  const __m128 t = _mm_add_ps(l, _mm_movehl_ps(l, l));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+#endif
+
+template <class V, int NT>
+struct Dot32 {
+  using Block = typename V::Block;
+#if SLUICE_Q8_SIMD
+  // Blocks i..i+NK of the row into lanes 0..NK (NK < 4: the row's last group; the other
+  // lanes keep their sums).
+  template <int NK>
+  static void group(const Block* x, const Q8Act32* a, int64_t i, __m128 acc[NT]) {
+    __m256i xv[4], ux[4];
+    for (int k = 0; k < 4; ++k) {
+      xv[k] = k < NK ? V::bytes(x[i + k]) : _mm256_setzero_si256();
+      ux[k] = _mm256_sign_epi8(xv[k], xv[k]);
+    }
+    const __m128 dx = q8_half4(x + i, NK, offsetof(Block, d));
+    __m128 mx = _mm_setzero_ps();
+    if constexpr (V::kMin) mx = q8_half4(x + i, NK, offsetof(Block, m));
     for (int t = 0; t < NT; ++t) {
-      const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * sums[t][i].d), _mm256_cvtepi32_ps(q8_dot_us(xq, q8_load(a.qs))),
-                               acc[t]);
-      summ[t] += mx * sums[t][i].s;
+      __m256i v[4];
+      for (int k = 0; k < 4; ++k) {
+        if (k >= NK) {
+          v[k] = _mm256_setzero_si256();
+          continue;
+        }
+        const __m256i aq = q8_load(a[t].q[i + k].qs);
+        v[k] = V::kMin ? q8_dot_us(xv[k], aq) : q8_dot_us(ux[k], _mm256_sign_epi8(aq, xv[k]));
+      }
+      const __m128 da = _mm_loadu_ps(a[t].d + i);
+      __m128 r = _mm_fmadd_ps(_mm_cvtepi32_ps(q8_sum4x8(v)), _mm_mul_ps(dx, da), acc[t]);
+      if constexpr (V::kMin) r = _mm_fmadd_ps(_mm_loadu_ps(a[t].sa + i), _mm_mul_ps(mx, da), r);
+      if constexpr (NK == 4)
+        acc[t] = r;
+      else
+        acc[t] = _mm_blend_ps(r, acc[t], 0xF & (0xF << NK));
     }
-  }
-  for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]) + summ[t];
-#else
-  for (int t = 0; t < NT; ++t) {
-    const auto* a = reinterpret_cast<const block_q8_0*>(act + t * astride);
-    float sum = 0;
-    for (int64_t i = 0; i < nb; ++i) {
-      int32_t s = 0;
-      for (int j = 0; j < 32; ++j) s += Codes::code(x[i], j) * a[i].qs[j];
-      sum += q8_half(x[i].d) * sums[t][i].d * static_cast<float>(s);
-      summ[t] += q8_half(x[i].m) * sums[t][i].s;
-    }
-    out[t * ostride] = sum + summ[t];
   }
 #endif
-}
+  static void run(const void* w, const Q8Act32* a, int64_t nb, float* out, size_t ostride) {
+    const auto* x = static_cast<const Block*>(w);
+#if SLUICE_Q8_SIMD
+    __m128 acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) group<4>(x, a, i, acc);
+    switch (nb - i) {
+      case 3: group<3>(x, a, i, acc); break;
+      case 2: group<2>(x, a, i, acc); break;
+      case 1: group<1>(x, a, i, acc); break;
+      default: break;
+    }
+    for (int t = 0; t < NT; ++t) out[t * ostride] = q8_sum_lanes4(acc[t]);
+#else
+    for (int t = 0; t < NT; ++t) {
+      float L[4] = {0, 0, 0, 0};
+      for (int64_t i = 0; i < nb; ++i) {
+        int32_t s = 0;
+        for (int j = 0; j < 32; ++j) s += V::value(x[i], j) * a[t].q[i].qs[j];
+        const float da = a[t].d[i];
+        float& l = L[i % 4];
+        l = std::fma(static_cast<float>(s), q8_half(x[i].d) * da, l);
+        if constexpr (V::kMin) l = std::fma(a[t].sa[i], q8_half(x[i].m) * da, l);
+      }
+      out[t * ostride] = (L[0] + L[2]) + (L[1] + L[3]);
+    }
+#endif
+  }
+};
 
-// Q8Ops::gemm of Q4_1 / Q5_1: tokens in passes of up to 4 (as q8_gemm), each pass's
-// activation sums computed once, then every row against them.
-template <bool kFive, class Block>
-void q8_gemm_x_1(const void* w, size_t row_bytes, int64_t n_rows, const void* act, size_t a_row_bytes, int64_t n_tok,
-                 int64_t n, float* y, size_t ldy) {
+// Q8Ops::gemm of the 32-block types: tokens in passes of up to 4, each pass's activation
+// scales (and sums) computed once, then every row against them.
+template <class V>
+void q8_gemm32(const void* w, size_t row_bytes, int64_t n_rows, const void* act, size_t a_row_bytes, int64_t n_tok,
+               int64_t n, float* y, size_t ldy) {
   constexpr int kNT = 4;
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(act);
-  const int64_t nb = n / 32;
-  thread_local std::vector<Q8ActSums> buf;
-  if (buf.size() < static_cast<size_t>(kNT * nb)) buf.resize(static_cast<size_t>(kNT * nb));
+  const int64_t nb = n / 32, nbp = q8_pad4(nb);
+  thread_local std::vector<float> buf;
+  if (buf.size() < static_cast<size_t>(2 * kNT * nbp)) buf.resize(static_cast<size_t>(2 * kNT * nbp));
   for (int64_t t = 0; t < n_tok; t += kNT) {
     const int nt = static_cast<int>(std::min<int64_t>(kNT, n_tok - t));
-    const Q8ActSums* sums[kNT];
+    Q8Act32 a[kNT];
     for (int k = 0; k < nt; ++k) {
-      q8_act_sums(reinterpret_cast<const block_q8_0*>(ab + (t + k) * a_row_bytes), nb, buf.data() + k * nb);
-      sums[k] = buf.data() + k * nb;
+      float* d = buf.data() + 2 * k * nbp;
+      a[k] = {reinterpret_cast<const block_q8_0*>(ab + (t + k) * a_row_bytes), d, d + nbp};
+      q8_act32(a[k].q, nb, V::kMin, d, d + nbp);
     }
-    const uint8_t* at = ab + t * a_row_bytes;
     for (int64_t r = 0; r < n_rows; ++r) {
       const uint8_t* wr = wb + r * row_bytes;
       prefetch_lines(wr + row_bytes, row_bytes);
       float* yr = y + t * ldy + r;
       switch (nt) {
-        case 4: q8_dot_x_1<kFive, Block, 4>(wr, at, a_row_bytes, sums, nb, yr, ldy); break;
-        case 3: q8_dot_x_1<kFive, Block, 3>(wr, at, a_row_bytes, sums, nb, yr, ldy); break;
-        case 2: q8_dot_x_1<kFive, Block, 2>(wr, at, a_row_bytes, sums, nb, yr, ldy); break;
-        default: q8_dot_x_1<kFive, Block, 1>(wr, at, a_row_bytes, sums, nb, yr, ldy); break;
+        case 4: Dot32<V, 4>::run(wr, a, nb, yr, ldy); break;
+        case 3: Dot32<V, 3>::run(wr, a, nb, yr, ldy); break;
+        case 2: Dot32<V, 2>::run(wr, a, nb, yr, ldy); break;
+        default: Dot32<V, 1>::run(wr, a, nb, yr, ldy); break;
       }
     }
   }
@@ -557,16 +596,18 @@ inline void q8_dot_q6_K_512(const void* w, const uint8_t* act, size_t astride, i
 // The scalar twins of the tile kernels: Step(tile block i, activation block i, row r, acc)
 // returns acc after that (super-)block with the vector code's integer sums and fused
 // multiply-adds, so twin and vector results are bitwise equal.
-template <class Tile, class Act, int QK, float (*Step)(const Tile&, const Act&, int64_t, float)>
+// kLanes 4: the 32-block types' four-lane order (Dot32), else one sum over the super-blocks.
+template <class Tile, class Act, int QK, float (*Step)(const Tile&, const Act&, int64_t, float), int kLanes = 1>
 inline void q8_tile_gemm_scalar(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok,
                                 float* y, size_t ldy, int64_t nr) {
+  static_assert(kLanes == 1 || kLanes == 4);
   const auto* T = reinterpret_cast<const Tile*>(tile);
   for (int64_t t = 0; t < n_tok; ++t) {
     const auto* a = reinterpret_cast<const Act*>(static_cast<const uint8_t*>(act) + t * astride);
     for (int64_t r = 0; r < nr; ++r) {
-      float acc = 0;
-      for (int64_t i = 0; i < n / QK; ++i) acc = Step(T[i], a[i], r, acc);
-      y[t * ldy + r] = acc;
+      float L[4] = {0, 0, 0, 0};
+      for (int64_t i = 0; i < n / QK; ++i) L[i % kLanes] = Step(T[i], a[i], r, L[i % kLanes]);
+      y[t * ldy + r] = kLanes == 1 ? L[0] : (L[0] + L[2]) + (L[1] + L[3]);
     }
   }
 }
@@ -704,10 +745,10 @@ inline void q4_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
   }
 }
 
-// Q8TileOps::gemm for a tile type: the tokens in passes of 8, then 4, then 1. Run<NT>::run
+// Q8TileOps::gemm for a tile type: the tokens in passes of 8 (up to kMaxNT), then 4, then 1. Run<NT>::run
 // computes NT tokens against the whole tile (each type's kernel is a class template with a
 // static run, because function templates cannot be template template arguments).
-template <class Tile, int QK, template <int> class Run>
+template <class Tile, int QK, template <int> class Run, int kMaxNT = 8>
 inline void q8_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t astride, int64_t n_tok, float* y,
                          size_t ldy, int64_t nr) {
   const auto* T = reinterpret_cast<const Tile*>(tile);
@@ -715,7 +756,8 @@ inline void q8_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t a
   const int64_t nb = n / QK;
   const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1);
   int64_t t = 0;
-  for (; t + 8 <= n_tok; t += 8) Run<8>::run(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
+  if constexpr (kMaxNT >= 8)
+    for (; t + 8 <= n_tok; t += 8) Run<8>::run(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
   for (; t + 4 <= n_tok; t += 4) Run<4>::run(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
   for (; t < n_tok; ++t) Run<1>::run(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
 }
@@ -1107,38 +1149,47 @@ inline __m512i q8_tile_dot32(const __m512i wv[8], const block_q8_0& a, int32_t* 
 }
 
 // Q8TileOps::gemm's token passes for the tiles of unsigned codes u = q + off (C: Tile, kOff,
-// and kMin for the types with a min m per block), per block, with s = Σ u·a and Σa exact:
-//   acc = fma(s − off·Σa, d·d_a, acc), or with a min acc = fma(s, d·d_a, acc) then
-//   acc = fma(Σa, m·d_a, acc). Q8_0 is off 128 (its quants xor 0x80).
+// and kMin for the types with a min m per block), with s = Σ u·a and Σa exact per block, in
+// the 32-block types' four-lane order (Dot32 above): block i into lane i mod 4,
+//   L = fma(s − off·Σa, d·d_a, L), or with a min L = fma(s, d·d_a, L) then L = fma(Σa, m·d_a, L),
+// and (L_0 + L_2) + (L_1 + L_3) at the end. Q8_0 is off 128 (its quants xor 0x80). Four
+// accumulators per token: passes of at most 4 tokens (q8_tile_gemm's kMaxNT).
 template <class C>
 struct OffsetTileTokens {
   template <int NT>
   struct Run {
-    static void run(const typename C::Tile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
-                    __mmask16 rows) {
-      __m512 acc[NT];
-      for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-      for (int64_t i = 0; i < nb; ++i) {
-        const typename C::Tile& b = T[i];
-        __m512i wv[8];
-        for (int g = 0; g < 8; ++g) wv[g] = _mm512_loadu_si512(b.qs[g]);
-        const __m512 dv = _mm512_loadu_ps(b.d);
-        for (int t = 0; t < NT; ++t) {
-          const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
-          int32_t asum;
-          const __m512i s = q8_tile_dot32(wv, a, &asum);
-          const __m512 da = _mm512_set1_ps(q8_half(a.d));
-          if constexpr (C::kMin) {
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, da), acc[t]);
-            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(asum)), _mm512_mul_ps(_mm512_loadu_ps(b.m), da),
-                                     acc[t]);
-          } else {
-            const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_set1_epi32(C::kOff * asum)));
-            acc[t] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dv, da), acc[t]);
-          }
+    static void block(const typename C::Tile& b, int64_t i, const uint8_t* act, size_t astride, __m512 acc[NT]) {
+      __m512i wv[8];
+      for (int g = 0; g < 8; ++g) wv[g] = _mm512_loadu_si512(b.qs[g]);
+      const __m512 dv = _mm512_loadu_ps(b.d);
+      for (int t = 0; t < NT; ++t) {
+        const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
+        int32_t asum;
+        const __m512i s = q8_tile_dot32(wv, a, &asum);
+        const __m512 da = _mm512_set1_ps(q8_half(a.d));
+        if constexpr (C::kMin) {
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, da), acc[t]);
+          acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(asum)), _mm512_mul_ps(_mm512_loadu_ps(b.m), da),
+                                   acc[t]);
+        } else {
+          const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_set1_epi32(C::kOff * asum)));
+          acc[t] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dv, da), acc[t]);
         }
       }
-      for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
+    }
+    static void run(const typename C::Tile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
+                    __mmask16 rows) {
+      __m512 acc[4][NT];
+      for (auto& l : acc)
+        for (int t = 0; t < NT; ++t) l[t] = _mm512_setzero_ps();
+      int64_t i = 0;
+      for (; i + 4 <= nb; i += 4)
+        for (int j = 0; j < 4; ++j) block(T[i + j], i + j, act, astride, acc[j]);
+      for (int j = 0; j < 3; ++j)
+        if (i + j < nb) block(T[i + j], i + j, act, astride, acc[j]);
+      for (int t = 0; t < NT; ++t)
+        _mm512_mask_storeu_ps(y + t * ldy, rows,
+                              _mm512_add_ps(_mm512_add_ps(acc[0][t], acc[2][t]), _mm512_add_ps(acc[1][t], acc[3][t])));
     }
   };
 };
@@ -1149,7 +1200,7 @@ struct Q80TileCodes {
 };
 
 #define SLUICE_Q8_Q8_0_TILE \
-  { q8_0_tile_bytes, q8_0_tile_pack_512, q8_tile_gemm<Q80Tile, QK8_0, OffsetTileTokens<Q80TileCodes>::Run> }
+  { q8_0_tile_bytes, q8_0_tile_pack_512, q8_tile_gemm<Q80Tile, QK8_0, OffsetTileTokens<Q80TileCodes>::Run, 4> }
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: Σ q·a is exact either way; one fma per block as the vector code.
 inline float q8_0_tile_step(const Q80Tile& b, const block_q8_0& a, int64_t r, float acc) {
@@ -1161,7 +1212,7 @@ inline float q8_0_tile_step(const Q80Tile& b, const block_q8_0& a, int64_t r, fl
   return std::fma(static_cast<float>(sumi), b.d[r] * q8_half(a.d), acc);
 }
 #define SLUICE_Q8_Q8_0_TILE \
-  { q8_0_tile_bytes, q8_0_tile_pack, q8_tile_gemm_scalar<Q80Tile, block_q8_0, QK8_0, q8_0_tile_step> }
+  { q8_0_tile_bytes, q8_0_tile_pack, q8_tile_gemm_scalar<Q80Tile, block_q8_0, QK8_0, q8_0_tile_step, 4> }
 #else
 #define SLUICE_Q8_Q8_0_TILE \
   {}
@@ -1170,11 +1221,11 @@ inline float q8_0_tile_step(const Q80Tile& b, const block_q8_0& a, int64_t r, fl
 // ---- Q4_0 / Q4_1 / Q5_0 / Q5_1 prefill tiles ----------------------------------------------
 // The Q8_0 tile's layout with each weight's unsigned code c (4 or 5 bits) in place of the
 // quant: qs[g][r] is word g (elements 4g..4g+3) of row r's 32 codes, so vpdpbusd takes them as
-// its unsigned operand. Per block, with s = Σ c·a and Σa exact int32 sums,
-//   Q4_0, Q5_0 (x = d·(c − off), off 8 or 16):  acc = fma(s − off·Σa, d·d_a, acc)
-//   Q4_1, Q5_1 (x = d·c + m):                   acc = fma(s, d·d_a, acc); acc = fma(Σa, m·d_a, acc)
-// (m is unused for the first two). The row path (q8_dot_signed32, q8_dot_x_1) adds the same
-// exact sums in another float order: the two agree to float rounding.
+// its unsigned operand. Per block, with s = Σ c·a and Σa exact int32 sums, into lane i mod 4,
+//   Q4_0, Q5_0 (x = d·(c − off), off 8 or 16):  L = fma(s − off·Σa, d·d_a, L)
+//   Q4_1, Q5_1 (x = d·c + m):                   L = fma(s, d·d_a, L); L = fma(Σa, m·d_a, L)
+// (m is unused for the first two): the row path's (Dot32) exact sums and float operations, so
+// tiles and rows agree bitwise.
 struct QLegacyTile {
   uint32_t qs[8][kQ8TileRows];
   float d[kQ8TileRows], m[kQ8TileRows];
@@ -1228,7 +1279,7 @@ inline void legacy_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, in
 }
 
 #define SLUICE_Q8_LEGACY_TILE(C) \
-  { legacy_tile_bytes, legacy_tile_pack_512<C>, q8_tile_gemm<QLegacyTile, 32, OffsetTileTokens<C>::Run> }
+  { legacy_tile_bytes, legacy_tile_pack_512<C>, q8_tile_gemm<QLegacyTile, 32, OffsetTileTokens<C>::Run, 4> }
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: the same exact sums and fused multiply-adds per block as the vector code.
 template <class C>
@@ -1246,7 +1297,7 @@ inline float legacy_tile_step(const QLegacyTile& b, const block_q8_0& a, int64_t
   return std::fma(static_cast<float>(s - C::kOff * sa), b.d[r] * da, acc);
 }
 #define SLUICE_Q8_LEGACY_TILE(C) \
-  { legacy_tile_bytes, legacy_tile_pack<C>, q8_tile_gemm_scalar<QLegacyTile, block_q8_0, 32, legacy_tile_step<C>> }
+  { legacy_tile_bytes, legacy_tile_pack<C>, q8_tile_gemm_scalar<QLegacyTile, block_q8_0, 32, legacy_tile_step<C>, 4> }
 #else
 #define SLUICE_Q8_LEGACY_TILE(C) \
   {}
@@ -1289,15 +1340,6 @@ void q8_gemm(const void* w, size_t row_bytes, int64_t n_rows, const void* act, s
 SLUICE_Q8_DOT(q4_K)
 SLUICE_Q8_DOT(q5_K)
 #undef SLUICE_Q8_DOT
-template <class U>
-struct Dot_signed32 {
-  template <int NT>
-  struct Of {
-    static void run(const void* w, const uint8_t* a, size_t as, int64_t nb, float* out, size_t os) {
-      q8_dot_signed32<U, NT>(w, a, as, nb, out, os);
-    }
-  };
-};
 template <int NT>
 struct Dot_q6_K {
   static void run(const void* w, const uint8_t* a, size_t as, int64_t nb, float* out, size_t os) {
@@ -1350,13 +1392,11 @@ inline void q8_quantize_q8_K_512(const float* x, void* yv, int64_t n) {
 constexpr Q8Kernels q8_table(const char* name) {
   return Q8Kernels{
       .name = name,
-      .q4_0 = {DType::Q8_0, q8_gemm<Dot_signed32<Q8Unpack_q4_0>::Of, QK4_0>,
-               SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<LegacyQ4_0>)},
-      .q4_1 = {DType::Q8_0, q8_gemm_x_1<false, block_q4_1>, SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<LegacyQ4_1>)},
-      .q5_0 = {DType::Q8_0, q8_gemm<Dot_signed32<Q8Unpack_q5_0>::Of, QK5_0>,
-               SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<LegacyQ5_0>)},
-      .q5_1 = {DType::Q8_0, q8_gemm_x_1<true, block_q5_1>, SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<LegacyQ5_1>)},
-      .q8_0 = {DType::Q8_0, q8_gemm<Dot_signed32<Q8Unpack_q8_0>::Of, QK8_0>, SLUICE_Q8_Q8_0_TILE},
+      .q4_0 = {DType::Q8_0, q8_gemm32<Q8Unpack_q4_0>, SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<LegacyQ4_0>)},
+      .q4_1 = {DType::Q8_0, q8_gemm32<Q8Unpack_q4_1>, SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<LegacyQ4_1>)},
+      .q5_0 = {DType::Q8_0, q8_gemm32<Q8Unpack_q5_0>, SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<LegacyQ5_0>)},
+      .q5_1 = {DType::Q8_0, q8_gemm32<Q8Unpack_q5_1>, SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<LegacyQ5_1>)},
+      .q8_0 = {DType::Q8_0, q8_gemm32<Q8Unpack_q8_0>, SLUICE_Q8_Q8_0_TILE},
       .q4_K = {DType::Q8_K, q8_gemm<Dot_q4_K, QK_K>, SLUICE_Q8_Q4_K_TILE},
       .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, SLUICE_Q8_Q5_K_TILE},
       .q6_K = {DType::Q8_K, q8_gemm<Dot_q6_K, QK_K>, SLUICE_Q8_Q6_K_TILE},
