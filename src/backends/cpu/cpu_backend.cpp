@@ -67,7 +67,7 @@ class CpuBackend final : public Backend {
     const int64_t n_in = w.ne[0], n_out = w.n_rows();
     if (n_tok <= 0 || n_out <= 0) return;
     if (q8_) {
-      if (const cpu::Q8Ops* op = q8_op(w.type)) {
+      if (const cpu::Q8Ops* op = q8_op(w)) {
         matmul_q8(*op, w, x, y, n_tok);
         return;
       }
@@ -138,10 +138,13 @@ class CpuBackend final : public Backend {
       quantize_row(act, x, y, n);
   }
 
-  // The int8 op for weight type t, or null (exact backend, or a type without an int8 path).
-  const cpu::Q8Ops* q8_op(DType t) const {
+  // The int8 op for weights w, or null (exact backend, a type without an int8 path, or a
+  // legacy 32-block type kept in float: q8_legacy_types off, or TensorView::float_activations).
+  const cpu::Q8Ops* q8_op(const TensorView& w) const {
     if (!q8_) return nullptr;
-    if (!q8_legacy_ && (t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1)) return nullptr;
+    const DType t = w.type;
+    if ((t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1) && (!q8_legacy_ || w.float_activations))
+      return nullptr;
     return q8_->get(t);
   }
 
@@ -178,7 +181,7 @@ class CpuBackend final : public Backend {
                         e.down->ne[0] == F && e.down->ne[1] == E;
       if (!same) return Backend::moe_ffn_token(ex, x, out, E);  // mixed experts: the general path
     }
-    const cpu::Q8Ops *qg = q8_op(g0.type), *qu = q8_op(u0.type), *qd = q8_op(d0.type);
+    const cpu::Q8Ops *qg = q8_op(g0), *qu = q8_op(u0), *qd = q8_op(d0);
     const size_t gb = qg ? dtype_row_bytes(qg->act, E) : 0, ub = qu ? dtype_row_bytes(qu->act, E) : 0;
     const size_t hb = qd ? dtype_row_bytes(qd->act, F) : 0;
     moe_act_.resize(gb + ub + hb * static_cast<size_t>(n));
@@ -242,7 +245,7 @@ class CpuBackend final : public Backend {
     if (ex.empty() || (q8_tiles_ && most >= q8_tile_min_tokens_)) return Backend::moe_ffn_batch(ex, x, out, n_tok, E);
     const TensorView &g0 = *ex[0].gate, &u0 = *ex[0].up, &d0 = *ex[0].down;
     const int64_t F = g0.ne[1], n = static_cast<int64_t>(ex.size());
-    const cpu::Q8Ops *qg = q8_op(g0.type), *qu = q8_op(u0.type), *qd = q8_op(d0.type);
+    const cpu::Q8Ops *qg = q8_op(g0), *qu = q8_op(u0), *qd = q8_op(d0);
     bool fusable = qg && qu && qd && qg->act == qu->act;
     for (const FfnExpertRows& e : ex)
       fusable = fusable && e.n >= 1 && e.gate->type == g0.type && e.up->type == u0.type && e.down->type == d0.type &&

@@ -35,18 +35,16 @@ struct CpuBackendOptions {
   // while the step is bound by reading the weights (several sequences decoding together).
   int64_t q8_tile_min_tokens = cpu::kQ8TileMinTokens;
   // With q8_activations: Q4_1, Q5_0 and Q5_1 weights (ggml's legacy 32-blocks) take the int8
-  // path too (SLUICE_CPU_Q8_LEGACY=1), with the VNNI prefill tiles (kernels_q8_impl.h,
-  // QLegacyTile; Q4_0 and Q8_0 always have both). SmolLM2-135M Q4_1, 2 threads, AMD EPYC Zen 4
-  // (a VM at 30 GB/s), int8 vs float, interleaved: pp512 484/432 vs 195/177 tok/s, tg32
-  // 138/140 vs 101/74. Tiles and row dots of the 32-block types give the same bits (one float
-  // order), so batches, parallel requests and speculative decoding are unaffected by it (with
-  // it on, every test of those passes). Still off by default for one reason: the activation
-  // rounding against float oracles. MLX 4-bit folders (repacked to Q4_1) then miss MLX-LM's
-  // logits by 0.03-0.05 (2e-3 with the float path), and the tiny random qwen3moe-q4 folder by
-  // 0.66 (a near-tie of its router flips), with greedy qwen3-q4 tokens changing
-  // (tests/models/test_hf_folder.cpp). llama.cpp itself multiplies these types with 8-bit
-  // activations, so GGUF files would want it on: a per-model choice is the missing piece.
-  bool q8_legacy_types = false;
+  // path too (SLUICE_CPU_Q8_LEGACY=0 turns it off), with the VNNI prefill tiles
+  // (kernels_q8_impl.h, QLegacyTile; Q4_0 and Q8_0 always have both), as llama.cpp multiplies
+  // them. SmolLM2-135M Q4_1, 2 threads, AMD EPYC Zen 4 (a VM at 30 GB/s), int8 vs float,
+  // interleaved: pp512 484/432 vs 195/177 tok/s, tg32 138/140 vs 101/74. Tiles and row dots of
+  // the 32-block types give the same bits (one float order), so batches, parallel requests and
+  // speculative decoding see no difference between paths. Weights marked
+  // TensorView::float_activations (MLX folders repacked to Q4_1/Q5_1: MLX multiplies in float)
+  // stay on the float path: with int8 activations they missed MLX-LM's logits by 0.03-0.05
+  // (2e-3 in float), the tiny random qwen3moe-q4 folder by 0.66 (a router near-tie flips).
+  bool q8_legacy_types = true;
   // With q8_tiles at the avx512 level: the AMX-INT8 tiles for Q4_K/Q5_K/Q6_K where the CPU has
   // AMX and the kernel grants it (cpu::q8_kernels_amx()); off (SLUICE_CPU_AMX=0) = the VNNI tiles.
   // Same results bitwise either way.
