@@ -186,20 +186,21 @@ TEST(AttentionKv, SplitKvIsDeterministicAcrossThreads) {
   }
 }
 
-// A row's result does not depend on its batch: a 40-token batch (320 rows: each row folds its
-// 9 splits as it goes) against each token alone (8 rows: the splits run in parallel and are
-// folded after), bitwise. Before the splits had one order for both, the batch's rows attended
+// A row's result does not depend on its batch: a 39-token batch (312 rows: tiles of 4 tokens,
+// each row folding its 9 splits as it goes, the last tile short) against each token alone (8
+// rows: the splits run in parallel and are folded after), bitwise. Before the splits had one order for both, the batch's rows attended
 // in one pass and differed from the token alone in the last bits, so a prompt-cache hit (a few
 // new tokens) and the same prompt evaluated whole could pick different greedy tokens.
 TEST(AttentionKv, ARowGivesTheSameBitsInAnyBatch) {
   auto ref = make_ref_backend();
   auto cpu = make_cpu_backend(2);
-  for (auto [kt, vt] : {std::pair{DType::F16, DType::F16}, std::pair{DType::Q8_0, kKvTq4}}) {
-    const Case c{40, 8, 2, 64, 1100, 1060};
+  for (auto [kt, vt] : {std::pair{DType::F16, DType::F16}, std::pair{DType::Q8_0, kKvTq4},
+                        std::pair{DType::F32, DType::F32}, std::pair{DType::Q4_0, DType::Q8_0}}) {
+    const Case c{39, 8, 2, 64, 1100, 1061};
     const AttnSetup s = make(c, kt, vt, 17, *ref);
     const auto batch = run(*cpu, s.args);
     const size_t row = static_cast<size_t>(c.H * c.D);
-    for (int64_t t : {0, 21, 39}) {
+    for (int64_t t : {0, 21, 36, 38}) {
       AttentionArgs one = s.args;
       one.n_tok = 1;
       one.q = s.args.q + t * c.H * c.D;

@@ -135,79 +135,90 @@ struct Scratch {
 };
 thread_local Scratch tl_scratch;
 
-// The G query heads of one KV head (q: G rows of Dk, already rotated when K is tq) against
-// positions [p_begin, p_end) of KV head hk: each K and V head is read or decoded once for the
-// whole group. Per query g it updates the running max m[g], the sum l[g] of e^(s - m) and the
-// unnormalized weighted V sum acc[g·Dv..] (in V's storage space: rotated for tq), which the
-// caller started at -inf, 0, 0. Every score and axpy of query g is computed exactly as for a
-// group of one (the kernels' dots depend only on their operands), so grouping does not change
-// results.
+// One block [p0, p0 + nb) of KV head hk's positions against G query rows (q: G rows of Dk,
+// already rotated when K is tq): score[g·B + j] = q_g · k_(p0+j). Each score is the same dot
+// product whatever G, nb or the other rows (attn_kernels.h's contract; Kernels' gemm_f32 /
+// dot_f32 likewise), so rows may share a call.
+void block_scores(const Ctx& c, const float* q, int64_t G, int64_t hk, int64_t p0, int64_t nb, float* score,
+                  float* kbuf) {
+  const Kernels& k = c.k;
+  const int64_t Dk = c.ks.D, Hkv = c.a.n_head_kv, B = kAttnBlock;
+  const uint8_t* k0 = c.ks.base + p0 * c.ks.row_bytes;
+  prefetch_heads(c.vs.base + p0 * c.vs.row_bytes + hk * c.vs.head_bytes, c.vs.row_bytes, nb, c.vs.head_bytes);
+  if (c.ks.ops) {
+    c.ks.ops->scores(k0 + hk * c.ks.head_bytes, c.ks.row_bytes, nb, q, G, Dk, c.ks.cb, score, B);
+  } else if (c.ks.tq) {
+    const size_t hb = c.ks.tq->head_bytes();
+    for (int64_t j = 0; j < nb; ++j) {
+      const float gm = c.ks.tq->decode_head_rotated(k0 + j * c.ks.row_bytes + hk * hb, kbuf);
+      for (int64_t g = 0; g < G; ++g) score[g * B + j] = gm * k.dot_f32(kbuf, q + g * Dk, Dk);
+    }
+  } else if (c.ks.type == DType::F32) {
+    k.gemm_f32(reinterpret_cast<const float*>(k0) + hk * Dk, c.ks.row_bytes / 4, nb, q, Dk, G, Dk, score, B);
+  } else if (c.ks.type == DType::F16) {
+    k.gemm_f16(reinterpret_cast<const uint16_t*>(k0) + hk * Dk, c.ks.row_bytes / 2, nb, q, Dk, G, Dk, score, B);
+  } else {
+    for (int64_t j = 0; j < nb; ++j) {
+      const float* kr = decode_head(k, c.ks.type, k0 + j * c.ks.row_bytes, hk, Dk, Hkv, kbuf);
+      for (int64_t g = 0; g < G; ++g) score[g * B + j] = k.dot_f32(kr, q + g * Dk, Dk);
+    }
+  }
+}
+
+// The online-softmax step of one row over its first nb block scores sg: scaled, the running
+// max m and sum l updated (acc rescaled when the max grows), sg replaced by the weights.
+void block_softmax(const Kernels& k, float scale, float* sg, int64_t nb, float* ag, int64_t Dv, float& m, float& l) {
+  for (int64_t j = 0; j < nb; ++j) sg[j] *= scale;
+  const float m_new = std::max(m, k.max(sg, nb));
+  if (m_new > m && l > 0.0f) {
+    const float cf = std::exp(m - m_new);
+    k.scale_mul(ag, cf, nullptr, ag, Dv);
+    l *= cf;
+  }
+  m = m_new;
+  l += k.exp_sub_sum(sg, m_new, nb);
+}
+
+// acc[g·Dv + i] += Σ_j score[g·B + j]·V_(p0+j)[i] over j < nb in order, for G rows.
+void block_axpy(const Ctx& c, const float* score, int64_t G, int64_t hk, int64_t p0, int64_t nb, float* acc,
+                float* vbuf) {
+  const Kernels& k = c.k;
+  const int64_t Dv = c.vs.D, Hkv = c.a.n_head_kv, B = kAttnBlock;
+  const uint8_t* v0 = c.vs.base + p0 * c.vs.row_bytes;
+  if (c.vs.ops) {
+    c.vs.ops->axpy(score, B, v0 + hk * c.vs.head_bytes, c.vs.row_bytes, nb, G, Dv, c.vs.cb, acc);
+  } else if (c.vs.tq) {
+    const size_t hb = c.vs.tq->head_bytes();
+    for (int64_t j = 0; j < nb; ++j) {
+      const float gm = c.vs.tq->decode_head_rotated(v0 + j * c.vs.row_bytes + hk * hb, vbuf);
+      for (int64_t g = 0; g < G; ++g) k.axpy_f32(score[g * B + j] * gm, vbuf, acc + g * Dv, Dv);
+    }
+  } else if (c.vs.type == DType::F32) {
+    for (int64_t g = 0; g < G; ++g)
+      k.axpy_rows_f32(score + g * B, reinterpret_cast<const float*>(v0) + hk * Dv, c.vs.row_bytes / 4, nb, acc + g * Dv,
+                      Dv);
+  } else if (c.vs.type == DType::F16) {
+    for (int64_t g = 0; g < G; ++g)
+      k.axpy_rows_f16(score + g * B, reinterpret_cast<const uint16_t*>(v0) + hk * Dv, c.vs.row_bytes / 2, nb,
+                      acc + g * Dv, Dv);
+  } else {
+    for (int64_t j = 0; j < nb; ++j) {
+      const float* vr = decode_head(k, c.vs.type, v0 + j * c.vs.row_bytes, hk, Dv, Hkv, vbuf);
+      for (int64_t g = 0; g < G; ++g) k.axpy_f32(score[g * B + j], vr, acc + g * Dv, Dv);
+    }
+  }
+}
+
+// The G query heads of one KV head against positions [p_begin, p_end) of KV head hk, in
+// blocks of kAttnBlock from p_begin, continuing the online softmax in (acc, m, l).
 void attend_group(const Ctx& c, const float* q, int64_t G, int64_t hk, int64_t p_begin, int64_t p_end, float* score,
                   float* acc, float* kbuf, float* vbuf, float* m, float* l) {
-  const Kernels& k = c.k;
-  const AttentionArgs& a = c.a;
-  const int64_t Dk = c.ks.D, Dv = c.vs.D, Hkv = a.n_head_kv, B = kAttnBlock;
-  // F32/F16 rows are read in place, several positions per kernel call (independent dot
-  // products in flight); the per-position arithmetic is the same as one call per position.
+  const int64_t Dv = c.vs.D, B = kAttnBlock;
   for (int64_t p0 = p_begin; p0 < p_end; p0 += B) {
     const int64_t nb = std::min(B, p_end - p0);
-    const uint8_t* k0 = c.ks.base + p0 * c.ks.row_bytes;
-    const uint8_t* v0 = c.vs.base + p0 * c.vs.row_bytes;
-    prefetch_heads(v0 + hk * c.vs.head_bytes, c.vs.row_bytes, nb, c.vs.head_bytes);
-    // score[g·B + j] = q_g · k_j
-    if (c.ks.ops) {
-      c.ks.ops->scores(k0 + hk * c.ks.head_bytes, c.ks.row_bytes, nb, q, G, Dk, c.ks.cb, score, B);
-    } else if (c.ks.tq) {
-      const size_t hb = c.ks.tq->head_bytes();
-      for (int64_t j = 0; j < nb; ++j) {
-        const float gm = c.ks.tq->decode_head_rotated(k0 + j * c.ks.row_bytes + hk * hb, kbuf);
-        for (int64_t g = 0; g < G; ++g) score[g * B + j] = gm * k.dot_f32(kbuf, q + g * Dk, Dk);
-      }
-    } else if (c.ks.type == DType::F32) {
-      k.gemm_f32(reinterpret_cast<const float*>(k0) + hk * Dk, c.ks.row_bytes / 4, nb, q, Dk, G, Dk, score, B);
-    } else if (c.ks.type == DType::F16) {
-      k.gemm_f16(reinterpret_cast<const uint16_t*>(k0) + hk * Dk, c.ks.row_bytes / 2, nb, q, Dk, G, Dk, score, B);
-    } else {
-      for (int64_t j = 0; j < nb; ++j) {
-        const float* kr = decode_head(k, c.ks.type, k0 + j * c.ks.row_bytes, hk, Dk, Hkv, kbuf);
-        for (int64_t g = 0; g < G; ++g) score[g * B + j] = k.dot_f32(kr, q + g * Dk, Dk);
-      }
-    }
-    for (int64_t g = 0; g < G; ++g) {
-      float* sg = score + g * B;
-      float* ag = acc + g * Dv;
-      for (int64_t j = 0; j < nb; ++j) sg[j] *= a.scale;
-      const float m_new = std::max(m[g], k.max(sg, nb));
-      if (m_new > m[g] && l[g] > 0.0f) {
-        const float cf = std::exp(m[g] - m_new);
-        k.scale_mul(ag, cf, nullptr, ag, Dv);
-        l[g] *= cf;
-      }
-      m[g] = m_new;
-      l[g] += k.exp_sub_sum(sg, m_new, nb);
-    }
-    if (c.vs.ops) {
-      c.vs.ops->axpy(score, B, v0 + hk * c.vs.head_bytes, c.vs.row_bytes, nb, G, Dv, c.vs.cb, acc);
-    } else if (c.vs.tq) {
-      const size_t hb = c.vs.tq->head_bytes();
-      for (int64_t j = 0; j < nb; ++j) {
-        const float gm = c.vs.tq->decode_head_rotated(v0 + j * c.vs.row_bytes + hk * hb, vbuf);
-        for (int64_t g = 0; g < G; ++g) k.axpy_f32(score[g * B + j] * gm, vbuf, acc + g * Dv, Dv);
-      }
-    } else if (c.vs.type == DType::F32) {
-      for (int64_t g = 0; g < G; ++g)
-        k.axpy_rows_f32(score + g * B, reinterpret_cast<const float*>(v0) + hk * Dv, c.vs.row_bytes / 4, nb,
-                        acc + g * Dv, Dv);
-    } else if (c.vs.type == DType::F16) {
-      for (int64_t g = 0; g < G; ++g)
-        k.axpy_rows_f16(score + g * B, reinterpret_cast<const uint16_t*>(v0) + hk * Dv, c.vs.row_bytes / 2, nb,
-                        acc + g * Dv, Dv);
-    } else {
-      for (int64_t j = 0; j < nb; ++j) {
-        const float* vr = decode_head(k, c.vs.type, v0 + j * c.vs.row_bytes, hk, Dv, Hkv, vbuf);
-        for (int64_t g = 0; g < G; ++g) k.axpy_f32(score[g * B + j], vr, acc + g * Dv, Dv);
-      }
-    }
+    block_scores(c, q, G, hk, p0, nb, score, kbuf);
+    for (int64_t g = 0; g < G; ++g) block_softmax(c.k, c.a.scale, score + g * B, nb, acc + g * Dv, Dv, m[g], l[g]);
+    block_axpy(c, score, G, hk, p0, nb, acc, vbuf);
   }
 }
 
@@ -229,6 +240,85 @@ void finish(const Ctx& c, const float* acc, float* out) {
     c.vs.tq->unrotate(acc, out);
   else
     std::memcpy(out, acc, static_cast<size_t>(c.vs.D) * sizeof(float));
+}
+
+// Tokens per unit of a batch whose rows fold their own splits (attend_tile): their kTileTokens·G
+// query rows share each block's K and V reads and the kernels' widest register tiles (G alone
+// is often 2 or 3, which takes their narrow, per-dot-reduced tiles).
+constexpr int64_t kTileTokens = 4;
+
+// attend_tile's buffers, for R = kTileTokens·G rows: score [R][kAttnBlock], acc, row_acc
+// [R][Dv], m, l, row_m, row_l [R], and the decode buffers kbuf, vbuf.
+struct TileScratch {
+  float *score, *acc, *m, *l, *row_acc, *row_m, *row_l, *kbuf, *vbuf;
+};
+
+// Tokens t0 .. t0 + nt of the batch (nv[i] visible positions each, nondecreasing in i) against
+// KV head hk: every row runs exactly its own unit's operations (splits of S from position 0,
+// blocks of kAttnBlock from each split's start, the same scores, softmax steps, V sums and
+// folds in the same order), while the rows of the tokens still inside a block share its calls:
+// scores for the longest of them (a score does not depend on the others), the V sum for those
+// that take the whole block together and one call per token that ends inside it. q: the nt·G
+// query rows (rotated when K is tq), token-major.
+void attend_tile(const Ctx& c, const float* q, int64_t t0, int64_t nt, const int64_t* nv, int64_t G, int64_t hk,
+                 int64_t S, const TileScratch& w) {
+  const Kernels& k = c.k;
+  const int64_t Dk = c.ks.D, Dv = c.vs.D, B = kAttnBlock, H = c.a.n_head, h0 = hk * G;
+  auto out_row = [&](int64_t i, int64_t g) { return c.a.out + ((t0 + i) * H + h0 + g) * Dv; };
+  auto n_split = [&](int64_t i) { return std::max<int64_t>(1, (nv[i] + S - 1) / S); };
+  int64_t i0 = 0;  // tokens that see no position
+  for (; i0 < nt && nv[i0] == 0; ++i0)
+    for (int64_t g = 0; g < G; ++g) std::fill(out_row(i0, g), out_row(i0, g) + Dv, 0.0f);
+  if (i0 == nt) return;
+  std::fill(w.row_acc + i0 * G * Dv, w.row_acc + nt * G * Dv, 0.0f);
+  std::fill(w.row_m + i0 * G, w.row_m + nt * G, -std::numeric_limits<float>::infinity());
+  std::fill(w.row_l + i0 * G, w.row_l + nt * G, 0.0f);
+  for (int64_t s = 0, ns_max = n_split(nt - 1); s < ns_max; ++s) {
+    auto split_end = [&](int64_t i) { return std::min(nv[i], (s + 1) * S); };
+    int64_t ia = i0;  // the first token with positions in split s
+    while (nv[ia] <= s * S) ++ia;
+    std::fill(w.acc + ia * G * Dv, w.acc + nt * G * Dv, 0.0f);
+    std::fill(w.m + ia * G, w.m + nt * G, -std::numeric_limits<float>::infinity());
+    std::fill(w.l + ia * G, w.l + nt * G, 0.0f);
+    const int64_t end_max = split_end(nt - 1);
+    for (int64_t p0 = s * S; p0 < end_max; p0 += B) {
+      int64_t ib = ia;  // the first token still inside this block
+      while (split_end(ib) <= p0) ++ib;
+      const int64_t nb_max = std::min(B, end_max - p0);
+      block_scores(c, q + ib * G * Dk, (nt - ib) * G, hk, p0, nb_max, w.score, w.kbuf);
+      int64_t full = nt;  // the first token that takes the whole block (all after it do)
+      for (int64_t i = ib; i < nt; ++i) {
+        const int64_t nb = std::min(B, split_end(i) - p0);
+        if (nb == nb_max && full == nt) full = i;
+        for (int64_t g = 0; g < G; ++g) {
+          const int64_t r = i * G + g;
+          block_softmax(k, c.a.scale, w.score + ((i - ib) * G + g) * B, nb, w.acc + r * Dv, Dv, w.m[r], w.l[r]);
+        }
+      }
+      for (int64_t i = ib; i < full; ++i)
+        block_axpy(c, w.score + (i - ib) * G * B, G, hk, p0, std::min(B, split_end(i) - p0), w.acc + i * G * Dv,
+                   w.vbuf);
+      block_axpy(c, w.score + (full - ib) * G * B, (nt - full) * G, hk, p0, nb_max, w.acc + full * G * Dv, w.vbuf);
+    }
+    for (int64_t i = ia; i < nt; ++i) {
+      const int64_t ns = n_split(i);
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t r = i * G + g;
+        float* ag = w.acc + r * Dv;
+        if (ns == 1) {
+          k.scale_mul(ag, 1.0f / w.l[r], nullptr, ag, Dv);
+          finish(c, ag, out_row(i, g));
+          continue;
+        }
+        float* ra = w.row_acc + r * Dv;
+        merge_split(k, w.m[r], w.l[r], ag, w.row_m[r], w.row_l[r], ra, Dv);
+        if (s == ns - 1) {
+          k.scale_mul(ra, 1.0f / w.row_l[r], nullptr, ra, Dv);
+          finish(c, ra, out_row(i, g));
+        }
+      }
+    }
+  }
 }
 
 void check_side(DType t, const TqCodec* tq, size_t row_bytes, int64_t Hkv, int64_t D, const char* side) {
@@ -291,6 +381,44 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
   const bool parallel = T * H < kSplitMaxRows;
   const int64_t S = Hkv < kSmallGroups ? kSplitSmall : kSplit;  // shapes only, never the batch or threads
   auto n_split = [&](int64_t t) { return std::max<int64_t>(1, (n_vis(t) + S - 1) / S); };
+  const int64_t work = T * H * std::max<int64_t>(1, std::min(N, a.pos0 + T)) * (Dk + Dv);
+
+  // A batch whose rows fold their own splits, without sink rows: units of kTileTokens tokens
+  // and one KV head (attend_tile).
+  if (!parallel && a.n_sink_k == 0 && a.n_sink_v == 0) {
+    const int64_t G = group, R = kTileTokens * G, n_tiles = (T + kTileTokens - 1) / kTileTokens;
+    run(pool, min_parallel_work, n_tiles * Hkv, work, [&](int64_t u0, int64_t u1, int) {
+      TileScratch w;
+      w.score = tl_scratch.get(static_cast<size_t>(R * (kAttnBlock + 2 * Dv + Dk + 4) + Hkv * (Dk + Dv)));
+      w.acc = w.score + R * kAttnBlock;
+      float* qr = w.acc + R * Dv;
+      w.m = qr + R * Dk;
+      w.l = w.m + R;
+      w.row_acc = w.l + R;
+      w.row_m = w.row_acc + R * Dv;
+      w.row_l = w.row_m + R;
+      w.kbuf = w.row_l + R;
+      w.vbuf = w.kbuf + Hkv * Dk;
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t t0 = (u / Hkv) * kTileTokens, hk = u % Hkv, nt = std::min(kTileTokens, T - t0);
+        int64_t nv[kTileTokens];
+        for (int64_t i = 0; i < nt; ++i) {
+          nv[i] = n_vis(t0 + i);
+          for (int64_t g = 0; g < G; ++g) {
+            const float* src = a.q + ((t0 + i) * H + hk * G + g) * Dk;
+            float* dst = qr + (i * G + g) * Dk;
+            if (c.ks.tq)
+              c.ks.tq->rotate(src, dst);
+            else
+              std::memcpy(dst, src, static_cast<size_t>(Dk) * sizeof(float));
+          }
+        }
+        attend_tile(c, qr, t0, nt, nv, G, hk, S, w);
+      }
+    });
+    return;
+  }
+
   // Units: (t, hk[, s]) in that order — one KV head's group of query heads[, one split];
   // unit_begin[t] = first unit of token t. Partials of parallel rows of several splits, per
   // (t, h, s): [m, l, acc[Dv]] at part_begin[t] + h·ns + s.
@@ -306,7 +434,6 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
   if (any_partial) partial.resize(static_cast<size_t>(part_begin[T] * (Dv + 2)));
   float* part = partial.data();
 
-  const int64_t work = T * H * std::max<int64_t>(1, std::min(N, a.pos0 + T)) * (Dk + Dv);
   run(pool, min_parallel_work, n_units, work, [&](int64_t u0, int64_t u1, int) {
     // Scratch: scores [G][kAttnBlock], acc [G][Dv], rotated q [G][Dk], m [G], l [G], decode
     // buffers [Hkv·(Dk+Dv)], and a row's folded splits: acc [G][Dv], m [G], l [G].
