@@ -294,21 +294,41 @@ TEST(Q8Matmul, VectorQuantizerMatchesQuantizeRow) {
   std::vector<float> sparse(n, 0.0f);
   sparse[256 + 17] = -3.0f;  // block 0 all zero, block 1 one spike
   rows.push_back(sparse);
+  std::vector<float> halves(n);  // x·id lands on k + 0.5 and just below/above it
+  for (int64_t i = 0; i < n; ++i)
+    halves[static_cast<size_t>(i)] = (i % 32 == 0 ? 127.0f : static_cast<float>(i % 64) - 31.5f) * (i % 3 == 0 ? 1.0f
+                                                                                                    : i % 3 == 1
+                                                                                                        ? 1.0000001f
+                                                                                                        : 0.9999999f);
+  rows.push_back(halves);
+  std::vector<float> tiny = randn(n, 43);  // d below fp16's normal range: a subnormal scale
+  for (float& v : tiny) v *= 1e-6f;
+  rows.push_back(tiny);
   int levels = 0;
   for (CpuIsa isa : available_isas()) {
-    const auto q = cpu::q8_kernels_for(isa).quantize_q8_K;
-    if (!q) continue;
-    ++levels;
-    for (const auto& x : rows) {
-      std::vector<uint8_t> want(dtype_row_bytes(DType::Q8_K, n), 0xAA), got(want.size(), 0x55);
-      quantize_row(DType::Q8_K, x.data(), want.data(), n);
-      q(x.data(), got.data(), n);
-      EXPECT_EQ(want, got) << cpu_isa_name(isa);
+    const cpu::Q8Kernels& kern = cpu::q8_kernels_for(isa);
+    for (auto [act, q] : {std::pair{DType::Q8_K, kern.quantize_q8_K}, std::pair{DType::Q8_0, kern.quantize_q8_0}}) {
+      if (!q) continue;
+      ++levels;
+      for (const auto& x : rows) {
+        std::vector<uint8_t> want(dtype_row_bytes(act, n), 0xAA), got(want.size(), 0x55);
+        quantize_row(act, x.data(), want.data(), n);
+        q(x.data(), got.data(), n);
+        EXPECT_EQ(want, got) << cpu_isa_name(isa) << " " << dtype_name(act);
+      }
     }
   }
   if (cpu_isa_available(CpuIsa::avx512)) {
-    EXPECT_GT(levels, 0);
+    EXPECT_GE(levels, 2) << "the avx512 levels have both vector quantizers";
   }
+  // Negative control: rounding ties to even instead of away from zero changes bytes here.
+  std::vector<float> ties2(32);
+  for (int j = 0; j < 32; ++j) ties2[static_cast<size_t>(j)] = j == 0 ? 127.0f : static_cast<float>(j) - 15.5f;
+  block_q8_0 b{};
+  quantize_row(DType::Q8_0, ties2.data(), &b, 32);
+  int differ = 0;
+  for (int j = 1; j < 32; ++j) differ += b.qs[j] != static_cast<int8_t>(std::nearbyint(ties2[static_cast<size_t>(j)]));
+  EXPECT_GT(differ, 0) << "the ties rows would not see a ties-to-even quantizer";
 }
 
 // Negative controls: the tight check must see the activation rounding (so it would catch a

@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kvcodec/kvcodec.h"
+#include "quant/blocks.h"
 #include "quant/quant.h"
 
 namespace sluice {
@@ -38,6 +39,15 @@ constexpr int64_t kDecodedBlockBytes = 256 << 10;
 constexpr int64_t kQ8RowsDecode = 16, kQ8RowsBatch = 32, kQ8TokTile = 64;
 // Most output rows per unit of moe_ffn_token's down phase (see there).
 constexpr int64_t kMoeDownRows = 128;
+
+// out[i] = Σ of block i's 32 quants (exact): Q8TileOps::act_sums.
+void q8_block_sums(const block_q8_0* a, int64_t nb, int32_t* out) {
+  for (int64_t i = 0; i < nb; ++i) {
+    int32_t s = 0;
+    for (int j = 0; j < 32; ++j) s += a[i].qs[j];
+    out[i] = s;
+  }
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -134,6 +144,8 @@ class CpuBackend final : public Backend {
   void quantize_act(DType act, const float* x, uint8_t* y, int64_t n) const {
     if (act == DType::Q8_K && q8_ && q8_->quantize_q8_K)
       q8_->quantize_q8_K(x, y, n);
+    else if (act == DType::Q8_0 && q8_ && q8_->quantize_q8_0)
+      q8_->quantize_q8_0(x, y, n);
     else
       quantize_row(act, x, y, n);
   }
@@ -313,11 +325,19 @@ class CpuBackend final : public Backend {
     const size_t ldw_bytes = w.row_bytes(), a_bytes = dtype_row_bytes(op.act, n_in);
     if (act_.size() < a_bytes * static_cast<size_t>(n_tok)) act_.resize(a_bytes * static_cast<size_t>(n_tok));
     uint8_t* act = act_.data();
+    const bool tiles = q8_tiles_ && op.tile.any() && n_tok >= q8_tile_min_tokens_;
+    // The 32-block tiles' activation sums (Q8TileOps::act_sums): nb per token.
+    const bool sums = tiles && op.tile.act_sums;
+    const int64_t nb = n_in / 32;
+    if (sums && act_sums_.size() < static_cast<size_t>(n_tok * nb)) act_sums_.resize(static_cast<size_t>(n_tok * nb));
     run(n_tok, n_tok * n_in * 4, [&](int64_t t0, int64_t t1, int) {
-      for (int64_t t = t0; t < t1; ++t)
-        quantize_act(op.act, x + t * n_in, act + static_cast<size_t>(t) * a_bytes, n_in);
+      for (int64_t t = t0; t < t1; ++t) {
+        uint8_t* at = act + static_cast<size_t>(t) * a_bytes;
+        quantize_act(op.act, x + t * n_in, at, n_in);
+        if (sums) q8_block_sums(reinterpret_cast<const block_q8_0*>(at), nb, act_sums_.data() + t * nb);
+      }
     });
-    if (q8_tiles_ && op.tile.any() && n_tok >= q8_tile_min_tokens_) {
+    if (tiles) {
       // Prefill: each unit packs 16 rows into the thread's tile buffer once, then runs every
       // token against it (AMX: gemm_rows, one super-block at a time, on the activations
       // repacked once for all units). Units start at multiples of 16 rows whatever the thread count.
@@ -348,7 +368,8 @@ class CpuBackend final : public Backend {
           const int64_t r0 = u * cpu::kQ8TileRows, nr = std::min(cpu::kQ8TileRows, n_out - r0);
           op.tile.pack(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes, ldw_bytes, nr, n_in,
                        tile);
-          op.tile.gemm(tile, n_in, act, a_bytes, n_tok, y + r0, static_cast<size_t>(n_out), nr);
+          op.tile.gemm(tile, n_in, act, a_bytes, sums ? act_sums_.data() : nullptr, n_tok, y + r0,
+                       static_cast<size_t>(n_out), nr);
         }
       });
       return;
@@ -558,6 +579,7 @@ class CpuBackend final : public Backend {
   bool q8_legacy_;                           // CpuBackendOptions::q8_legacy_types
   std::vector<uint8_t> act_;                 // quantized activations of the current int8 matmul
   std::vector<uint8_t> act_tiles_;           // the same, repacked by Q8TileOps::act_pack (AMX)
+  std::vector<int32_t> act_sums_;            // their block sums, for Q8TileOps::act_sums
   std::vector<uint8_t> moe_act_;             // moe_ffn_token: x and the k hidden rows, quantized
   std::vector<float> moe_gu_;                // moe_ffn_token: gate then up outputs, [2][k][F]
   std::vector<std::vector<float>> scratch_;  // per pool thread; a backend runs one op at a time

@@ -134,8 +134,11 @@ struct Q8TileOps {
   // Packs rows [0, nr) (nr ≤ kQ8TileRows; missing rows are zero) of w, row_bytes apart.
   void (*pack)(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) = nullptr;
   // y[t*ldy + r] = dot(W_r, A_t) for r < nr, t < n_tok (A_t = a + t*a_row_bytes, as gemm).
-  void (*gemm)(const uint8_t* tile, int64_t n, const void* a, size_t a_row_bytes, int64_t n_tok, float* y, size_t ldy,
-               int64_t nr) = nullptr;
+  // sums: with act_sums, the exact Σ of each 32-block's quants of A_t at sums[t·(n/32) + i]
+  // (q8_block_sums: once per matmul, not once per 16 rows); else unread (may be null).
+  void (*gemm)(const uint8_t* tile, int64_t n, const void* a, size_t a_row_bytes, const int32_t* sums, int64_t n_tok,
+               float* y, size_t ldy, int64_t nr) = nullptr;
+  bool act_sums = false;
   // The AMX tiles (kernels_amx.cpp) instead: bytes, pack and gemm null, gemm_rows packs and
   // multiplies rows [0, nr) of w in one pass, y[t*ldy + r] = dot(W_r, A_t), reading the
   // activations as act_pack repacked them (once per matmul: all n_tok tokens of the quantized
@@ -162,6 +165,8 @@ struct Q8Kernels {
   // quantize_row(Q8_K, x, y, n) with vectors: the same bytes for finite x (tested); null = use
   // quantize_row. Prefill quantizes each token once per matmul, 3 times per routed expert.
   void (*quantize_q8_K)(const float* x, void* y, int64_t n) = nullptr;
+  // quantize_row(Q8_0, x, y, n) likewise (the activations of the 32-block types).
+  void (*quantize_q8_0)(const float* x, void* y, int64_t n) = nullptr;
   const Q8Ops* get(DType t) const {
     const Q8Ops* q = nullptr;
     switch (t) {

@@ -597,9 +597,10 @@ inline void q8_dot_q6_K_512(const void* w, const uint8_t* act, size_t astride, i
 // returns acc after that (super-)block with the vector code's integer sums and fused
 // multiply-adds, so twin and vector results are bitwise equal.
 // kLanes 4: the 32-block types' four-lane order (Dot32), else one sum over the super-blocks.
+// The activation sums (Q8TileOps::act_sums) are not read: the steps form them, exactly.
 template <class Tile, class Act, int QK, float (*Step)(const Tile&, const Act&, int64_t, float), int kLanes = 1>
-inline void q8_tile_gemm_scalar(const uint8_t* tile, int64_t n, const void* act, size_t astride, int64_t n_tok,
-                                float* y, size_t ldy, int64_t nr) {
+inline void q8_tile_gemm_scalar(const uint8_t* tile, int64_t n, const void* act, size_t astride, const int32_t*,
+                                int64_t n_tok, float* y, size_t ldy, int64_t nr) {
   static_assert(kLanes == 1 || kLanes == 4);
   const auto* T = reinterpret_cast<const Tile*>(tile);
   for (int64_t t = 0; t < n_tok; ++t) {
@@ -747,19 +748,26 @@ inline void q4_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
 
 // Q8TileOps::gemm for a tile type: the tokens in passes of 8 (up to kMaxNT), then 4, then 1. Run<NT>::run
 // computes NT tokens against the whole tile (each type's kernel is a class template with a
-// static run, because function templates cannot be template template arguments).
+// static run, because function templates cannot be template template arguments). Runs with a
+// kSums member read the activations' block sums (Q8TileOps::act_sums), nb per token.
 template <class Tile, int QK, template <int> class Run, int kMaxNT = 8>
-inline void q8_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t astride, int64_t n_tok, float* y,
-                         size_t ldy, int64_t nr) {
+inline void q8_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t astride, const int32_t* sums,
+                         int64_t n_tok, float* y, size_t ldy, int64_t nr) {
   const auto* T = reinterpret_cast<const Tile*>(tile);
   const auto* ab = static_cast<const uint8_t*>(a);
   const int64_t nb = n / QK;
   const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1);
+  auto pass = [&]<int NT>(int64_t t) {
+    if constexpr (requires { Run<NT>::kSums; })
+      Run<NT>::run(T, nb, ab + t * astride, astride, sums + t * nb, y + t * ldy, ldy, rows);
+    else
+      Run<NT>::run(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
+  };
   int64_t t = 0;
   if constexpr (kMaxNT >= 8)
-    for (; t + 8 <= n_tok; t += 8) Run<8>::run(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
-  for (; t + 4 <= n_tok; t += 4) Run<4>::run(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
-  for (; t < n_tok; ++t) Run<1>::run(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
+    for (; t + 8 <= n_tok; t += 8) pass.template operator()<8>(t);
+  for (; t + 4 <= n_tok; t += 4) pass.template operator()<4>(t);
+  for (; t < n_tok; ++t) pass.template operator()<1>(t);
 }
 
 // Q8TileOps::gemm of Q4_K: K4TileTokens (in the Q5_K section below, which it shares).
@@ -1135,16 +1143,10 @@ inline void q8_0_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
 }
 
 // One 32-block of a row-interleaved tile against one Q8_0 activation block: the 16 rows'
-// Σ u·a (u the tile's unsigned bytes, by vpdpbusd) and, in *asum, Σ a (sums of absolute
-// differences of a + 128 from 0, minus 32·128). Q8_0's and the legacy types' tiles share it.
-inline __m512i q8_tile_dot32(const __m512i wv[8], const block_q8_0& a, int32_t* asum) {
+// Σ u·a (u the tile's unsigned bytes, by vpdpbusd). Q8_0's and the legacy types' tiles share it.
+inline __m512i q8_tile_dot32(const __m512i wv[8], const block_q8_0& a) {
   __m512i s = _mm512_setzero_si512();
   for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(a.qs + 4 * g));
-  const __m256i u = _mm256_sad_epu8(_mm256_xor_si256(q8_load(a.qs), _mm256_set1_epi8(static_cast<char>(0x80))),
-                                    _mm256_setzero_si256());
-  __m128i x = _mm_add_epi64(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
-  x = _mm_add_epi64(x, _mm_unpackhi_epi64(x, x));
-  *asum = _mm_cvtsi128_si32(x) - 32 * 128;
   return s;
 }
 
@@ -1153,19 +1155,22 @@ inline __m512i q8_tile_dot32(const __m512i wv[8], const block_q8_0& a, int32_t* 
 // the 32-block types' four-lane order (Dot32 above): block i into lane i mod 4,
 //   L = fma(s − off·Σa, d·d_a, L), or with a min L = fma(s, d·d_a, L) then L = fma(Σa, m·d_a, L),
 // and (L_0 + L_2) + (L_1 + L_3) at the end. Q8_0 is off 128 (its quants xor 0x80). Four
-// accumulators per token: passes of at most 4 tokens (q8_tile_gemm's kMaxNT).
+// accumulators per token: passes of at most 4 tokens (q8_tile_gemm's kMaxNT). Σa comes from
+// the activations' block sums (Q8TileOps::act_sums: once per matmul, not once per 16 rows).
 template <class C>
 struct OffsetTileTokens {
   template <int NT>
   struct Run {
-    static void block(const typename C::Tile& b, int64_t i, const uint8_t* act, size_t astride, __m512 acc[NT]) {
+    static constexpr bool kSums = true;
+    static void block(const typename C::Tile& b, int64_t i, const uint8_t* act, size_t astride, const int32_t* sums,
+                      int64_t nb, __m512 acc[NT]) {
       __m512i wv[8];
       for (int g = 0; g < 8; ++g) wv[g] = _mm512_loadu_si512(b.qs[g]);
       const __m512 dv = _mm512_loadu_ps(b.d);
       for (int t = 0; t < NT; ++t) {
         const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
-        int32_t asum;
-        const __m512i s = q8_tile_dot32(wv, a, &asum);
+        const int32_t asum = sums[t * nb + i];
+        const __m512i s = q8_tile_dot32(wv, a);
         const __m512 da = _mm512_set1_ps(q8_half(a.d));
         if constexpr (C::kMin) {
           acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, da), acc[t]);
@@ -1177,16 +1182,16 @@ struct OffsetTileTokens {
         }
       }
     }
-    static void run(const typename C::Tile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
-                    __mmask16 rows) {
+    static void run(const typename C::Tile* T, int64_t nb, const uint8_t* act, size_t astride, const int32_t* sums,
+                    float* y, size_t ldy, __mmask16 rows) {
       __m512 acc[4][NT];
       for (auto& l : acc)
         for (int t = 0; t < NT; ++t) l[t] = _mm512_setzero_ps();
       int64_t i = 0;
       for (; i + 4 <= nb; i += 4)
-        for (int j = 0; j < 4; ++j) block(T[i + j], i + j, act, astride, acc[j]);
+        for (int j = 0; j < 4; ++j) block(T[i + j], i + j, act, astride, sums, nb, acc[j]);
       for (int j = 0; j < 3; ++j)
-        if (i + j < nb) block(T[i + j], i + j, act, astride, acc[j]);
+        if (i + j < nb) block(T[i + j], i + j, act, astride, sums, nb, acc[j]);
       for (int t = 0; t < NT; ++t)
         _mm512_mask_storeu_ps(y + t * ldy, rows,
                               _mm512_add_ps(_mm512_add_ps(acc[0][t], acc[2][t]), _mm512_add_ps(acc[1][t], acc[3][t])));
@@ -1199,8 +1204,11 @@ struct Q80TileCodes {
   static constexpr bool kMin = false;
 };
 
-#define SLUICE_Q8_Q8_0_TILE \
-  { q8_0_tile_bytes, q8_0_tile_pack_512, q8_tile_gemm<Q80Tile, QK8_0, OffsetTileTokens<Q80TileCodes>::Run, 4> }
+#define SLUICE_Q8_Q8_0_TILE                                                                        \
+  {                                                                                                \
+    .bytes = q8_0_tile_bytes, .pack = q8_0_tile_pack_512,                                          \
+    .gemm = q8_tile_gemm<Q80Tile, QK8_0, OffsetTileTokens<Q80TileCodes>::Run, 4>, .act_sums = true \
+  }
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: Σ q·a is exact either way; one fma per block as the vector code.
 inline float q8_0_tile_step(const Q80Tile& b, const block_q8_0& a, int64_t r, float acc) {
@@ -1278,8 +1286,11 @@ inline void legacy_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, in
   }
 }
 
-#define SLUICE_Q8_LEGACY_TILE(C) \
-  { legacy_tile_bytes, legacy_tile_pack_512<C>, q8_tile_gemm<QLegacyTile, 32, OffsetTileTokens<C>::Run, 4> }
+#define SLUICE_Q8_LEGACY_TILE(C)                                                         \
+  {                                                                                      \
+    .bytes = legacy_tile_bytes, .pack = legacy_tile_pack_512<C>,                         \
+    .gemm = q8_tile_gemm<QLegacyTile, 32, OffsetTileTokens<C>::Run, 4>, .act_sums = true \
+  }
 #elif !SLUICE_Q8_SIMD
 // The scalar twin: the same exact sums and fused multiply-adds per block as the vector code.
 template <class C>
@@ -1385,8 +1396,35 @@ inline void q8_quantize_q8_K_512(const float* x, void* yv, int64_t n) {
   }
 }
 #define SLUICE_Q8_QUANTIZE_Q8_K q8_quantize_q8_K_512
+
+// quant/'s quantize_q8_0 with 16 lanes: the same amax, d = amax/127 and its fp16, id = 1/d,
+// and roundf's ties away from zero done exactly (the truncation t of v = x·id, plus sign(v)
+// where |v − t| ≥ 0.5; v − t is exact), then clamped to int8 by the saturating narrow: the
+// same bytes for finite input. Activations of every 32-block weight type go through it.
+inline uint16_t q8_fp16(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline void q8_quantize_q8_0_512(const float* x, void* yv, int64_t n) {
+  auto* y = static_cast<block_q8_0*>(yv);
+  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n / QK8_0; ++i, x += QK8_0) {
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float d = amax / 127;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = q8_fp16(d);
+    const __m512 idv = _mm512_set1_ps(id);
+    for (int h = 0; h < 2; ++h) {
+      const __m512 v = _mm512_mul_ps(h ? v1 : v0, idv);
+      const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, t)), half, _CMP_GE_OQ);
+      const __m512 r = _mm512_mask_add_ps(t, up, t, _mm512_or_ps(one, _mm512_and_ps(v, _mm512_set1_ps(-0.0f))));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y[i].qs + 16 * h), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(r)));
+    }
+  }
+}
+#define SLUICE_Q8_QUANTIZE_Q8_0 q8_quantize_q8_0_512
 #else
 #define SLUICE_Q8_QUANTIZE_Q8_K nullptr
+#define SLUICE_Q8_QUANTIZE_Q8_0 nullptr
 #endif
 
 constexpr Q8Kernels q8_table(const char* name) {
@@ -1401,6 +1439,7 @@ constexpr Q8Kernels q8_table(const char* name) {
       .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, SLUICE_Q8_Q5_K_TILE},
       .q6_K = {DType::Q8_K, q8_gemm<Dot_q6_K, QK_K>, SLUICE_Q8_Q6_K_TILE},
       .quantize_q8_K = SLUICE_Q8_QUANTIZE_Q8_K,
+      .quantize_q8_0 = SLUICE_Q8_QUANTIZE_Q8_0,
   };
 }
 #undef SLUICE_Q8_Q4_K_TILE
@@ -1409,3 +1448,4 @@ constexpr Q8Kernels q8_table(const char* name) {
 #undef SLUICE_Q8_Q8_0_TILE
 #undef SLUICE_Q8_LEGACY_TILE
 #undef SLUICE_Q8_QUANTIZE_Q8_K
+#undef SLUICE_Q8_QUANTIZE_Q8_0
