@@ -1314,13 +1314,15 @@ inline float legacy_tile_step(const QLegacyTile& b, const block_q8_0& a, int64_t
   {}
 #endif
 
-// Rows outside, tokens inside, up to 4 tokens per weight pass: a weight row (≤ a few KiB) stays
-// in L1 while the activation rows stream past it, and each 4-token pass unpacks the weight
-// blocks once. Each output is the same computation whatever the grouping (see above).
+// Rows outside, tokens inside, up to kNT tokens per weight pass: a weight row (≤ a few KiB)
+// stays in L1 while the activation rows stream past it, and each pass unpacks the weight
+// blocks once. Each output is the same computation whatever the grouping (see above). Eight
+// tokens per pass where the level has the registers for it (512-bit dots: 8 sums and 8
+// accumulators): 8 sequences decoding together unpack each weight row once, not twice.
 template <template <int> class Dot, int QK>
 void q8_gemm(const void* w, size_t row_bytes, int64_t n_rows, const void* act, size_t a_row_bytes, int64_t n_tok,
              int64_t n, float* y, size_t ldy) {
-  constexpr int kNT = 4;
+  constexpr int kNT = SLUICE_Q8_AVX512 ? 8 : 4;
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(act);
   const int64_t nb = n / QK;
@@ -1329,6 +1331,11 @@ void q8_gemm(const void* w, size_t row_bytes, int64_t n_rows, const void* act, s
     prefetch_lines(wr + row_bytes, row_bytes);
     int64_t t = 0;
     for (; t + kNT <= n_tok; t += kNT) Dot<kNT>::run(wr, ab + t * a_row_bytes, a_row_bytes, nb, y + t * ldy + r, ldy);
+    if constexpr (kNT > 4)
+      if (n_tok - t >= 4) {
+        Dot<4>::run(wr, ab + t * a_row_bytes, a_row_bytes, nb, y + t * ldy + r, ldy);
+        t += 4;
+      }
     // The last 1-3 tokens in one pass too (an expert serving 2 or 3 of a few sequences'
     // tokens unpacks its rows once, not per token).
     switch (n_tok - t) {
