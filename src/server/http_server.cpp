@@ -198,6 +198,30 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   Job job;
   std::string rendered;
   job.prompt = prompt_tokens(r, &rendered);
+  // The generation starts inside a reasoning block the template's prompt opened (Qwen3, R1).
+  const bool opens = chat && prompt_opens_reasoning(rendered, markers);
+  // A forced tool call: the reply is one call of the allowed functions in the model's syntax
+  // (hermes' where the template has none), its arguments fitting their schema. The text every
+  // allowed call starts with (all of its markup up to the arguments when one function is
+  // forced) goes into the prompt instead of being sampled token by token under the
+  // constraint, and the reply is parsed with it in front.
+  ToolCallFormat call_format = tool_format;
+  std::vector<JsonFrame> frames;
+  std::string forced;
+  if (chat && !r.forced_tools.empty()) {
+    for (const auto& t : r.forced_tools) {
+      ToolCallFrame f = tool_call_frame(tool_format, t.name);
+      call_format = f.format;
+      // A prompt that opened the reasoning: close it first, as the template writes it.
+      frames.push_back({(opens ? markers.close + "\n\n" : "") + f.before, t.arguments, f.after});
+    }
+    forced = frames[0].prefix;
+    for (const JsonFrame& f : frames)
+      forced.resize(static_cast<size_t>(std::mismatch(forced.begin(), forced.end(), f.prefix.begin(), f.prefix.end()).first -
+                                        forced.begin()));
+    for (JsonFrame& f : frames) f.prefix.erase(0, forced.size());
+    job.prompt = fmt.tokenize(rendered + forced);
+  }
   if (job.prompt.empty()) throw ApiError(400, "the prompt has no tokens", chat ? "messages" : "prompt");
   const int64_t n_ctx = engine.n_ctx();
   if (static_cast<int64_t>(job.prompt.size()) > n_ctx)
@@ -206,8 +230,6 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
                        std::to_string(n_ctx) + " (--ctx)",
                    chat ? "messages" : "prompt", "context_length_exceeded");
   job.params = r.gen;
-  // The generation starts inside a reasoning block the template's prompt opened (Qwen3, R1).
-  const bool opens = chat && prompt_opens_reasoning(rendered, markers);
   const Tokenizer* tok_ptr = &model.tokenizer();
   auto piece = [tok_ptr](int32_t id) { return std::string_view(tok_ptr->token_to_piece(id)); };
   auto is_end = [tok_ptr](int32_t id) { return tok_ptr->is_eog(id); };
@@ -216,17 +238,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
       return std::make_unique<JsonTokenFilter>(*schema, piece, is_end);
     };
   }
-  // A forced tool call: the reply is one call of the allowed functions in the model's syntax
-  // (hermes' where the template has none), its arguments fitting their schema.
-  ToolCallFormat call_format = tool_format;
-  if (!r.forced_tools.empty()) {
-    std::vector<JsonFrame> frames;
-    for (const auto& t : r.forced_tools) {
-      ToolCallFrame f = tool_call_frame(tool_format, t.name);
-      call_format = f.format;
-      // A prompt that opened the reasoning: close it first, as the template writes it.
-      frames.push_back({(opens ? markers.close + "\n\n" : "") + f.before, t.arguments, f.after});
-    }
+  if (!frames.empty()) {
     job.params.make_filter = [frames = std::move(frames), piece, is_end] {
       return std::make_unique<FramedJsonTokenFilter>(frames, piece, is_end);
     };
@@ -257,7 +269,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   parse.reasoning_markers = markers;
   parse.tools = r.tools;
   if (!r.stream) {
-    std::string text;
+    std::string text = forced;  // what the reply's call starts with, already in the prompt
     std::vector<TokenLogprob> lps;
     JobUpdate u;
     for (;;) {
@@ -288,6 +300,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     // With the reasoning split: the splitter, and what it gave for the update being written.
     std::unique_ptr<ReasoningSplitter> split;
     std::string reasoning_buf, answer_buf;
+    std::string forced;  // the forced call's start, already in the prompt: goes in front of the first update
   };
   auto st = std::make_shared<StreamState>();
   st->ch = ch;
@@ -298,6 +311,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   st->format = call_format;
   st->parse = parse;
   st->parse.parse_reasoning = false;  // acc holds the answer only: the splitter took the reasoning
+  st->forced = forced;
   if (split) {
     StreamState* raw = st.get();
     st->split = std::make_unique<ReasoningSplitter>(
@@ -323,7 +337,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
           st->first = false;
           event(stream_chunk(st->head, "", ojson(), nullptr, /*role=*/true));
         }
-        std::string text = std::move(u.text), reasoning;
+        std::string text = std::exchange(st->forced, {}) + u.text, reasoning;
         if (st->split) {
           st->split->push(text);
           if (u.end) st->split->flush();

@@ -390,7 +390,9 @@ TEST_F(ServerHttpTest, ReasoningGoesToReasoningContentStreamedOrNot) {
 
 // tool_choice "required" on a model that cannot write a call by itself: the constraint makes
 // the reply one call of a listed function in the template's syntax (Llama 3's here), its
-// arguments fitting the schema; the same request with "auto" gives no call (the control).
+// arguments fitting the schema; the same request with "auto" gives no call (the control). The
+// call's markup up to the arguments is not sampled: it goes into the prompt (more prompt
+// tokens than the "auto" request's; with "required" only the part both functions share).
 TEST_F(ServerHttpTest, ForcedToolChoiceMakesTheReplyACall) {
   auto o = test::server_options(2, 1024);
   o.chat_template = "{# <|start_header_id|> ipython #}{% for m in messages %}{{ m['content'] }} {% endfor %}";
@@ -414,12 +416,14 @@ TEST_F(ServerHttpTest, ForcedToolChoiceMakesTheReplyACall) {
                                  {"additionalProperties", false}}}}}},
                             {{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", params}}}}})},
               {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}};
+  int64_t named_prompt = 0;
   for (bool stream : {false, true}) {
     req["stream"] = stream;
     auto r = test::post(s.port(), "/v1/chat/completions", req);
     ASSERT_EQ(r.status, 200) << r.body;
     json calls, finish;
     if (!stream) {
+      named_prompt = r.json()["usage"]["prompt_tokens"];
       const json c = r.json()["choices"][0];
       calls = c["message"].value("tool_calls", json());
       finish = c["finish_reason"];
@@ -447,11 +451,15 @@ TEST_F(ServerHttpTest, ForcedToolChoiceMakesTheReplyACall) {
   ASSERT_EQ(r.json()["choices"][0]["message"]["tool_calls"].size(), 1u) << r.body;
   const std::string name = r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"];
   EXPECT_TRUE(name == "get_time" || name == "get_weather") << name;
+  const int64_t required_prompt = r.json()["usage"]["prompt_tokens"];
   // The control: unforced, the same request is text.
   req["tool_choice"] = "auto";
   r = test::post(s.port(), "/v1/chat/completions", req);
   ASSERT_EQ(r.status, 200);
   EXPECT_FALSE(r.json()["choices"][0]["message"].contains("tool_calls")) << r.body;
+  const int64_t auto_prompt = r.json()["usage"]["prompt_tokens"];
+  EXPECT_GT(required_prompt, auto_prompt) << "'{\"name\": \"get_' is common to both calls";
+  EXPECT_GT(named_prompt, required_prompt) << "the whole markup up to the arguments";
 }
 
 TEST_F(ServerHttpTest, ApiKeyIsRequiredAndAWrongOneRefused) {
