@@ -570,4 +570,23 @@ ToolCallFrame tool_call_frame(ToolCallFormat f, std::string_view name) {
   return {ToolCallFormat::hermes, "", ""};
 }
 
+ojson with_tools_system_prompt(const ojson& messages, const ojson& tools) {
+  std::string text =
+      "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
+      "function signatures within <tools></tools> XML tags:\n<tools>";
+  for (const auto& t : tools) text += "\n" + dump(t);
+  text +=
+      "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+      "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+      "<args-json-object>}\n</tool_call>";
+  ojson out = messages;
+  if (!out.empty() && out[0].value("role", "") == "system" && out[0].contains("content") &&
+      out[0]["content"].is_string()) {
+    out[0]["content"] = out[0]["content"].get<std::string>() + "\n\n" + text;
+  } else {
+    out.insert(out.begin(), ojson{{"role", "system"}, {"content", text}});
+  }
+  return out;
+}
+
 }  // namespace sluice

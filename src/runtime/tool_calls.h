@@ -91,4 +91,13 @@ struct ToolCallFrame {
 };
 ToolCallFrame tool_call_frame(ToolCallFormat f, std::string_view name);
 
+// For a chat template that never shows the model the request's tools (SmolLM2's, most
+// templates of models without tool training): the messages with the tools described in a
+// system message, in the Hermes syntax of Qwen2.5's template (the function signatures in
+// <tools></tools>, each call asked for as <tool_call>{"name": ..., "arguments": ...}</tool_call>),
+// appended to a leading system message whose content is text, else a system message of its
+// own in front. Replies are then parsed as hermes. tools: OpenAI's array (as sent).
+nlohmann::ordered_json with_tools_system_prompt(const nlohmann::ordered_json& messages,
+                                                const nlohmann::ordered_json& tools);
+
 }  // namespace sluice

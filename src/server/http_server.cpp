@@ -111,6 +111,22 @@ bool peer_closed(int fd) {
   return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+// Whether the chat template shows the model the tools it is given: a probe function's name
+// appears in a rendering with it. A template that cannot render the probe counts as showing
+// them (nothing is added to what it renders).
+bool template_shows_tools(const ChatFormat& fmt) {
+  const ojson messages = ojson::array({{{"role", "user"}, {"content", "Hello"}}});
+  const ojson tools = ojson::array(
+      {{{"type", "function"},
+        {"function", {{"name", "sluice_probe_function"}, {"parameters", {{"type", "object"}}}}}}});
+  try {
+    return fmt.render(messages, tools, /*add_generation_prompt=*/true).find("sluice_probe_function") !=
+           std::string::npos;
+  } catch (const Error&) {
+    return true;
+  }
+}
+
 void set_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status();
   res.set_content(e.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
@@ -124,6 +140,7 @@ struct HttpServer::Impl {
         opt(std::move(o)),
         fmt(m, opt.chat_template),
         tool_format(detect_tool_call_format(fmt.source())),
+        shows_tools(template_shows_tools(fmt)),
         markers(detect_reasoning_markers(fmt.source())),
         engine(m, be, opt.engine) {}
 
@@ -131,7 +148,10 @@ struct HttpServer::Impl {
   ServerOptions opt;
   ChatFormat fmt;
   ToolCallFormat tool_format;  // how the template writes tool calls (none: never parsed)
-  ReasoningMarkers markers;    // what the template's model thinks between
+  // Whether the template renders the request's tools; if not (and it has no tool syntax),
+  // they go into a system message (with_tools_system_prompt) and replies are parsed as hermes.
+  bool shows_tools;
+  ReasoningMarkers markers;  // what the template's model thinks between
   Engine engine;
   httplib::Server svr;
   HttpCounters http;
@@ -145,6 +165,11 @@ struct HttpServer::Impl {
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
   // The prompt's tokens; *rendered: the chat template's text (chat only).
   std::vector<int32_t> prompt_tokens(const CompletionRequest& r, std::string* rendered) const;
+  // The request's tools go into a system message: the template would not show them and has
+  // no tool syntax of its own (templates with one render their tools).
+  bool injects_tools(const CompletionRequest& r) const {
+    return r.chat && !shows_tools && tool_format == ToolCallFormat::none && r.tools.is_array() && !r.tools.empty();
+  }
   ojson model_json() const;
 };
 
@@ -180,7 +205,8 @@ std::vector<int32_t> HttpServer::Impl::prompt_tokens(const CompletionRequest& r,
   }
   std::string text;
   try {
-    text = fmt.render(r.messages, r.tools, /*add_generation_prompt=*/true);
+    text = injects_tools(r) ? fmt.render(with_tools_system_prompt(r.messages, r.tools), ojson(), true)
+                            : fmt.render(r.messages, r.tools, /*add_generation_prompt=*/true);
   } catch (const Error& e) {
     // A template's raise_exception ("roles must alternate") is about the messages sent.
     throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
@@ -205,20 +231,21 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   // allowed call starts with (all of its markup up to the arguments when one function is
   // forced) goes into the prompt instead of being sampled token by token under the
   // constraint, and the reply is parsed with it in front.
-  ToolCallFormat call_format = tool_format;
+  const ToolCallFormat request_format = injects_tools(r) ? ToolCallFormat::hermes : tool_format;
+  ToolCallFormat call_format = request_format;
   std::vector<JsonFrame> frames;
   std::string forced;
   if (chat && !r.forced_tools.empty()) {
     for (const auto& t : r.forced_tools) {
-      ToolCallFrame f = tool_call_frame(tool_format, t.name);
+      ToolCallFrame f = tool_call_frame(request_format, t.name);
       call_format = f.format;
       // A prompt that opened the reasoning: close it first, as the template writes it.
       frames.push_back({(opens ? markers.close + "\n\n" : "") + f.before, t.arguments, f.after});
     }
     forced = frames[0].prefix;
     for (const JsonFrame& f : frames)
-      forced.resize(static_cast<size_t>(std::mismatch(forced.begin(), forced.end(), f.prefix.begin(), f.prefix.end()).first -
-                                        forced.begin()));
+      forced.resize(static_cast<size_t>(
+          std::mismatch(forced.begin(), forced.end(), f.prefix.begin(), f.prefix.end()).first - forced.begin()));
     for (JsonFrame& f : frames) f.prefix.erase(0, forced.size());
     job.prompt = fmt.tokenize(rendered + forced);
   }

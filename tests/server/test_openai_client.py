@@ -119,7 +119,8 @@ def run_checks(client, base):
     # tool_choice forcing a call: constrained sampling makes the reply a call in the Hermes
     # <tool_call> syntax (SmolLM2's template has none of its own), named as asked, its arguments
     # fitting the function's schema. The control: the same request with "auto" is plain text
-    # (SmolLM2 was not trained on tool calls and its template does not even show it the tools).
+    # (SmolLM2 was not trained on tool calls; its template ignores tools, so the server describes
+    # them in a system message, and it still answers in text).
     weather = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
                                                 "unit": {"enum": ["celsius", "fahrenheit"]}},
                "required": ["city", "unit"], "additionalProperties": False}

@@ -462,6 +462,37 @@ TEST_F(ServerHttpTest, ForcedToolChoiceMakesTheReplyACall) {
   EXPECT_GT(named_prompt, required_prompt) << "the whole markup up to the arguments";
 }
 
+// A template that never shows the tools and has no tool syntax of its own: the tools go into a
+// system message (with_tools_system_prompt), so the prompt grows by their JSON and the
+// instructions. The control: a template that renders the tools itself grows by their JSON only.
+TEST_F(ServerHttpTest, ToolsReachTheModelEvenWhenTheTemplateIgnoresThem) {
+  const json tools = json::array(
+      {{{"type", "function"},
+        {"function",
+         {{"name", "get_weather"},
+          {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}}});
+  auto growth = [&](const std::string& tmpl) {
+    auto o = test::server_options(1, 2048);
+    o.chat_template = tmpl;
+    test::TestServer s(*m_, *be_, o);
+    json req = {{"messages", json::array({{{"role", "user"}, {"content", "Weather in Paris?"}}})},
+                {"max_tokens", 1},
+                {"temperature", 0}};
+    auto plain = test::post(s.port(), "/v1/chat/completions", req);
+    req["tools"] = tools;
+    auto with = test::post(s.port(), "/v1/chat/completions", req);
+    EXPECT_EQ(plain.status, 200) << plain.body;
+    EXPECT_EQ(with.status, 200) << with.body;
+    return with.json()["usage"]["prompt_tokens"].get<int64_t>() - plain.json()["usage"]["prompt_tokens"].get<int64_t>();
+  };
+  const int64_t ignored = growth("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}");
+  const int64_t rendered = growth(
+      "{% if tools %}{{ tools | tojson }}\n{% endif %}{% for m in messages %}{{ m['role'] }}: {{ m['content'] "
+      "}}\n{% endfor %}");
+  EXPECT_GT(rendered, 0) << "the control template shows the tools";
+  EXPECT_GT(ignored, rendered + 20) << "the injected message: the tools plus the instructions";
+}
+
 TEST_F(ServerHttpTest, ApiKeyIsRequiredAndAWrongOneRefused) {
   auto s = start(1, 128, 4, "sekret");
   const int p = s->port();

@@ -499,5 +499,31 @@ TEST(ToolCalls, ForcedCallFramesParseBackAsTheCall) {
   }
 }
 
+// Tools for a template that would not show them: a system message describing them in the
+// Hermes syntax, in front, or appended to a leading text system message; other messages as sent.
+TEST(ToolCalls, ToolsSystemPromptForTemplatesThatIgnoreTools) {
+  const ojson user = ojson::parse(R"([{"role": "user", "content": "Weather in Paris?"}])");
+  const ojson a = with_tools_system_prompt(user, kTools);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0]["role"], "system");
+  EXPECT_EQ(a[1], user[0]);
+  const std::string text = a[0]["content"];
+  for (const auto& t : kTools) EXPECT_NE(text.find(t.dump()), std::string::npos) << "every tool's JSON";
+  EXPECT_NE(text.find("<tools>"), std::string::npos);
+  EXPECT_NE(text.find("<tool_call>"), std::string::npos) << "the syntax replies are parsed in";
+  // A leading system message with text: appended to it, no new message.
+  ojson sys = ojson::parse(R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])");
+  const ojson b = with_tools_system_prompt(sys, kTools);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0]["content"].get<std::string>().rfind("Be brief.\n\n# Tools", 0), 0u) << b[0]["content"];
+  EXPECT_EQ(b[1], sys[1]);
+  // A system message whose content is parts: left as it is, the tools in a message in front.
+  sys[0]["content"] = ojson::parse(R"([{"type": "text", "text": "Be brief."}])");
+  const ojson c = with_tools_system_prompt(sys, kTools);
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[1], sys[0]);
+  EXPECT_EQ(c[0]["role"], "system");
+}
+
 }  // namespace
 }  // namespace sluice
