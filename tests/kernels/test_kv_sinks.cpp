@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -115,6 +116,7 @@ const Case kCases[] = {
     {5, 4, 4, 32, 70},      // a short prefill continuation
     {1, 16, 2, 128, 1300},  // decode, split-KV (splits of 128): the sinks lie in split 0 only
     {40, 6, 2, 64, 40},     // a whole prefill: early queries see only sink positions
+    {44, 6, 2, 64, 300},    // T·H >= 256: 4-token tiles folding 3 splits, the sinks in split 0
 };
 
 const std::pair<DType, DType> kTypes[] = {
@@ -139,6 +141,26 @@ TEST(KvSinks, CpuMatchesRefOnEveryIsa) {
           EXPECT_LE(e, kTol) << cpu_isa_name(isa) << " K " << kv_type_name(kt) << " V " << kv_type_name(vt) << " sinks "
                              << sk << "/" << sv << " T=" << c.T << " N=" << c.N;
         }
+  }
+}
+
+// With sinks too, a row gives the same bits in any batch: the 44-token batch (4-token tiles)
+// against tokens alone (parallel splits).
+TEST(KvSinks, ARowGivesTheSameBitsInAnyBatch) {
+  auto ref = make_ref_backend();
+  auto cpu = make_cpu_backend(2);
+  const Case c{44, 6, 2, 64, 300};
+  const Problem p = make_problem(c, 9);
+  const auto kv = store(p, opts(kKvTq4, kKvTq3, c.N, 3, 1), *ref);
+  const auto batch = attend(*cpu, p, *kv);
+  const size_t row = static_cast<size_t>(c.H * c.D);
+  for (int64_t t : {0, 25, 43}) {
+    const auto alone = attend(*cpu, p, *kv, [&](AttentionArgs& a) {
+      a.n_tok = 1;
+      a.q += t * c.H * c.D;
+      a.pos0 += t;
+    });
+    EXPECT_EQ(0, std::memcmp(alone.data(), batch.data() + t * row, row * 4)) << "token " << t;
   }
 }
 

@@ -18,8 +18,8 @@
 // shapes: never from the batch or the thread count). Each split runs the one-pass kernel from
 // a fresh state, leaving (max m, sum l, unnormalized acc), and the splits are folded into the
 // row's result in split order (merge_split). When a batch has few (token, head) rows (decode)
-// the splits run in parallel and a second pass folds them; otherwise a row folds its splits as
-// it goes. Same operations either way, so a row's result is bitwise the same whatever batch it
+// the splits run in parallel and a second pass folds them; otherwise units of 4 tokens
+// (attend_tile) fold each row's splits as they go. Same operations either way, so a row's result is bitwise the same whatever batch it
 // came in (a prompt-cache hit that evaluates 17 tokens answers as the whole prompt evaluated
 // at once) and for any number of threads. With a single split the arithmetic is exactly the
 // one-pass kernel.
@@ -67,6 +67,18 @@ struct Ctx {
   const Kernels& k;
   const AttentionArgs& a;
   Side ks, vs;
+};
+
+// Where positions are read from: the f16 sink rows (AttentionArgs::k_sink / v_sink) below
+// n_sink_k / n_sink_v, the cache above. A split is attended in pieces cut at the two counts,
+// each with the Ctx whose sides hold its positions, in position order.
+struct Pieces {
+  const Ctx *cache, *sink_kv, *sink_k, *sink_v;
+  int64_t n_sink_k, n_sink_v;
+  int64_t cut[2];  // the two counts, smaller first
+  const Ctx& at(int64_t p) const {
+    return p < n_sink_k ? (p < n_sink_v ? *sink_kv : *sink_k) : (p < n_sink_v ? *sink_v : *cache);
+  }
 };
 
 // Sets the fused-kernel fields of s when its type has them and D is whole 32-element blocks
@@ -260,8 +272,9 @@ struct TileScratch {
 // scores for the longest of them (a score does not depend on the others), the V sum for those
 // that take the whole block together and one call per token that ends inside it. q: the nt·G
 // query rows (rotated when K is tq), token-major.
-void attend_tile(const Ctx& c, const float* q, int64_t t0, int64_t nt, const int64_t* nv, int64_t G, int64_t hk,
+void attend_tile(const Pieces& pc, const float* q, int64_t t0, int64_t nt, const int64_t* nv, int64_t G, int64_t hk,
                  int64_t S, const TileScratch& w) {
+  const Ctx& c = *pc.cache;
   const Kernels& k = c.k;
   const int64_t Dk = c.ks.D, Dv = c.vs.D, B = kAttnBlock, H = c.a.n_head, h0 = hk * G;
   auto out_row = [&](int64_t i, int64_t g) { return c.a.out + ((t0 + i) * H + h0 + g) * Dv; };
@@ -281,24 +294,32 @@ void attend_tile(const Ctx& c, const float* q, int64_t t0, int64_t nt, const int
     std::fill(w.m + ia * G, w.m + nt * G, -std::numeric_limits<float>::infinity());
     std::fill(w.l + ia * G, w.l + nt * G, 0.0f);
     const int64_t end_max = split_end(nt - 1);
-    for (int64_t p0 = s * S; p0 < end_max; p0 += B) {
-      int64_t ib = ia;  // the first token still inside this block
-      while (split_end(ib) <= p0) ++ib;
-      const int64_t nb_max = std::min(B, end_max - p0);
-      block_scores(c, q + ib * G * Dk, (nt - ib) * G, hk, p0, nb_max, w.score, w.kbuf);
-      int64_t full = nt;  // the first token that takes the whole block (all after it do)
-      for (int64_t i = ib; i < nt; ++i) {
-        const int64_t nb = std::min(B, split_end(i) - p0);
-        if (nb == nb_max && full == nt) full = i;
-        for (int64_t g = 0; g < G; ++g) {
-          const int64_t r = i * G + g;
-          block_softmax(k, c.a.scale, w.score + ((i - ib) * G + g) * B, nb, w.acc + r * Dv, Dv, w.m[r], w.l[r]);
+    int64_t p = s * S;
+    for (const int64_t cut : {pc.cut[0], pc.cut[1], end_max}) {
+      const int64_t e = std::min(cut, end_max);
+      if (e <= p) continue;
+      const Ctx& cc = pc.at(p);
+      auto row_end = [&](int64_t i) { return std::min(e, split_end(i)); };
+      for (int64_t p0 = p; p0 < e; p0 += B) {
+        int64_t ib = ia;  // the first token still inside this block
+        while (row_end(ib) <= p0) ++ib;
+        const int64_t nb_max = std::min(B, e - p0);
+        block_scores(cc, q + ib * G * Dk, (nt - ib) * G, hk, p0, nb_max, w.score, w.kbuf);
+        int64_t full = nt;  // the first token that takes the whole block (all after it do)
+        for (int64_t i = ib; i < nt; ++i) {
+          const int64_t nb = std::min(B, row_end(i) - p0);
+          if (nb == nb_max && full == nt) full = i;
+          for (int64_t g = 0; g < G; ++g) {
+            const int64_t r = i * G + g;
+            block_softmax(k, c.a.scale, w.score + ((i - ib) * G + g) * B, nb, w.acc + r * Dv, Dv, w.m[r], w.l[r]);
+          }
         }
+        for (int64_t i = ib; i < full; ++i)
+          block_axpy(cc, w.score + (i - ib) * G * B, G, hk, p0, std::min(B, row_end(i) - p0), w.acc + i * G * Dv,
+                     w.vbuf);
+        block_axpy(cc, w.score + (full - ib) * G * B, (nt - full) * G, hk, p0, nb_max, w.acc + full * G * Dv, w.vbuf);
       }
-      for (int64_t i = ib; i < full; ++i)
-        block_axpy(c, w.score + (i - ib) * G * B, G, hk, p0, std::min(B, split_end(i) - p0), w.acc + i * G * Dv,
-                   w.vbuf);
-      block_axpy(c, w.score + (full - ib) * G * B, (nt - full) * G, hk, p0, nb_max, w.acc + full * G * Dv, w.vbuf);
+      p = e;
     }
     for (int64_t i = ia; i < nt; ++i) {
       const int64_t ns = n_split(i);
@@ -374,7 +395,13 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
   const Side ks_sink = a.n_sink_k > 0 ? sink_side(a.k_sink, Dk) : c.ks;
   const Side vs_sink = a.n_sink_v > 0 ? sink_side(a.v_sink, Dv) : c.vs;
   const Ctx c_sink_kv{k, a, ks_sink, vs_sink}, c_sink_k{k, a, ks_sink, c.vs}, c_sink_v{k, a, c.ks, vs_sink};
-  const int64_t sink_cut[2] = {std::min(a.n_sink_k, a.n_sink_v), std::max(a.n_sink_k, a.n_sink_v)};
+  const Pieces pc{&c,
+                  &c_sink_kv,
+                  &c_sink_k,
+                  &c_sink_v,
+                  a.n_sink_k,
+                  a.n_sink_v,
+                  {std::min(a.n_sink_k, a.n_sink_v), std::max(a.n_sink_k, a.n_sink_v)}};
   const int64_t group = H / Hkv;
   auto n_vis = [&](int64_t t) { return std::max<int64_t>(0, std::min(N, a.pos0 + t + 1)); };
   // Splits per row (see the header comment); `parallel`: they are units of their own.
@@ -383,9 +410,9 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
   auto n_split = [&](int64_t t) { return std::max<int64_t>(1, (n_vis(t) + S - 1) / S); };
   const int64_t work = T * H * std::max<int64_t>(1, std::min(N, a.pos0 + T)) * (Dk + Dv);
 
-  // A batch whose rows fold their own splits, without sink rows: units of kTileTokens tokens
-  // and one KV head (attend_tile).
-  if (!parallel && a.n_sink_k == 0 && a.n_sink_v == 0) {
+  // A batch whose rows fold their own splits: units of kTileTokens tokens and one KV head
+  // (attend_tile).
+  if (!parallel) {
     const int64_t G = group, R = kTileTokens * G, n_tiles = (T + kTileTokens - 1) / kTileTokens;
     run(pool, min_parallel_work, n_tiles * Hkv, work, [&](int64_t u0, int64_t u1, int) {
       TileScratch w;
@@ -413,20 +440,20 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
               std::memcpy(dst, src, static_cast<size_t>(Dk) * sizeof(float));
           }
         }
-        attend_tile(c, qr, t0, nt, nv, G, hk, S, w);
+        attend_tile(pc, qr, t0, nt, nv, G, hk, S, w);
       }
     });
     return;
   }
 
-  // Units: (t, hk[, s]) in that order — one KV head's group of query heads[, one split];
-  // unit_begin[t] = first unit of token t. Partials of parallel rows of several splits, per
-  // (t, h, s): [m, l, acc[Dv]] at part_begin[t] + h·ns + s.
+  // A batch of few rows (decode): units (t, hk, s) in that order — one KV head's group of
+  // query heads, one split; unit_begin[t] = first unit of token t. Partials of the rows of
+  // several splits, per (t, h, s): [m, l, acc[Dv]] at part_begin[t] + h·ns + s, folded after.
   std::vector<int64_t> unit_begin(static_cast<size_t>(T + 1), 0), part_begin(static_cast<size_t>(T + 1), 0);
   for (int64_t t = 0; t < T; ++t) {
     const int64_t ns = n_split(t);
-    unit_begin[t + 1] = unit_begin[t] + Hkv * (parallel ? ns : 1);
-    part_begin[t + 1] = part_begin[t] + (parallel && ns > 1 ? H * ns : 0);
+    unit_begin[t + 1] = unit_begin[t] + Hkv * ns;
+    part_begin[t + 1] = part_begin[t] + (ns > 1 ? H * ns : 0);
   }
   const int64_t n_units = unit_begin[T];
   const bool any_partial = part_begin[T] > 0;
@@ -436,21 +463,18 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
 
   run(pool, min_parallel_work, n_units, work, [&](int64_t u0, int64_t u1, int) {
     // Scratch: scores [G][kAttnBlock], acc [G][Dv], rotated q [G][Dk], m [G], l [G], decode
-    // buffers [Hkv·(Dk+Dv)], and a row's folded splits: acc [G][Dv], m [G], l [G].
+    // buffers [Hkv·(Dk+Dv)].
     const int64_t G = group;
-    float* score = tl_scratch.get(static_cast<size_t>(G * (kAttnBlock + Dv + Dk + 2) + Hkv * (Dk + Dv) + G * (Dv + 2)));
+    float* score = tl_scratch.get(static_cast<size_t>(G * (kAttnBlock + Dv + Dk + 2) + Hkv * (Dk + Dv)));
     float* acc = score + G * kAttnBlock;
     float* qr = acc + G * Dv;
     float* m = qr + G * Dk;
     float* l = m + G;
     float* kbuf = l + G;
     float* vbuf = kbuf + Hkv * Dk;
-    float* row_acc = vbuf + Hkv * Dv;
-    float* row_m = row_acc + G * Dv;
-    float* row_l = row_m + G;
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t t = std::upper_bound(unit_begin.begin(), unit_begin.end(), u) - unit_begin.begin() - 1;
-      const int64_t ns = n_split(t), per = parallel ? ns : 1, r = u - unit_begin[t], hk = r / per, h0 = hk * G;
+      const int64_t ns = n_split(t), r = u - unit_begin[t], hk = r / ns, s = r % ns, h0 = hk * G;
       const int64_t nv = n_vis(t);
       if (nv == 0) {
         std::fill(a.out + (t * H + h0) * Dv, a.out + (t * H + h0 + G) * Dv, 0.0f);
@@ -461,53 +485,34 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
         for (int64_t g = 0; g < G; ++g) c.ks.tq->rotate(q + g * Dk, qr + g * Dk);
         q = qr;
       }
-      const int64_t s_begin = parallel ? r % per : 0, s_end = parallel ? s_begin + 1 : ns;
-      if (!parallel && ns > 1) {
-        std::fill(row_acc, row_acc + G * Dv, 0.0f);
-        std::fill(row_m, row_m + G, -std::numeric_limits<float>::infinity());
-        std::fill(row_l, row_l + G, 0.0f);
+      const int64_t p_end = std::min(nv, (s + 1) * S);
+      std::fill(acc, acc + G * Dv, 0.0f);
+      std::fill(m, m + G, -std::numeric_limits<float>::infinity());
+      std::fill(l, l + G, 0.0f);
+      int64_t p = s * S;
+      for (const int64_t cut : {pc.cut[0], pc.cut[1], p_end}) {
+        const int64_t e = std::min(cut, p_end);
+        if (e <= p) continue;
+        attend_group(pc.at(p), q, G, hk, p, e, score, acc, kbuf, vbuf, m, l);
+        p = e;
       }
-      for (int64_t s = s_begin; s < s_end; ++s) {
-        const int64_t p_end = std::min(nv, (s + 1) * S);
-        std::fill(acc, acc + G * Dv, 0.0f);
-        std::fill(m, m + G, -std::numeric_limits<float>::infinity());
-        std::fill(l, l + G, 0.0f);
-        // Sink positions first (their f16 rows), in position order: pieces cut at n_sink_k and
-        // n_sink_v, each with the sides that hold its positions.
-        int64_t p = s * S;
-        for (const int64_t cut : {sink_cut[0], sink_cut[1], p_end}) {
-          const int64_t e = std::min(cut, p_end);
-          if (e <= p) continue;
-          const Ctx& cc = p < a.n_sink_k ? (p < a.n_sink_v ? c_sink_kv : c_sink_k) : (p < a.n_sink_v ? c_sink_v : c);
-          attend_group(cc, q, G, hk, p, e, score, acc, kbuf, vbuf, m, l);
-          p = e;
-        }
-        for (int64_t g = 0; g < G; ++g) {
-          float* ag = acc + g * Dv;
-          if (ns == 1) {
-            k.scale_mul(ag, 1.0f / l[g], nullptr, ag, Dv);
-            finish(c, ag, a.out + (t * H + h0 + g) * Dv);
-          } else if (parallel) {
-            float* pp = part + (part_begin[t] + (h0 + g) * ns + s) * (Dv + 2);
-            pp[0] = m[g];
-            pp[1] = l[g];
-            std::memcpy(pp + 2, ag, static_cast<size_t>(Dv) * sizeof(float));
-          } else {
-            merge_split(k, m[g], l[g], ag, row_m[g], row_l[g], row_acc + g * Dv, Dv);
-          }
-        }
-      }
-      if (!parallel && ns > 1)
-        for (int64_t g = 0; g < G; ++g) {
-          float* ag = row_acc + g * Dv;
-          k.scale_mul(ag, 1.0f / row_l[g], nullptr, ag, Dv);
+      for (int64_t g = 0; g < G; ++g) {
+        float* ag = acc + g * Dv;
+        if (ns == 1) {
+          k.scale_mul(ag, 1.0f / l[g], nullptr, ag, Dv);
           finish(c, ag, a.out + (t * H + h0 + g) * Dv);
+        } else {
+          float* pp = part + (part_begin[t] + (h0 + g) * ns + s) * (Dv + 2);
+          pp[0] = m[g];
+          pp[1] = l[g];
+          std::memcpy(pp + 2, ag, static_cast<size_t>(Dv) * sizeof(float));
         }
+      }
     }
   });
   if (!any_partial) return;
 
-  // Fold the splits of each parallel row, in split order (as an unparallel row does).
+  // Fold the splits of each row, in split order (as attend_tile does as it goes).
   run(pool, min_parallel_work, T * H, T * H * Dv * 4, [&](int64_t r0, int64_t r1, int) {
     float* acc = tl_scratch.get(static_cast<size_t>(Dv));
     for (int64_t r = r0; r < r1; ++r) {

@@ -22,7 +22,6 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kvcodec/kvcodec.h"
-#include "quant/blocks.h"
 #include "quant/quant.h"
 
 namespace sluice {
@@ -40,14 +39,6 @@ constexpr int64_t kQ8RowsDecode = 16, kQ8RowsBatch = 32, kQ8TokTile = 64;
 // Most output rows per unit of moe_ffn_token's down phase (see there).
 constexpr int64_t kMoeDownRows = 128;
 
-// out[i] = Σ of block i's 32 quants (exact): Q8TileOps::act_sums.
-void q8_block_sums(const block_q8_0* a, int64_t nb, int32_t* out) {
-  for (int64_t i = 0; i < nb; ++i) {
-    int32_t s = 0;
-    for (int j = 0; j < 32; ++j) s += a[i].qs[j];
-    out[i] = s;
-  }
-}
 
 class CpuBackend final : public Backend {
  public:
@@ -334,7 +325,10 @@ class CpuBackend final : public Backend {
       for (int64_t t = t0; t < t1; ++t) {
         uint8_t* at = act + static_cast<size_t>(t) * a_bytes;
         quantize_act(op.act, x + t * n_in, at, n_in);
-        if (sums) q8_block_sums(reinterpret_cast<const block_q8_0*>(at), nb, act_sums_.data() + t * nb);
+        if (sums)
+          for (int64_t i = 0; i < nb; ++i)
+            act_sums_[static_cast<size_t>(t * nb + i)] = cpu::q8_0_quant_sum(
+                reinterpret_cast<const block_q8_0*>(at)[i]);
       }
     });
     if (tiles) {

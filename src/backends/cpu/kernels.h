@@ -15,6 +15,7 @@
 
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "quant/blocks.h"
 
 namespace sluice::cpu {
 
@@ -128,6 +129,14 @@ constexpr int64_t kQ8TileRows = 16;
 // qwen3-30b-a3b Q4_K_M, 2 threads, AMD EPYC Zen 4: 4 sequences 95 aggregate t/s with the row
 // path vs 57 with tiles from 2 tokens, 8 sequences 105 vs 97, 16 sequences 103 vs 124.
 constexpr int64_t kQ8TileMinTokens = 9;
+// Σ of a Q8_0 activation block's 32 quants (exact): what every row of the 32-block types
+// with a min needs (Σa·m), and the tiles' offset correction (Q8TileOps::act_sums).
+inline int32_t q8_0_quant_sum(const block_q8_0& b) {
+  int32_t s = 0;
+  for (int j = 0; j < 32; ++j) s += b.qs[j];
+  return s;
+}
+
 struct Q8TileOps {
   // Bytes of one packed tile of n inputs (a whole number of super-blocks).
   size_t (*bytes)(int64_t n) = nullptr;
@@ -135,7 +144,7 @@ struct Q8TileOps {
   void (*pack)(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) = nullptr;
   // y[t*ldy + r] = dot(W_r, A_t) for r < nr, t < n_tok (A_t = a + t*a_row_bytes, as gemm).
   // sums: with act_sums, the exact Σ of each 32-block's quants of A_t at sums[t·(n/32) + i]
-  // (q8_block_sums: once per matmul, not once per 16 rows); else unread (may be null).
+  // (q8_0_quant_sum, by the backend once per matmul, not once per 16 rows); else unread (may be null).
   void (*gemm)(const uint8_t* tile, int64_t n, const void* a, size_t a_row_bytes, const int32_t* sums, int64_t n_tok,
                float* y, size_t ldy, int64_t nr) = nullptr;
   bool act_sums = false;

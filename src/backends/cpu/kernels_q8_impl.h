@@ -169,11 +169,7 @@ inline int64_t q8_pad4(int64_t nb) { return (nb + 3) & ~int64_t{3}; }
 inline void q8_act32(const block_q8_0* a, int64_t nb, bool sums, float* d, float* sa) {
   for (int64_t i = 0; i < q8_pad4(nb); ++i) {
     d[i] = i < nb ? q8_half(a[i].d) : 0.0f;
-    if (!sums) continue;
-    int32_t s = 0;
-    if (i < nb)
-      for (int j = 0; j < 32; ++j) s += a[i].qs[j];
-    sa[i] = static_cast<float>(s);
+    if (sums) sa[i] = i < nb ? static_cast<float>(q8_0_quant_sum(a[i])) : 0.0f;
   }
 }
 
@@ -748,8 +744,8 @@ inline void q4_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
 
 // Q8TileOps::gemm for a tile type: the tokens in passes of 8 (up to kMaxNT), then 4, then 1. Run<NT>::run
 // computes NT tokens against the whole tile (each type's kernel is a class template with a
-// static run, because function templates cannot be template template arguments). Runs with a
-// kSums member read the activations' block sums (Q8TileOps::act_sums), nb per token.
+// static run, because function templates cannot be template template arguments). sums: the
+// activations' block sums (Q8TileOps::act_sums), nb per token, for the runs that read them.
 template <class Tile, int QK, template <int> class Run, int kMaxNT = 8>
 inline void q8_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t astride, const int32_t* sums,
                          int64_t n_tok, float* y, size_t ldy, int64_t nr) {
@@ -757,17 +753,12 @@ inline void q8_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t a
   const auto* ab = static_cast<const uint8_t*>(a);
   const int64_t nb = n / QK;
   const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1);
-  auto pass = [&]<int NT>(int64_t t) {
-    if constexpr (requires { Run<NT>::kSums; })
-      Run<NT>::run(T, nb, ab + t * astride, astride, sums + t * nb, y + t * ldy, ldy, rows);
-    else
-      Run<NT>::run(T, nb, ab + t * astride, astride, y + t * ldy, ldy, rows);
-  };
+  auto at = [&](int64_t t) { return sums ? sums + t * nb : nullptr; };
   int64_t t = 0;
   if constexpr (kMaxNT >= 8)
-    for (; t + 8 <= n_tok; t += 8) pass.template operator()<8>(t);
-  for (; t + 4 <= n_tok; t += 4) pass.template operator()<4>(t);
-  for (; t < n_tok; ++t) pass.template operator()<1>(t);
+    for (; t + 8 <= n_tok; t += 8) Run<8>::run(T, nb, ab + t * astride, astride, at(t), y + t * ldy, ldy, rows);
+  for (; t + 4 <= n_tok; t += 4) Run<4>::run(T, nb, ab + t * astride, astride, at(t), y + t * ldy, ldy, rows);
+  for (; t < n_tok; ++t) Run<1>::run(T, nb, ab + t * astride, astride, at(t), y + t * ldy, ldy, rows);
 }
 
 // Q8TileOps::gemm of Q4_K: K4TileTokens (in the Q5_K section below, which it shares).
@@ -845,7 +836,7 @@ struct K4TileTokens {
   static constexpr bool kHighBit = requires(const Tile& t) { t.qh; };
   template <int NT>
   struct Run {
-    static void run(const Tile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
+    static void run(const Tile* T, int64_t nb, const uint8_t* act, size_t astride, const int32_t*, float* y, size_t ldy,
                     __mmask16 rows) {
       const __m512i m4 = _mm512_set1_epi8(0xF), m10 = _mm512_set1_epi8(0x10);
       __m512 acc[NT];
@@ -975,8 +966,8 @@ inline __m512i q6_K_tile_q(const Q6KTile& b, int h, int p, int g) {
 
 template <int NT>
 struct Q6KTileTokens {
-  static void run(const Q6KTile* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy,
-                  __mmask16 rows) {
+  static void run(const Q6KTile* T, int64_t nb, const uint8_t* act, size_t astride, const int32_t*, float* y,
+                  size_t ldy, __mmask16 rows) {
     __m512 acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
@@ -1161,7 +1152,6 @@ template <class C>
 struct OffsetTileTokens {
   template <int NT>
   struct Run {
-    static constexpr bool kSums = true;
     static void block(const typename C::Tile& b, int64_t i, const uint8_t* act, size_t astride, const int32_t* sums,
                       int64_t nb, __m512 acc[NT]) {
       __m512i wv[8];
@@ -1295,11 +1285,9 @@ inline void legacy_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, in
 // The scalar twin: the same exact sums and fused multiply-adds per block as the vector code.
 template <class C>
 inline float legacy_tile_step(const QLegacyTile& b, const block_q8_0& a, int64_t r, float acc) {
-  int32_t s = 0, sa = 0;
-  for (int k = 0; k < 32; ++k) {
-    s += reinterpret_cast<const uint8_t*>(&b.qs[k / 4][r])[k % 4] * a.qs[k];
-    sa += a.qs[k];
-  }
+  int32_t s = 0;
+  for (int k = 0; k < 32; ++k) s += reinterpret_cast<const uint8_t*>(&b.qs[k / 4][r])[k % 4] * a.qs[k];
+  const int32_t sa = q8_0_quant_sum(a);
   const float da = q8_half(a.d);
   if constexpr (C::kMin) {
     acc = std::fma(static_cast<float>(s), b.d[r] * da, acc);
