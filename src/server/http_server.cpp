@@ -163,8 +163,10 @@ struct HttpServer::Impl {
   void routes();
   bool authorized(const httplib::Request& req) const;
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
-  // The prompt's tokens; *rendered: the chat template's text (chat only).
-  std::vector<int32_t> prompt_tokens(const CompletionRequest& r, std::string* rendered) const;
+  // A completion's prompt tokens.
+  std::vector<int32_t> prompt_tokens(const CompletionRequest& r) const;
+  // A chat's prompt: the chat template's text.
+  std::string render(const CompletionRequest& r) const;
   // The request's tools go into a system message: the template would not show them and has
   // no tool syntax of its own (templates with one render their tools).
   bool injects_tools(const CompletionRequest& r) const {
@@ -197,23 +199,20 @@ ojson HttpServer::Impl::model_json() const {
   return m;
 }
 
-std::vector<int32_t> HttpServer::Impl::prompt_tokens(const CompletionRequest& r, std::string* rendered) const {
-  if (!r.chat) {
-    if (r.prompt_is_ids) return r.prompt_ids;
-    // As llama-server: the vocab's BOS rule, and special tokens spelled in the text parsed.
-    return model.tokenizer().encode(r.prompt, /*add_special=*/true, /*parse_special=*/true);
-  }
-  std::string text;
+std::vector<int32_t> HttpServer::Impl::prompt_tokens(const CompletionRequest& r) const {
+  if (r.prompt_is_ids) return r.prompt_ids;
+  // As llama-server: the vocab's BOS rule, and special tokens spelled in the text parsed.
+  return model.tokenizer().encode(r.prompt, /*add_special=*/true, /*parse_special=*/true);
+}
+
+std::string HttpServer::Impl::render(const CompletionRequest& r) const {
   try {
-    text = injects_tools(r) ? fmt.render(with_tools_system_prompt(r.messages, r.tools), ojson(), true)
+    return injects_tools(r) ? fmt.render(with_tools_system_prompt(r.messages, r.tools), ojson(), true)
                             : fmt.render(r.messages, r.tools, /*add_generation_prompt=*/true);
   } catch (const Error& e) {
     // A template's raise_exception ("roles must alternate") is about the messages sent.
     throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
   }
-  std::vector<int32_t> ids = fmt.tokenize(text);
-  *rendered = std::move(text);
-  return ids;
 }
 
 void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -222,8 +221,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     throw ApiError(404, "the model '" + r.model + "' does not exist (this server has '" + opt.model_id + "')", "model",
                    "model_not_found");
   Job job;
-  std::string rendered;
-  job.prompt = prompt_tokens(r, &rendered);
+  const std::string rendered = chat ? render(r) : std::string();
   // The generation starts inside a reasoning block the template's prompt opened (Qwen3, R1).
   const bool opens = chat && prompt_opens_reasoning(rendered, markers);
   // A forced tool call: the reply is one call of the allowed functions in the model's syntax
@@ -247,8 +245,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
       forced.resize(static_cast<size_t>(
           std::mismatch(forced.begin(), forced.end(), f.prefix.begin(), f.prefix.end()).first - forced.begin()));
     for (JsonFrame& f : frames) f.prefix.erase(0, forced.size());
-    job.prompt = fmt.tokenize(rendered + forced);
   }
+  job.prompt = chat ? fmt.tokenize(rendered + forced) : prompt_tokens(r);
   if (job.prompt.empty()) throw ApiError(400, "the prompt has no tokens", chat ? "messages" : "prompt");
   const int64_t n_ctx = engine.n_ctx();
   if (static_cast<int64_t>(job.prompt.size()) > n_ctx)

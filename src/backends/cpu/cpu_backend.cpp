@@ -39,7 +39,6 @@ constexpr int64_t kQ8RowsDecode = 16, kQ8RowsBatch = 32, kQ8TokTile = 64;
 // Most output rows per unit of moe_ffn_token's down phase (see there).
 constexpr int64_t kMoeDownRows = 128;
 
-
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int n_threads, CpuIsa isa, const CpuBackendOptions& opt)
