@@ -20,6 +20,7 @@
 #include "core/cpu_features.h"
 #include "kernels/kernel_test_util.h"
 #include "kvcodec/kvcodec.h"
+#include "quant/blocks.h"
 #include "quant/quant.h"
 
 namespace sluice {
@@ -91,6 +92,10 @@ Heads make_heads(DType t, int64_t P, int64_t D, uint32_t seed) {
   }
   return h;
 }
+
+// q8_0 K is scored on int8 outside these kernels (attn_kernels.h; test_attention_kv.cpp
+// checks it against the ref backend, which quantizes the query the same way).
+bool has_scores(DType t) { return t != DType::Q8_0; }
 
 const AttnKvOps& ops_of(const AttnKernels& ak, DType t) {
   const AttnKvOps* o = ak.get(t);
@@ -168,11 +173,13 @@ TEST(AttnKernels, EveryLevelMatchesTheDecodePathBitwise) {
         const Heads h = make_heads(t, sh.P + 1, sh.D, 3);
         const std::vector<float> q = randn(static_cast<size_t>(sh.G * sh.D), 4);
         const size_t lds = static_cast<size_t>(sh.P + 3);
-        const auto s_ref = scores_ref(k, h, sh.P, q, sh.G, lds);
-        const auto s = run_scores(ops_of(ak, t), h, sh.P, q, sh.G, lds);
-        EXPECT_EQ(0, std::memcmp(s_ref.data(), s.data(), s.size() * sizeof(float)))
-            << "scores " << cpu_isa_name(isa) << " " << kv_type_name(t) << " P=" << sh.P << " G=" << sh.G
-            << " D=" << sh.D;
+        if (has_scores(t)) {
+          const auto s_ref = scores_ref(k, h, sh.P, q, sh.G, lds);
+          const auto s = run_scores(ops_of(ak, t), h, sh.P, q, sh.G, lds);
+          EXPECT_EQ(0, std::memcmp(s_ref.data(), s.data(), s.size() * sizeof(float)))
+              << "scores " << cpu_isa_name(isa) << " " << kv_type_name(t) << " P=" << sh.P << " G=" << sh.G
+              << " D=" << sh.D;
+        }
 
         const std::vector<float> a = randn(static_cast<size_t>(sh.G) * lds, 5, 0.3f);
         const std::vector<float> y0 = randn(static_cast<size_t>(sh.G * sh.D), 6);
@@ -196,8 +203,9 @@ TEST(AttnKernels, SimdLevelsMatchTheGenericTwin) {
         const Heads h = make_heads(t, sh.P, sh.D, 8);
         const std::vector<float> q = randn(static_cast<size_t>(sh.G * sh.D), 9);
         const size_t lds = static_cast<size_t>(sh.P);
-        const double es = score_err(h, sh.P, q, sh.G, run_scores(ops_of(gen, t), h, sh.P, q, sh.G, lds),
-                                    run_scores(ops_of(ak, t), h, sh.P, q, sh.G, lds));
+        const double es = has_scores(t) ? score_err(h, sh.P, q, sh.G, run_scores(ops_of(gen, t), h, sh.P, q, sh.G, lds),
+                                                    run_scores(ops_of(ak, t), h, sh.P, q, sh.G, lds))
+                                        : 0.0;
         const std::vector<float> a = randn(static_cast<size_t>(sh.G) * lds, 10, 0.3f);
         const std::vector<float> y0(static_cast<size_t>(sh.G * sh.D), 0.0f);
         const double ey = nmse(run_axpy(ops_of(gen, t), h, sh.P, a, lds, sh.G, y0),
@@ -226,10 +234,11 @@ TEST(AttnKernels, NegativeControls) {
       const std::vector<float> q = randn(static_cast<size_t>(G * D), 13);
       const std::vector<float> a = randn(static_cast<size_t>(G * P), 14, 0.3f);
       const std::vector<float> y0(static_cast<size_t>(G * D), 0.0f);
-      const auto s_ref = scores_ref(k, h, P, q, G, P);
       const auto y_ref = axpy_ref(k, h, P, a, P, G, y0);
-      EXPECT_GT(nmse(s_ref, run_scores(ops_of(ak, t), h, P, q, G, P, 1)), 1e-3) << kv_type_name(t);
       EXPECT_GT(nmse(y_ref, run_axpy(ops_of(ak, t), h, P, a, P, G, y0, 1)), 1e-3) << kv_type_name(t);
+      if (!has_scores(t)) continue;
+      const auto s_ref = scores_ref(k, h, P, q, G, P);
+      EXPECT_GT(nmse(s_ref, run_scores(ops_of(ak, t), h, P, q, G, P, 1)), 1e-3) << kv_type_name(t);
       // Flip the high bits of one byte near the end of position 7's head (the last index
       // group a lookup reads): its score must move while the others stay bitwise equal.
       uint8_t* hb = const_cast<uint8_t*>(h.head(7));
@@ -259,13 +268,51 @@ TEST(AttnKernels, NegativeControls) {
   }
 }
 
+// q8_0 K scores: AttnKernels::q8_0_scores (query rows of a group in lanes) must give
+// Q8Ops::gemm's bits (the generic twin's: every level's 32-block dots are bitwise equal),
+// on shapes with partial groups (G 1, 3, 5, 12), more than 4 blocks per head (D 160, 256:
+// the second round of lane accumulators) and a K byte of -128 (maddubs/vpdpbusd on |k|).
+TEST(AttnKernels, Q8ScoresEqualTheQ8GemmBitwise) {
+  const cpu::Q8Ops& gemm = *cpu::q8_kernels_generic().get(DType::Q8_0);
+  const Shape shapes[] = {{1, 1, 32}, {5, 3, 64}, {64, 8, 128}, {67, 16, 128}, {13, 5, 256}, {9, 12, 160}};
+  int checked = 0;
+  for (CpuIsa isa : available_isas()) {
+    const AttnKernels& ak = cpu::attn_kernels_for(isa);
+    if (!ak.q8_0_scores) continue;
+    for (const Shape& sh : shapes) {
+      Heads h = make_heads(DType::Q8_0, sh.P + 1, sh.D, 21);
+      reinterpret_cast<block_q8_0*>(const_cast<uint8_t*>(h.head(0)))->qs[3] = -128;
+      const size_t qb = static_cast<size_t>(sh.D / 32) * sizeof(block_q8_0);
+      std::vector<uint8_t> qq(static_cast<size_t>(sh.G) * qb);
+      const std::vector<float> q = randn(static_cast<size_t>(sh.G * sh.D), 22);
+      for (int64_t g = 0; g < sh.G; ++g) quantize_row(DType::Q8_0, q.data() + g * sh.D, qq.data() + g * qb, sh.D);
+      const size_t lds = static_cast<size_t>(sh.P + 2);
+      std::vector<float> want(static_cast<size_t>(sh.G) * lds, 0.0f), got = want;
+      gemm.gemm(h.head(0), h.stride, sh.P, qq.data(), qb, sh.G, sh.D, want.data(), lds);
+      ak.q8_0_scores(h.head(0), h.stride, sh.P, reinterpret_cast<const block_q8_0*>(qq.data()), sh.G, sh.D, got.data(),
+                     lds);
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+          << cpu_isa_name(isa) << " P=" << sh.P << " G=" << sh.G << " D=" << sh.D;
+      // Negative control: one position over, the scores are other dots.
+      ak.q8_0_scores(h.head(1), h.stride, sh.P, reinterpret_cast<const block_q8_0*>(qq.data()), sh.G, sh.D, got.data(),
+                     lds);
+      EXPECT_GT(nmse(want, got), 1e-3) << cpu_isa_name(isa) << " P=" << sh.P << " G=" << sh.G << " D=" << sh.D;
+      ++checked;
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no SIMD level on this CPU: q8_0 scores run on Q8Ops::gemm only";
+}
+
 TEST(AttnKernels, TypesWithoutFusedOps) {
   for (CpuIsa isa : available_isas()) {
     const AttnKernels& ak = cpu::attn_kernels_for(isa);
     EXPECT_EQ(ak.get(DType::F32), nullptr);
     EXPECT_EQ(ak.get(DType::BF16), nullptr);
     EXPECT_EQ(ak.get(DType::Q4_K), nullptr);
-    for (DType t : kTypes) EXPECT_NE(ak.get(t), nullptr) << kv_type_name(t);
+    for (DType t : kTypes) {
+      ASSERT_NE(ak.get(t), nullptr) << kv_type_name(t);
+      EXPECT_EQ(ak.get(t)->scores != nullptr, has_scores(t)) << kv_type_name(t);
+    }
   }
 }
 

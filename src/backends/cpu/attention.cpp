@@ -34,8 +34,10 @@
 #include <vector>
 
 #include "backends/cpu/attn_kernels.h"
+#include "backends/cpu/kernels.h"
 #include "core/error.h"
 #include "kvcodec/kvcodec.h"
+#include "quant/blocks.h"
 #include "quant/quant.h"
 
 namespace sluice::cpu {
@@ -61,6 +63,13 @@ struct Side {
   const AttnKvOps* ops = nullptr;
   size_t head_bytes = 0;
   const float* cb = nullptr;
+  // q8_0 K: scores on int8, as llama.cpp scores a q8_0 K — the query rows quantized to Q8_0
+  // (quantize_q8, or quant/'s quantize_row where null), then kernels.h's Q8Ops gemm with the
+  // K heads as weight rows (q8), or AttnKernels::q8_0_scores (q8_scores: the same bits); null
+  // otherwise.
+  const Q8Ops* q8 = nullptr;
+  void (*quantize_q8)(const float* x, void* y, int64_t n) = nullptr;
+  decltype(AttnKernels::q8_0_scores) q8_scores = nullptr;
 };
 
 struct Ctx {
@@ -95,7 +104,7 @@ bool fused_enabled() {
 
 // head_bytes is also what the block prefetch fetches (0 = nothing: a head that is not whole
 // blocks).
-void bind_fused(Side& s, const AttnKernels& ak) {
+void bind_fused(Side& s, const AttnKernels& ak, const Q8Kernels& q8k) {
   if (s.tq) {
     s.head_bytes = s.tq->head_bytes();
     s.cb = s.tq->codebook().data();
@@ -105,6 +114,11 @@ void bind_fused(Side& s, const AttnKernels& ak) {
     s.head_bytes = static_cast<size_t>(s.D / tr.block_size) * tr.block_bytes;
   }
   s.ops = s.D % 32 == 0 && fused_enabled() ? ak.get(s.type) : nullptr;
+  if (s.ops && s.type == DType::Q8_0) {
+    s.q8 = q8k.get(DType::Q8_0);
+    s.quantize_q8 = q8k.quantize_q8_0;
+    if (s.D <= 32 * kQ8ScoresMaxBlocks) s.q8_scores = ak.q8_0_scores;
+  }
 }
 
 // Head hk of a block-quantized (or bf16) cache row of Hkv·D elements, decoded to float.
@@ -138,14 +152,16 @@ void prefetch_heads(const uint8_t* h, size_t stride, int64_t n, size_t bytes) {
   }
 }
 
+template <class T>
 struct Scratch {
-  std::vector<float> v;
-  float* get(size_t n) {
+  std::vector<T> v;
+  T* get(size_t n) {
     if (v.size() < n) v.resize(n);
     return v.data();
   }
 };
-thread_local Scratch tl_scratch;
+thread_local Scratch<float> tl_scratch;
+thread_local Scratch<uint8_t> tl_q8;  // block_scores' quantized query rows
 
 // One block [p0, p0 + nb) of KV head hk's positions against G query rows (q: G rows of Dk,
 // already rotated when K is tq): score[g·B + j] = q_g · k_(p0+j). Each score is the same dot
@@ -157,7 +173,22 @@ void block_scores(const Ctx& c, const float* q, int64_t G, int64_t hk, int64_t p
   const int64_t Dk = c.ks.D, Hkv = c.a.n_head_kv, B = kAttnBlock;
   const uint8_t* k0 = c.ks.base + p0 * c.ks.row_bytes;
   prefetch_heads(c.vs.base + p0 * c.vs.row_bytes + hk * c.vs.head_bytes, c.vs.row_bytes, nb, c.vs.head_bytes);
-  if (c.ks.ops) {
+  if (c.ks.q8) {
+    // The G query rows quantized per call (G·Dk elements against nb·G dot products of Dk).
+    const size_t qb = static_cast<size_t>(Dk / QK8_0) * sizeof(block_q8_0);
+    uint8_t* qq = tl_q8.get(static_cast<size_t>(G) * qb);
+    for (int64_t g = 0; g < G; ++g) {
+      if (c.ks.quantize_q8)
+        c.ks.quantize_q8(q + g * Dk, qq + g * qb, Dk);
+      else
+        quantize_row(DType::Q8_0, q + g * Dk, qq + g * qb, Dk);
+    }
+    if (c.ks.q8_scores)
+      c.ks.q8_scores(k0 + hk * c.ks.head_bytes, c.ks.row_bytes, nb, reinterpret_cast<const block_q8_0*>(qq), G, Dk,
+                     score, B);
+    else
+      c.ks.q8->gemm(k0 + hk * c.ks.head_bytes, c.ks.row_bytes, nb, qq, qb, G, Dk, score, B);
+  } else if (c.ks.ops && c.ks.ops->scores) {
     c.ks.ops->scores(k0 + hk * c.ks.head_bytes, c.ks.row_bytes, nb, q, G, Dk, c.ks.cb, score, B);
   } else if (c.ks.tq) {
     const size_t hb = c.ks.tq->head_bytes();
@@ -382,13 +413,14 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
         {a.k_type, static_cast<const uint8_t*>(a.k), a.k_row_bytes, a.k_tq, Dk},
         {a.v_type, static_cast<const uint8_t*>(a.v), a.v_row_bytes, a.v_tq, Dv}};
   const AttnKernels& ak = attn_kernels_for(k.isa);
-  bind_fused(c.ks, ak);
-  bind_fused(c.vs, ak);
+  const Q8Kernels& q8k = q8_kernels_for(k.isa);
+  bind_fused(c.ks, ak, q8k);
+  bind_fused(c.vs, ak, q8k);
   // The sink rows as f16 sides (AttentionArgs::k_sink): Ctxs for positions below n_sink_k
   // and/or n_sink_v; attend_group's choices of kernel look only at the Side.
   auto sink_side = [&](const uint16_t* rows, int64_t D) {
     Side sd{DType::F16, reinterpret_cast<const uint8_t*>(rows), static_cast<size_t>(Hkv * D) * 2, nullptr, D};
-    bind_fused(sd, ak);
+    bind_fused(sd, ak, q8k);
     return sd;
   };
   if ((a.n_sink_k > 0 && !a.k_sink) || (a.n_sink_v > 0 && !a.v_sink)) fail("attention: sink positions without rows");

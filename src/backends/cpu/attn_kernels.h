@@ -21,6 +21,8 @@
 //     tq; so it equals dot_f32(decoded head, q) (·γ), whatever P, G or the tile shape;
 //   - the V sum adds the positions in order to each element, y = fma(a_j(·γ_j), v_j, y), as
 //     Kernels::axpy_f32 on the decoded head would.
+// q8_0 has no scores here: a q8_0 K is scored on int8 (attention.cpp: the query quantized to
+// Q8_0, kernels.h's Q8Ops gemm with the K heads as weight rows), as llama.cpp scores it.
 // So at one ISA level a result depends only on its operands (never on the thread count or
 // on which positions or heads share a call), and equals the path it replaces (decode a head,
 // then Kernels::dot_f32 / axpy_f32; for f16, Kernels::gemm_f16 / axpy_rows_f16) bit for bit.
@@ -30,6 +32,10 @@
 
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+
+namespace sluice {
+struct block_q8_0;  // quant/blocks.h
+}
 
 namespace sluice::cpu {
 
@@ -45,15 +51,26 @@ struct AttnKvOps {
                const float* cb, float* y) = nullptr;
 };
 
+// The most blocks per head q8_0_scores takes (heads up to 1024 elements).
+constexpr int64_t kQ8ScoresMaxBlocks = 32;
+
 struct AttnKernels {
   const char* name;  // "generic", "avx2", "avx512"
   AttnKvOps f16, q8_0, q4_0, tq2, tq3, tq4, tq8, tq2g, tq3g, tq4g;
+  // A q8_0 K's scores against G query rows quantized to Q8_0 (D/32 blocks each, row g at
+  // q + g·D/32): s[g·lds + j] for j < P = the dot Q8Ops::gemm (kernels.h) gives for head j
+  // (at k + j·k_stride) as weight row and row g as activation, bit for bit: the same exact
+  // block sums in the same float order, with the rows of a GQA group in vector lanes instead
+  // of one row at a time. D a multiple of 32, at most 32·kQ8ScoresMaxBlocks. Null (generic):
+  // Q8Ops::gemm itself.
+  void (*q8_0_scores)(const uint8_t* k, size_t k_stride, int64_t P, const block_q8_0* q, int64_t G, int64_t D, float* s,
+                      size_t lds) = nullptr;
   // Backend::kv_rotate: x [n] in place, each block of B elements (a power of two) -> R·x with
   // R = H_B·diag(s)·scale, or R^T·x = diag(s)·H_B·x·scale when inverse (s null: all 1; scale
   // = 1/sqrt(B)). The butterflies of kvcodec's fwht, same pairs in the same order, in float.
   void (*rotate)(float* x, int64_t n, int64_t B, const float* s, bool inverse, float scale) = nullptr;
   // The ops for a KV type (kvcodec.h ids), or nullptr (f32: read in place by Kernels'
-  // gemm_f32/axpy_rows_f32; bf16: decoded a head at a time).
+  // gemm_f32/axpy_rows_f32; bf16: decoded a head at a time). q8_0's scores are null (above).
   const AttnKvOps* get(DType t) const;
 };
 

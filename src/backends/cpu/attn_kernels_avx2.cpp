@@ -17,6 +17,9 @@ namespace sluice::cpu {
 namespace avx2_attn {
 
 constexpr const char* kAttnName = "avx2";
+void q8_0_scores(const uint8_t* k, size_t ks, int64_t P, const block_q8_0* q, int64_t G, int64_t D, float* s,
+                 size_t lds);
+constexpr decltype(AttnKernels::q8_0_scores) kQ8Scores = q8_0_scores;
 
 struct Simd {
   static constexpr int W = 8;
@@ -109,6 +112,12 @@ struct Simd {
 };
 
 #include "backends/cpu/attn_kernels_impl.h"
+#include "backends/cpu/attn_q8_scores_impl.h"
+
+void q8_0_scores(const uint8_t* k, size_t ks, int64_t P, const block_q8_0* q, int64_t G, int64_t D, float* s,
+                 size_t lds) {
+  q8_0_scores_hadd(k, ks, P, q, G, D, s, lds);
+}
 
 }  // namespace avx2_attn
 

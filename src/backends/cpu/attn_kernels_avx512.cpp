@@ -16,12 +16,16 @@
 #include <cstring>
 
 #include "backends/cpu/attn_kernels.h"
+#include "core/cpu_features.h"
 #include "quant/blocks.h"
 
 namespace sluice::cpu {
 namespace avx512_attn {
 
 constexpr const char* kAttnName = "avx512";
+void q8_0_scores(const uint8_t* k, size_t ks, int64_t P, const block_q8_0* q, int64_t G, int64_t D, float* s,
+                 size_t lds);
+constexpr decltype(AttnKernels::q8_0_scores) kQ8Scores = q8_0_scores;
 
 struct Simd {
   static constexpr int W = 16;
@@ -123,6 +127,15 @@ struct Simd {
 };
 
 #include "backends/cpu/attn_kernels_impl.h"
+#include "backends/cpu/attn_q8_scores_impl.h"
+
+// vpdpbusd where the CPU has AVX-512 VNNI (the table is constant-initialized, so the check
+// is made here, once).
+void q8_0_scores(const uint8_t* k, size_t ks, int64_t P, const block_q8_0* q, int64_t G, int64_t D, float* s,
+                 size_t lds) {
+  static const bool vnni = cpu_features().avx512vnni;
+  vnni ? q8_0_scores_vnni(k, ks, P, q, G, D, s, lds) : q8_0_scores_hadd(k, ks, P, q, G, D, s, lds);
+}
 
 }  // namespace avx512_attn
 

@@ -16,6 +16,8 @@ namespace sluice::cpu {
 namespace generic_attn {
 
 constexpr const char* kAttnName = "generic";
+// q8_0 K scores: Q8Ops::gemm's scalar twin (attn_kernels.h).
+constexpr decltype(AttnKernels::q8_0_scores) kQ8Scores = nullptr;
 
 // All 65536 halves decoded once (256 KiB), as kernels_generic.cpp does for its f16 loads: a
 // table load instead of a bit-fiddling call per element (the call made the f16 cache 1.5x
@@ -129,7 +131,7 @@ const AttnKvOps* AttnKernels::get(DType t) const {
       {kKvTq4, &tq4},     {kKvTq8, &tq8},       {kKvTq2g, &tq2g},     {kKvTq3g, &tq3g}, {kKvTq4g, &tq4g},
   };
   for (const auto& [type, o] : ops)
-    if (type == t) return o->scores ? o : nullptr;
+    if (type == t) return o->axpy ? o : nullptr;
   return nullptr;
 }
 

@@ -1,7 +1,8 @@
 // backends/cpu/attn_kernels_impl: the bodies of attn_kernels.h, written once against a
 // `Simd` struct and included by each attn_kernels_<isa>.cpp inside its own namespace, after
-// it has defined Simd (so this file includes nothing: the includer provides <cstring>,
-// <cstdint>, attn_kernels.h and quant/blocks.h).
+// it has defined Simd and kQ8Scores (its AttnKernels::q8_0_scores, or nullptr) (so this file
+// includes nothing: the includer provides <cstring>, <cstdint>, attn_kernels.h and
+// quant/blocks.h).
 //
 // Simd provides: W (lanes), V, zero, set1, load, store, add, sub, mul, swap<L> (lanes i and
 // i ^ L exchanged, L < W a power of two), fma(a, b, c) = a·b + c,
@@ -305,7 +306,7 @@ void rotate(float* x, int64_t n, int64_t B, const float* s, bool inverse, float 
 constexpr AttnKernels kAttnTable = {
     .name = kAttnName,
     .f16 = attn_ops<FmtF16>(),
-    .q8_0 = attn_ops<FmtQ8_0>(),
+    .q8_0 = {nullptr, axpy<FmtQ8_0>},  // q8_0 K scores: int8, attention.cpp (attn_kernels.h)
     .q4_0 = attn_ops<FmtQ4_0>(),
     .tq2 = attn_ops<FmtTq<2>>(),
     .tq3 = attn_ops<FmtTq<3>>(),
@@ -314,5 +315,6 @@ constexpr AttnKernels kAttnTable = {
     .tq2g = attn_ops<FmtTqG<2>>(),
     .tq3g = attn_ops<FmtTqG<3>>(),
     .tq4g = attn_ops<FmtTqG<4>>(),
+    .q8_0_scores = kQ8Scores,
     .rotate = rotate,
 };

@@ -5,7 +5,8 @@
 // split and writes (m, l, acc[Dv]); a second kernel merges the splits of each (token, head).
 // The cache is read in place: query head h reads KV head h / (H / Hkv), nothing is copied per
 // head, and quantized rows are decoded element by element as they are read (no dequantized
-// copy of the cache). Rotated-codebook (tq*) caches are refused on the host.
+// copy of the cache). Rotated-codebook (tq*) caches are refused on the host. A q8_0 K is
+// scored against the query's Q8_0 quantization, as the ref and cpu backends (and llama.cpp) do.
 //
 // Inside a block each warp takes every 4th position: the 32 lanes split the q·k dot product
 // over Dk (coalesced row reads), and own Dv/32 accumulator columns each. Precision: float32
@@ -32,8 +33,9 @@ struct AttnParams {
   size_t k_row_bytes, v_row_bytes;
   int64_t T, H, Hkv, Dk, Dv, N, pos0, S;
   float scale;
-  float* part;  // [T][H][S][2 + Dv]: m, l, acc
-  float* out;   // [T][H][Dv]
+  bool q_as_q8;  // K is q8_0 with whole-block heads: the query is scored as Q8_0
+  float* part;   // [T][H][S][2 + Dv]: m, l, acc
+  float* out;    // [T][H][Dv]
 };
 
 int64_t n_splits(const AttentionArgs& a) {
@@ -60,6 +62,14 @@ __global__ void attn_split_kernel(AttnParams p) {
 
   for (int64_t d = threadIdx.x; d < p.Dk; d += blockDim.x) qs[d] = p.q[(t * p.H + h) * p.Dk + d];
   __syncthreads();
+  if (p.q_as_q8) {  // the query as its Q8_0 quantization decodes (the ref backend's q8_0 K scores)
+    for (int64_t b = threadIdx.x; b < p.Dk / 32; b += blockDim.x) {
+      int8_t qi[32];
+      const float d = h2f(q8_0_encode(qs + b * 32, qi));
+      for (int j = 0; j < 32; ++j) qs[b * 32 + j] = __fmul_rn(static_cast<float>(qi[j]), d);
+    }
+    __syncthreads();
+  }
 
   float m = -FLT_MAX, l = 0.0f;
   float acc[kMaxPerLane];
@@ -172,6 +182,7 @@ void attention(const AttentionArgs& a, float* scratch, cudaStream_t s) {
   p.pos0 = a.pos0;
   p.S = n_splits(a);
   p.scale = a.scale;
+  p.q_as_q8 = a.k_type == DType::Q8_0 && a.head_dim_k % 32 == 0;
   p.part = scratch;
   p.out = a.out;
   const size_t smem = static_cast<size_t>(p.Dk + 2 * kWarps + kWarps * p.Dv) * sizeof(float);

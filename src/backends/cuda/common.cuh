@@ -50,6 +50,24 @@ SLUICE_DEV float bf2f(uint16_t h) { return __uint_as_float(static_cast<uint32_t>
 SLUICE_DEV float ld_f16(const uint8_t* p) { return h2f(ld_u16(p)); }
 
 #ifndef SLUICE_CUDA_HOST_EMULATION
+// quant_impl.h trunc_to_int: C's float -> int truncation, 0 for NaN / out of range.
+__device__ __forceinline__ int trunc_to_int(float f) {
+  return (f > -2147483520.f && f < 2147483520.f) ? static_cast<int>(f) : 0;
+}
+__device__ __forceinline__ int clampi(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
+__device__ __forceinline__ uint16_t f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
+// One 32-element block as quant/'s quantize_q8_0 encodes it (bit-exact: IEEE division, no
+// contracted FMAs, roundf ties away from zero): the quants into qs, the fp16 scale returned.
+__device__ __forceinline__ uint16_t q8_0_encode(const float* x, int8_t* qs) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[j]));
+  const float d = __fdiv_rn(amax, 127.0f);
+  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+  for (int j = 0; j < 32; ++j)
+    qs[j] = static_cast<int8_t>(clampi(trunc_to_int(roundf(__fmul_rn(x[j], id))), -128, 127));
+  return f2h(d);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   SLUICE_UNROLL
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

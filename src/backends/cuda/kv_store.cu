@@ -14,12 +14,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// quant_impl.h trunc_to_int: C's float -> int truncation, 0 for NaN / out of range.
-__device__ __forceinline__ int trunc_to_int(float f) {
-  return (f > -2147483520.f && f < 2147483520.f) ? static_cast<int>(f) : 0;
-}
-__device__ __forceinline__ int clampi(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
-__device__ __forceinline__ uint16_t f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
 // fp16.cpp fp32_to_bf16: round to nearest even, NaN made quiet.
 __device__ __forceinline__ uint16_t f2bf(float f) {
   const uint32_t u = __float_as_uint(f);
@@ -37,17 +31,10 @@ __global__ void store_f16_kernel(const float* src, uint16_t* dst, int64_t n, int
 __global__ void store_q8_0_kernel(const float* src, uint8_t* dst, int64_t nb) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= nb) return;
-  const float* x = src + i * 32;
   uint8_t* b = dst + i * 34;
-  float amax = 0.0f;
-  for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[j]));
-  const float d = __fdiv_rn(amax, 127.0f);
-  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  const uint16_t dh = f2h(d);
+  const uint16_t dh = q8_0_encode(src + i * 32, reinterpret_cast<int8_t*>(b + 2));
   b[0] = static_cast<uint8_t>(dh & 0xFF);
   b[1] = static_cast<uint8_t>(dh >> 8);
-  for (int j = 0; j < 32; ++j)
-    b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(clampi(trunc_to_int(roundf(__fmul_rn(x[j], id))), -128, 127)));
 }
 
 // One thread per 32-element block (quantize_q4_0): the value of largest magnitude, with its

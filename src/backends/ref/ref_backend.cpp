@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "kvcodec/kvcodec.h"
+#include "quant/blocks.h"
 #include "quant/quant.h"
 
 namespace sluice {
@@ -172,12 +173,22 @@ class RefBackend final : public Backend {
     for (int64_t p = 0; p < std::min(N, a.n_sink_v); ++p)
       sink_row(a.v_sink + p * Hkv * Dv, a.v_tq, Hkv, Dv, v.data() + p * Hkv * Dv);
     const int64_t group = H / Hkv;
+    // A q8_0 K (heads of whole blocks) is scored against the query quantized to Q8_0, as
+    // llama.cpp (and the cpu backend's int8 scores) do: the query as that quantization decodes.
+    // Sink positions (f16 rows) take the query as it is.
+    const bool q_as_q8 = a.k_type == DType::Q8_0 && !a.k_tq && Dk % QK8_0 == 0;
+    std::vector<block_q8_0> qq(q_as_q8 ? static_cast<size_t>(Dk / QK8_0) : 0);
+    std::vector<float> qd(static_cast<size_t>(Dk));
     std::vector<double> score(static_cast<size_t>(N)), acc(static_cast<size_t>(Dv));
     for (int64_t t = 0; t < T; ++t) {
       const int64_t n_vis = std::min(N, a.pos0 + t + 1);  // causal: positions 0..pos0+t
       for (int64_t h = 0; h < H; ++h) {
         const int64_t hk = h / group;
         const float* q = a.q + (t * H + h) * Dk;
+        if (q_as_q8) {
+          quantize_row(DType::Q8_0, q, qq.data(), Dk);
+          dequantize_row(DType::Q8_0, qq.data(), qd.data(), Dk);
+        }
         float* out = a.out + (t * H + h) * Dv;
         std::fill(acc.begin(), acc.end(), 0.0);
         if (n_vis <= 0) {
@@ -187,8 +198,9 @@ class RefBackend final : public Backend {
         double m = -std::numeric_limits<double>::infinity();
         for (int64_t p = 0; p < n_vis; ++p) {
           const float* kr = k.data() + (p * Hkv + hk) * Dk;
+          const float* qp = q_as_q8 && p >= a.n_sink_k ? qd.data() : q;
           double s = 0.0;
-          for (int64_t d = 0; d < Dk; ++d) s += static_cast<double>(q[d]) * kr[d];
+          for (int64_t d = 0; d < Dk; ++d) s += static_cast<double>(qp[d]) * kr[d];
           score[p] = s * a.scale;
           m = std::max(m, score[p]);
         }

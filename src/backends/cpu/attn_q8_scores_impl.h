@@ -1,0 +1,201 @@
+// backends/cpu/attn_q8_scores_impl: AttnKernels::q8_0_scores (attn_kernels.h) with 256-bit
+// integer vectors, included by attn_kernels_avx2.cpp and attn_kernels_avx512.cpp inside their
+// namespaces (the includer provides <immintrin.h>, attn_kernels.h and quant/blocks.h).
+//
+// Why not Q8Ops::gemm itself: it dots one K head with up to 4 query rows at a time, reducing
+// each (head, row) pair's four block sums horizontally, and at a decode's 8 query rows of one
+// KV head and 4 blocks per head that horizontal work is most of the cost (32K positions,
+// 12-layer qwen3-30b-a3b synth: no faster than the float scores it replaced). Here the 8
+// query rows of a group are the 8 lanes of every vector, and the block's scale is applied to
+// all 8 at once. Two ways to get row h's block sum into lane h:
+//   - AVX2 (q8_0_scores_hadd): 8 int8 dots per position and block, then one hadd tree;
+//   - VNNI (q8_0_scores_vnni): no horizontal sums at all. The query rows are transposed once
+//     per call, so that one vector holds 4 bytes of each of the 8 rows; vpdpbusd of it with 4
+//     bytes of K broadcast to every lane adds 4 products to each row's lane, and 8 of them
+//     (one per 4-byte group of the block) leave the block sums. vpdpbusd multiplies unsigned
+//     by signed bytes, so the query goes in with +128 and 128·Σk is taken off again, Σk per
+//     position and block computed once per call.
+//
+// Arithmetic: per position and block b, the exact int32 sum S_b = Σ k·q, then, as
+// kernels_q8_impl.h's Dot32 orders it (so the result is Q8Ops::gemm's, bit for bit),
+// L_(b mod 4) = fma(float(S_b), d_k,b · d_q,b, L_(b mod 4)) from L = 0, and the score
+// (L_0 + L_2) + (L_1 + L_3).
+
+// |k| as u8 times q with k's sign, 4 bytes per int32 lane: exact (|k| <= 128, |q| <= 127, so
+// maddubs's int16 pairs cannot saturate).
+inline __m256i q8s_dot(__m256i ux, __m256i sq) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(ux, sq), _mm256_set1_epi16(1));
+}
+
+// Lane h = Σ of v[h]'s 8 int32 lanes (exact).
+inline __m256i q8s_sum8x8(const __m256i v[8]) {
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+inline float q8s_half(uint16_t h) { return _cvtsh_ss(h); }
+
+inline void q8_0_scores_hadd(const uint8_t* k, size_t ks, int64_t P, const block_q8_0* q, int64_t G, int64_t D, float* s,
+                      size_t lds) {
+  const int64_t nb = D / QK8_0;
+  const int64_t hb = nb * static_cast<int64_t>(sizeof(block_q8_0));
+  alignas(32) float dq[kQ8ScoresMaxBlocks * 8];
+  for (int64_t g0 = 0; g0 < G; g0 += 8) {
+    const int ng = static_cast<int>(G - g0 < 8 ? G - g0 : 8);
+    const block_q8_0* qg = q + g0 * nb;
+    for (int64_t b = 0; b < nb; ++b)
+      for (int h = 0; h < 8; ++h) dq[b * 8 + h] = h < ng ? q8s_half(qg[h * nb + b].d) : 0.0f;
+    for (int64_t j = 0; j < P; ++j) {
+      const auto* kb = reinterpret_cast<const block_q8_0*>(k + j * ks);
+      prefetch_head(k + (j + kPrefetchAhead) * ks, hb);
+      __m256 L[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+      for (int64_t b = 0; b < nb; ++b) {
+        const __m256i kv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kb[b].qs));
+        const __m256i ux = _mm256_sign_epi8(kv, kv);
+        __m256i v[8];
+        for (int h = 0; h < 8; ++h) {
+          v[h] = h < ng ? q8s_dot(ux, _mm256_sign_epi8(_mm256_loadu_si256(
+                                                                  reinterpret_cast<const __m256i*>(qg[h * nb + b].qs)),
+                                                              kv))
+                        : _mm256_setzero_si256();
+        }
+        const __m256 w = _mm256_mul_ps(_mm256_set1_ps(q8s_half(kb[b].d)), _mm256_load_ps(dq + b * 8));
+        L[b % 4] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q8s_sum8x8(v)), w, L[b % 4]);
+      }
+      alignas(32) float r[8];
+      _mm256_store_ps(r, _mm256_add_ps(_mm256_add_ps(L[0], L[2]), _mm256_add_ps(L[1], L[3])));
+      for (int h = 0; h < ng; ++h) s[(g0 + h) * lds + j] = r[h];
+    }
+  }
+}
+
+// ---- VNNI: transposed query rows (AVX-512 VL + VNNI; instantiated in the avx512 file only) ----
+
+// qt[(b·8 + c)·8 + h] = bytes 4c..4c+3 of row h's block b, each + 128 (as u8); rows h >= ng
+// hold query 0 (0x80 bytes), so their lanes come out 0 after the correction. Per block an
+// 8×8 transpose of dwords.
+inline void q8s_transpose(const block_q8_0* qg, int ng, int64_t nb, uint32_t* qt) {
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i r[8], t[8];
+    for (int h = 0; h < 8; ++h)
+      r[h] = h < ng ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qg[h * nb + b].qs)) : _mm256_setzero_si256();
+    for (int h = 0; h < 8; h += 2) {  // t[h] = [r_h c0, r_h+1 c0, r_h c1, r_h+1 c1 | c4, c5], t[h+1]: c2, c3 | c6, c7
+      t[h] = _mm256_unpacklo_epi32(r[h], r[h + 1]);
+      t[h + 1] = _mm256_unpackhi_epi32(r[h], r[h + 1]);
+    }
+    for (int h = 0; h < 8; h += 4)
+      for (int u = 0; u < 2; ++u) {  // r[h + 2u]: c(2u) of rows h..h+3 | c(2u+4); r[h + 2u + 1]: c(2u+1) | c(2u+5)
+        r[h + 2 * u] = _mm256_unpacklo_epi64(t[h + u], t[h + 2 + u]);
+        r[h + 2 * u + 1] = _mm256_unpackhi_epi64(t[h + u], t[h + 2 + u]);
+      }
+    __m256i* out = reinterpret_cast<__m256i*>(qt + b * 64);
+    for (int c = 0; c < 4; ++c) {  // rows 0..3 from r[c], rows 4..7 from r[4 + c]
+      _mm256_store_si256(out + c, _mm256_xor_si256(_mm256_permute2x128_si256(r[c], r[4 + c], 0x20), bias));
+      _mm256_store_si256(out + c + 4, _mm256_xor_si256(_mm256_permute2x128_si256(r[c], r[4 + c], 0x31), bias));
+    }
+  }
+}
+
+// corr[j·nb + b] = 128·Σ of position j's block b (exact): what the +128 of the query adds.
+// The pass that first reads each K head: it has next to no arithmetic to hide a miss behind,
+// so the score loop of the previous pass asks for these heads (see there); this prefetch
+// only covers a call's first pass.
+inline void q8s_k_sums(const uint8_t* k, size_t ks, int64_t P, int64_t nb, int32_t* corr) {
+  const __m256i ones = _mm256_set1_epi8(1);
+  const int64_t hb = nb * static_cast<int64_t>(sizeof(block_q8_0));
+  __m256i v[8];
+  int n = 0;
+  int64_t out = 0;
+  for (int64_t j = 0; j < P; ++j) {
+    const auto* kb = reinterpret_cast<const block_q8_0*>(k + j * ks);
+    prefetch_head(k + (j + kPrefetchAhead) * ks, hb);
+    for (int64_t b = 0; b < nb; ++b) {
+      v[n++] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones,
+                                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kb[b].qs)));
+      if (n == 8 || (j == P - 1 && b == nb - 1)) {
+        for (int i = n; i < 8; ++i) v[i] = _mm256_setzero_si256();
+        alignas(32) int32_t t[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(t), _mm256_slli_epi32(q8s_sum8x8(v), 7));
+        for (int i = 0; i < n; ++i) corr[out++] = t[i];
+        n = 0;
+      }
+    }
+  }
+}
+
+// Positions per pass of q8_0_scores_vnni: the K sums of a pass sit in a stack buffer (no std::
+// containers in an ISA file: attn_kernels_impl.h says why).
+constexpr int64_t kQ8ScoresChunk = 64;
+
+// Row h's sum of block b (kb: the head's blocks; qb: block b's 8 transposed vectors; corr:
+// 128·Σk of the block) in lane h, as float.
+inline __m256 q8s_block_vnni(const block_q8_0& kb, const uint32_t* qb, int32_t corr) {
+  __m256i acc = _mm256_set1_epi32(-corr);
+  for (int c = 0; c < 8; ++c) {
+    int32_t kw;
+    std::memcpy(&kw, kb.qs + 4 * c, 4);
+    acc = _mm256_dpbusd_epi32(acc, _mm256_load_si256(reinterpret_cast<const __m256i*>(qb + 8 * c)),
+                              _mm256_set1_epi32(kw));
+  }
+  return _mm256_cvtepi32_ps(acc);
+}
+
+// s[h·lds] = lane h of r for h < ng.
+template <int NG>
+inline void q8s_store(__m256 r, float* s, size_t lds, int ng) {
+  alignas(32) float t[8];
+  _mm256_store_ps(t, r);
+  const int n = NG > 0 ? NG : ng;
+  for (int h = 0; h < n; ++h) s[h * lds] = t[h];
+}
+
+inline void q8_0_scores_vnni(const uint8_t* k, size_t ks, int64_t P, const block_q8_0* q, int64_t G, int64_t D,
+                             float* s, size_t lds) {
+  const int64_t nb = D / QK8_0;
+  const int64_t hb = nb * static_cast<int64_t>(sizeof(block_q8_0));
+  alignas(32) float dq[kQ8ScoresMaxBlocks * 8];
+  alignas(32) uint32_t qt[kQ8ScoresMaxBlocks * 64];
+  int32_t corr[kQ8ScoresChunk * kQ8ScoresMaxBlocks];
+  for (int64_t j0 = 0; j0 < P; j0 += kQ8ScoresChunk) {
+    const int64_t np = P - j0 < kQ8ScoresChunk ? P - j0 : kQ8ScoresChunk;
+    q8s_k_sums(k + j0 * ks, ks, np, nb, corr);
+    for (int64_t g0 = 0; g0 < G; g0 += 8) {
+      const int ng = static_cast<int>(G - g0 < 8 ? G - g0 : 8);
+      const block_q8_0* qg = q + g0 * nb;
+      for (int64_t b = 0; b < nb; ++b)
+        for (int h = 0; h < 8; ++h) dq[b * 8 + h] = h < ng ? q8s_half(qg[h * nb + b].d) : 0.0f;
+      q8s_transpose(qg, ng, nb, qt);
+      for (int64_t j = 0; j < np; ++j) {
+        const auto* kb = reinterpret_cast<const block_q8_0*>(k + (j0 + j) * ks);
+        // The next pass's heads (or the next call's: attention asks for the next block of
+        // positions of the same KV head next), one per position, behind this loop's work:
+        // with the K sums' pass alone reading them cold, the misses were ~40% of the time.
+        if (g0 == 0) prefetch_head(k + (j0 + j + kQ8ScoresChunk) * ks, hb);
+        const int32_t* cj = corr + j * nb;
+        // L_(b mod 4) in four registers: blocks four at a time, then the last 1..3.
+        __m256 L0 = _mm256_setzero_ps(), L1 = L0, L2 = L0, L3 = L0;
+        auto step = [&](int64_t b, __m256& l) {
+          const __m256 w = _mm256_mul_ps(_mm256_set1_ps(q8s_half(kb[b].d)), _mm256_load_ps(dq + b * 8));
+          l = _mm256_fmadd_ps(q8s_block_vnni(kb[b], qt + b * 64, cj[b]), w, l);
+        };
+        int64_t b = 0;
+        for (; b + 4 <= nb; b += 4) {
+          step(b, L0);
+          step(b + 1, L1);
+          step(b + 2, L2);
+          step(b + 3, L3);
+        }
+        if (b < nb) step(b, L0);
+        if (b + 1 < nb) step(b + 1, L1);
+        if (b + 2 < nb) step(b + 2, L2);
+        const __m256 r = _mm256_add_ps(_mm256_add_ps(L0, L2), _mm256_add_ps(L1, L3));
+        if (ng == 8)
+          q8s_store<8>(r, s + g0 * lds + j0 + j, lds, 8);
+        else
+          q8s_store<0>(r, s + g0 * lds + j0 + j, lds, ng);
+      }
+    }
+  }
+}
