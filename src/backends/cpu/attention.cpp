@@ -1,6 +1,7 @@
 // backends/cpu/attention: one-pass online-softmax attention (flash-attention style) over the
 // cache as stored — f16 halves, q8_0/q4_0 blocks and tq codebook indices read in place by the
-// fused kernels of attn_kernels.h (tq in the rotated space), f32 rows by Kernels' gemm_f32 /
+// fused kernels of attn_kernels.h (tq in the rotated space; q8_0 K scored on int8 against the
+// query's Q8_0 quantization, as llama.cpp does), f32 rows by Kernels' gemm_f32 /
 // axpy_rows_f32, bf16 (and heads that are not whole 32-element blocks) decoded one head at a
 // time — with split-KV for decode.
 // Legend: T = tokens, H = query heads, Hkv = KV heads, Dk/Dv = head dims, N = cached
@@ -114,10 +115,12 @@ void bind_fused(Side& s, const AttnKernels& ak, const Q8Kernels& q8k) {
     s.head_bytes = static_cast<size_t>(s.D / tr.block_size) * tr.block_bytes;
   }
   s.ops = s.D % 32 == 0 && fused_enabled() ? ak.get(s.type) : nullptr;
-  if (s.ops && s.type == DType::Q8_0) {
+  // q8_0 K is scored on int8 with or without the fused kernels (what is scored must not depend
+  // on an A/B switch; the ref backend scores the same quantized query).
+  if (s.type == DType::Q8_0 && s.D % 32 == 0) {
     s.q8 = q8k.get(DType::Q8_0);
     s.quantize_q8 = q8k.quantize_q8_0;
-    if (s.D <= 32 * kQ8ScoresMaxBlocks) s.q8_scores = ak.q8_0_scores;
+    if (s.ops && s.D <= 32 * kQ8ScoresMaxBlocks) s.q8_scores = ak.q8_0_scores;
   }
 }
 
@@ -164,7 +167,8 @@ thread_local Scratch<float> tl_scratch;
 thread_local Scratch<uint8_t> tl_q8;  // block_scores' quantized query rows
 
 // One block [p0, p0 + nb) of KV head hk's positions against G query rows (q: G rows of Dk,
-// already rotated when K is tq): score[g·B + j] = q_g · k_(p0+j). Each score is the same dot
+// already rotated when K is tq): score[g·B + j] = q_g · k_(p0+j) (q8_0 K: q_g as its Q8_0
+// quantization, on int8 — Side::q8). Each score is the same dot
 // product whatever G, nb or the other rows (attn_kernels.h's contract; Kernels' gemm_f32 /
 // dot_f32 likewise), so rows may share a call.
 void block_scores(const Ctx& c, const float* q, int64_t G, int64_t hk, int64_t p0, int64_t nb, float* score,
