@@ -99,11 +99,12 @@ inline void q8s_transpose(const block_q8_0* qg, int ng, int64_t nb, uint32_t* qt
   }
 }
 
-// corr[j·nb + b] = 128·Σ of position j's block b (exact): what the +128 of the query adds.
+// ncorr[j·nb + b] = -128·Σ of position j's block b (exact: what the +128 of the query adds,
+// taken off again) and dk[j·nb + b] its scale as float.
 // The pass that first reads each K head: it has next to no arithmetic to hide a miss behind,
 // so the score loop of the previous pass asks for these heads (see there); this prefetch
 // only covers a call's first pass.
-inline void q8s_k_sums(const uint8_t* k, size_t ks, int64_t P, int64_t nb, int32_t* corr) {
+inline void q8s_k_sums(const uint8_t* k, size_t ks, int64_t P, int64_t nb, int32_t* ncorr, float* dk) {
   const __m256i ones = _mm256_set1_epi8(1);
   const int64_t hb = nb * static_cast<int64_t>(sizeof(block_q8_0));
   __m256i v[8];
@@ -113,13 +114,15 @@ inline void q8s_k_sums(const uint8_t* k, size_t ks, int64_t P, int64_t nb, int32
     const auto* kb = reinterpret_cast<const block_q8_0*>(k + j * ks);
     prefetch_head(k + (j + kPrefetchAhead) * ks, hb);
     for (int64_t b = 0; b < nb; ++b) {
+      dk[j * nb + b] = q8s_half(kb[b].d);
       v[n++] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones,
                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kb[b].qs)));
       if (n == 8 || (j == P - 1 && b == nb - 1)) {
         for (int i = n; i < 8; ++i) v[i] = _mm256_setzero_si256();
         alignas(32) int32_t t[8];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(t), _mm256_slli_epi32(q8s_sum8x8(v), 7));
-        for (int i = 0; i < n; ++i) corr[out++] = t[i];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(t), _mm256_sub_epi32(_mm256_setzero_si256(),
+                                                                           _mm256_slli_epi32(q8s_sum8x8(v), 7)));
+        for (int i = 0; i < n; ++i) ncorr[out++] = t[i];
         n = 0;
       }
     }
@@ -134,14 +137,17 @@ constexpr int64_t kQ8ScoresChunk = 64;
 // 128·Σk of the block) in lane h, as float.
 // Two chains of 4 vpdpbusd (exact int32 sums, so the split costs nothing in precision): one
 // chain of 8 was latency-bound.
-inline __m256 q8s_block_vnni(const block_q8_0& kb, const uint32_t* qb, int32_t corr) {
-  __m256i acc[2] = {_mm256_set1_epi32(-corr), _mm256_setzero_si256()};
-  for (int c = 0; c < 8; ++c) {
-    int32_t kw;
-    std::memcpy(&kw, kb.qs + 4 * c, 4);
+// 4 bytes at p broadcast to every lane straight from memory (vpbroadcastd m32): through a
+// general register (memcpy to an int) it cost a slow register-to-vector move per vpdpbusd.
+using q8s_u32 = uint32_t __attribute__((may_alias, aligned(1)));
+inline __m256i q8s_bcast4(const void* p) { return _mm256_set1_epi32(static_cast<int>(*static_cast<const q8s_u32*>(p))); }
+
+// ncorr: -128·Σk of the block.
+inline __m256 q8s_block_vnni(const block_q8_0& kb, const uint32_t* qb, const int32_t* ncorr) {
+  __m256i acc[2] = {q8s_bcast4(ncorr), _mm256_setzero_si256()};
+  for (int c = 0; c < 8; ++c)
     acc[c & 1] = _mm256_dpbusd_epi32(acc[c & 1], _mm256_load_si256(reinterpret_cast<const __m256i*>(qb + 8 * c)),
-                                     _mm256_set1_epi32(kw));
-  }
+                                     q8s_bcast4(kb.qs + 4 * c));
   return _mm256_cvtepi32_ps(_mm256_add_epi32(acc[0], acc[1]));
 }
 
@@ -160,10 +166,11 @@ inline void q8_0_scores_vnni(const uint8_t* k, size_t ks, int64_t P, const block
   const int64_t hb = nb * static_cast<int64_t>(sizeof(block_q8_0));
   alignas(32) float dq[kQ8ScoresMaxBlocks * 8];
   alignas(32) uint32_t qt[kQ8ScoresMaxBlocks * 64];
-  int32_t corr[kQ8ScoresChunk * kQ8ScoresMaxBlocks];
+  int32_t ncorr[kQ8ScoresChunk * kQ8ScoresMaxBlocks];
+  float dk[kQ8ScoresChunk * kQ8ScoresMaxBlocks];
   for (int64_t j0 = 0; j0 < P; j0 += kQ8ScoresChunk) {
     const int64_t np = P - j0 < kQ8ScoresChunk ? P - j0 : kQ8ScoresChunk;
-    q8s_k_sums(k + j0 * ks, ks, np, nb, corr);
+    q8s_k_sums(k + j0 * ks, ks, np, nb, ncorr, dk);
     for (int64_t g0 = 0; g0 < G; g0 += 8) {
       const int ng = static_cast<int>(G - g0 < 8 ? G - g0 : 8);
       const block_q8_0* qg = q + g0 * nb;
@@ -176,12 +183,13 @@ inline void q8_0_scores_vnni(const uint8_t* k, size_t ks, int64_t P, const block
         // positions of the same KV head next), one per position, behind this loop's work:
         // with the K sums' pass alone reading them cold, the misses were ~40% of the time.
         if (g0 == 0) prefetch_head(k + (j0 + j + kQ8ScoresChunk) * ks, hb);
-        const int32_t* cj = corr + j * nb;
+        const int32_t* cj = ncorr + j * nb;
+        const float* dj = dk + j * nb;
         // L_(b mod 4) in four registers: blocks four at a time, then the last 1..3.
         __m256 L0 = _mm256_setzero_ps(), L1 = L0, L2 = L0, L3 = L0;
         auto step = [&](int64_t b, __m256& l) {
-          const __m256 w = _mm256_mul_ps(_mm256_set1_ps(q8s_half(kb[b].d)), _mm256_load_ps(dq + b * 8));
-          l = _mm256_fmadd_ps(q8s_block_vnni(kb[b], qt + b * 64, cj[b]), w, l);
+          const __m256 w = _mm256_mul_ps(_mm256_broadcast_ss(dj + b), _mm256_load_ps(dq + b * 8));
+          l = _mm256_fmadd_ps(q8s_block_vnni(kb[b], qt + b * 64, cj + b), w, l);
         };
         int64_t b = 0;
         for (; b + 4 <= nb; b += 4) {
