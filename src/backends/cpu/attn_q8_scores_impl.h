@@ -120,8 +120,8 @@ inline void q8s_k_sums(const uint8_t* k, size_t ks, int64_t P, int64_t nb, int32
       if (n == 8 || (j == P - 1 && b == nb - 1)) {
         for (int i = n; i < 8; ++i) v[i] = _mm256_setzero_si256();
         alignas(32) int32_t t[8];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(t), _mm256_sub_epi32(_mm256_setzero_si256(),
-                                                                           _mm256_slli_epi32(q8s_sum8x8(v), 7)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(t),
+                           _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(q8s_sum8x8(v), 7)));
         for (int i = 0; i < n; ++i) ncorr[out++] = t[i];
         n = 0;
       }
@@ -140,7 +140,9 @@ constexpr int64_t kQ8ScoresChunk = 64;
 // 4 bytes at p broadcast to every lane straight from memory (vpbroadcastd m32): through a
 // general register (memcpy to an int) it cost a slow register-to-vector move per vpdpbusd.
 using q8s_u32 = uint32_t __attribute__((may_alias, aligned(1)));
-inline __m256i q8s_bcast4(const void* p) { return _mm256_set1_epi32(static_cast<int>(*static_cast<const q8s_u32*>(p))); }
+inline __m256i q8s_bcast4(const void* p) {
+  return _mm256_set1_epi32(static_cast<int>(*static_cast<const q8s_u32*>(p)));
+}
 
 // ncorr: -128·Σk of the block.
 inline __m256 q8s_block_vnni(const block_q8_0& kb, const uint32_t* qb, const int32_t* ncorr) {
