@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -189,21 +190,59 @@ void add_tokenizer(const fs::path& dir, const json& config, Kv& kv) {
   if (!tmpl.empty()) kv.emplace_back("tokenizer.chat_template", str(tmpl));
 }
 
-// HF tensor name -> GGUF name for the llama-like families; "" for a tensor to skip.
-std::string gguf_name(std::string n, const fs::path& file) {
+// The name without MLX's language-model prefixes.
+std::string strip_prefix(std::string n) {
   for (const char* prefix : {"language_model.model.", "model.language_model.", "language_model."})
     if (n.rfind(prefix, 0) == 0) n = "model." + n.substr(std::string(prefix).size());
-  if (n == "model.embed_tokens.weight") return "token_embd.weight";
-  if (n == "model.norm.weight") return "output_norm.weight";
-  if (n == "lm_head.weight") return "output.weight";
-  if (n.find("rotary_emb.inv_freq") != std::string::npos) return "";  // recomputed from rope_theta
-  // model.layers.<digits>.<rest>
+  return n;
+}
+
+// model.layers.<digits>.<rest> -> (digits, rest); nullopt for any other name.
+std::optional<std::pair<std::string, std::string>> split_layer(const std::string& n) {
   const std::string layers = "model.layers.";
   const size_t dot = n.find('.', layers.size());
   if (n.rfind(layers, 0) != 0 || dot == std::string::npos || dot == layers.size() ||
       n.find_first_not_of("0123456789", layers.size()) != dot)
-    fail(file.string(), ": tensor '", n, "' is not one this architecture has");
-  const std::string index = n.substr(layers.size(), dot - layers.size()), rest = n.substr(dot + 1);
+    return std::nullopt;
+  return std::make_pair(n.substr(layers.size(), dot - layers.size()), n.substr(dot + 1));
+}
+
+// One expert of Hugging Face's per-expert layout, model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight:
+// the stacked GGUF tensor it belongs to and its index there.
+struct ExpertSlice {
+  std::string gguf;
+  int64_t expert;
+};
+std::optional<ExpertSlice> per_expert(const std::string& hf_name) {
+  const auto lr = split_layer(strip_prefix(hf_name));
+  const std::string experts = "mlp.experts.";
+  if (!lr || lr->second.rfind(experts, 0) != 0) return std::nullopt;
+  const std::string& rest = lr->second;
+  const size_t dot = rest.find('.', experts.size());
+  if (dot == std::string::npos || dot == experts.size() || dot - experts.size() > 6 ||
+      rest.find_first_not_of("0123456789", experts.size()) != dot)
+    return std::nullopt;
+  static const std::map<std::string, std::string> projs = {
+      {"gate_proj.weight", "ffn_gate_exps.weight"},
+      {"up_proj.weight", "ffn_up_exps.weight"},
+      {"down_proj.weight", "ffn_down_exps.weight"},
+  };
+  const auto it = projs.find(rest.substr(dot + 1));
+  if (it == projs.end()) return std::nullopt;
+  return ExpertSlice{"blk." + lr->first + "." + it->second,
+                     std::stoll(rest.substr(experts.size(), dot - experts.size()))};
+}
+
+// HF tensor name -> GGUF name for the llama-like families; "" for a tensor to skip.
+std::string gguf_name(const std::string& hf_name, const fs::path& file) {
+  const std::string n = strip_prefix(hf_name);
+  if (n == "model.embed_tokens.weight") return "token_embd.weight";
+  if (n == "model.norm.weight") return "output_norm.weight";
+  if (n == "lm_head.weight") return "output.weight";
+  if (n.find("rotary_emb.inv_freq") != std::string::npos) return "";  // recomputed from rope_theta
+  const auto lr = split_layer(n);
+  if (!lr) fail(file.string(), ": tensor '", n, "' is not one this architecture has");
+  const auto& [index, rest] = *lr;
   static const std::map<std::string, std::string> names = {
       {"input_layernorm.weight", "attn_norm.weight"},
       {"post_attention_layernorm.weight", "ffn_norm.weight"},
@@ -225,9 +264,6 @@ std::string gguf_name(std::string n, const fs::path& file) {
       {"mlp.switch_mlp.up_proj.weight", "ffn_up_exps.weight"},
       {"mlp.switch_mlp.down_proj.weight", "ffn_down_exps.weight"},
   };
-  if (rest.rfind("mlp.experts.", 0) == 0)
-    fail(file.string(), ": tensor '", n, "': experts stored one by one (Hugging Face layout) are not supported yet; ",
-         "mlx_lm.convert stacks them (switch_mlp)");
   auto it = names.find(rest);
   if (it == names.end()) fail(file.string(), ": tensor '", n, "' is not one this architecture has");
   return "blk." + index + "." + it->second;
@@ -433,6 +469,57 @@ TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTens
   return v;
 }
 
+// The experts of one stacked GGUF tensor ([in, out, E]: each expert's [out, in] matrix after
+// the other), stored one by one as Hugging Face writes them: all E = num_experts present, float,
+// of one dtype and of the shape the config gives, copied once into memory the file owns (GGUF
+// tensors are contiguous; mlx_lm.convert writes them stacked, which maps in place).
+TensorView stack_experts(const std::string& gguf, const std::map<int64_t, std::pair<const StTensor*, fs::path>>& parts,
+                         int64_t n_expert, int64_t n_embd, int64_t n_ff_exp, const fs::path& cfg, Owned& owned) {
+  const bool down = gguf.ends_with("ffn_down_exps.weight");
+  const int64_t out = down ? n_embd : n_ff_exp, in = down ? n_ff_exp : n_embd;
+  const std::string what = gguf.substr(0, gguf.size() - 7);  // without ".weight"
+  if (n_expert <= 0 || n_ff_exp <= 0)
+    fail(parts.begin()->second.second.string(), ": tensor '", parts.begin()->second.first->name,
+         "' is an expert, but config.json's model_type has no experts");
+  const StTensor* first = parts.begin()->second.first;
+  for (int64_t e = 0; e < n_expert; ++e) {
+    const auto it = parts.find(e);
+    if (it == parts.end())
+      fail(cfg.string(), ": expert ", e, " of ", what, " is missing (num_experts ", n_expert, "; ", parts.size(),
+           " found)");
+    const StTensor& t = *it->second.first;
+    const auto dt = st_dtype_to_dtype(t.dtype);
+    if (!dt || (*dt != DType::F32 && *dt != DType::F16 && *dt != DType::BF16))
+      fail(it->second.second.string(), ": tensor '", t.name, "' has dtype ", st_dtype_name(t.dtype),
+           " (experts stored one by one: F32, F16 or BF16)");
+    if (t.dtype != first->dtype)
+      fail(it->second.second.string(), ": tensor '", t.name, "' has dtype ", st_dtype_name(t.dtype), ", ", first->name,
+           " ", st_dtype_name(first->dtype), " (one stacked tensor, one dtype)");
+    if (t.shape != std::vector<int64_t>{out, in})
+      fail(it->second.second.string(), ": tensor '", t.name, "' has shape ", json(t.shape).dump(), ", want [", out,
+           ", ", in, "] (config.json's ",
+           down ? "hidden_size, moe_intermediate_size" : "moe_intermediate_size, hidden_size", ")");
+  }
+  if (static_cast<int64_t>(parts.size()) != n_expert)
+    fail(cfg.string(), ": ", what, " has ", parts.size(), " experts stored, num_experts is ", n_expert);
+  const size_t bytes = first->nbytes;
+  std::vector<float> stacked((bytes * static_cast<size_t>(n_expert) + 3) / 4);
+  for (int64_t e = 0; e < n_expert; ++e)
+    std::memcpy(reinterpret_cast<uint8_t*>(stacked.data()) + static_cast<size_t>(e) * bytes, parts.at(e).first->data,
+                bytes);
+  TensorView v;
+  v.name = gguf;
+  v.type = *st_dtype_to_dtype(first->dtype);
+  v.n_dims = 3;
+  v.ne[0] = in;
+  v.ne[1] = out;
+  v.ne[2] = n_expert;
+  v.nbytes = bytes * static_cast<size_t>(n_expert);
+  owned.converted.push_back(std::move(stacked));
+  v.data = owned.converted.back().data();
+  return v;
+}
+
 }  // namespace
 
 bool is_model_folder(const std::string& path) {
@@ -544,6 +631,8 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     fail(cfg_path.string(), ": hidden_size, heads x head_dim, intermediate_size or moe_intermediate_size past 2^32");
   QuantSummary summary;
   std::vector<TensorView> tensors;
+  // Hugging Face's per-expert layout: each stacked tensor's experts by index, stacked below.
+  std::map<std::string, std::map<int64_t, std::pair<const StTensor*, fs::path>>> per_expert_parts;
   for (const auto& [tname, entry] : by_name) {
     const StTensor& t = *entry.first;
     const fs::path& p = entry.second;
@@ -552,6 +641,14 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
       if (!find(module + ".weight")) fail(p.string(), ": tensor '", tname, "' has no ", module, ".weight to belong to");
       if (!find(module + ".scales")) fail(p.string(), ": tensor '", module, ".scales' missing (", tname, " is there)");
       continue;  // read with its weight
+    }
+    if (const auto ex = per_expert(tname)) {
+      if (find(tname.substr(0, tname.size() - 7) + ".scales"))
+        fail(p.string(), ": tensor '", tname, "': quantized experts stored one by one are not supported ",
+             "(mlx_lm.convert stacks them as switch_mlp)");
+      auto& slot = per_expert_parts[ex->gguf];
+      slot.emplace(ex->expert, std::make_pair(&t, p));
+      continue;
     }
     const std::string name = gguf_name(t.name, p);
     if (name.empty()) continue;
@@ -608,6 +705,9 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     }
     tensors.push_back(v);
   }
+  for (const auto& [gguf, parts] : per_expert_parts)
+    tensors.push_back(stack_experts(gguf, parts, c.value("num_experts", int64_t{0}), static_cast<int64_t>(n_embd),
+                                    n_ff_exp, cfg_path, *owned));
   if (!summary.empty()) {
     std::string line = "mlx affine";
     for (const auto& [what, n] : summary) {

@@ -14,7 +14,9 @@
 // weights are the multiplier as stored; `language_model.` prefixes (MLX) are dropped.
 // Qwen3-MoE's experts are MLX's stacked switch_mlp.{gate,up,down}_proj [E, out, in], which is
 // GGUF's ffn_*_exps [in, out, E] byte for byte (quantized: E·out rows of groups); its router
-// mlp.gate (mlx-lm quantizes it at 8 bits) is ffn_gate_inp.
+// mlp.gate (mlx-lm quantizes it at 8 bits) is ffn_gate_inp. Hugging Face's own layout stores
+// the experts one by one (mlp.experts.N.{gate,up,down}_proj [out, in], float): they are copied
+// once into the stacked tensor, every index 0..num_experts-1, dtype and shape checked.
 //
 // MLX-quantized folders (config.json "quantization": bits, group_size, mode "affine", and
 // per-module entries keyed by module path): X.weight (uint32 codes) with X.scales and X.biases

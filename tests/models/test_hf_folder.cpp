@@ -170,6 +170,106 @@ TEST(HfFolderErrors, RefusedByName) {
   }
 }
 
+// Rewrites a folder's model.safetensors header (the data bytes kept).
+void edit_st_header(const fs::path& p, const std::function<void(nlohmann::json&)>& f) {
+  std::ifstream in(p, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  nlohmann::json h = nlohmann::json::parse(bytes.substr(8, n));
+  f(h);
+  const std::string hs = h.dump();
+  const uint64_t m = hs.size();
+  std::ofstream(p, std::ios::binary) << std::string(reinterpret_cast<const char*>(&m), 8) << hs << bytes.substr(8 + n);
+}
+
+// qwen3moe in Hugging Face's layout: each stacked switch_mlp.X [E, out, in] becomes E tensors
+// mlp.experts.e.X [out, in] over the same bytes (renamed, as transformers writes them).
+// order(e) is the stored expert at index e: the identity, or a permutation for the negative
+// control.
+void unstack_experts(nlohmann::json& h, const std::function<int64_t(int64_t)>& order) {
+  nlohmann::json out = nlohmann::json::object();
+  for (auto& [name, v] : h.items()) {
+    const size_t at = name.find("mlp.switch_mlp.");
+    if (at == std::string::npos) {
+      out[name] = v;
+      continue;
+    }
+    const std::vector<int64_t> shape = v["shape"];
+    const int64_t begin = v["data_offsets"][0], size = (int64_t(v["data_offsets"][1]) - begin) / shape[0];
+    for (int64_t e = 0; e < shape[0]; ++e) {
+      const std::string n = name.substr(0, at) + "mlp.experts." + std::to_string(e) + "." +
+                            name.substr(at + std::string("mlp.switch_mlp.").size());
+      out[n] = {{"dtype", v["dtype"]},
+                {"shape", {shape[1], shape[2]}},
+                {"data_offsets", {begin + order(e) * size, begin + (order(e) + 1) * size}}};
+    }
+  }
+  h = out;
+}
+
+// Experts stored one by one (transformers' layout) are stacked at load: the same weights as
+// the stacked qwen3moe folder, so its MLX-LM golden.
+TEST(HfFolder, PerExpertLayoutMatchesTheStackedGolden) {
+  const nlohmann::json g = golden("qwen3moe");
+  const std::string dir = broken_folder(
+      "per_expert",
+      [](const fs::path& d) {
+        edit_st_header(d / "model.safetensors", [](auto& h) { unstack_experts(h, [](int64_t e) { return e; }); });
+      },
+      "qwen3moe");
+  auto m = Model::load(dir);
+  for (const char* backend : {"ref", "cpu"}) {
+    auto be = make_backend(backend, 2);
+    EXPECT_LT(max_logit_diff(*m, *be, g), 2e-3) << backend;
+    EXPECT_EQ(greedy(*m, *be, g["ids"].get<std::vector<int32_t>>(), 16), g["greedy"].get<std::vector<int32_t>>())
+        << backend;
+  }
+  // Negative control: experts stacked in another order (expert e given e + 1's matrices).
+  const std::string rotated = broken_folder(
+      "per_expert_rotated",
+      [](const fs::path& d) {
+        edit_st_header(d / "model.safetensors",
+                       [](auto& h) { unstack_experts(h, [](int64_t e) { return (e + 1) % 8; }); });
+      },
+      "qwen3moe");
+  auto be = make_backend("ref", 2);
+  EXPECT_GT(max_logit_diff(*Model::load(rotated), *be, g), 0.05);
+}
+
+TEST(HfFolderErrors, PerExpertLayoutRefusedByName) {
+  const std::string e3 = "model.layers.1.mlp.experts.3.up_proj.weight";
+  auto unstacked_then = [](std::function<void(nlohmann::json&)> f) {
+    return [f](const fs::path& d) {
+      edit_st_header(d / "model.safetensors", [&](auto& h) {
+        unstack_experts(h, [](int64_t e) { return e; });
+        f(h);
+      });
+    };
+  };
+  const std::pair<std::string, std::function<void(const fs::path&)>> cases[] = {
+      {"expert 3 of blk.1.ffn_up_exps is missing (num_experts 8; 7 found)",
+       unstacked_then([&](auto& h) { h.erase(e3); })},
+      {"'" + e3 + "' has shape [32,128], want [64, 64]", unstacked_then([&](auto& h) {
+         h[e3]["shape"] = {32, 128};
+       })},
+      {"blk.1.ffn_up_exps has 9 experts stored, num_experts is 8", unstacked_then([&](auto& h) {
+         h["model.layers.1.mlp.experts.8.up_proj.weight"] = {{"dtype", "BF16"},
+                                                             {"shape", {0, 64}},
+                                                             {"data_offsets", {0, 0}}};
+       })},
+  };
+  for (const auto& [want, edit] : cases) {
+    const std::string dir = broken_folder("per_expert_err" + std::to_string(&want - &cases[0].first), edit, "qwen3moe");
+    try {
+      Model::load(dir);
+      ADD_FAILURE() << "accepted a folder that should fail with: " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
 // The CLI takes a folder where it takes a GGUF file.
 TEST(HfFolderErrors, RunTakesAFolder) {
   int rc = 0;
