@@ -1,6 +1,8 @@
 // format/hf_folder: config.json, safetensors and tokenizer.json as GGUF metadata and tensors.
 #include "format/hf_folder.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -69,6 +71,8 @@ std::string pre_tokenizer_name(const json& pre, const fs::path& file) {
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   const std::string qwen2 =
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const std::string qwen35 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   auto is_byte_level = [](const json& p, bool use_regex) {
     return p.is_object() && p.value("type", "") == "ByteLevel" && p.value("use_regex", true) == use_regex &&
            !p.value("add_prefix_space", false);
@@ -84,10 +88,11 @@ std::string pre_tokenizer_name(const json& pre, const fs::path& file) {
       const std::string re = a["pattern"]["Regex"].get<std::string>();
       if (re == llama3) return "llama-bpe";
       if (re == qwen2) return "qwen2";
+      if (re == qwen35) return "qwen35";
     }
   }
   fail(file.string(), ": pre_tokenizer ", pre.dump(), " is not one supported yet (byte-level BPE as GPT-2, SmolLM, ",
-       "Llama 3 or Qwen 2/3 write it)");
+       "Llama 3, Qwen 2/3 or Qwen 3.5 write it)");
 }
 
 // A special-token field of tokenizer_config.json: a string or {"content": ...}.
@@ -233,16 +238,44 @@ std::optional<ExpertSlice> per_expert(const std::string& hf_name) {
                      std::stoll(rest.substr(experts.size(), dot - experts.size()))};
 }
 
-// HF tensor name -> GGUF name for the llama-like families; "" for a tensor to skip.
-std::string gguf_name(const std::string& hf_name, const fs::path& file) {
+// HF tensor name -> GGUF name (arch: the GGUF architecture; "" for the llama-like families);
+// "" for a tensor to skip.
+std::string gguf_name(const std::string& hf_name, const fs::path& file, const std::string& arch = "") {
   const std::string n = strip_prefix(hf_name);
   if (n == "model.embed_tokens.weight") return "token_embd.weight";
   if (n == "model.norm.weight") return "output_norm.weight";
-  if (n == "lm_head.weight") return "output.weight";
+  if (n == "lm_head.weight" || n == "model.lm_head.weight")
+    return "output.weight";                                           // the latter: language_model.lm_head
   if (n.find("rotary_emb.inv_freq") != std::string::npos) return "";  // recomputed from rope_theta
+  // Multi-token-prediction heads (Qwen3.5 checkpoints carry them; mlx-lm drops them too).
+  if (n.rfind("mtp.", 0) == 0 || n.rfind("model.mtp.", 0) == 0) return "";
   const auto lr = split_layer(n);
   if (!lr) fail(file.string(), ": tensor '", n, "' is not one this architecture has");
   const auto& [index, rest] = *lr;
+  if (arch == "qwen35moe") {
+    // Qwen3.5-MoE's Gated DeltaNet layers, its norm after attention and its shared expert, under
+    // llama.cpp's qwen35moe names (A_log and conv1d are converted as they are read: see there).
+    static const std::map<std::string, std::string> q35 = {
+        {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+        {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight"},
+        {"linear_attn.in_proj_z.weight", "attn_gate.weight"},
+        {"linear_attn.in_proj_b.weight", "ssm_beta.weight"},
+        {"linear_attn.in_proj_a.weight", "ssm_alpha.weight"},
+        {"linear_attn.conv1d.weight", "ssm_conv1d.weight"},
+        {"linear_attn.dt_bias", "ssm_dt.bias"},
+        {"linear_attn.A_log", "ssm_a"},
+        {"linear_attn.norm.weight", "ssm_norm.weight"},
+        {"linear_attn.out_proj.weight", "ssm_out.weight"},
+        {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+        {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+        {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+        {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+    };
+    if (const auto it = q35.find(rest); it != q35.end()) return "blk." + index + "." + it->second;
+    if (rest.rfind("mlp.experts.gate_up_proj", 0) == 0 || rest.rfind("mlp.experts.down_proj", 0) == 0)
+      fail(file.string(), ": tensor '", n, "': Qwen3.5's fused expert tensors (experts.gate_up_proj) are not ",
+           "supported yet; mlx_lm.convert splits and stacks them (switch_mlp)");
+  }
   static const std::map<std::string, std::string> names = {
       {"input_layernorm.weight", "attn_norm.weight"},
       {"post_attention_layernorm.weight", "ffn_norm.weight"},
@@ -322,24 +355,36 @@ MlxQuantConfig read_quant_config(const json& c, const fs::path& file) {
   return q;
 }
 
+// The config's widths that the quantizable matrices take as input.
+struct MatrixWidths {
+  int64_t n_embd = 0, n_q = 0, n_ff = 0, n_ff_exp = 0, n_ff_shexp = 0, ssm_value = 0;
+};
+
 // The input width of a quantizable matrix under its GGUF name (its row length), from the
 // config's dimensions; 0 for a tensor MLX does not quantize (norms, biases).
-int64_t matrix_in(const std::string& gguf, int64_t n_embd, int64_t n_q, int64_t n_ff, int64_t n_ff_exp) {
-  if (gguf == "token_embd.weight" || gguf == "output.weight") return n_embd;
+int64_t matrix_in(const std::string& gguf, const MatrixWidths& w) {
+  if (gguf == "token_embd.weight" || gguf == "output.weight") return w.n_embd;
   const size_t dot = gguf.find('.', 4);
   if (gguf.rfind("blk.", 0) != 0 || dot == std::string::npos) return 0;
   const std::string rest = gguf.substr(dot + 1);
-  if (rest == "attn_output.weight") return n_q;
-  if (rest == "ffn_down.weight") return n_ff;
-  if (rest == "ffn_down_exps.weight") return n_ff_exp;
-  for (const char* t : {"attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight", "ffn_up.weight",
-                        "ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight"})
-    if (rest == t) return n_embd;
+  if (rest == "attn_output.weight") return w.n_q;
+  if (rest == "ffn_down.weight") return w.n_ff;
+  if (rest == "ffn_down_exps.weight") return w.n_ff_exp;
+  if (rest == "ffn_down_shexp.weight") return w.n_ff_shexp;
+  if (rest == "ssm_out.weight") return w.ssm_value;
+  for (const char* t :
+       {"attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_gate_inp.weight",
+        "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
+        "ffn_gate_inp_shexp.weight", "attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight"})
+    if (rest == t) return w.n_embd;
   return 0;
 }
 
-// MoE routers (ffn_gate_inp), which the ops read as f32 whatever the file stores.
-bool is_router(const std::string& gguf) { return gguf.ends_with("ffn_gate_inp.weight"); }
+// MoE routers (ffn_gate_inp) and shared-expert gates, which the ops read as f32 whatever the
+// file stores.
+bool is_router(const std::string& gguf) {
+  return gguf.ends_with("ffn_gate_inp.weight") || gguf.ends_with("ffn_gate_inp_shexp.weight");
+}
 
 // Stacked experts (GGUF *_exps: [in, out, E], MLX [E, out, in]) are the one 3-D weight.
 bool is_stacked_experts(const std::string& gguf) { return gguf.ends_with("_exps.weight"); }
@@ -544,12 +589,27 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     arch = "qwen3";
   } else if (model_type == "qwen3_moe") {
     arch = "qwen3moe";
+  } else if (model_type == "qwen3_5_moe") {
+    arch = "qwen35moe";
   } else {
     fail(cfg_path.string(), ": model_type '", model_type,
-         "' is not supported for folders yet (llama, mistral, qwen3, qwen3_moe; convert others to GGUF)");
+         "' is not supported for folders yet (llama, mistral, qwen3, qwen3_moe, qwen3_5_moe; convert others to GGUF)");
   }
-  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
+  // Qwen3.5 keeps its RoPE settings in rope_parameters (rope_scaling may repeat them): type
+  // "default" with M-RoPE sections, which text positions make one plain rotation.
+  json rope = c.value("rope_parameters", json());
+  if (arch == "qwen35moe") {
+    if (rope.is_null()) rope = c.value("rope_scaling", json());
+    const std::string type = rope.is_object() ? rope.value("type", rope.value("rope_type", "default")) : "default";
+    if (!rope.is_null() && (!rope.is_object() || type != "default"))
+      fail(cfg_path.string(), ": rope_parameters ", rope.dump(), " is not supported yet (type \"default\" only)");
+  } else if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
     fail(cfg_path.string(), ": rope_scaling ", c["rope_scaling"].dump(), " is not supported yet");
+  }
+  auto rope_value = [&](const char* key, double def) {
+    if (rope.is_object() && rope.contains(key) && rope[key].is_number()) return rope[key].get<double>();
+    return c.contains(key) && c[key].is_number() ? c[key].get<double>() : def;
+  };
   const MlxQuantConfig quant = read_quant_config(c, cfg_path);
 
   Kv kv;
@@ -560,19 +620,64 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
   kv.emplace_back("general.name", str(dir.filename().string()));
   kv.emplace_back(a + "context_length", u32(positive(c, "max_position_embeddings", cfg_path)));
   kv.emplace_back(a + "embedding_length", u32(n_embd));
-  kv.emplace_back(a + "block_count", u32(positive(c, "num_hidden_layers", cfg_path)));
-  kv.emplace_back(a + "feed_forward_length", u32(positive(c, "intermediate_size", cfg_path)));
+  const uint64_t n_layer = positive(c, "num_hidden_layers", cfg_path);
+  kv.emplace_back(a + "block_count", u32(n_layer));
+  // Qwen3.5-MoE has no dense FFN: its config may leave intermediate_size out.
+  const std::string ff_key = arch == "qwen35moe" && !c.contains("intermediate_size") ? "moe_intermediate_size"
+                                                                                     : "intermediate_size";
+  kv.emplace_back(a + "feed_forward_length", u32(positive(c, ff_key, cfg_path)));
   kv.emplace_back(a + "attention.head_count", u32(n_head));
   kv.emplace_back(a + "attention.head_count_kv",
                   u32(c.contains("num_key_value_heads") ? positive(c, "num_key_value_heads", cfg_path) : n_head));
   kv.emplace_back(a + "attention.key_length", u32(head_dim));
   kv.emplace_back(a + "attention.value_length", u32(head_dim));
   kv.emplace_back(a + "attention.layer_norm_rms_epsilon", f32(c.value("rms_norm_eps", 1e-6)));
-  kv.emplace_back(a + "rope.freq_base", f32(c.value("rope_theta", 10000.0)));
-  kv.emplace_back(a + "rope.dimension_count", u32(head_dim));
+  kv.emplace_back(a + "rope.freq_base", f32(rope_value("rope_theta", 10000.0)));
+  const double partial = rope_value("partial_rotary_factor", 1.0);
+  const uint64_t n_rot = static_cast<uint64_t>(static_cast<double>(head_dim) * partial);
+  if (!(partial > 0 && partial <= 1) || n_rot == 0 || n_rot % 2)
+    fail(cfg_path.string(), ": partial_rotary_factor ", partial, " gives ", n_rot, " rotated dims of ", head_dim,
+         " (want an even number > 0)");
+  kv.emplace_back(a + "rope.dimension_count", u32(n_rot));
   if (neox) kv.emplace_back("sluice.rope_neox", boolean(true));
-  int64_t n_ff_exp = 0;
-  if (arch == "qwen3moe") {
+  int64_t n_ff_exp = 0, n_ff_shexp = 0, ssm_value = 0;
+  if (arch == "qwen35moe") {
+    // M-RoPE sections (4 as llama.cpp writes them; with text positions every section turns by
+    // the same position), the Gated DeltaNet shapes, and the shared expert.
+    std::vector<int32_t> sections;
+    if (rope.is_object() && rope.contains("mrope_section") && rope["mrope_section"].is_array())
+      for (const auto& v : rope["mrope_section"]) sections.push_back(v.is_number_integer() ? v.get<int32_t>() : -1);
+    if (sections.empty()) sections = {static_cast<int32_t>(n_rot / 2)};
+    int64_t sum = 0;
+    for (int32_t v : sections) sum += v;
+    if (sections.size() > 4 || sum != static_cast<int64_t>(n_rot / 2) ||
+        std::any_of(sections.begin(), sections.end(), [](int32_t v) { return v < 0; }))
+      fail(cfg_path.string(), ": mrope_section ", json(sections).dump(), " must be at most 4 sizes summing to ",
+           n_rot / 2, " (the rotated dims / 2)");
+    sections.resize(4, 0);
+    kv.emplace_back(a + "rope.dimension_sections", i32_array(sections));
+    const uint64_t hk = positive(c, "linear_num_key_heads", cfg_path),
+                   hv = positive(c, "linear_num_value_heads", cfg_path);
+    const uint64_t dk = positive(c, "linear_key_head_dim", cfg_path),
+                   dv = positive(c, "linear_value_head_dim", cfg_path);
+    if (hv % hk != 0)
+      fail(cfg_path.string(), ": linear_num_value_heads ", hv, " is not a multiple of linear_num_key_heads ", hk);
+    if (hv * dv > (uint64_t{1} << 32) || hk * dk > (uint64_t{1} << 32))
+      fail(cfg_path.string(), ": linear attention heads x head dims past 2^32");
+    ssm_value = static_cast<int64_t>(hv * dv);
+    kv.emplace_back(a + "ssm.conv_kernel", u32(positive(c, "linear_conv_kernel_dim", cfg_path)));
+    kv.emplace_back(a + "ssm.group_count", u32(hk));
+    kv.emplace_back(a + "ssm.time_step_rank", u32(hv));
+    kv.emplace_back(a + "ssm.state_size", u32(dk));
+    kv.emplace_back(a + "ssm.inner_size", u32(hv * dv));
+    kv.emplace_back(a + "full_attention_interval", u32(positive(c, "full_attention_interval", cfg_path)));
+    // HF's value heads are in key-head groups (value head h reads key head h / (Hv/Hk), as
+    // mlx-lm's repeat does); llama.cpp's converter reorders them to tile instead.
+    kv.emplace_back("sluice.ssm_grouped_heads", boolean(true));
+    n_ff_shexp = static_cast<int64_t>(positive(c, "shared_expert_intermediate_size", cfg_path));
+    kv.emplace_back(a + "expert_shared_feed_forward_length", u32(static_cast<uint64_t>(n_ff_shexp)));
+  }
+  if (arch == "qwen3moe" || arch == "qwen35moe") {
     // Every layer sparse, top-k weights renormalized: what llama.cpp's qwen3moe graph runs.
     n_ff_exp = static_cast<int64_t>(positive(c, "moe_intermediate_size", cfg_path));
     const uint64_t n_expert = positive(c, "num_experts", cfg_path),
@@ -625,10 +730,21 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
   auto ends_with = [](const std::string& n, const std::string& suffix) {
     return n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
-  const int64_t n_ff = static_cast<int64_t>(positive(c, "intermediate_size", cfg_path));
+  const int64_t n_ff = static_cast<int64_t>(positive(c, ff_key, cfg_path));
   if (n_embd > (uint64_t{1} << 32) || n_head * head_dim > (uint64_t{1} << 32) || n_ff > (int64_t{1} << 32) ||
-      n_ff_exp > (int64_t{1} << 32))
-    fail(cfg_path.string(), ": hidden_size, heads x head_dim, intermediate_size or moe_intermediate_size past 2^32");
+      n_ff_exp > (int64_t{1} << 32) || n_ff_shexp > (int64_t{1} << 32))
+    fail(cfg_path.string(), ": hidden_size, heads x head_dim, intermediate_size or an expert width past 2^32");
+  const MatrixWidths widths{
+      static_cast<int64_t>(n_embd), static_cast<int64_t>(n_head * head_dim), n_ff, n_ff_exp, n_ff_shexp, ssm_value};
+  // A Hugging Face checkpoint (not through mlx-lm) of Qwen3.5 stores conv1d as [C, 1, K] and
+  // its RMSNorm weights as the offset from 1 (the model multiplies by 1 + w); mlx-lm's sanitize
+  // moves the axis and adds the 1, and a folder it saved stores [C, K, 1] and the multiplier.
+  // Told apart as mlx-lm tells them apart: by the conv1d's last axis.
+  bool offset_norms = false;
+  for (const auto& [tname, entry] : by_name)
+    if (arch == "qwen35moe" && tname.ends_with("linear_attn.conv1d.weight") && entry.first->shape.size() == 3 &&
+        entry.first->shape[2] != 1)
+      offset_norms = true;
   QuantSummary summary;
   std::vector<TensorView> tensors;
   // Hugging Face's per-expert layout: each stacked tensor's experts by index, stacked below.
@@ -650,15 +766,17 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
       slot.emplace(ex->expert, std::make_pair(&t, p));
       continue;
     }
-    const std::string name = gguf_name(t.name, p);
+    const std::string name = gguf_name(t.name, p, arch);
     if (name.empty()) continue;
     if (ends_with(tname, ".weight")) {
       const std::string module = tname.substr(0, tname.size() - 7);
       if (const StTensor* sc = find(module + ".scales")) {
-        tensors.push_back(load_mlx_quantized(t, sc, find(module + ".biases"), module, name,
-                                             matrix_in(name, static_cast<int64_t>(n_embd),
-                                                       static_cast<int64_t>(n_head * head_dim), n_ff, n_ff_exp),
+        tensors.push_back(load_mlx_quantized(t, sc, find(module + ".biases"), module, name, matrix_in(name, widths),
                                              quant, p, *owned, summary));
+        if (name.ends_with("ffn_gate_inp_shexp.weight")) {  // [1, n_embd]: a vector to the ops
+          if (tensors.back().ne[1] != 1) fail(p.string(), ": tensor '", t.name, "' must be [1, hidden_size]");
+          tensors.back().n_dims = 1;
+        }
         continue;
       }
     }
@@ -666,15 +784,35 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     if (!dt || (*dt != DType::F32 && *dt != DType::F16 && *dt != DType::BF16))
       fail(p.string(), ": tensor '", t.name, "' has dtype ", st_dtype_name(t.dtype),
            " (float weights F32/F16/BF16, or MLX-quantized U32 codes with .scales and .biases beside them)");
-    if (is_stacked_experts(name) ? t.shape.size() != 3 : t.shape.empty() || t.shape.size() > 2)
-      fail(p.string(), ": tensor '", t.name, "' is ", t.shape.size(), "-D (",
-           is_stacked_experts(name) ? "stacked experts are [experts, out, in]" : "want 1-D or 2-D", ")");
+    // Qwen3.5's depthwise conv1d, [C, K, 1] (mlx-lm) or [C, 1, K] (HF): the same bytes as
+    // GGUF's ssm_conv1d [K, C] either way.
+    const bool conv = name.ends_with("ssm_conv1d.weight");
+    if (conv                       ? t.shape.size() != 3 || (t.shape[1] != 1 && t.shape[2] != 1)
+        : is_stacked_experts(name) ? t.shape.size() != 3
+                                   : t.shape.empty() || t.shape.size() > 2)
+      fail(p.string(), ": tensor '", t.name, "' is ", json(t.shape).dump(), " (",
+           conv                       ? "a depthwise conv1d is [channels, kernel, 1] or [channels, 1, kernel]"
+           : is_stacked_experts(name) ? "stacked experts are [experts, out, in]"
+                                      : "want 1-D or 2-D",
+           ")");
     TensorView v;
     v.name = name;
     v.n_dims = static_cast<int>(t.shape.size());
     for (int d = 0; d < v.n_dims; ++d) v.ne[d] = t.shape[t.shape.size() - 1 - static_cast<size_t>(d)];
-    if (v.n_dims == 1 || is_router(name)) {
-      // Norms, biases and MoE routers: the ops read them as f32 arrays.
+    if (conv) {
+      v.n_dims = 2;
+      v.ne[0] = t.shape[1] * t.shape[2];
+      v.ne[1] = t.shape[0];
+      v.ne[2] = 1;
+    }
+    const bool shexp_gate = name.ends_with("ffn_gate_inp_shexp.weight");
+    if (shexp_gate) {  // [1, n_embd] in the file; a vector to the ops
+      if (v.n_dims != 2 || v.ne[1] != 1) fail(p.string(), ": tensor '", t.name, "' must be [1, hidden_size]");
+      v.n_dims = 1;
+      v.ne[1] = 1;
+    }
+    if (v.n_dims == 1 || is_router(name) || conv) {
+      // Norms, biases, routers and the conv1d: the ops read them as f32 arrays.
       std::vector<float> f(static_cast<size_t>(v.ne[0] * (v.n_dims == 2 ? v.ne[1] : 1)));
       for (size_t i = 0; i < f.size(); ++i) {
         uint16_t h = 0;
@@ -685,6 +823,11 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
         std::memcpy(&h, t.data + 2 * i, 2);
         f[i] = *dt == DType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
       }
+      // The decay: llama.cpp's ssm_a holds -exp(A_log), what the model multiplies by.
+      if (name.ends_with(".ssm_a"))
+        for (float& x : f) x = -std::exp(x);
+      if (offset_norms && v.n_dims == 1 && !name.ends_with("ssm_norm.weight") && name.ends_with("norm.weight"))
+        for (float& x : f) x += 1.0f;
       owned->converted.push_back(std::move(f));
       v.type = DType::F32;
       v.data = owned->converted.back().data();

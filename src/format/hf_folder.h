@@ -18,6 +18,16 @@
 // the experts one by one (mlp.experts.N.{gate,up,down}_proj [out, in], float): they are copied
 // once into the stacked tensor, every index 0..num_experts-1, dtype and shape checked.
 //
+// Qwen3.5-MoE (model_type qwen3_5_moe, its settings in text_config, RoPE in rope_parameters)
+// maps to llama.cpp's qwen35moe: the DeltaNet's in_proj_{qkv,z,b,a}, conv1d, dt_bias, A_log,
+// norm and out_proj to attn_qkv/attn_gate/ssm_beta/ssm_alpha/ssm_conv1d/ssm_dt.bias/ssm_a/
+// ssm_norm/ssm_out, A_log read as -exp(A_log) (llama.cpp's ssm_a) and conv1d as f32; the value
+// heads stay in HF's key-head groups (sluice.ssm_grouped_heads: llama.cpp's converter reorders
+// them to tile instead). A transformers checkpoint (conv1d [C, 1, K]) stores its RMSNorm weights
+// as the offset from 1 and gets the 1 added, as mlx-lm's sanitize does; an mlx-lm folder
+// ([C, K, 1]) stores the multiplier. Fused experts.gate_up_proj are refused (mlx_lm.convert
+// splits them); mtp.* weights are skipped.
+//
 // MLX-quantized folders (config.json "quantization": bits, group_size, mode "affine", and
 // per-module entries keyed by module path): X.weight (uint32 codes) with X.scales and X.biases
 // becomes one GGUF tensor in memory the file owns — Q4_1 (2-4 bits) or Q5_1 (5 bits) blocks,
@@ -25,7 +35,7 @@
 // and 8 bits) — and metadata sluice.folder.quantization says what was done. A module the config
 // does not name takes the default, or the format its shapes give (as mlx-lm infers it); every
 // shape and dtype is checked against the config's dimensions. What is not supported yet is
-// refused by name: architectures other than llama / mistral / qwen3 / qwen3_moe, quantization modes other
+// refused by name: architectures other than llama / mistral / qwen3 / qwen3_moe / qwen3_5_moe, quantization modes other
 // than affine and non-MLX quantization_config (quant_method), quantized norms, rope_scaling,
 // tokenizers that are not byte-level BPE.
 #pragma once

@@ -75,7 +75,8 @@ void read_hparams(const GgufFile& f, Hparams& hp) {
   for (int64_t l = 0; l < hp.n_layer; ++l) dn->linear.push_back((l + 1) % interval != 0);
   // Qwen3-Next repeats each key head for its group of value heads (repeat-interleave);
   // Qwen3.5's converter orders the value heads so that they tile.
-  dn->grouped_heads = next;
+  // A Hugging Face / MLX folder keeps Qwen3.5's heads grouped as well (format/hf_folder).
+  dn->grouped_heads = next || f.get_bool_or("sluice.ssm_grouped_heads", false);
   hp.ext = std::move(dn);
 }
 

@@ -50,6 +50,10 @@ constexpr const char* kLlama3 =
 constexpr const char* kQwen2 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// Qwen3.5's: Qwen2's with combining marks (\p{M}) kept inside words, from its tokenizer.json.
+constexpr const char* kQwen35 =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // DeepSeek LLM's letter class, from its tokenizer.json: the cased letters (Lu/Ll/Lt) of an older
 // Unicode table, written as escapes because several of them (U+1F7D, U+1FBE, U+2126, U+212A, ...)
 // are NFC singletons that an editor may silently replace.
@@ -135,6 +139,7 @@ const std::vector<PreEntry>& pre_table() {
     add({"gpt-2", "phi-2", "gigachat", "mpt", "olmo", "jais", "exaone4"}, make_spec("gpt2", {kGpt2}, true));
     add({"qwen2", "deepseek-r1-qwen", "grok-2"}, make_spec("qwen2", {kQwen2}, false));
     add({"stablelm2", "megrez"}, make_spec("qwen2", {kQwen2}, true));
+    add({"qwen35"}, make_spec("qwen35", {kQwen35}, false));
     add({"poro-chat"}, make_spec("poro", {kPoro}, false));
     add({"bloom", "gpt3-finnish"}, make_spec("bloom", {kPoro}, true));
     add({"viking"}, make_spec("viking", {kPoro, R"(\p{N})"}, false));

@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "format/safetensors.h"
 #include "models/model.h"
+#include "models/qwen35.h"
 #include "runtime/session.h"
 #include "test_util.h"
 
@@ -103,13 +104,20 @@ TEST_P(HfFolder, MatchesMlxLm) {
     m->mutable_hparams().rope_mode = RopeMode::normal;  // as a GGUF llama would run: wrong for HF's layout
   } else if (arch == "qwen3moe") {
     m->mutable_hparams().moe.norm_weights = false;  // the top-2 weights as softmax left them
+  } else if (arch == "qwen35moe") {
+    // Value heads tiled over the key heads (h % H_k, llama.cpp's order after its converter
+    // reorders them) instead of grouped (h / (H_v/H_k), the folder's order).
+    auto dn = std::make_shared<DeltaNetHparams>(m->hparams().ext_as<DeltaNetHparams>());
+    EXPECT_TRUE(dn->grouped_heads);
+    dn->grouped_heads = false;
+    m->mutable_hparams().ext = dn;
   } else {
     m->mutable_hparams().rope_base *= 4;  // qwen3 has no layout quirk: a wrong rope base must show
   }
   EXPECT_GT(max_logit_diff(*m, *be, g), 0.05) << arch << ": the negative control passes the golden";
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, HfFolder, ::testing::Values("llama", "qwen3", "qwen3moe"));
+INSTANTIATE_TEST_SUITE_P(Archs, HfFolder, ::testing::Values("llama", "qwen3", "qwen3moe", "qwen35moe"));
 
 // A copy of a folder with one file changed: each breakage is refused by name.
 std::string broken_folder(const std::string& name, const std::function<void(const fs::path&)>& edit,
@@ -237,6 +245,72 @@ TEST(HfFolder, PerExpertLayoutMatchesTheStackedGolden) {
   EXPECT_GT(max_logit_diff(*Model::load(rotated), *be, g), 0.05);
 }
 
+// A Qwen3.5 checkpoint as transformers writes it: conv1d [C, 1, K] and RMSNorm weights as the
+// offset from 1. mlx-lm's sanitize tells it by the conv1d's shape and adds the 1; so must the
+// loader (the same bytes under an HF-shaped conv1d give every layer and q/k norm + 1, and leave
+// the gated norm of the DeltaNet, which multiplies by w itself, and the conv weights as they are).
+TEST(HfFolder, Qwen35HfLayoutAddsOneToItsNorms) {
+  const std::string hf = broken_folder(
+      "qwen35_hf_layout",
+      [](const fs::path& d) {
+        edit_st_header(d / "model.safetensors", [](auto& h) {
+          for (auto& [name, v] : h.items())
+            if (name.ends_with("conv1d.weight")) v["shape"] = {v["shape"][0], 1, v["shape"][1]};
+        });
+      },
+      "qwen35moe");
+  auto mlx = Model::load(folder("qwen35moe")), raw = Model::load(hf);
+  auto values = [](const Model& m, const std::string& name) {
+    const TensorView* t = m.file().find_tensor(name);
+    EXPECT_NE(t, nullptr) << name;
+    EXPECT_EQ(t ? t->type : DType::F32, DType::F32) << name;
+    const float* p = t ? static_cast<const float*>(t->data) : nullptr;
+    return p ? std::vector<float>(p, p + t->ne[0] * t->ne[1]) : std::vector<float>();
+  };
+  int checked = 0;
+  for (const std::string name : {"blk.0.attn_norm.weight", "blk.2.post_attention_norm.weight", "output_norm.weight",
+                                 "blk.3.attn_q_norm.weight", "blk.3.attn_k_norm.weight"}) {
+    const auto a = values(*mlx, name), b = values(*raw, name);
+    ASSERT_EQ(a.size(), b.size()) << name;
+    for (size_t i = 0; i < a.size(); ++i, ++checked) EXPECT_EQ(b[i], a[i] + 1.0f) << name << "[" << i << "]";
+  }
+  EXPECT_GT(checked, 0);
+  EXPECT_EQ(values(*mlx, "blk.1.ssm_norm.weight"), values(*raw, "blk.1.ssm_norm.weight"));
+  EXPECT_EQ(values(*mlx, "blk.1.ssm_conv1d.weight"), values(*raw, "blk.1.ssm_conv1d.weight"));
+}
+
+TEST(HfFolderErrors, Qwen35RefusedByName) {
+  auto text_config = [](std::function<void(nlohmann::json&)> f) {
+    return [f](const fs::path& d) { edit_json(d / "config.json", [&](auto& j) { f(j["text_config"]); }); };
+  };
+  const std::pair<std::string, std::function<void(const fs::path&)>> cases[] = {
+      {"rope_parameters {", text_config([](auto& c) { c["rope_parameters"]["type"] = "yarn"; })},
+      {"'linear_num_key_heads' missing", text_config([](auto& c) { c.erase("linear_num_key_heads"); })},
+      {"linear_num_value_heads 3 is not a multiple of linear_num_key_heads 2",
+       text_config([](auto& c) { c["linear_num_value_heads"] = 3; })},
+      {"mrope_section [1,2,0] must be at most 4 sizes summing to 2", text_config([](auto& c) {
+         c["rope_parameters"]["mrope_section"] = {1, 2, 0};
+       })},
+      {"experts.gate_up_proj) are not supported yet",
+       [](const fs::path& d) {
+         edit_st_header(d / "model.safetensors", [](auto& h) {
+           const std::string from = "language_model.model.layers.0.mlp.switch_mlp.gate_proj.weight";
+           h["language_model.model.layers.0.mlp.experts.gate_up_proj"] = h[from];
+           h.erase(from);
+         });
+       }},
+  };
+  for (const auto& [want, edit] : cases) {
+    const std::string dir = broken_folder("q35_err" + std::to_string(&want - &cases[0].first), edit, "qwen35moe");
+    try {
+      Model::load(dir);
+      ADD_FAILURE() << "accepted a folder that should fail with: " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(HfFolderErrors, PerExpertLayoutRefusedByName) {
   const std::string e3 = "model.layers.1.mlp.experts.3.up_proj.weight";
   auto unstacked_then = [](std::function<void(nlohmann::json&)> f) {
@@ -316,6 +390,11 @@ TEST_P(HfQuantFolder, MatchesMlxLm) {
     }
   EXPECT_GT(repacked, 0) << q.dir;
   EXPECT_EQ(m->tokenizer().encode(g["text"].get<std::string>(), true), g["ids"].get<std::vector<int32_t>>());
+  if (g.contains("marks_text")) {  // qwen35moe-q4: Qwen3.5's pre-tokenizer, rewritten by mlx_lm.convert
+    EXPECT_EQ(m->file().get_string_or("tokenizer.ggml.pre", ""), "qwen35");
+    EXPECT_EQ(m->tokenizer().encode(g["marks_text"].get<std::string>(), true),
+              g["marks_ids"].get<std::vector<int32_t>>());
+  }
   for (const char* backend : {"ref", "cpu", "cpu-exact"}) {
     auto be = make_backend(backend, 2);
     EXPECT_LT(max_logit_diff(*m, *be, g), 2e-3) << q.dir << " on " << backend;
@@ -337,6 +416,11 @@ INSTANTIATE_TEST_SUITE_P(
         QuantCase{"qwen3moe-q4",
                   "qwen3moe",
                   {"4-bit g64 bf16 → q4_1 (exact): 15 tensors", "8-bit g64 bf16 → f32 (dequantized): 2 tensors"}},
+        // Gated DeltaNet projections, the shared expert and its 8-bit gate; the down projections
+        // (32 inputs, under one group of 64) stay bf16 as mlx-lm leaves them, unnamed in the config.
+        QuantCase{"qwen35moe-q4",
+                  "qwen35moe",
+                  {"4-bit g64 bf16 → q4_1 (exact): 37 tensors", "8-bit g64 bf16 → f32 (dequantized): 8 tensors"}},
         QuantCase{"llama-mixed",
                   "llama",
                   {"2-bit g32 bf16 → q4_1 (exact): 1 tensor", "3-bit g32 bf16 → q4_1 (exact): 9 tensors",
