@@ -176,42 +176,27 @@ def make_moe(root):
     print("qwen3moe-q4 greedy", write_golden(q, tok, mq))
 
 
-def make_qwen35moe(root):
-    """qwen35moe: a Qwen3.5-MoE folder (mlx-lm's qwen3_5_moe: model_type and the language model's
-    settings in text_config, weights under language_model.) with the qwen3 folder's tokenizer:
-    4 layers, three Gated DeltaNet (2 key heads, 4 value heads: the value-to-key head mapping
-    shows) and one gated full attention (partial rotary 0.25), every layer sparse (8 experts,
-    top 2, renormalized) with a sigmoid-gated shared expert; random bf16 weights through
-    mlx-lm's own class, so stored as MLX keeps them (conv1d [C, K, 1], RMSNorm weights as the
-    multiplier, A_log in float32 as its cast_predicate leaves it); and qwen35moe-q4: mlx_lm.convert
-    at 4 bits g64 with the model's own quant_predicate (mlp.gate and shared_expert_gate at 8 bits)."""
+def make_hybrid(root, name, module, cfg, seed0):
+    """A hybrid (Gated DeltaNet + gated attention) MoE folder `name` from mlx-lm's class `module`
+    with the qwen3 folder's tokenizer and random bf16 weights (A_log and dt_bias as initialized,
+    f32, as mlx-lm's cast_predicate keeps A_log), stored as mlx-lm keeps them (conv1d [C, K, 1],
+    RMSNorm weights as the multiplier, experts stacked); and name-q4: mlx_lm.convert at 4 bits
+    g64 with the model's own quant_predicate. The seed: the first from seed0 whose greedy gaps,
+    float and 4-bit, are all >= 0.02."""
     import shutil
     import mlx.utils
     from mlx_lm.convert import convert
-    from mlx_lm.models import qwen3_5_moe
-    src, out = os.path.join(root, "qwen3"), os.path.join(root, "qwen35moe")
-    q = os.path.join(root, "qwen35moe-q4")
+    src, out, q = os.path.join(root, "qwen3"), os.path.join(root, name), os.path.join(root, name + "-q4")
     os.makedirs(out, exist_ok=True)
     for f in ["tokenizer.json", "tokenizer_config.json", "generation_config.json"]:
         shutil.copy(os.path.join(src, f), os.path.join(out, f))
     tok = Tokenizer.from_file(os.path.join(out, "tokenizer.json"))
-    text = {"model_type": "qwen3_5_moe_text", "vocab_size": tok.get_vocab_size(), "hidden_size": 64,
-            "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-            "rms_norm_eps": 1e-6, "max_position_embeddings": 512, "tie_word_embeddings": False,
-            "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
-            "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4, "full_attention_interval": 4,
-            "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
-            "shared_expert_intermediate_size": 32, "norm_topk_prob": True,
-            "rope_parameters": {"type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
-                                "mrope_section": [1, 1, 0]}}
-    cfg = {"model_type": "qwen3_5_moe", "architectures": ["Qwen3_5MoeForConditionalGeneration"],
-           "tie_word_embeddings": False, "text_config": text}
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     ids = tok.encode(TEXT).ids
-    for seed in range(2000, 2100):
+    for seed in range(seed0, seed0 + 100):
         mx.random.seed(seed)
-        model = qwen3_5_moe.Model(qwen3_5_moe.ModelArgs.from_dict(cfg))
+        model = module.Model(module.ModelArgs.from_dict(cfg))
         weights = {}
         for k, v in dict(mlx.utils.tree_flatten(model.parameters())).items():
             if k.endswith("A_log") or k.endswith("dt_bias"):
@@ -229,7 +214,6 @@ def make_qwen35moe(root):
         mx.save_safetensors(os.path.join(out, "model.safetensors"), weights, metadata={"format": "pt"})
         m, _ = load(out)
         m.set_dtype(mx.float32)
-        mq = None
         if min(greedy_margins(m, ids)[1]) < 0.02:
             continue
         shutil.rmtree(q, ignore_errors=True)
@@ -239,14 +223,39 @@ def make_qwen35moe(root):
         if min(greedy_margins(mq, ids)[1]) >= 0.02:
             break
     else:
-        sys.exit("make_qwen35moe: no seed in 2000..2099 gives greedy gaps >= 0.02")
-    print("qwen35moe seed", seed, "greedy", write_golden(out, tok, m))
+        sys.exit(f"make_hybrid {name}: no seed in {seed0}..{seed0 + 99} gives greedy gaps >= 0.02")
+    print(name, "seed", seed, "greedy", write_golden(out, tok, m))
     for junk in ["README.md", "model.safetensors.index.json"]:
         if os.path.exists(os.path.join(q, junk)):
             os.remove(os.path.join(q, junk))
-    print("qwen35moe-q4 greedy", write_golden(q, tok, mq))
-    # mlx_lm.convert rewrote tokenizer.json with Qwen3.5's pre-tokenizer (combining marks kept
-    # inside words) and an NFC normalizer: its ids for a text with marks, by `tokenizers`.
+    print(name + "-q4 greedy", write_golden(q, tok, mq))
+    return q
+
+
+# The hybrids' shared shape: 4 layers, three Gated DeltaNet (2 key heads, 4 value heads: the
+# value-to-key head mapping shows) and one gated full attention (partial rotary 0.25), every
+# layer sparse (8 experts of width 32, top 2, renormalized) with a sigmoid-gated shared expert.
+HYBRID = {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "head_dim": 16, "rms_norm_eps": 1e-6, "max_position_embeddings": 512, "tie_word_embeddings": False,
+          "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+          "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4, "full_attention_interval": 4, "num_experts": 8,
+          "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+          "norm_topk_prob": True}
+
+
+def make_qwen35moe(root):
+    """qwen35moe(-q4): Qwen3.5-MoE (mlx-lm's qwen3_5_moe: model_type and the language model's
+    settings in text_config, weights under language_model., RoPE in rope_parameters). The
+    converter rewrites tokenizer.json with Qwen3.5's pre-tokenizer (combining marks kept inside
+    words) and an NFC normalizer: golden.json of -q4 adds `tokenizers`' ids of a text with marks."""
+    from mlx_lm.models import qwen3_5_moe
+    tok = Tokenizer.from_file(os.path.join(root, "qwen3", "tokenizer.json"))
+    text = dict(HYBRID, model_type="qwen3_5_moe_text", vocab_size=tok.get_vocab_size(),
+                rope_parameters={"type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                                 "mrope_section": [1, 1, 0]})
+    cfg = {"model_type": "qwen3_5_moe", "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+           "tie_word_embeddings": False, "text_config": text}
+    q = make_hybrid(root, "qwen35moe", qwen3_5_moe, cfg, 2000)
     qtok = Tokenizer.from_file(os.path.join(q, "tokenizer.json"))
     with open(os.path.join(q, "golden.json")) as f:
         g = json.load(f)
@@ -256,10 +265,22 @@ def make_qwen35moe(root):
         json.dump(g, f)
 
 
+def make_qwen3next(root):
+    """qwen3next(-q4): Qwen3-Next (mlx-lm's qwen3_next: a flat config; in_proj_qkvz and in_proj_ba
+    fuse q, k, v, z and beta, alpha per key-head group)."""
+    from mlx_lm.models import qwen3_next
+    tok = Tokenizer.from_file(os.path.join(root, "qwen3", "tokenizer.json"))
+    cfg = dict(HYBRID, model_type="qwen3_next", architectures=["Qwen3NextForCausalLM"],
+               vocab_size=tok.get_vocab_size(), intermediate_size=128, rope_theta=10000.0,
+               partial_rotary_factor=0.25, decoder_sparse_step=1, mlp_only_layers=[])
+    make_hybrid(root, "qwen3next", qwen3_next, cfg, 3000)
+
+
 def main():
     corpus, root = sys.argv[1], sys.argv[2]
-    if "--qwen35moe-only" in sys.argv:
+    if "--hybrids-only" in sys.argv:
         make_qwen35moe(root)
+        make_qwen3next(root)
         return
     if "--quantized-only" in sys.argv:
         make_quantized(root)
@@ -302,6 +323,7 @@ def main():
     make_quantized(root)
     make_moe(root)
     make_qwen35moe(root)
+    make_qwen3next(root)
 
 
 if __name__ == "__main__":

@@ -252,9 +252,10 @@ std::string gguf_name(const std::string& hf_name, const fs::path& file, const st
   const auto lr = split_layer(n);
   if (!lr) fail(file.string(), ": tensor '", n, "' is not one this architecture has");
   const auto& [index, rest] = *lr;
-  if (arch == "qwen35moe") {
-    // Qwen3.5-MoE's Gated DeltaNet layers, its norm after attention and its shared expert, under
-    // llama.cpp's qwen35moe names (A_log and conv1d are converted as they are read: see there).
+  if (arch == "qwen35moe" || arch == "qwen3next") {
+    // The Gated DeltaNet layers, the norm after attention and the shared expert of Qwen3.5-MoE
+    // and Qwen3-Next, under llama.cpp's names (A_log and conv1d are converted as they are read,
+    // Qwen3-Next's fused in_proj_qkvz split: see there).
     static const std::map<std::string, std::string> q35 = {
         {"post_attention_layernorm.weight", "post_attention_norm.weight"},
         {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight"},
@@ -270,6 +271,10 @@ std::string gguf_name(const std::string& hf_name, const fs::path& file, const st
         {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
         {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
         {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+        // Qwen3-Next: per key-head group [q | k | v | z] rows, split at load into attn_qkv and
+        // attn_gate; and [beta | alpha], which the qwen3next graph reads fused as it is.
+        {"linear_attn.in_proj_qkvz.weight", "attn_qkvz.weight"},
+        {"linear_attn.in_proj_ba.weight", "ssm_ba.weight"},
     };
     if (const auto it = q35.find(rest); it != q35.end()) return "blk." + index + "." + it->second;
     if (rest.rfind("mlp.experts.gate_up_proj", 0) == 0 || rest.rfind("mlp.experts.down_proj", 0) == 0)
@@ -372,10 +377,10 @@ int64_t matrix_in(const std::string& gguf, const MatrixWidths& w) {
   if (rest == "ffn_down_exps.weight") return w.n_ff_exp;
   if (rest == "ffn_down_shexp.weight") return w.n_ff_shexp;
   if (rest == "ssm_out.weight") return w.ssm_value;
-  for (const char* t :
-       {"attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_gate_inp.weight",
-        "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
-        "ffn_gate_inp_shexp.weight", "attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight"})
+  for (const char* t : {"attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight", "ffn_up.weight",
+                        "ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_gate_shexp.weight",
+                        "ffn_up_shexp.weight", "ffn_gate_inp_shexp.weight", "attn_qkv.weight", "attn_gate.weight",
+                        "ssm_beta.weight", "ssm_alpha.weight", "attn_qkvz.weight", "ssm_ba.weight"})
     if (rest == t) return w.n_embd;
   return 0;
 }
@@ -565,6 +570,40 @@ TensorView stack_experts(const std::string& gguf, const std::map<int64_t, std::p
   return v;
 }
 
+// Qwen3-Next's in_proj_qkvz (GGUF name attn_qkvz): per key-head group g of hk, rows [q (dk) |
+// k (dk) | v (r·dv) | z (r·dv)], r = hv/hk. llama.cpp's converter splits it into attn_qkv
+// [every q | every k | every v] (the DeltaNet's conv input) and attn_gate [every z]: here the
+// rows (float or repacked, whole rows either way) are copied once in that order.
+std::pair<TensorView, TensorView> split_qkvz(const TensorView& t, int64_t hk, int64_t hv, int64_t dk, int64_t dv,
+                                             const fs::path& file, Owned& owned) {
+  const int64_t r = hv / hk, group = 2 * dk + 2 * r * dv, rows = t.ne[1];
+  if (t.n_dims != 2 || rows != hk * group)
+    fail(file.string(), ": tensor '", t.name, "' has ", rows, " rows, want linear_num_key_heads ", hk, " x (2 x ", dk,
+         " + 2 x ", r, " x ", dv, ") = ", hk * group);
+  const size_t row_bytes = t.nbytes / static_cast<size_t>(rows);
+  std::vector<float> buf((t.nbytes + 3) / 4);
+  auto* dst = reinterpret_cast<uint8_t*>(buf.data());
+  const auto* src = static_cast<const uint8_t*>(t.data);
+  size_t at = 0;
+  // (offset in a group, rows) of q, k, v, then z.
+  const std::pair<int64_t, int64_t> parts[] = {{0, dk}, {dk, dk}, {2 * dk, r * dv}, {2 * dk + r * dv, r * dv}};
+  for (const auto& [off, n] : parts)
+    for (int64_t g = 0; g < hk; ++g, at += static_cast<size_t>(n) * row_bytes)
+      std::memcpy(dst + at, src + static_cast<size_t>(g * group + off) * row_bytes, static_cast<size_t>(n) * row_bytes);
+  owned.converted.push_back(std::move(buf));
+  const std::string blk = t.name.substr(0, t.name.size() - std::string("attn_qkvz.weight").size());
+  TensorView qkv = t, z = t;
+  qkv.name = blk + "attn_qkv.weight";
+  qkv.ne[1] = 2 * hk * dk + hv * dv;
+  qkv.nbytes = static_cast<size_t>(qkv.ne[1]) * row_bytes;
+  qkv.data = owned.converted.back().data();
+  z.name = blk + "attn_gate.weight";
+  z.ne[1] = hv * dv;
+  z.nbytes = static_cast<size_t>(z.ne[1]) * row_bytes;
+  z.data = static_cast<const uint8_t*>(qkv.data) + qkv.nbytes;
+  return {qkv, z};
+}
+
 }  // namespace
 
 bool is_model_folder(const std::string& path) {
@@ -591,13 +630,17 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     arch = "qwen3moe";
   } else if (model_type == "qwen3_5_moe") {
     arch = "qwen35moe";
+  } else if (model_type == "qwen3_next") {
+    arch = "qwen3next";
   } else {
     fail(cfg_path.string(), ": model_type '", model_type,
-         "' is not supported for folders yet (llama, mistral, qwen3, qwen3_moe, qwen3_5_moe; convert others to GGUF)");
+         "' is not supported for folders yet (llama, mistral, qwen3, qwen3_moe, qwen3_5_moe, qwen3_next; convert ",
+         "others to GGUF)");
   }
+  const bool hybrid = arch == "qwen35moe" || arch == "qwen3next";
   // Qwen3.5 keeps its RoPE settings in rope_parameters (rope_scaling may repeat them): type
   // "default" with M-RoPE sections, which text positions make one plain rotation.
-  json rope = c.value("rope_parameters", json());
+  json rope = arch == "qwen35moe" ? c.value("rope_parameters", json()) : json();
   if (arch == "qwen35moe") {
     if (rope.is_null()) rope = c.value("rope_scaling", json());
     const std::string type = rope.is_object() ? rope.value("type", rope.value("rope_type", "default")) : "default";
@@ -641,9 +684,10 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
   kv.emplace_back(a + "rope.dimension_count", u32(n_rot));
   if (neox) kv.emplace_back("sluice.rope_neox", boolean(true));
   int64_t n_ff_exp = 0, n_ff_shexp = 0, ssm_value = 0;
+  uint64_t ssm_hk = 0, ssm_hv = 0, ssm_dk = 0, ssm_dv = 0;  // the Gated DeltaNet's heads and head dims
   if (arch == "qwen35moe") {
     // M-RoPE sections (4 as llama.cpp writes them; with text positions every section turns by
-    // the same position), the Gated DeltaNet shapes, and the shared expert.
+    // the same position).
     std::vector<int32_t> sections;
     if (rope.is_object() && rope.contains("mrope_section") && rope["mrope_section"].is_array())
       for (const auto& v : rope["mrope_section"]) sections.push_back(v.is_number_integer() ? v.get<int32_t>() : -1);
@@ -656,10 +700,12 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
            n_rot / 2, " (the rotated dims / 2)");
     sections.resize(4, 0);
     kv.emplace_back(a + "rope.dimension_sections", i32_array(sections));
-    const uint64_t hk = positive(c, "linear_num_key_heads", cfg_path),
-                   hv = positive(c, "linear_num_value_heads", cfg_path);
-    const uint64_t dk = positive(c, "linear_key_head_dim", cfg_path),
-                   dv = positive(c, "linear_value_head_dim", cfg_path);
+  }
+  if (hybrid) {  // the Gated DeltaNet shapes and the shared expert
+    const uint64_t hk = ssm_hk = positive(c, "linear_num_key_heads", cfg_path);
+    const uint64_t hv = ssm_hv = positive(c, "linear_num_value_heads", cfg_path);
+    const uint64_t dk = ssm_dk = positive(c, "linear_key_head_dim", cfg_path);
+    const uint64_t dv = ssm_dv = positive(c, "linear_value_head_dim", cfg_path);
     if (hv % hk != 0)
       fail(cfg_path.string(), ": linear_num_value_heads ", hv, " is not a multiple of linear_num_key_heads ", hk);
     if (hv * dv > (uint64_t{1} << 32) || hk * dk > (uint64_t{1} << 32))
@@ -677,7 +723,7 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     n_ff_shexp = static_cast<int64_t>(positive(c, "shared_expert_intermediate_size", cfg_path));
     kv.emplace_back(a + "expert_shared_feed_forward_length", u32(static_cast<uint64_t>(n_ff_shexp)));
   }
-  if (arch == "qwen3moe" || arch == "qwen35moe") {
+  if (arch == "qwen3moe" || hybrid) {
     // Every layer sparse, top-k weights renormalized: what llama.cpp's qwen3moe graph runs.
     n_ff_exp = static_cast<int64_t>(positive(c, "moe_intermediate_size", cfg_path));
     const uint64_t n_expert = positive(c, "num_experts", cfg_path),
@@ -742,7 +788,7 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
   // Told apart as mlx-lm tells them apart: by the conv1d's last axis.
   bool offset_norms = false;
   for (const auto& [tname, entry] : by_name)
-    if (arch == "qwen35moe" && tname.ends_with("linear_attn.conv1d.weight") && entry.first->shape.size() == 3 &&
+    if (hybrid && tname.ends_with("linear_attn.conv1d.weight") && entry.first->shape.size() == 3 &&
         entry.first->shape[2] != 1)
       offset_norms = true;
   QuantSummary summary;
@@ -848,6 +894,13 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     }
     tensors.push_back(v);
   }
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].name.ends_with("attn_qkvz.weight")) {
+      auto [qkv, z] = split_qkvz(tensors[i], static_cast<int64_t>(ssm_hk), static_cast<int64_t>(ssm_hv),
+                                 static_cast<int64_t>(ssm_dk), static_cast<int64_t>(ssm_dv), cfg_path, *owned);
+      tensors[i] = qkv;
+      tensors.push_back(z);
+    }
   for (const auto& [gguf, parts] : per_expert_parts)
     tensors.push_back(stack_experts(gguf, parts, c.value("num_experts", int64_t{0}), static_cast<int64_t>(n_embd),
                                     n_ff_exp, cfg_path, *owned));

@@ -26,7 +26,10 @@
 // them to tile instead). A transformers checkpoint (conv1d [C, 1, K]) stores its RMSNorm weights
 // as the offset from 1 and gets the 1 added, as mlx-lm's sanitize does; an mlx-lm folder
 // ([C, K, 1]) stores the multiplier. Fused experts.gate_up_proj are refused (mlx_lm.convert
-// splits them); mtp.* weights are skipped.
+// splits them); mtp.* weights are skipped. Qwen3-Next (model_type qwen3_next, a flat config)
+// is the same but for two fused projections: in_proj_qkvz, whose rows per key-head group [q | k
+// | v | z] are copied once into attn_qkv and attn_gate as llama.cpp's converter splits them,
+// and in_proj_ba, which the qwen3next graph reads fused (ssm_ba).
 //
 // MLX-quantized folders (config.json "quantization": bits, group_size, mode "affine", and
 // per-module entries keyed by module path): X.weight (uint32 codes) with X.scales and X.biases
@@ -35,7 +38,8 @@
 // and 8 bits) — and metadata sluice.folder.quantization says what was done. A module the config
 // does not name takes the default, or the format its shapes give (as mlx-lm infers it); every
 // shape and dtype is checked against the config's dimensions. What is not supported yet is
-// refused by name: architectures other than llama / mistral / qwen3 / qwen3_moe / qwen3_5_moe, quantization modes other
+// refused by name: architectures other than llama / mistral / qwen3 / qwen3_moe / qwen3_5_moe / qwen3_next,
+// quantization modes other
 // than affine and non-MLX quantization_config (quant_method), quantized norms, rope_scaling,
 // tokenizers that are not byte-level BPE.
 #pragma once

@@ -1,6 +1,6 @@
 // tests/fuzz/model_folder_seeds: writes model_folder_libfuzzer's seed corpus into the folder it
 // is given: the MLX-quantized test folders (tests/data/hf: 4-bit llama and qwen3, 4-bit
-// qwen3-moe with stacked experts, 4-bit qwen3.5-moe with Gated DeltaNet layers, mixed 4/8-bit
+// qwen3-moe with stacked experts, 4-bit qwen3.5-moe and qwen3-next with Gated DeltaNet layers, mixed 4/8-bit
 // llama), each as the target's input layout.
 #include <cstdint>
 #include <cstdio>
@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string out = argv[1];
-  for (const char* name : {"llama-q4", "qwen3-q4", "qwen3moe-q4", "qwen35moe-q4", "llama-mixed"}) {
+  for (const char* name : {"llama-q4", "qwen3-q4", "qwen3moe-q4", "qwen35moe-q4", "qwen3next-q4", "llama-mixed"}) {
     const std::string dir = std::string(SLUICE_SOURCE_DIR) + "/tests/data/hf/" + name;
     const std::string cfg = slurp(dir + "/config.json"), tok = slurp(dir + "/tokenizer.json");
     const std::string st = slurp(dir + "/model.safetensors");

@@ -104,9 +104,9 @@ TEST_P(HfFolder, MatchesMlxLm) {
     m->mutable_hparams().rope_mode = RopeMode::normal;  // as a GGUF llama would run: wrong for HF's layout
   } else if (arch == "qwen3moe") {
     m->mutable_hparams().moe.norm_weights = false;  // the top-2 weights as softmax left them
-  } else if (arch == "qwen35moe") {
+  } else if (arch == "qwen35moe" || arch == "qwen3next") {
     // Value heads tiled over the key heads (h % H_k, llama.cpp's order after its converter
-    // reorders them) instead of grouped (h / (H_v/H_k), the folder's order).
+    // reorders Qwen3.5's) instead of grouped (h / (H_v/H_k), the folder's order).
     auto dn = std::make_shared<DeltaNetHparams>(m->hparams().ext_as<DeltaNetHparams>());
     EXPECT_TRUE(dn->grouped_heads);
     dn->grouped_heads = false;
@@ -117,7 +117,7 @@ TEST_P(HfFolder, MatchesMlxLm) {
   EXPECT_GT(max_logit_diff(*m, *be, g), 0.05) << arch << ": the negative control passes the golden";
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, HfFolder, ::testing::Values("llama", "qwen3", "qwen3moe", "qwen35moe"));
+INSTANTIATE_TEST_SUITE_P(Archs, HfFolder, ::testing::Values("llama", "qwen3", "qwen3moe", "qwen35moe", "qwen3next"));
 
 // A copy of a folder with one file changed: each breakage is refused by name.
 std::string broken_folder(const std::string& name, const std::function<void(const fs::path&)>& edit,
@@ -421,6 +421,10 @@ INSTANTIATE_TEST_SUITE_P(
         QuantCase{"qwen35moe-q4",
                   "qwen35moe",
                   {"4-bit g64 bf16 → q4_1 (exact): 37 tensors", "8-bit g64 bf16 → f32 (dequantized): 8 tensors"}},
+        // The fused in_proj_qkvz split after the repack (whole Q4_1 rows), in_proj_ba kept fused.
+        QuantCase{"qwen3next-q4",
+                  "qwen3next",
+                  {"4-bit g64 bf16 → q4_1 (exact): 31 tensors", "8-bit g64 bf16 → f32 (dequantized): 8 tensors"}},
         QuantCase{"llama-mixed",
                   "llama",
                   {"2-bit g32 bf16 → q4_1 (exact): 1 tensor", "3-bit g32 bf16 → q4_1 (exact): 9 tensors",
