@@ -265,6 +265,67 @@ def make_qwen35moe(root):
         json.dump(g, f)
 
 
+def make_qwen35moe_hf(root):
+    """qwen35moe-hf: a Qwen3.5-MoE folder as transformers writes it (no mlx-lm on the way): keys
+    under model.language_model., experts fused as experts.gate_up_proj [E, 2·width, hidden] and
+    experts.down_proj, conv1d [C, 1, K], RMSNorm weights (not the DeltaNet's gated one) stored as
+    the offset from 1. Norms are 1 + k/128 for small integers k, so that w - 1 and mlx-lm's
+    bf16 (w - 1) + 1 are both exact and its sanitize gives the weights back bit for bit. Golden:
+    MLX-LM loading this folder (its sanitize undoes every one of these)."""
+    import shutil
+    import mlx.utils
+    from mlx_lm.models import qwen3_5_moe
+    src, out = os.path.join(root, "qwen35moe"), os.path.join(root, "qwen35moe-hf")
+    os.makedirs(out, exist_ok=True)
+    for f in ["config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"]:
+        shutil.copy(os.path.join(src, f), os.path.join(out, f))
+    with open(os.path.join(out, "config.json")) as f:
+        cfg = json.load(f)
+    tok = Tokenizer.from_file(os.path.join(out, "tokenizer.json"))
+    ids = tok.encode(TEXT).ids
+    offset_norms = (".input_layernorm.weight", ".post_attention_layernorm.weight", "model.norm.weight",
+                    ".q_norm.weight", ".k_norm.weight")
+    for seed in range(4000, 4100):
+        mx.random.seed(seed)
+        model = qwen3_5_moe.Model(qwen3_5_moe.ModelArgs.from_dict(cfg))
+        mlx_w = {}
+        for k, v in dict(mlx.utils.tree_flatten(model.parameters())).items():
+            if k.endswith("A_log") or k.endswith("dt_bias"):
+                mlx_w[k] = v.astype(mx.float32)
+                continue
+            if k.endswith("norm.weight"):
+                v = 1.0 + mx.round(0.1 * 128 * mx.random.normal(v.shape)) / 128
+            elif k.endswith("mlp.gate.weight"):
+                v = 0.15 * mx.random.normal(v.shape)
+            elif k.endswith("conv1d.weight"):
+                v = 0.3 * mx.random.normal(v.shape)
+            else:
+                v = 0.08 * mx.random.normal(v.shape)
+            mlx_w[k] = v.astype(mx.bfloat16)
+        hf = {}
+        for k, v in mlx_w.items():
+            n = k.replace("language_model.model.", "model.language_model.").replace("language_model.lm_head", "lm_head")
+            if n.endswith("conv1d.weight"):
+                v = v.moveaxis(2, 1)  # [C, K, 1] -> [C, 1, K]
+            elif any(n.endswith(sfx) for sfx in offset_norms):
+                v = v - 1.0
+            if ".mlp.switch_mlp.gate_proj.weight" in n:
+                up = mlx_w[k.replace("gate_proj", "up_proj")]
+                hf[n.replace("switch_mlp.gate_proj.weight", "experts.gate_up_proj")] = mx.concatenate([v, up], axis=1)
+            elif ".mlp.switch_mlp.down_proj.weight" in n:
+                hf[n.replace("switch_mlp.down_proj.weight", "experts.down_proj")] = v
+            elif ".mlp.switch_mlp.up_proj.weight" not in n:
+                hf[n] = v
+        mx.save_safetensors(os.path.join(out, "model.safetensors"), hf, metadata={"format": "pt"})
+        m, _ = load(out)
+        m.set_dtype(mx.float32)
+        if min(greedy_margins(m, ids)[1]) >= 0.02:
+            break
+    else:
+        sys.exit("make_qwen35moe_hf: no seed in 4000..4099 gives greedy gaps >= 0.02")
+    print("qwen35moe-hf seed", seed, "greedy", write_golden(out, tok, m))
+
+
 def make_qwen3next(root):
     """qwen3next(-q4): Qwen3-Next (mlx-lm's qwen3_next: a flat config; in_proj_qkvz and in_proj_ba
     fuse q, k, v, z and beta, alpha per key-head group)."""
@@ -280,6 +341,7 @@ def main():
     corpus, root = sys.argv[1], sys.argv[2]
     if "--hybrids-only" in sys.argv:
         make_qwen35moe(root)
+        make_qwen35moe_hf(root)
         make_qwen3next(root)
         return
     if "--quantized-only" in sys.argv:
@@ -323,6 +385,7 @@ def main():
     make_quantized(root)
     make_moe(root)
     make_qwen35moe(root)
+    make_qwen35moe_hf(root)
     make_qwen3next(root)
 
 

@@ -277,9 +277,10 @@ std::string gguf_name(const std::string& hf_name, const fs::path& file, const st
         {"linear_attn.in_proj_ba.weight", "ssm_ba.weight"},
     };
     if (const auto it = q35.find(rest); it != q35.end()) return "blk." + index + "." + it->second;
-    if (rest.rfind("mlp.experts.gate_up_proj", 0) == 0 || rest.rfind("mlp.experts.down_proj", 0) == 0)
-      fail(file.string(), ": tensor '", n, "': Qwen3.5's fused expert tensors (experts.gate_up_proj) are not ",
-           "supported yet; mlx_lm.convert splits and stacks them (switch_mlp)");
+    // Qwen3.5-MoE as transformers writes it: the experts stacked, gate and up fused
+    // ([E, 2·n_ff_exp, n_embd], gate rows first: split at load) and down ([E, n_embd, n_ff_exp]).
+    if (arch == "qwen35moe" && rest == "mlp.experts.gate_up_proj") return "blk." + index + ".ffn_gate_up_exps.weight";
+    if (arch == "qwen35moe" && rest == "mlp.experts.down_proj") return "blk." + index + ".ffn_down_exps.weight";
   }
   static const std::map<std::string, std::string> names = {
       {"input_layernorm.weight", "attn_norm.weight"},
@@ -568,6 +569,34 @@ TensorView stack_experts(const std::string& gguf, const std::map<int64_t, std::p
   owned.converted.push_back(std::move(stacked));
   v.data = owned.converted.back().data();
   return v;
+}
+
+// transformers' fused Qwen3.5-MoE experts (GGUF name ffn_gate_up_exps, [in, 2·n_ff_exp, E]):
+// each expert's first n_ff_exp rows are its gate, the next its up; copied once into the two
+// stacked tensors.
+std::pair<TensorView, TensorView> split_gate_up(const TensorView& t, int64_t n_ff_exp, const fs::path& file,
+                                                Owned& owned) {
+  if (t.n_dims != 3 || t.ne[1] != 2 * n_ff_exp)
+    fail(file.string(), ": tensor '", t.name, "' has ", t.ne[1], " rows per expert, want 2 x moe_intermediate_size ",
+         n_ff_exp);
+  const int64_t E = t.ne[2];
+  const size_t half = t.nbytes / static_cast<size_t>(2 * E);  // one expert's gate (or up) rows
+  std::vector<float> buf((t.nbytes + 3) / 4);
+  auto* dst = reinterpret_cast<uint8_t*>(buf.data());
+  const auto* src = static_cast<const uint8_t*>(t.data);
+  for (int64_t e = 0; e < E; ++e)
+    for (int h = 0; h < 2; ++h)  // gate to the first E·half bytes, up to the rest
+      std::memcpy(dst + (static_cast<size_t>(h * E + e)) * half, src + static_cast<size_t>(2 * e + h) * half, half);
+  owned.converted.push_back(std::move(buf));
+  const std::string blk = t.name.substr(0, t.name.size() - std::string("ffn_gate_up_exps.weight").size());
+  TensorView gate = t, up = t;
+  gate.name = blk + "ffn_gate_exps.weight";
+  up.name = blk + "ffn_up_exps.weight";
+  gate.ne[1] = up.ne[1] = n_ff_exp;
+  gate.nbytes = up.nbytes = t.nbytes / 2;
+  gate.data = owned.converted.back().data();
+  up.data = static_cast<const uint8_t*>(gate.data) + gate.nbytes;
+  return {gate, up};
 }
 
 // Qwen3-Next's in_proj_qkvz (GGUF name attn_qkvz): per key-head group g of hk, rows [q (dk) |
@@ -895,7 +924,11 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     tensors.push_back(v);
   }
   for (size_t i = 0; i < tensors.size(); ++i)
-    if (tensors[i].name.ends_with("attn_qkvz.weight")) {
+    if (tensors[i].name.ends_with("ffn_gate_up_exps.weight")) {
+      auto [gate, up] = split_gate_up(tensors[i], n_ff_exp, cfg_path, *owned);
+      tensors[i] = gate;
+      tensors.push_back(up);
+    } else if (tensors[i].name.ends_with("attn_qkvz.weight")) {
       auto [qkv, z] = split_qkvz(tensors[i], static_cast<int64_t>(ssm_hk), static_cast<int64_t>(ssm_hv),
                                  static_cast<int64_t>(ssm_dk), static_cast<int64_t>(ssm_dv), cfg_path, *owned);
       tensors[i] = qkv;

@@ -25,8 +25,9 @@
 // heads stay in HF's key-head groups (sluice.ssm_grouped_heads: llama.cpp's converter reorders
 // them to tile instead). A transformers checkpoint (conv1d [C, 1, K]) stores its RMSNorm weights
 // as the offset from 1 and gets the 1 added, as mlx-lm's sanitize does; an mlx-lm folder
-// ([C, K, 1]) stores the multiplier. Fused experts.gate_up_proj are refused (mlx_lm.convert
-// splits them); mtp.* weights are skipped. Qwen3-Next (model_type qwen3_next, a flat config)
+// ([C, K, 1]) stores the multiplier. transformers' fused experts.gate_up_proj [E, 2·n_ff_exp,
+// n_embd] is copied once into the stacked gate and up (experts.down_proj maps in place); mtp.*
+// weights are skipped. Qwen3-Next (model_type qwen3_next, a flat config)
 // is the same but for two fused projections: in_proj_qkvz, whose rows per key-head group [q | k
 // | v | z] are copied once into attn_qkv and attn_gate as llama.cpp's converter splits them,
 // and in_proj_ba, which the qwen3next graph reads fused (ssm_ba).

@@ -279,6 +279,34 @@ TEST(HfFolder, Qwen35HfLayoutAddsOneToItsNorms) {
   EXPECT_EQ(values(*mlx, "blk.1.ssm_conv1d.weight"), values(*raw, "blk.1.ssm_conv1d.weight"));
 }
 
+// Qwen3.5-MoE as transformers writes it (tests/data/hf/qwen35moe-hf: model.language_model.
+// keys, fused experts.gate_up_proj, conv1d [C, 1, K], RMSNorm weights as the offset from 1),
+// against MLX-LM loading the same folder (its sanitize undoes each of these).
+TEST(HfFolder, Qwen35TransformersLayoutMatchesMlxLm) {
+  const nlohmann::json g = golden("qwen35moe-hf");
+  auto m = Model::load(folder("qwen35moe-hf"));
+  EXPECT_EQ(m->hparams().arch, "qwen35moe");
+  for (const char* backend : {"ref", "cpu"}) {
+    auto be = make_backend(backend, 2);
+    EXPECT_LT(max_logit_diff(*m, *be, g), 2e-3) << backend;
+    EXPECT_EQ(greedy(*m, *be, g["ids"].get<std::vector<int32_t>>(), 16), g["greedy"].get<std::vector<int32_t>>())
+        << backend;
+  }
+  // Negative control: the conv1d shaped as mlx-lm saves it ([C, K, 1], the same bytes), so the
+  // norms are taken as multipliers and miss their 1.
+  const std::string as_mlx = broken_folder(
+      "qwen35_hf_as_mlx",
+      [](const fs::path& d) {
+        edit_st_header(d / "model.safetensors", [](auto& h) {
+          for (auto& [name, v] : h.items())
+            if (name.ends_with("conv1d.weight")) v["shape"] = {v["shape"][0], v["shape"][2], 1};
+        });
+      },
+      "qwen35moe-hf");
+  auto be = make_backend("ref", 2);
+  EXPECT_GT(max_logit_diff(*Model::load(as_mlx), *be, g), 0.05);
+}
+
 TEST(HfFolderErrors, Qwen35RefusedByName) {
   auto text_config = [](std::function<void(nlohmann::json&)> f) {
     return [f](const fs::path& d) { edit_json(d / "config.json", [&](auto& j) { f(j["text_config"]); }); };
@@ -291,9 +319,9 @@ TEST(HfFolderErrors, Qwen35RefusedByName) {
       {"mrope_section [1,2,0] must be at most 4 sizes summing to 2", text_config([](auto& c) {
          c["rope_parameters"]["mrope_section"] = {1, 2, 0};
        })},
-      {"experts.gate_up_proj) are not supported yet",
+      {"has 32 rows per expert, want 2 x moe_intermediate_size 32",
        [](const fs::path& d) {
-         edit_st_header(d / "model.safetensors", [](auto& h) {
+         edit_st_header(d / "model.safetensors", [](auto& h) {  // a stacked gate given as fused gate_up
            const std::string from = "language_model.model.layers.0.mlp.switch_mlp.gate_proj.weight";
            h["language_model.model.layers.0.mlp.experts.gate_up_proj"] = h[from];
            h.erase(from);
