@@ -121,68 +121,25 @@ def make_quantized(root):
 
 
 def make_moe(root):
-    """qwen3moe: a Qwen3-MoE folder (every layer sparse, 8 experts, top 2, renormalized) with the
-    qwen3 folder's tokenizer, random bf16 weights through mlx-lm's own class (the experts stacked
-    as switch_mlp, as mlx-lm keeps them), and qwen3moe-q4: mlx_lm.convert at 4 bits g64 with the
-    model's own quant_predicate (the router mlp.gate at 8 bits)."""
-    import shutil
-    import mlx.utils
-    from mlx_lm.convert import convert
+    """qwen3moe(-q4): a Qwen3-MoE folder (every layer sparse, 8 experts, top 2, renormalized; the
+    router mlp.gate at 8 bits in -q4), through make_moe_folder."""
     from mlx_lm.models import qwen3_moe
-    src, out = os.path.join(root, "qwen3"), os.path.join(root, "qwen3moe")
-    os.makedirs(out, exist_ok=True)
-    for f in ["tokenizer.json", "tokenizer_config.json", "generation_config.json"]:
-        shutil.copy(os.path.join(src, f), os.path.join(out, f))
-    tok = Tokenizer.from_file(os.path.join(out, "tokenizer.json"))
+    tok = Tokenizer.from_file(os.path.join(root, "qwen3", "tokenizer.json"))
     cfg = config_for("qwen3", tok.get_vocab_size())
     cfg.update({"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 8,
                 "num_experts_per_tok": 2, "moe_intermediate_size": 64, "decoder_sparse_step": 1,
                 "mlp_only_layers": [], "norm_topk_prob": True})
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-    q = os.path.join(root, "qwen3moe-q4")
-    ids = tok.encode(TEXT).ids
-    # Tiny random models have near-ties that float rounding flips: the first seed whose greedy
-    # steps (float and 4-bit folder) all have a top1 - top2 gap of at least 0.02.
-    for seed in range(1002, 1100):
-        mx.random.seed(seed)
-        model = qwen3_moe.Model(qwen3_moe.ModelArgs.from_dict(cfg))
-        weights = {}
-        for k, v in dict(mlx.utils.tree_flatten(model.parameters())).items():
-            if k.endswith("norm.weight"):
-                v = 1.0 + 0.1 * mx.random.normal(v.shape)
-            elif k.endswith("mlp.gate.weight"):  # router logits of std ~1: spread, token-driven choices
-                v = 0.15 * mx.random.normal(v.shape)
-            else:
-                v = 0.08 * mx.random.normal(v.shape)
-            weights[k] = v.astype(mx.bfloat16)
-        mx.save_safetensors(os.path.join(out, "model.safetensors"), weights, metadata={"format": "pt"})
-        m, _ = load(out)
-        m.set_dtype(mx.float32)
-        if min(greedy_margins(m, ids)[1]) < 0.02:
-            continue
-        shutil.rmtree(q, ignore_errors=True)
-        convert(out, q, quantize=True, q_bits=4, q_group_size=64)
-        mq, _ = load(q)
-        mq.set_dtype(mx.float32)
-        if min(greedy_margins(mq, ids)[1]) >= 0.02:
-            break
-    else:
-        sys.exit("make_moe: no seed in 1002..1099 gives greedy gaps >= 0.02")
-    print("qwen3moe seed", seed, "greedy", write_golden(out, tok, m))
-    for junk in ["README.md", "model.safetensors.index.json"]:
-        if os.path.exists(os.path.join(q, junk)):
-            os.remove(os.path.join(q, junk))
-    print("qwen3moe-q4 greedy", write_golden(q, tok, mq))
+    make_moe_folder(root, "qwen3moe", qwen3_moe, cfg, 1002)
 
 
-def make_hybrid(root, name, module, cfg, seed0):
-    """A hybrid (Gated DeltaNet + gated attention) MoE folder `name` from mlx-lm's class `module`
-    with the qwen3 folder's tokenizer and random bf16 weights (A_log and dt_bias as initialized,
-    f32, as mlx-lm's cast_predicate keeps A_log), stored as mlx-lm keeps them (conv1d [C, K, 1],
-    RMSNorm weights as the multiplier, experts stacked); and name-q4: mlx_lm.convert at 4 bits
-    g64 with the model's own quant_predicate. The seed: the first from seed0 whose greedy gaps,
-    float and 4-bit, are all >= 0.02."""
+def make_moe_folder(root, name, module, cfg, seed0):
+    """A MoE folder `name` from mlx-lm's class `module` with the qwen3 folder's tokenizer and random
+    bf16 weights (router weights of std 0.15: spread, token-driven choices; a hybrid's A_log and
+    dt_bias as initialized, f32, as mlx-lm's cast_predicate keeps A_log), stored as mlx-lm keeps
+    them (experts stacked as switch_mlp, conv1d [C, K, 1], RMSNorm weights as the multiplier); and
+    name-q4: mlx_lm.convert at 4 bits g64 with the model's own quant_predicate. Tiny random
+    models have near-ties that float rounding flips: the seed is the first from seed0 whose
+    greedy steps, float and 4-bit, all have a top1 - top2 gap of at least 0.02."""
     import shutil
     import mlx.utils
     from mlx_lm.convert import convert
@@ -223,7 +180,7 @@ def make_hybrid(root, name, module, cfg, seed0):
         if min(greedy_margins(mq, ids)[1]) >= 0.02:
             break
     else:
-        sys.exit(f"make_hybrid {name}: no seed in {seed0}..{seed0 + 99} gives greedy gaps >= 0.02")
+        sys.exit(f"make_moe_folder {name}: no seed in {seed0}..{seed0 + 99} gives greedy gaps >= 0.02")
     print(name, "seed", seed, "greedy", write_golden(out, tok, m))
     for junk in ["README.md", "model.safetensors.index.json"]:
         if os.path.exists(os.path.join(q, junk)):
@@ -255,7 +212,7 @@ def make_qwen35moe(root):
                                  "mrope_section": [1, 1, 0]})
     cfg = {"model_type": "qwen3_5_moe", "architectures": ["Qwen3_5MoeForConditionalGeneration"],
            "tie_word_embeddings": False, "text_config": text}
-    q = make_hybrid(root, "qwen35moe", qwen3_5_moe, cfg, 2000)
+    q = make_moe_folder(root, "qwen35moe", qwen3_5_moe, cfg, 2000)
     qtok = Tokenizer.from_file(os.path.join(q, "tokenizer.json"))
     with open(os.path.join(q, "golden.json")) as f:
         g = json.load(f)
@@ -334,7 +291,7 @@ def make_qwen3next(root):
     cfg = dict(HYBRID, model_type="qwen3_next", architectures=["Qwen3NextForCausalLM"],
                vocab_size=tok.get_vocab_size(), intermediate_size=128, rope_theta=10000.0,
                partial_rotary_factor=0.25, decoder_sparse_step=1, mlp_only_layers=[])
-    make_hybrid(root, "qwen3next", qwen3_next, cfg, 3000)
+    make_moe_folder(root, "qwen3next", qwen3_next, cfg, 3000)
 
 
 def main():

@@ -130,6 +130,22 @@ std::string broken_folder(const std::string& name, const std::function<void(cons
   return dir.string();
 }
 
+// Each (message, edit) case: the folder `from` with the edit applied must be refused by an
+// Error whose text holds the message.
+using FolderEdit = std::pair<std::string, std::function<void(const fs::path&)>>;
+template <size_t N>
+void expect_refused(const FolderEdit (&cases)[N], const std::string& tag, const std::string& from = "llama") {
+  for (const auto& [want, edit] : cases) {
+    const std::string dir = broken_folder(tag + std::to_string(&want - &cases[0].first), edit, from);
+    try {
+      Model::load(dir);
+      ADD_FAILURE() << "accepted a folder that should fail with: " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
 void edit_json(const fs::path& p, const std::function<void(nlohmann::json&)>& f) {
   nlohmann::json j;
   {
@@ -167,15 +183,7 @@ TEST(HfFolderErrors, RefusedByName) {
          edit_json(d / "tokenizer.json", [](auto& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; });
        }},
   };
-  for (const auto& [want, edit] : cases) {
-    const std::string dir = broken_folder(std::to_string(&want - &cases[0].first), edit);
-    try {
-      Model::load(dir);
-      ADD_FAILURE() << "accepted a folder that should fail with: " << want;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-    }
-  }
+  expect_refused(cases, "");
 }
 
 // Rewrites a folder's model.safetensors header (the data bytes kept).
@@ -328,15 +336,7 @@ TEST(HfFolderErrors, Qwen35RefusedByName) {
          });
        }},
   };
-  for (const auto& [want, edit] : cases) {
-    const std::string dir = broken_folder("q35_err" + std::to_string(&want - &cases[0].first), edit, "qwen35moe");
-    try {
-      Model::load(dir);
-      ADD_FAILURE() << "accepted a folder that should fail with: " << want;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-    }
-  }
+  expect_refused(cases, "q35_err", "qwen35moe");
 }
 
 TEST(HfFolderErrors, PerExpertLayoutRefusedByName) {
@@ -361,15 +361,7 @@ TEST(HfFolderErrors, PerExpertLayoutRefusedByName) {
                                                              {"data_offsets", {0, 0}}};
        })},
   };
-  for (const auto& [want, edit] : cases) {
-    const std::string dir = broken_folder("per_expert_err" + std::to_string(&want - &cases[0].first), edit, "qwen3moe");
-    try {
-      Model::load(dir);
-      ADD_FAILURE() << "accepted a folder that should fail with: " << want;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-    }
-  }
+  expect_refused(cases, "per_expert_err", "qwen3moe");
 }
 
 // The CLI takes a folder where it takes a GGUF file.
