@@ -132,6 +132,28 @@ def make_moe(root):
     make_moe_folder(root, "qwen3moe", qwen3_moe, cfg, 1002)
 
 
+def random_weights(model, norm):
+    """The model's parameters drawn again, as bf16: RMSNorm weights by norm(shape) (near 1), router
+    weights of std 0.15 (spread, token-driven choices), conv1d 0.3, the rest 0.08; a hybrid's A_log
+    and dt_bias as initialized (decays of a sensible range), f32 as mlx-lm keeps A_log."""
+    import mlx.utils
+    weights = {}
+    for k, v in dict(mlx.utils.tree_flatten(model.parameters())).items():
+        if k.endswith("A_log") or k.endswith("dt_bias"):
+            weights[k] = v.astype(mx.float32)
+            continue
+        if k.endswith("norm.weight"):
+            v = norm(v.shape)
+        elif k.endswith("mlp.gate.weight"):
+            v = 0.15 * mx.random.normal(v.shape)
+        elif k.endswith("conv1d.weight"):
+            v = 0.3 * mx.random.normal(v.shape)
+        else:
+            v = 0.08 * mx.random.normal(v.shape)
+        weights[k] = v.astype(mx.bfloat16)
+    return weights
+
+
 def make_moe_folder(root, name, module, cfg, seed0):
     """A MoE folder `name` from mlx-lm's class `module` with the qwen3 folder's tokenizer and random
     bf16 weights (router weights of std 0.15: spread, token-driven choices; a hybrid's A_log and
@@ -141,7 +163,6 @@ def make_moe_folder(root, name, module, cfg, seed0):
     models have near-ties that float rounding flips: the seed is the first from seed0 whose
     greedy steps, float and 4-bit, all have a top1 - top2 gap of at least 0.02."""
     import shutil
-    import mlx.utils
     from mlx_lm.convert import convert
     src, out, q = os.path.join(root, "qwen3"), os.path.join(root, name), os.path.join(root, name + "-q4")
     os.makedirs(out, exist_ok=True)
@@ -154,20 +175,7 @@ def make_moe_folder(root, name, module, cfg, seed0):
     for seed in range(seed0, seed0 + 100):
         mx.random.seed(seed)
         model = module.Model(module.ModelArgs.from_dict(cfg))
-        weights = {}
-        for k, v in dict(mlx.utils.tree_flatten(model.parameters())).items():
-            if k.endswith("A_log") or k.endswith("dt_bias"):
-                weights[k] = v.astype(mx.float32)  # as initialized: decays of a sensible range
-                continue
-            if k.endswith("norm.weight"):
-                v = 1.0 + 0.1 * mx.random.normal(v.shape)
-            elif k.endswith("mlp.gate.weight"):
-                v = 0.15 * mx.random.normal(v.shape)
-            elif k.endswith("conv1d.weight"):
-                v = 0.3 * mx.random.normal(v.shape)
-            else:
-                v = 0.08 * mx.random.normal(v.shape)
-            weights[k] = v.astype(mx.bfloat16)
+        weights = random_weights(model, lambda shape: 1.0 + 0.1 * mx.random.normal(shape))
         mx.save_safetensors(os.path.join(out, "model.safetensors"), weights, metadata={"format": "pt"})
         m, _ = load(out)
         m.set_dtype(mx.float32)
@@ -230,7 +238,6 @@ def make_qwen35moe_hf(root):
     bf16 (w - 1) + 1 are both exact and its sanitize gives the weights back bit for bit. Golden:
     MLX-LM loading this folder (its sanitize undoes every one of these)."""
     import shutil
-    import mlx.utils
     from mlx_lm.models import qwen3_5_moe
     src, out = os.path.join(root, "qwen35moe"), os.path.join(root, "qwen35moe-hf")
     os.makedirs(out, exist_ok=True)
@@ -245,20 +252,7 @@ def make_qwen35moe_hf(root):
     for seed in range(4000, 4100):
         mx.random.seed(seed)
         model = qwen3_5_moe.Model(qwen3_5_moe.ModelArgs.from_dict(cfg))
-        mlx_w = {}
-        for k, v in dict(mlx.utils.tree_flatten(model.parameters())).items():
-            if k.endswith("A_log") or k.endswith("dt_bias"):
-                mlx_w[k] = v.astype(mx.float32)
-                continue
-            if k.endswith("norm.weight"):
-                v = 1.0 + mx.round(0.1 * 128 * mx.random.normal(v.shape)) / 128
-            elif k.endswith("mlp.gate.weight"):
-                v = 0.15 * mx.random.normal(v.shape)
-            elif k.endswith("conv1d.weight"):
-                v = 0.3 * mx.random.normal(v.shape)
-            else:
-                v = 0.08 * mx.random.normal(v.shape)
-            mlx_w[k] = v.astype(mx.bfloat16)
+        mlx_w = random_weights(model, lambda shape: 1.0 + mx.round(0.1 * 128 * mx.random.normal(shape)) / 128)
         hf = {}
         for k, v in mlx_w.items():
             n = k.replace("language_model.model.", "model.language_model.").replace("language_model.lm_head", "lm_head")

@@ -76,6 +76,16 @@ std::vector<int32_t> greedy(const Model& m, Backend& be, const std::vector<int32
   return out;
 }
 
+// m's logits within 2e-3 of the golden's and its 16 greedy tokens the same, on each backend.
+void expect_golden(const Model& m, const nlohmann::json& g, std::initializer_list<const char*> backends) {
+  for (const char* backend : backends) {
+    auto be = make_backend(backend, 2);
+    EXPECT_LT(max_logit_diff(m, *be, g), 2e-3) << backend;
+    EXPECT_EQ(greedy(m, *be, g["ids"].get<std::vector<int32_t>>(), 16), g["greedy"].get<std::vector<int32_t>>())
+        << backend;
+  }
+}
+
 class HfFolder : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HfFolder, MatchesMlxLm) {
@@ -186,7 +196,7 @@ TEST(HfFolderErrors, RefusedByName) {
   expect_refused(cases, "");
 }
 
-// Rewrites a folder's model.safetensors header (the data bytes kept).
+// Rewrites a safetensors file's header (the data bytes kept).
 void edit_st_header(const fs::path& p, const std::function<void(nlohmann::json&)>& f) {
   std::ifstream in(p, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), {});
@@ -235,12 +245,7 @@ TEST(HfFolder, PerExpertLayoutMatchesTheStackedGolden) {
       },
       "qwen3moe");
   auto m = Model::load(dir);
-  for (const char* backend : {"ref", "cpu"}) {
-    auto be = make_backend(backend, 2);
-    EXPECT_LT(max_logit_diff(*m, *be, g), 2e-3) << backend;
-    EXPECT_EQ(greedy(*m, *be, g["ids"].get<std::vector<int32_t>>(), 16), g["greedy"].get<std::vector<int32_t>>())
-        << backend;
-  }
+  expect_golden(*m, g, {"ref", "cpu"});
   // Negative control: experts stacked in another order (expert e given e + 1's matrices).
   const std::string rotated = broken_folder(
       "per_expert_rotated",
@@ -294,12 +299,7 @@ TEST(HfFolder, Qwen35TransformersLayoutMatchesMlxLm) {
   const nlohmann::json g = golden("qwen35moe-hf");
   auto m = Model::load(folder("qwen35moe-hf"));
   EXPECT_EQ(m->hparams().arch, "qwen35moe");
-  for (const char* backend : {"ref", "cpu"}) {
-    auto be = make_backend(backend, 2);
-    EXPECT_LT(max_logit_diff(*m, *be, g), 2e-3) << backend;
-    EXPECT_EQ(greedy(*m, *be, g["ids"].get<std::vector<int32_t>>(), 16), g["greedy"].get<std::vector<int32_t>>())
-        << backend;
-  }
+  expect_golden(*m, g, {"ref", "cpu"});
   // Negative control: the conv1d shaped as mlx-lm saves it ([C, K, 1], the same bytes), so the
   // norms are taken as multipliers and miss their 1.
   const std::string as_mlx = broken_folder(
@@ -589,19 +589,7 @@ TEST(HfLora, BrokenAdaptersAreRefusedByName) {
   // Rewrites adapters.safetensors with its header entries edited (data bytes kept; entries are
   // renamed, not copied: the reader refuses two entries over the same bytes).
   auto st = [](std::function<void(nlohmann::json&)> f) {
-    return [f](const fs::path& d) {
-      const fs::path p = d / "adapters.safetensors";
-      std::ifstream in(p, std::ios::binary);
-      std::string bytes((std::istreambuf_iterator<char>(in)), {});
-      uint64_t n = 0;
-      std::memcpy(&n, bytes.data(), 8);
-      nlohmann::json h = nlohmann::json::parse(bytes.substr(8, n));
-      f(h);
-      std::string hs = h.dump();
-      const uint64_t m = hs.size();
-      std::ofstream(p, std::ios::binary) << std::string(reinterpret_cast<const char*>(&m), 8) << hs
-                                         << bytes.substr(8 + n);
-    };
+    return [f](const fs::path& d) { edit_st_header(d / "adapters.safetensors", f); };
   };
   const std::pair<std::string, std::function<void(const fs::path&)>> cases[] = {
       {"fine_tune_type 'dora' is not supported", cfg([](auto& j) { j["fine_tune_type"] = "dora"; })},
