@@ -17,10 +17,6 @@ struct TensorView {
   int64_t ne[4] = {1, 1, 1, 1};
   const void* data = nullptr;  // first byte of the tensor, rows contiguous
   size_t nbytes = 0;
-  // The weights' own reference multiplies them by float activations (MLX checkpoints): a
-  // backend keeps its float path where an int8-activation path is its choice, not the format's
-  // (the cpu backend's Q4_1/Q5_0/Q5_1: CpuBackendOptions::q8_legacy_types).
-  bool float_activations = false;
 
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }

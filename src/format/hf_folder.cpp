@@ -494,7 +494,6 @@ TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTens
                                     reinterpret_cast<uint8_t*>(blocks.data()) + static_cast<size_t>(r) * row_bytes);
     if (exact) {
       v.type = *type;
-      v.float_activations = true;  // MLX multiplies them in float (TensorView)
       v.nbytes = row_bytes * static_cast<size_t>(rows);
       owned.converted.push_back(std::move(blocks));
       how = std::string(dtype_name(*type)) + " (exact)";

@@ -389,11 +389,13 @@ void PrintTo(const QuantCase& q, std::ostream* os) { *os << q.dir; }  // test na
 
 class HfQuantFolder : public ::testing::TestWithParam<QuantCase> {};
 
-// The tolerance is the float folders' (2e-3): the repacked Q4_1/Q5_1 blocks and the float32
-// dequantized widths give exactly the weights MLX's float32 quantized_matmul uses, so only the
-// float order of the sums differs. The cpu backend multiplies these Q4_1/Q5_1 weights in float
-// (TensorView::float_activations), not with the int8 activations it uses for a GGUF's: those
-// would miss MLX by 0.03-0.05 here, 0.66 on qwen3moe-q4 (rounding MLX never does).
+// The tolerance is the float folders' (2e-3) on ref and cpu-exact, also after a chunked prefill:
+// the repacked Q4_1/Q5_1 blocks and the float32 dequantized widths give exactly the weights MLX's
+// float32 quantized_matmul uses, so only the float order of the sums differs. The cpu backend
+// multiplies them by int8 activations, as it does a GGUF's (decode at the bandwidth): that misses
+// MLX by 0.03-0.05 on the dense folders (checked below 0.1), and where an MoE router's near-tie
+// flips an expert (these tiny random routers have them) by 0.7-2.9, so on the MoE folders only
+// that it took the int8 path is checked.
 TEST_P(HfQuantFolder, MatchesMlxLm) {
   const QuantCase& q = GetParam();
   const nlohmann::json g = golden(q.dir);
@@ -403,11 +405,7 @@ TEST_P(HfQuantFolder, MatchesMlxLm) {
   for (const auto& want : q.summary)
     EXPECT_NE(line.find(want), std::string::npos) << "want '" << want << "' in " << line;
   int repacked = 0;
-  for (const TensorView& t : m->file().tensors())
-    if (t.type == DType::Q4_1 || t.type == DType::Q5_1) {
-      ++repacked;
-      EXPECT_TRUE(t.float_activations) << t.name << ": MLX's weights keep float activations";
-    }
+  for (const TensorView& t : m->file().tensors()) repacked += t.type == DType::Q4_1 || t.type == DType::Q5_1;
   EXPECT_GT(repacked, 0) << q.dir;
   EXPECT_EQ(m->tokenizer().encode(g["text"].get<std::string>(), true), g["ids"].get<std::vector<int32_t>>());
   if (g.contains("marks_text")) {  // qwen35moe-q4: Qwen3.5's pre-tokenizer, rewritten by mlx_lm.convert
@@ -415,12 +413,12 @@ TEST_P(HfQuantFolder, MatchesMlxLm) {
     EXPECT_EQ(m->tokenizer().encode(g["marks_text"].get<std::string>(), true),
               g["marks_ids"].get<std::vector<int32_t>>());
   }
-  for (const char* backend : {"ref", "cpu", "cpu-exact"}) {
-    auto be = make_backend(backend, 2);
-    EXPECT_LT(max_logit_diff(*m, *be, g), 2e-3) << q.dir << " on " << backend;
-    EXPECT_EQ(greedy(*m, *be, g["ids"].get<std::vector<int32_t>>(), 16), g["greedy"].get<std::vector<int32_t>>())
-        << q.dir << " on " << backend;
-  }
+  expect_golden(*m, g, {"ref", "cpu-exact"});
+  auto exact = make_backend("cpu-exact", 2), int8 = make_backend("cpu", 2);
+  EXPECT_LT(max_logit_diff(*m, *exact, g, /*chunks=*/true), 2e-3) << q.dir << ", 7+6+rest";
+  const double d = max_logit_diff(*m, *int8, g);
+  EXPECT_GT(d, 1e-4) << q.dir << ": the cpu backend did not take the int8 path";
+  if (m->hparams().moe.n_expert == 0) EXPECT_LT(d, 0.1) << q.dir << " on cpu (int8 activations)";
   // Negative control: the float folder these were quantized from misses this golden, so the
   // test sees the quantized weights.
   auto be = make_backend("ref", 2);

@@ -141,12 +141,11 @@ class CpuBackend final : public Backend {
   }
 
   // The int8 op for weights w, or null (exact backend, a type without an int8 path, or a
-  // legacy 32-block type kept in float: q8_legacy_types off, or TensorView::float_activations).
+  // legacy 32-block type kept in float: q8_legacy_types off).
   const cpu::Q8Ops* q8_op(const TensorView& w) const {
     if (!q8_) return nullptr;
     const DType t = w.type;
-    if ((t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1) && (!q8_legacy_ || w.float_activations))
-      return nullptr;
+    if ((t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1) && !q8_legacy_) return nullptr;
     return q8_->get(t);
   }
 

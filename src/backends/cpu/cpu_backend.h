@@ -40,10 +40,12 @@ struct CpuBackendOptions {
   // them. SmolLM2-135M Q4_1, 2 threads, AMD EPYC Zen 4 (a VM at 30 GB/s), int8 vs float,
   // interleaved: pp512 484/432 vs 195/177 tok/s, tg32 138/140 vs 101/74. Tiles and row dots of
   // the 32-block types give the same bits (one float order), so batches, parallel requests and
-  // speculative decoding see no difference between paths. Weights marked
-  // TensorView::float_activations (MLX folders repacked to Q4_1/Q5_1: MLX multiplies in float)
-  // stay on the float path: with int8 activations they missed MLX-LM's logits by 0.03-0.05
-  // (2e-3 in float), the tiny random qwen3moe-q4 folder by 0.66 (a router near-tie flips).
+  // speculative decoding see no difference between paths. MLX folders' weights (repacked to
+  // Q4_1/Q5_1 exactly) take it too: decode on a 12-layer qwen3-30b-a3b-shaped MLX 4-bit folder
+  // 41-42 tok/s (65-67% of the bandwidth) against 15-16 (23-27%) in float. MLX-LM multiplies in
+  // float, so the "cpu-exact" backend is the one that matches it to float rounding (2e-3 on
+  // tests/data/hf's folders); with int8 activations the tiny random folders miss it by
+  // 0.03-0.05, and by 0.7-2.9 where an MoE router's near-tie flips an expert.
   bool q8_legacy_types = true;
   // With q8_tiles at the avx512 level: the AMX-INT8 tiles for Q4_K/Q5_K/Q6_K where the CPU has
   // AMX and the kernel grants it (cpu::q8_kernels_amx()); off (SLUICE_CPU_AMX=0) = the VNNI tiles.
