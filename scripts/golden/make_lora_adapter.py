@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """scripts/golden/make_lora_adapter.py: an MLX-LM LoRA adapter for the tiny llama folder and
-MLX's logits with it applied, the golden of format/lora (tests/models/test_hf_folder.cpp).
+MLX's logits with it applied, the golden of format/lora (tests/models/test_hf_folder.cpp); and
+likewise tests/data/hf/qwen35moe-lora for the Qwen3.5-MoE folder (CONFIG_QWEN35).
 
 tests/data/hf/llama-lora/ holds what `mlx_lm.lora` writes: adapter_config.json (num_layers,
 lora_parameters: rank, scale, dropout, keys) and adapters.safetensors (lora_a [in, r] and
@@ -12,7 +13,7 @@ them for the folders. The seed is the first from 7 up whose 16 greedy steps all 
 logit margin of at least 0.01 (seed 7's first step was a 9e-5 near tie), so a float-order
 difference cannot flip the golden's greedy tokens.
 
-  /tmp/mlxvenv/bin/python scripts/golden/make_lora_adapter.py tests/data/hf
+  /tmp/mlxvenv/bin/python scripts/golden/make_lora_adapter.py tests/data/hf [--qwen35moe-only]
 (made with mlx 0.32.4, mlx-lm 0.32.2, tokenizers 0.23.3; the venv as in make_hf_folders.py)
 """
 import json
@@ -34,6 +35,14 @@ CONFIG = {"fine_tune_type": "lora", "num_layers": 1,
                               "keys": ["self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj"]}}
 
 
+# qwen35moe-lora: the last two layers (a Gated DeltaNet and the full attention), an attention
+# projection, the DeltaNet's in and out projections and the shared expert's down projection.
+CONFIG_QWEN35 = {"fine_tune_type": "lora", "num_layers": 2,
+                 "lora_parameters": {"rank": 4, "scale": 2.0, "dropout": 0.0,
+                                     "keys": ["self_attn.q_proj", "linear_attn.in_proj_qkv", "linear_attn.out_proj",
+                                              "mlp.shared_expert.down_proj"]}}
+
+
 def greedy_margin(model, ids):
     """The smallest top-2 logit gap over 16 greedy steps from ids (float32)."""
     model.set_dtype(mx.float32)
@@ -46,32 +55,38 @@ def greedy_margin(model, ids):
     return worst
 
 
-def main():
-    root = sys.argv[1]
-    base, out = os.path.join(root, "llama"), os.path.join(root, "llama-lora")
+def make(root, base_name, out_name, config, seed0):
+    base, out = os.path.join(root, base_name), os.path.join(root, out_name)
     os.makedirs(out, exist_ok=True)
     tok = Tokenizer.from_file(os.path.join(base, "tokenizer.json"))
     from make_hf_folders import TEXT
-    for seed in range(7, 100):
+    for seed in range(seed0, seed0 + 100):
         model, _ = load(base)
         model.freeze()
-        linear_to_lora_layers(model, CONFIG["num_layers"], CONFIG["lora_parameters"])
+        linear_to_lora_layers(model, config["num_layers"], config["lora_parameters"])
         mx.random.seed(seed)
         adapters = {}
         for k, v in mlx.utils.tree_flatten(model.trainable_parameters()):
             adapters[k] = (0.1 * mx.random.normal(v.shape)).astype(mx.float32)
         model.load_weights(list(adapters.items()), strict=False)
         margin = greedy_margin(model, tok.encode(TEXT).ids)
-        print("seed", seed, "greedy margin", margin)
+        print(out_name, "seed", seed, "greedy margin", margin)
         if margin >= 0.01:
             break
     mx.save_safetensors(os.path.join(out, "adapters.safetensors"), adapters)
     with open(os.path.join(out, "adapter_config.json"), "w") as f:
-        json.dump(CONFIG, f, indent=2)
+        json.dump(config, f, indent=2)
     print("adapted:", sorted(adapters))
     # The oracle: MLX-LM loads the base folder with the adapter, as a user would.
     m, _ = load(base, adapter_path=out)
     print("greedy", write_golden(out, tok, m))
+
+
+def main():
+    root = sys.argv[1]
+    if "--qwen35moe-only" not in sys.argv:
+        make(root, "llama", "llama-lora", CONFIG, 7)
+    make(root, "qwen35moe", "qwen35moe-lora", CONFIG_QWEN35, 7)
 
 
 if __name__ == "__main__":

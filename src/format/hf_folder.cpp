@@ -310,8 +310,8 @@ std::string gguf_name(const std::string& hf_name, const fs::path& file, const st
 
 }  // namespace
 
-std::string hf_tensor_gguf_name(const std::string& hf_name, const std::string& file) {
-  return gguf_name(hf_name, file);
+std::string hf_tensor_gguf_name(const std::string& hf_name, const std::string& file, const std::string& arch) {
+  return gguf_name(hf_name, file, arch);
 }
 
 namespace {

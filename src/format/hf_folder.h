@@ -57,9 +57,10 @@ bool is_model_folder(const std::string& path);
 // Throws sluice::Error naming the file and what is wrong (or unsupported).
 std::unique_ptr<GgufFile> open_model_folder(const std::string& dir);
 
-// The GGUF name of a Hugging Face tensor of the llama-like families ("model.layers.3.mlp.up_proj.weight"
-// -> "blk.3.ffn_up.weight"; "" for one that is recomputed, as rotary_emb.inv_freq). Throws naming
-// `file` for a tensor these architectures do not have.
-std::string hf_tensor_gguf_name(const std::string& hf_name, const std::string& file);
+// The GGUF name of a Hugging Face tensor ("model.layers.3.mlp.up_proj.weight" -> "blk.3.ffn_up.weight";
+// "" for one that is recomputed, as rotary_emb.inv_freq) of a folder of GGUF architecture `arch`
+// (the llama-like families, qwen35moe, qwen3next). Throws naming `file` for a tensor that
+// architecture does not have.
+std::string hf_tensor_gguf_name(const std::string& hf_name, const std::string& file, const std::string& arch);
 
 }  // namespace sluice

@@ -577,6 +577,20 @@ TEST(HfLora, MatchesMlxLmWithTheAdapter) {
   EXPECT_EQ(m->file().find_tensor("blk.1.attn_q.weight")->type, DType::F32);
 }
 
+// An MLX-LM adapter on the Qwen3.5-MoE folder (tests/data/hf/qwen35moe-lora): the Gated
+// DeltaNet's in_proj_qkv and out_proj, the attention's q_proj (with its gate half) and the
+// shared expert's down projection, in the last two layers.
+TEST(HfLora, Qwen35MoeMatchesMlxLmWithTheAdapter) {
+  const nlohmann::json g = golden("qwen35moe-lora");
+  ModelOptions opt;
+  opt.lora = folder("qwen35moe-lora");
+  auto m = Model::load(folder("qwen35moe"), opt);
+  EXPECT_EQ(m->lora_summary(), "lora: 5 tensors merged (rank 4, scale 2)");
+  expect_golden(*m, g, {"ref", "cpu", "cpu-exact"});
+  auto be = make_backend("ref", 2);
+  EXPECT_GT(max_logit_diff(*Model::load(folder("qwen35moe")), *be, g), 0.05);
+}
+
 // A copy of the adapter with its config or factors changed: each is refused naming the file
 // and what is wrong, before the model is used.
 TEST(HfLora, BrokenAdaptersAreRefusedByName) {
