@@ -1,0 +1,82 @@
+// format/hf_common: what the Hugging Face / MLX folder readers share (format/ only): JSON files,
+// GGUF metadata values, config integers, tokenizer.json as tokenizer.ggml.* metadata
+// (hf_tokenizer.cpp), and Hugging Face tensor names as GGUF names (hf_names.cpp).
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "format/gguf.h"
+
+namespace sluice::hf {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Kv = std::vector<std::pair<std::string, GgufValue>>;
+
+inline json read_json(const fs::path& p, bool required) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) {
+    if (required) fail(p.string(), ": cannot open");
+    return json();
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return json::parse(ss.str());
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number past double
+    fail(p.string(), ": not valid JSON: ", e.what());
+  }
+}
+
+inline GgufValue u32(uint64_t v) { return {GgufType::UINT32, static_cast<uint32_t>(v)}; }
+inline GgufValue f32(double v) { return {GgufType::FLOAT32, static_cast<float>(v)}; }
+inline GgufValue str(std::string v) { return {GgufType::STRING, std::move(v)}; }
+inline GgufValue boolean(bool v) { return {GgufType::BOOL, v}; }
+inline GgufValue str_array(const std::vector<std::string>& items) {
+  auto a = std::make_shared<GgufArray>();
+  a->elem_type = GgufType::STRING;
+  for (const auto& s : items) a->items.push_back(str(s));
+  return {GgufType::ARRAY, a};
+}
+inline GgufValue i32_array(const std::vector<int32_t>& items) {
+  auto a = std::make_shared<GgufArray>();
+  a->elem_type = GgufType::INT32;
+  for (int32_t v : items) a->items.push_back({GgufType::INT32, v});
+  return {GgufType::ARRAY, a};
+}
+
+// A config value that must be a positive integer.
+inline uint64_t positive(const json& c, const std::string& key, const fs::path& file) {
+  if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<int64_t>() <= 0)
+    fail(file.string(), ": '", key, "' missing or not a positive integer");
+  return c[key].get<uint64_t>();
+}
+
+// tokenizer.json (byte-level BPE), tokenizer_config.json, generation_config.json and the chat
+// template of folder dir as tokenizer.ggml.* metadata (hf_tokenizer.cpp).
+void add_tokenizer(const fs::path& dir, const json& config, Kv& kv);
+
+// The name without MLX's language-model prefixes.
+std::string strip_prefix(std::string n);
+// model.layers.<digits>.<rest> -> (digits, rest); nullopt for any other name.
+std::optional<std::pair<std::string, std::string>> split_layer(const std::string& n);
+// One expert of Hugging Face's per-expert layout, model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight:
+// the stacked GGUF tensor it belongs to and its index there.
+struct ExpertSlice {
+  std::string gguf;
+  int64_t expert;
+};
+std::optional<ExpertSlice> per_expert(const std::string& hf_name);
+// HF tensor name -> GGUF name (arch: the GGUF architecture; "" for the llama-like families);
+// "" for a tensor to skip. Throws naming file for a tensor that architecture does not have.
+std::string gguf_name(const std::string& hf_name, const fs::path& file, const std::string& arch = "");
+
+}  // namespace sluice::hf

@@ -1,0 +1,146 @@
+// format/hf_tokenizer: a folder's tokenizer.json (byte-level BPE: vocab, merges, added tokens,
+// the pre-tokenizer llama.cpp names), tokenizer_config.json, generation_config.json and chat
+// template as the tokenizer.ggml.* metadata llama.cpp's converter writes.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "format/hf_common.h"
+
+namespace sluice::hf {
+namespace {
+
+// The pre-tokenizers of the byte-level BPE models llama.cpp knows, by their tokenizer.json form.
+std::string pre_tokenizer_name(const json& pre, const fs::path& file) {
+  // The Split regexes of Llama 3 and Qwen 2/3 tokenizer.json files.
+  const std::string llama3 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const std::string qwen2 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const std::string qwen35 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  auto is_byte_level = [](const json& p, bool use_regex) {
+    return p.is_object() && p.value("type", "") == "ByteLevel" && p.value("use_regex", true) == use_regex &&
+           !p.value("add_prefix_space", false);
+  };
+  if (is_byte_level(pre, true)) return "gpt-2";
+  if (pre.is_object() && pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") &&
+      pre["pretokenizers"].size() == 2) {
+    const json &a = pre["pretokenizers"][0], &b = pre["pretokenizers"][1];
+    if (a.value("type", "") == "Digits" && a.value("individual_digits", false) && is_byte_level(b, true))
+      return "smollm";
+    if (a.value("type", "") == "Split" && a.contains("pattern") && a["pattern"].contains("Regex") &&
+        is_byte_level(b, false)) {
+      const std::string re = a["pattern"]["Regex"].get<std::string>();
+      if (re == llama3) return "llama-bpe";
+      if (re == qwen2) return "qwen2";
+      if (re == qwen35) return "qwen35";
+    }
+  }
+  fail(file.string(), ": pre_tokenizer ", pre.dump(), " is not one supported yet (byte-level BPE as GPT-2, SmolLM, ",
+       "Llama 3, Qwen 2/3 or Qwen 3.5 write it)");
+}
+
+// A special-token field of tokenizer_config.json: a string or {"content": ...}.
+std::string token_field(const json& tc, const char* key) {
+  if (!tc.contains(key)) return {};
+  const json& v = tc[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  return {};
+}
+
+}  // namespace
+
+void add_tokenizer(const fs::path& dir, const json& config, Kv& kv) {
+  const fs::path tj = dir / "tokenizer.json";
+  const json t = read_json(tj, true);
+  const json& model = t.value("model", json::object());
+  if (model.value("type", "") != "BPE")
+    fail(tj.string(), ": model type '", model.value("type", "?"), "' is not supported yet (byte-level BPE only)");
+  if (model.value("byte_fallback", false))
+    fail(tj.string(), ": byte_fallback BPE (SentencePiece-style) is not supported yet");
+  const json& norm = t.contains("normalizer") ? t["normalizer"] : json();
+  // Qwen's NFC normalizer changes nothing for text that is already NFC; llama.cpp skips it too.
+  if (!norm.is_null() && norm.value("type", "") != "NFC")
+    fail(tj.string(), ": normalizer ", norm.dump(), " is not supported yet");
+  const std::string pre = pre_tokenizer_name(t.value("pre_tokenizer", json()), tj);
+
+  std::map<int64_t, std::pair<std::string, int32_t>> by_id;  // id -> (text, GGUF token type)
+  if (!model.contains("vocab") || !model["vocab"].is_object()) fail(tj.string(), ": model.vocab missing");
+  for (const auto& [text, id] : model["vocab"].items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) fail(tj.string(), ": vocab['", text, "'] is not an id");
+    by_id[id.get<int64_t>()] = {text, 1};  // NORMAL
+  }
+  for (const auto& a : t.value("added_tokens", json::array())) {
+    if (!a.contains("id") || !a.contains("content")) fail(tj.string(), ": an added_tokens entry lacks id or content");
+    by_id[a["id"].get<int64_t>()] = {a["content"].get<std::string>(), a.value("special", false) ? 3 : 4};
+  }
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  std::map<std::string, int32_t> ids;
+  for (const auto& [id, tt] : by_id) {
+    if (id != static_cast<int64_t>(tokens.size())) fail(tj.string(), ": token id ", tokens.size(), " is missing");
+    ids[tt.first] = static_cast<int32_t>(id);
+    tokens.push_back(tt.first);
+    types.push_back(tt.second);
+  }
+  std::vector<std::string> merges;
+  for (const auto& m : model.value("merges", json::array())) {
+    if (m.is_string())
+      merges.push_back(m.get<std::string>());
+    else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
+      merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+    else
+      fail(tj.string(), ": merge ", m.dump(), " is neither \"a b\" nor [\"a\", \"b\"]");
+  }
+  kv.emplace_back("tokenizer.ggml.model", str("gpt2"));
+  kv.emplace_back("tokenizer.ggml.pre", str(pre));
+  kv.emplace_back("tokenizer.ggml.tokens", str_array(tokens));
+  kv.emplace_back("tokenizer.ggml.token_type", i32_array(types));
+  kv.emplace_back("tokenizer.ggml.merges", str_array(merges));
+
+  const json tc = read_json(dir / "tokenizer_config.json", false);
+  const json gen = read_json(dir / "generation_config.json", false);
+  auto id_of = [&](const std::string& text) -> int64_t {
+    auto it = ids.find(text);
+    return it == ids.end() ? -1 : it->second;
+  };
+  // An id from a config: an integer, or the first of a list.
+  auto config_id = [](const json& c, const char* key) -> int64_t {
+    if (!c.is_object() || !c.contains(key)) return -1;
+    const json& v = c[key];
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<int64_t>();
+    return -1;
+  };
+  int64_t bos = id_of(token_field(tc, "bos_token")), eos = id_of(token_field(tc, "eos_token"));
+  if (bos < 0) bos = config_id(config, "bos_token_id");
+  if (eos < 0) eos = config_id(gen, "eos_token_id");
+  if (eos < 0) eos = config_id(config, "eos_token_id");
+  if (bos >= 0) kv.emplace_back("tokenizer.ggml.bos_token_id", u32(static_cast<uint64_t>(bos)));
+  if (eos >= 0) kv.emplace_back("tokenizer.ggml.eos_token_id", u32(static_cast<uint64_t>(eos)));
+  // generation_config's other end ids: the first that is not EOS ends a turn too.
+  if (gen.is_object() && gen.contains("eos_token_id") && gen["eos_token_id"].is_array())
+    for (const auto& v : gen["eos_token_id"])
+      if (v.is_number_integer() && v.get<int64_t>() != eos && v.get<int64_t>() != bos) {
+        kv.emplace_back("tokenizer.ggml.eot_token_id", u32(v.get<uint64_t>()));
+        break;
+      }
+  kv.emplace_back("tokenizer.ggml.add_bos_token", boolean(tc.is_object() && tc.value("add_bos_token", false)));
+  std::string tmpl;
+  if (std::ifstream jf(dir / "chat_template.jinja"); jf) {
+    std::stringstream ss;
+    ss << jf.rdbuf();
+    tmpl = ss.str();
+  } else if (tc.is_object() && tc.contains("chat_template")) {
+    const json& ct = tc["chat_template"];
+    if (ct.is_string()) tmpl = ct.get<std::string>();
+    if (ct.is_array())
+      for (const auto& e : ct)
+        if (e.value("name", "") == "default") tmpl = e.value("template", "");
+  }
+  if (!tmpl.empty()) kv.emplace_back("tokenizer.chat_template", str(tmpl));
+}
+
+}  // namespace sluice::hf
