@@ -418,7 +418,9 @@ TEST_P(HfQuantFolder, MatchesMlxLm) {
   EXPECT_LT(max_logit_diff(*m, *exact, g, /*chunks=*/true), 2e-3) << q.dir << ", 7+6+rest";
   const double d = max_logit_diff(*m, *int8, g);
   EXPECT_GT(d, 1e-4) << q.dir << ": the cpu backend did not take the int8 path";
-  if (m->hparams().moe.n_expert == 0) EXPECT_LT(d, 0.1) << q.dir << " on cpu (int8 activations)";
+  if (m->hparams().moe.n_expert == 0) {
+    EXPECT_LT(d, 0.1) << q.dir << " on cpu (int8 activations)";
+  }
   // Negative control: the float folder these were quantized from misses this golden, so the
   // test sees the quantized weights.
   auto be = make_backend("ref", 2);
