@@ -230,16 +230,15 @@ def make_qwen35moe(root):
         json.dump(g, f)
 
 
-def make_qwen35moe_hf(root):
-    """qwen35moe-hf: a Qwen3.5-MoE folder as transformers writes it (no mlx-lm on the way): keys
-    under model.language_model., experts fused as experts.gate_up_proj [E, 2·width, hidden] and
-    experts.down_proj, conv1d [C, 1, K], RMSNorm weights (not the DeltaNet's gated one) stored as
-    the offset from 1. Norms are 1 + k/128 for small integers k, so that w - 1 and mlx-lm's
-    bf16 (w - 1) + 1 are both exact and its sanitize gives the weights back bit for bit. Golden:
-    MLX-LM loading this folder (its sanitize undoes every one of these)."""
+def make_hf_layout(root, src_name, name, module, seed0, to_hf):
+    """name: the folder src_name's model as transformers writes it (no mlx-lm on the way), with
+    new random weights: to_hf(mlx_weights) gives the stored tensors. Its conv1d is [C, 1, K] and
+    its RMSNorm weights (not the DeltaNet's gated one) are stored as the offset from 1; norms are
+    1 + k/128 for small integers k, so that w - 1 and mlx-lm's bf16 (w - 1) + 1 are both exact and
+    its sanitize gives the weights back bit for bit. Golden: MLX-LM loading this folder (its
+    sanitize undoes every one of these)."""
     import shutil
-    from mlx_lm.models import qwen3_5_moe
-    src, out = os.path.join(root, "qwen35moe"), os.path.join(root, "qwen35moe-hf")
+    src, out = os.path.join(root, src_name), os.path.join(root, name)
     os.makedirs(out, exist_ok=True)
     for f in ["config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"]:
         shutil.copy(os.path.join(src, f), os.path.join(out, f))
@@ -249,32 +248,62 @@ def make_qwen35moe_hf(root):
     ids = tok.encode(TEXT).ids
     offset_norms = (".input_layernorm.weight", ".post_attention_layernorm.weight", "model.norm.weight",
                     ".q_norm.weight", ".k_norm.weight")
-    for seed in range(4000, 4100):
+    for seed in range(seed0, seed0 + 100):
         mx.random.seed(seed)
-        model = qwen3_5_moe.Model(qwen3_5_moe.ModelArgs.from_dict(cfg))
+        model = module.Model(module.ModelArgs.from_dict(cfg))
         mlx_w = random_weights(model, lambda shape: 1.0 + mx.round(0.1 * 128 * mx.random.normal(shape)) / 128)
-        hf = {}
         for k, v in mlx_w.items():
-            n = k.replace("language_model.model.", "model.language_model.").replace("language_model.lm_head", "lm_head")
-            if n.endswith("conv1d.weight"):
-                v = v.moveaxis(2, 1)  # [C, K, 1] -> [C, 1, K]
-            elif any(n.endswith(sfx) for sfx in offset_norms):
-                v = v - 1.0
-            if ".mlp.switch_mlp.gate_proj.weight" in n:
-                up = mlx_w[k.replace("gate_proj", "up_proj")]
-                hf[n.replace("switch_mlp.gate_proj.weight", "experts.gate_up_proj")] = mx.concatenate([v, up], axis=1)
-            elif ".mlp.switch_mlp.down_proj.weight" in n:
-                hf[n.replace("switch_mlp.down_proj.weight", "experts.down_proj")] = v
-            elif ".mlp.switch_mlp.up_proj.weight" not in n:
-                hf[n] = v
-        mx.save_safetensors(os.path.join(out, "model.safetensors"), hf, metadata={"format": "pt"})
+            if k.endswith("conv1d.weight"):
+                mlx_w[k] = v.moveaxis(2, 1)  # [C, K, 1] -> [C, 1, K]
+            elif any(k.endswith(sfx) for sfx in offset_norms):
+                mlx_w[k] = v - 1.0
+        mx.save_safetensors(os.path.join(out, "model.safetensors"), to_hf(mlx_w), metadata={"format": "pt"})
         m, _ = load(out)
         m.set_dtype(mx.float32)
         if min(greedy_margins(m, ids)[1]) >= 0.02:
             break
     else:
-        sys.exit("make_qwen35moe_hf: no seed in 4000..4099 gives greedy gaps >= 0.02")
-    print("qwen35moe-hf seed", seed, "greedy", write_golden(out, tok, m))
+        sys.exit(f"make_hf_layout {name}: no seed in {seed0}..{seed0 + 99} gives greedy gaps >= 0.02")
+    print(name, "seed", seed, "greedy", write_golden(out, tok, m))
+
+
+def make_qwen35moe_hf(root):
+    """qwen35moe-hf: Qwen3.5-MoE as transformers writes it: keys under model.language_model.,
+    experts fused as experts.gate_up_proj [E, 2·width, hidden] and experts.down_proj."""
+    from mlx_lm.models import qwen3_5_moe
+
+    def to_hf(w):
+        hf = {}
+        for k, v in w.items():
+            n = k.replace("language_model.model.", "model.language_model.").replace("language_model.lm_head", "lm_head")
+            if ".mlp.switch_mlp.gate_proj.weight" in n:
+                up = w[k.replace("gate_proj", "up_proj")]
+                hf[n.replace("switch_mlp.gate_proj.weight", "experts.gate_up_proj")] = mx.concatenate([v, up], axis=1)
+            elif ".mlp.switch_mlp.down_proj.weight" in n:
+                hf[n.replace("switch_mlp.down_proj.weight", "experts.down_proj")] = v
+            elif ".mlp.switch_mlp.up_proj.weight" not in n:
+                hf[n] = v
+        return hf
+
+    make_hf_layout(root, "qwen35moe", "qwen35moe-hf", qwen3_5_moe, 4000, to_hf)
+
+
+def make_qwen3next_hf(root):
+    """qwen3next-hf: Qwen3-Next as transformers writes it: every expert's matrices one by one
+    (mlp.experts.N.{gate,up,down}_proj.weight)."""
+    from mlx_lm.models import qwen3_next
+
+    def to_hf(w):
+        hf = {}
+        for k, v in w.items():
+            if ".mlp.switch_mlp." in k:
+                for e in range(v.shape[0]):
+                    hf[k.replace("switch_mlp.", f"experts.{e}.")] = v[e]
+            else:
+                hf[k] = v
+        return hf
+
+    make_hf_layout(root, "qwen3next", "qwen3next-hf", qwen3_next, 5000, to_hf)
 
 
 def make_qwen3next(root):
@@ -294,6 +323,7 @@ def main():
         make_qwen35moe(root)
         make_qwen35moe_hf(root)
         make_qwen3next(root)
+        make_qwen3next_hf(root)
         return
     if "--quantized-only" in sys.argv:
         make_quantized(root)
@@ -338,6 +368,7 @@ def main():
     make_qwen35moe(root)
     make_qwen35moe_hf(root)
     make_qwen3next(root)
+    make_qwen3next_hf(root)
 
 
 if __name__ == "__main__":

@@ -292,28 +292,42 @@ TEST(HfFolder, Qwen35HfLayoutAddsOneToItsNorms) {
   EXPECT_EQ(values(*mlx, "blk.1.ssm_conv1d.weight"), values(*raw, "blk.1.ssm_conv1d.weight"));
 }
 
-// Qwen3.5-MoE as transformers writes it (tests/data/hf/qwen35moe-hf: model.language_model.
-// keys, fused experts.gate_up_proj, conv1d [C, 1, K], RMSNorm weights as the offset from 1),
-// against MLX-LM loading the same folder (its sanitize undoes each of these).
-TEST(HfFolder, Qwen35TransformersLayoutMatchesMlxLm) {
-  const nlohmann::json g = golden("qwen35moe-hf");
-  auto m = Model::load(folder("qwen35moe-hf"));
-  EXPECT_EQ(m->hparams().arch, "qwen35moe");
+// Qwen3.5-MoE and Qwen3-Next as transformers writes them (tests/data/hf/qwen35moe-hf:
+// model.language_model. keys and fused experts.gate_up_proj; qwen3next-hf: experts one by one;
+// both: conv1d [C, 1, K], RMSNorm weights as the offset from 1), against MLX-LM loading the
+// same folder (its sanitize undoes each of these).
+class HfTransformersLayout : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(HfTransformersLayout, MatchesMlxLm) {
+  const auto [dir, arch] = GetParam();
+  const nlohmann::json g = golden(dir);
+  auto m = Model::load(folder(dir));
+  EXPECT_EQ(m->hparams().arch, arch);
   expect_golden(*m, g, {"ref", "cpu"});
   // Negative control: the conv1d shaped as mlx-lm saves it ([C, K, 1], the same bytes), so the
   // norms are taken as multipliers and miss their 1.
   const std::string as_mlx = broken_folder(
-      "qwen35_hf_as_mlx",
+      std::string(dir) + "_as_mlx",
       [](const fs::path& d) {
         edit_st_header(d / "model.safetensors", [](auto& h) {
           for (auto& [name, v] : h.items())
             if (name.ends_with("conv1d.weight")) v["shape"] = {v["shape"][0], v["shape"][2], 1};
         });
       },
-      "qwen35moe-hf");
+      dir);
   auto be = make_backend("ref", 2);
   EXPECT_GT(max_logit_diff(*Model::load(as_mlx), *be, g), 0.05);
 }
+
+INSTANTIATE_TEST_SUITE_P(Hybrids, HfTransformersLayout,
+                         ::testing::Values(std::make_pair("qwen35moe-hf", "qwen35moe"),
+                                           std::make_pair("qwen3next-hf", "qwen3next")),
+                         [](const auto& info) {
+                           std::string n = info.param.first;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
 
 TEST(HfFolderErrors, Qwen35RefusedByName) {
   auto text_config = [](std::function<void(nlohmann::json&)> f) {
