@@ -165,6 +165,34 @@ TEST(BpeVectors, DeepseekR1QwenFromHfJson) {
 
 // bert-bge is a WordPiece vocab (tokenizer.ggml.model = bert), which is not implemented: loading
 // it must fail by naming the model type and what is supported, never by mis-tokenizing.
+// Qwen3.5's pre-tokenizer (`qwen35`: combining marks kept inside words) on Qwen3's vocabulary,
+// against `tokenizers` running the regex Qwen3.5's tokenizer.json carries on 2000 random strings
+// of letters of several scripts, combining marks, digits, punctuation and whitespace
+// (tests/data/tokenizer/qwen35-marks, scripts/golden/make_qwen35_pretok_vectors.py). Negative
+// control: Qwen2's pre-tokenizer, which splits words at the marks, misses some of them.
+TEST(BpeVectors, Qwen35PreTokenizerFromHfJson) {
+  SKIP_IF_MISSING(kVocabDir + "qwen3-tokenizer.json");
+  const std::string base = std::string(SLUICE_SOURCE_DIR) + "/tests/data/tokenizer/qwen35-marks";
+  const auto tests = read_vectors(base);
+  ASSERT_EQ(tests.size(), 2000u);
+  const Tokenizer& q35 = hf_tokenizer("qwen3-tokenizer.json", "qwen35");
+  const Tokenizer& q2 = hf_tokenizer("qwen3-tokenizer.json", "qwen2");
+  size_t pass = 0, q2_pass = 0, named = 0;
+  for (const auto& [text, want] : tests) {
+    const std::vector<int32_t> got = q35.encode(text, false, false);
+    if (got == want)
+      ++pass;
+    else if (named++ < 5)  // name the first few failures only
+      ADD_FAILURE() << "'" << text << "'\n  want " << ids_str(want) << "\n  got  " << ids_str(got);
+    q2_pass += q2.encode(text, false, false) == want;
+  }
+  EXPECT_EQ(pass, tests.size());
+  // Measured: qwen2's misses 135 of the 2000.
+  EXPECT_LT(q2_pass + 50, tests.size()) << "qwen2's pre-tokenizer should miss strings with marks";
+  std::cout << "[          ] qwen35: " << pass << "/" << tests.size() << " pass; qwen2's pre-tokenizer " << q2_pass
+            << "\n";
+}
+
 TEST(BpeVectors, BertBgeIsRefusedNamingTheModel) {
   const std::string base = kVocabDir + "ggml-vocab-bert-bge.gguf";
   SKIP_IF_MISSING(base);
