@@ -180,10 +180,11 @@ TEST(BpeVectors, Qwen35PreTokenizerFromHfJson) {
   size_t pass = 0, q2_pass = 0, named = 0;
   for (const auto& [text, want] : tests) {
     const std::vector<int32_t> got = q35.encode(text, false, false);
-    if (got == want)
+    if (got == want) {
       ++pass;
-    else if (named++ < 5)  // name the first few failures only
+    } else if (named++ < 5) {  // name the first few failures only
       ADD_FAILURE() << "'" << text << "'\n  want " << ids_str(want) << "\n  got  " << ids_str(got);
+    }
     q2_pass += q2.encode(text, false, false) == want;
   }
   EXPECT_EQ(pass, tests.size());
