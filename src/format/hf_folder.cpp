@@ -555,10 +555,6 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
       if (const StTensor* sc = find(module + ".scales")) {
         tensors.push_back(load_mlx_quantized(t, sc, find(module + ".biases"), module, name, matrix_in(name, widths),
                                              quant, p, *owned, summary));
-        if (name.ends_with("ffn_gate_inp_shexp.weight")) {  // [1, n_embd]: a vector to the ops
-          if (tensors.back().ne[1] != 1) fail(p.string(), ": tensor '", t.name, "' must be [1, hidden_size]");
-          tensors.back().n_dims = 1;
-        }
         continue;
       }
     }
@@ -586,12 +582,6 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
       v.ne[0] = t.shape[1] * t.shape[2];
       v.ne[1] = t.shape[0];
       v.ne[2] = 1;
-    }
-    const bool shexp_gate = name.ends_with("ffn_gate_inp_shexp.weight");
-    if (shexp_gate) {  // [1, n_embd] in the file; a vector to the ops
-      if (v.n_dims != 2 || v.ne[1] != 1) fail(p.string(), ": tensor '", t.name, "' must be [1, hidden_size]");
-      v.n_dims = 1;
-      v.ne[1] = 1;
     }
     if (v.n_dims == 1 || is_router(name) || conv) {
       // Norms, biases, routers and the conv1d: the ops read them as f32 arrays.
@@ -630,6 +620,7 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     }
     tensors.push_back(v);
   }
+  // What the file stores fused or in another shape than the ops read: split or reshaped once.
   for (size_t i = 0; i < tensors.size(); ++i)
     if (tensors[i].name.ends_with("ffn_gate_up_exps.weight")) {
       auto [gate, up] = split_gate_up(tensors[i], n_ff_exp, cfg_path, *owned);
@@ -640,6 +631,11 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
                                  static_cast<int64_t>(ssm_dk), static_cast<int64_t>(ssm_dv), cfg_path, *owned);
       tensors[i] = qkv;
       tensors.push_back(z);
+    } else if (tensors[i].name.ends_with("ffn_gate_inp_shexp.weight")) {
+      // [1, n_embd] in the file (float or quantized); a vector to the ops.
+      if (tensors[i].n_dims != 2 || tensors[i].ne[1] != 1)
+        fail(dir.string(), ": tensor '", tensors[i].name, "' (mlp.shared_expert_gate) must be [1, hidden_size]");
+      tensors[i].n_dims = 1;
     }
   for (const auto& [gguf, parts] : per_expert_parts)
     tensors.push_back(stack_experts(gguf, parts, c.value("num_experts", int64_t{0}), static_cast<int64_t>(n_embd),
