@@ -104,17 +104,32 @@ def mixed_predicate(path, module):
     return True  # the default: 3 bits, groups of 32
 
 
-def make_quantized(root):
+def quantize_folder(src, out, bits=4, group=64, pred=None):
+    """mlx_lm.convert of folder src into out (replaced), without its README and, the weights being
+    one file, its index (which adds nothing)."""
     import shutil
     from mlx_lm.convert import convert
+    shutil.rmtree(out, ignore_errors=True)
+    convert(src, out, quantize=True, q_bits=bits, q_group_size=group, quant_predicate=pred)
+    for junk in ["README.md", "model.safetensors.index.json"]:
+        if os.path.exists(os.path.join(out, junk)):
+            os.remove(os.path.join(out, junk))
+
+
+def clear_model(path, ids):
+    """MLX-LM's model of folder path in float32 if its 16 greedy steps from ids all have a top1 -
+    top2 gap of at least 0.02 (tiny random models have near-ties that float rounding flips), else
+    None."""
+    m, _ = load(path)
+    m.set_dtype(mx.float32)
+    return m if min(greedy_margins(m, ids)[1]) >= 0.02 else None
+
+
+def make_quantized(root):
     for name, src, bits, group, pred in [("llama-q4", "llama", 4, 64, None), ("qwen3-q4", "qwen3", 4, 64, None),
                                          ("llama-mixed", "llama", 3, 32, mixed_predicate)]:
         out = os.path.join(root, name)
-        shutil.rmtree(out, ignore_errors=True)
-        convert(os.path.join(root, src), out, quantize=True, q_bits=bits, q_group_size=group, quant_predicate=pred)
-        for junk in ["README.md", "model.safetensors.index.json"]:  # one file: the index adds nothing
-            if os.path.exists(os.path.join(out, junk)):
-                os.remove(os.path.join(out, junk))
+        quantize_folder(os.path.join(root, src), out, bits, group, pred)
         tok = Tokenizer.from_file(os.path.join(root, src, "tokenizer.json"))
         m, _ = load(out)
         print(name, "greedy", write_golden(out, tok, m))
@@ -163,7 +178,6 @@ def make_moe_folder(root, name, module, cfg, seed0):
     models have near-ties that float rounding flips: the seed is the first from seed0 whose
     greedy steps, float and 4-bit, all have a top1 - top2 gap of at least 0.02."""
     import shutil
-    from mlx_lm.convert import convert
     src, out, q = os.path.join(root, "qwen3"), os.path.join(root, name), os.path.join(root, name + "-q4")
     os.makedirs(out, exist_ok=True)
     for f in ["tokenizer.json", "tokenizer_config.json", "generation_config.json"]:
@@ -177,22 +191,16 @@ def make_moe_folder(root, name, module, cfg, seed0):
         model = module.Model(module.ModelArgs.from_dict(cfg))
         weights = random_weights(model, lambda shape: 1.0 + 0.1 * mx.random.normal(shape))
         mx.save_safetensors(os.path.join(out, "model.safetensors"), weights, metadata={"format": "pt"})
-        m, _ = load(out)
-        m.set_dtype(mx.float32)
-        if min(greedy_margins(m, ids)[1]) < 0.02:
+        m = clear_model(out, ids)
+        if m is None:
             continue
-        shutil.rmtree(q, ignore_errors=True)
-        convert(out, q, quantize=True, q_bits=4, q_group_size=64)
-        mq, _ = load(q)
-        mq.set_dtype(mx.float32)
-        if min(greedy_margins(mq, ids)[1]) >= 0.02:
+        quantize_folder(out, q)
+        mq = clear_model(q, ids)
+        if mq is not None:
             break
     else:
         sys.exit(f"make_moe_folder {name}: no seed in {seed0}..{seed0 + 99} gives greedy gaps >= 0.02")
     print(name, "seed", seed, "greedy", write_golden(out, tok, m))
-    for junk in ["README.md", "model.safetensors.index.json"]:
-        if os.path.exists(os.path.join(q, junk)):
-            os.remove(os.path.join(q, junk))
     print(name + "-q4 greedy", write_golden(q, tok, mq))
     return q
 
@@ -258,9 +266,8 @@ def make_hf_layout(root, src_name, name, module, seed0, to_hf):
             elif any(k.endswith(sfx) for sfx in offset_norms):
                 mlx_w[k] = v - 1.0
         mx.save_safetensors(os.path.join(out, "model.safetensors"), to_hf(mlx_w), metadata={"format": "pt"})
-        m, _ = load(out)
-        m.set_dtype(mx.float32)
-        if min(greedy_margins(m, ids)[1]) >= 0.02:
+        m = clear_model(out, ids)
+        if m is not None:
             break
     else:
         sys.exit(f"make_hf_layout {name}: no seed in {seed0}..{seed0 + 99} gives greedy gaps >= 0.02")
