@@ -1,5 +1,5 @@
 // format/hf_common: what the Hugging Face / MLX folder readers share (format/ only): JSON files,
-// GGUF metadata values, config integers, tokenizer.json as tokenizer.ggml.* metadata
+// GGUF metadata values, config integers, config.json as metadata (hf_config.cpp), tokenizer.json as tokenizer.ggml.* metadata
 // (hf_tokenizer.cpp), and Hugging Face tensor names as GGUF names (hf_names.cpp).
 #pragma once
 #include <cstdint>
@@ -59,6 +59,29 @@ inline uint64_t positive(const json& c, const std::string& key, const fs::path& 
     fail(file.string(), ": '", key, "' missing or not a positive integer");
   return c[key].get<uint64_t>();
 }
+
+// The input widths of the quantizable matrices, from the config's dimensions.
+struct MatrixWidths {
+  int64_t n_embd = 0, n_q = 0, n_ff = 0, n_ff_exp = 0, n_ff_shexp = 0, ssm_value = 0;
+  std::vector<int64_t> attn_out_in;                 // per layer where layer kinds differ (else n_q)
+  int64_t low_rank = 0, mla_nope = 0, kv_lora = 0;  // Kimi Linear: KDA gates' rank, MLA's absorbed matrices
+};
+// The input width of a quantizable matrix under its GGUF name (its row length); 0 for a tensor
+// MLX does not quantize (norms, biases).
+int64_t matrix_in(const std::string& gguf, const MatrixWidths& w);
+
+// What config.json says (hf_config.cpp): the GGUF architecture and metadata (not the
+// tokenizer's), and the shapes the tensor reader needs.
+struct FolderConfig {
+  std::string arch;
+  bool hybrid = false;  // Gated DeltaNet layers (qwen35moe, qwen3next)
+  Kv kv;
+  MatrixWidths widths;
+  int64_t n_embd = 0, n_expert = 0, n_ff_exp = 0;
+  int64_t ssm_hk = 0, ssm_hv = 0, ssm_dk = 0, ssm_dv = 0;  // the Gated DeltaNet's heads and head dims
+};
+// c: config.json with text_config's keys merged in (top: the file as it is).
+FolderConfig read_folder_config(const fs::path& dir, const json& top, const json& c);
 
 // tokenizer.json (byte-level BPE), tokenizer_config.json, generation_config.json and the chat
 // template of folder dir as tokenizer.ggml.* metadata (hf_tokenizer.cpp).

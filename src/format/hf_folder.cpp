@@ -69,39 +69,17 @@ MlxQuantConfig read_quant_config(const json& c, const fs::path& file) {
   return q;
 }
 
-// The config's widths that the quantizable matrices take as input.
-struct MatrixWidths {
-  int64_t n_embd = 0, n_q = 0, n_ff = 0, n_ff_exp = 0, n_ff_shexp = 0, ssm_value = 0;
-};
-
-// The input width of a quantizable matrix under its GGUF name (its row length), from the
-// config's dimensions; 0 for a tensor MLX does not quantize (norms, biases).
-int64_t matrix_in(const std::string& gguf, const MatrixWidths& w) {
-  if (gguf == "token_embd.weight" || gguf == "output.weight") return w.n_embd;
-  const size_t dot = gguf.find('.', 4);
-  if (gguf.rfind("blk.", 0) != 0 || dot == std::string::npos) return 0;
-  const std::string rest = gguf.substr(dot + 1);
-  if (rest == "attn_output.weight") return w.n_q;
-  if (rest == "ffn_down.weight") return w.n_ff;
-  if (rest == "ffn_down_exps.weight") return w.n_ff_exp;
-  if (rest == "ffn_down_shexp.weight") return w.n_ff_shexp;
-  if (rest == "ssm_out.weight") return w.ssm_value;
-  for (const char* t : {"attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight", "ffn_up.weight",
-                        "ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_gate_shexp.weight",
-                        "ffn_up_shexp.weight", "ffn_gate_inp_shexp.weight", "attn_qkv.weight", "attn_gate.weight",
-                        "ssm_beta.weight", "ssm_alpha.weight", "attn_qkvz.weight", "ssm_ba.weight"})
-    if (rest == t) return w.n_embd;
-  return 0;
-}
-
 // MoE routers (ffn_gate_inp) and shared-expert gates, which the ops read as f32 whatever the
 // file stores.
 bool is_router(const std::string& gguf) {
   return gguf.ends_with("ffn_gate_inp.weight") || gguf.ends_with("ffn_gate_inp_shexp.weight");
 }
 
-// Stacked experts (GGUF *_exps: [in, out, E], MLX [E, out, in]) are the one 3-D weight.
-bool is_stacked_experts(const std::string& gguf) { return gguf.ends_with("_exps.weight"); }
+// The 3-D matrices: stacked experts (GGUF *_exps: [in, out, E], MLX [E, out, in]) and MLA's
+// absorbed per-head matrices (attn_k_b / attn_v_b [in, out, H], MLX's MultiLinear [H, out, in]).
+bool is_3d_matrix(const std::string& gguf) {
+  return gguf.ends_with("_exps.weight") || gguf.ends_with("attn_k_b.weight") || gguf.ends_with("attn_v_b.weight");
+}
 
 // What was repacked or dequantized, for the load line: "4-bit g64 bf16 → q4_1" -> (tensors, bytes).
 using QuantSummary = std::map<std::string, std::pair<int64_t, size_t>>;
@@ -124,8 +102,8 @@ TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTens
   if (b->dtype != s->dtype)
     fail(file.string(), ": tensor '", b->name, "': dtype ", st_dtype_name(b->dtype), ", want ", st_dtype_name(s->dtype),
          " (as ", s->name, ")");
-  // Stacked experts [E, out, ·] are E·out rows of one matrix as far as the groups go.
-  const size_t dims = is_stacked_experts(gguf) ? 3 : 2;
+  // Stacked experts [E, out, ·] (or heads) are E·out rows of one matrix as far as the groups go.
+  const size_t dims = is_3d_matrix(gguf) ? 3 : 2;
   if (w.shape.size() != dims || s->shape.size() != dims)
     fail(at, ": weight and scales must be ", dims, "-D (", w.shape.size(), "-D and ", s->shape.size(), "-D)");
   if (b->shape != s->shape) fail(file.string(), ": tensor '", b->name, "': shape differs from ", s->name, "'s");
@@ -354,128 +332,10 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
   json c = top;
   if (top.contains("text_config") && top["text_config"].is_object())
     for (const auto& [k, v] : top["text_config"].items()) c[k] = v;  // the language model's own settings win
-  const std::string model_type = top.value("model_type", c.value("model_type", ""));
-  std::string arch;
-  bool neox = false;
-  if (model_type == "llama" || model_type == "mistral") {
-    arch = "llama";
-    neox = true;  // HF keeps Q/K in the rotate-half layout
-  } else if (model_type == "qwen3") {
-    arch = "qwen3";
-  } else if (model_type == "qwen3_moe") {
-    arch = "qwen3moe";
-  } else if (model_type == "qwen3_5_moe") {
-    arch = "qwen35moe";
-  } else if (model_type == "qwen3_next") {
-    arch = "qwen3next";
-  } else {
-    fail(cfg_path.string(), ": model_type '", model_type,
-         "' is not supported for folders yet (llama, mistral, qwen3, qwen3_moe, qwen3_5_moe, qwen3_next; convert ",
-         "others to GGUF)");
-  }
-  const bool hybrid = arch == "qwen35moe" || arch == "qwen3next";
-  // Qwen3.5 keeps its RoPE settings in rope_parameters (rope_scaling may repeat them): type
-  // "default" with M-RoPE sections, which text positions make one plain rotation.
-  json rope = arch == "qwen35moe" ? c.value("rope_parameters", json()) : json();
-  if (arch == "qwen35moe") {
-    if (rope.is_null()) rope = c.value("rope_scaling", json());
-    const std::string type = rope.is_object() ? rope.value("type", rope.value("rope_type", "default")) : "default";
-    if (!rope.is_null() && (!rope.is_object() || type != "default"))
-      fail(cfg_path.string(), ": rope_parameters ", rope.dump(), " is not supported yet (type \"default\" only)");
-  } else if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
-    fail(cfg_path.string(), ": rope_scaling ", c["rope_scaling"].dump(), " is not supported yet");
-  }
-  auto rope_value = [&](const char* key, double def) {
-    if (rope.is_object() && rope.contains(key) && rope[key].is_number()) return rope[key].get<double>();
-    return c.contains(key) && c[key].is_number() ? c[key].get<double>() : def;
-  };
+  FolderConfig fc = read_folder_config(dir, top, c);
   const MlxQuantConfig quant = read_quant_config(c, cfg_path);
-
-  Kv kv;
-  const std::string a = arch + ".";
-  const uint64_t n_embd = positive(c, "hidden_size", cfg_path), n_head = positive(c, "num_attention_heads", cfg_path);
-  const uint64_t head_dim = c.contains("head_dim") ? positive(c, "head_dim", cfg_path) : n_embd / n_head;
-  kv.emplace_back("general.architecture", str(arch));
-  kv.emplace_back("general.name", str(dir.filename().string()));
-  kv.emplace_back(a + "context_length", u32(positive(c, "max_position_embeddings", cfg_path)));
-  kv.emplace_back(a + "embedding_length", u32(n_embd));
-  const uint64_t n_layer = positive(c, "num_hidden_layers", cfg_path);
-  kv.emplace_back(a + "block_count", u32(n_layer));
-  // Qwen3.5-MoE has no dense FFN: its config may leave intermediate_size out.
-  const std::string ff_key = arch == "qwen35moe" && !c.contains("intermediate_size") ? "moe_intermediate_size"
-                                                                                     : "intermediate_size";
-  kv.emplace_back(a + "feed_forward_length", u32(positive(c, ff_key, cfg_path)));
-  kv.emplace_back(a + "attention.head_count", u32(n_head));
-  kv.emplace_back(a + "attention.head_count_kv",
-                  u32(c.contains("num_key_value_heads") ? positive(c, "num_key_value_heads", cfg_path) : n_head));
-  kv.emplace_back(a + "attention.key_length", u32(head_dim));
-  kv.emplace_back(a + "attention.value_length", u32(head_dim));
-  kv.emplace_back(a + "attention.layer_norm_rms_epsilon", f32(c.value("rms_norm_eps", 1e-6)));
-  kv.emplace_back(a + "rope.freq_base", f32(rope_value("rope_theta", 10000.0)));
-  const double partial = rope_value("partial_rotary_factor", 1.0);
-  const uint64_t n_rot = static_cast<uint64_t>(static_cast<double>(head_dim) * partial);
-  if (!(partial > 0 && partial <= 1) || n_rot == 0 || n_rot % 2)
-    fail(cfg_path.string(), ": partial_rotary_factor ", partial, " gives ", n_rot, " rotated dims of ", head_dim,
-         " (want an even number > 0)");
-  kv.emplace_back(a + "rope.dimension_count", u32(n_rot));
-  if (neox) kv.emplace_back("sluice.rope_neox", boolean(true));
-  int64_t n_ff_exp = 0, n_ff_shexp = 0, ssm_value = 0;
-  uint64_t ssm_hk = 0, ssm_hv = 0, ssm_dk = 0, ssm_dv = 0;  // the Gated DeltaNet's heads and head dims
-  if (arch == "qwen35moe") {
-    // M-RoPE sections (4 as llama.cpp writes them; with text positions every section turns by
-    // the same position).
-    std::vector<int32_t> sections;
-    if (rope.is_object() && rope.contains("mrope_section") && rope["mrope_section"].is_array())
-      for (const auto& v : rope["mrope_section"]) sections.push_back(v.is_number_integer() ? v.get<int32_t>() : -1);
-    if (sections.empty()) sections = {static_cast<int32_t>(n_rot / 2)};
-    int64_t sum = 0;
-    for (int32_t v : sections) sum += v;
-    if (sections.size() > 4 || sum != static_cast<int64_t>(n_rot / 2) ||
-        std::any_of(sections.begin(), sections.end(), [](int32_t v) { return v < 0; }))
-      fail(cfg_path.string(), ": mrope_section ", json(sections).dump(), " must be at most 4 sizes summing to ",
-           n_rot / 2, " (the rotated dims / 2)");
-    sections.resize(4, 0);
-    kv.emplace_back(a + "rope.dimension_sections", i32_array(sections));
-  }
-  if (hybrid) {  // the Gated DeltaNet shapes and the shared expert
-    const uint64_t hk = ssm_hk = positive(c, "linear_num_key_heads", cfg_path);
-    const uint64_t hv = ssm_hv = positive(c, "linear_num_value_heads", cfg_path);
-    const uint64_t dk = ssm_dk = positive(c, "linear_key_head_dim", cfg_path);
-    const uint64_t dv = ssm_dv = positive(c, "linear_value_head_dim", cfg_path);
-    if (hv % hk != 0)
-      fail(cfg_path.string(), ": linear_num_value_heads ", hv, " is not a multiple of linear_num_key_heads ", hk);
-    if (hv * dv > (uint64_t{1} << 32) || hk * dk > (uint64_t{1} << 32))
-      fail(cfg_path.string(), ": linear attention heads x head dims past 2^32");
-    ssm_value = static_cast<int64_t>(hv * dv);
-    kv.emplace_back(a + "ssm.conv_kernel", u32(positive(c, "linear_conv_kernel_dim", cfg_path)));
-    kv.emplace_back(a + "ssm.group_count", u32(hk));
-    kv.emplace_back(a + "ssm.time_step_rank", u32(hv));
-    kv.emplace_back(a + "ssm.state_size", u32(dk));
-    kv.emplace_back(a + "ssm.inner_size", u32(hv * dv));
-    kv.emplace_back(a + "full_attention_interval", u32(positive(c, "full_attention_interval", cfg_path)));
-    // HF's value heads are in key-head groups (value head h reads key head h / (Hv/Hk), as
-    // mlx-lm's repeat does); llama.cpp's converter reorders them to tile instead.
-    kv.emplace_back("sluice.ssm_grouped_heads", boolean(true));
-    n_ff_shexp = static_cast<int64_t>(positive(c, "shared_expert_intermediate_size", cfg_path));
-    kv.emplace_back(a + "expert_shared_feed_forward_length", u32(static_cast<uint64_t>(n_ff_shexp)));
-  }
-  if (arch == "qwen3moe" || hybrid) {
-    // Every layer sparse, top-k weights renormalized: what llama.cpp's qwen3moe graph runs.
-    n_ff_exp = static_cast<int64_t>(positive(c, "moe_intermediate_size", cfg_path));
-    const uint64_t n_expert = positive(c, "num_experts", cfg_path),
-                   n_used = positive(c, "num_experts_per_tok", cfg_path);
-    if (n_used > n_expert)
-      fail(cfg_path.string(), ": num_experts_per_tok ", n_used, " is more than num_experts ", n_expert);
-    if (c.value("decoder_sparse_step", 1) != 1 || !c.value("mlp_only_layers", json::array()).empty())
-      fail(cfg_path.string(), ": decoder_sparse_step other than 1 or mlp_only_layers (dense layers among the MoE ",
-           "layers) are not supported yet");
-    if (!c.value("norm_topk_prob", false))
-      fail(cfg_path.string(), ": norm_topk_prob false is not supported yet (Qwen3-MoE checkpoints set it true; ",
-           "llama.cpp's qwen3moe always renormalizes)");
-    kv.emplace_back(a + "expert_count", u32(n_expert));
-    kv.emplace_back(a + "expert_used_count", u32(n_used));
-    kv.emplace_back(a + "expert_feed_forward_length", u32(static_cast<uint64_t>(n_ff_exp)));
-  }
+  const std::string& arch = fc.arch;
+  Kv& kv = fc.kv;
   add_tokenizer(dir, top, kv);
 
   // The weights: one file, or the shards the index names.
@@ -512,19 +372,13 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
   auto ends_with = [](const std::string& n, const std::string& suffix) {
     return n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
-  const int64_t n_ff = static_cast<int64_t>(positive(c, ff_key, cfg_path));
-  if (n_embd > (uint64_t{1} << 32) || n_head * head_dim > (uint64_t{1} << 32) || n_ff > (int64_t{1} << 32) ||
-      n_ff_exp > (int64_t{1} << 32) || n_ff_shexp > (int64_t{1} << 32))
-    fail(cfg_path.string(), ": hidden_size, heads x head_dim, intermediate_size or an expert width past 2^32");
-  const MatrixWidths widths{
-      static_cast<int64_t>(n_embd), static_cast<int64_t>(n_head * head_dim), n_ff, n_ff_exp, n_ff_shexp, ssm_value};
   // A Hugging Face checkpoint (not through mlx-lm) of Qwen3.5 stores conv1d as [C, 1, K] and
   // its RMSNorm weights as the offset from 1 (the model multiplies by 1 + w); mlx-lm's sanitize
   // moves the axis and adds the 1, and a folder it saved stores [C, K, 1] and the multiplier.
   // Told apart as mlx-lm tells them apart: by the conv1d's last axis.
   bool offset_norms = false;
   for (const auto& [tname, entry] : by_name)
-    if (hybrid && tname.ends_with("linear_attn.conv1d.weight") && entry.first->shape.size() == 3 &&
+    if (fc.hybrid && tname.ends_with("linear_attn.conv1d.weight") && entry.first->shape.size() == 3 &&
         entry.first->shape[2] != 1)
       offset_norms = true;
   QuantSummary summary;
@@ -553,7 +407,7 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     if (ends_with(tname, ".weight")) {
       const std::string module = tname.substr(0, tname.size() - 7);
       if (const StTensor* sc = find(module + ".scales")) {
-        tensors.push_back(load_mlx_quantized(t, sc, find(module + ".biases"), module, name, matrix_in(name, widths),
+        tensors.push_back(load_mlx_quantized(t, sc, find(module + ".biases"), module, name, matrix_in(name, fc.widths),
                                              quant, p, *owned, summary));
         continue;
       }
@@ -562,30 +416,40 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     if (!dt || (*dt != DType::F32 && *dt != DType::F16 && *dt != DType::BF16))
       fail(p.string(), ": tensor '", t.name, "' has dtype ", st_dtype_name(t.dtype),
            " (float weights F32/F16/BF16, or MLX-quantized U32 codes with .scales and .biases beside them)");
-    // Qwen3.5's depthwise conv1d, [C, K, 1] (mlx-lm) or [C, 1, K] (HF): the same bytes as
-    // GGUF's ssm_conv1d [K, C] either way.
-    const bool conv = name.ends_with("ssm_conv1d.weight");
-    if (conv                       ? t.shape.size() != 3 || (t.shape[1] != 1 && t.shape[2] != 1)
-        : is_stacked_experts(name) ? t.shape.size() != 3
-                                   : t.shape.empty() || t.shape.size() > 2)
+    // The depthwise convs, [C, K, 1] (mlx-lm) or [C, 1, K] (HF): the same bytes as GGUF's [K, C]
+    // (Qwen3.5's ssm_conv1d) or [K, 1, C] (Kimi's ssm_conv1d_q/k/v) either way. A_log: Kimi's
+    // is [1, 1, H, 1]; dt_bias may be [H, D] (HF's Kimi): both are read flat.
+    const bool conv = name.find(".ssm_conv1d") != std::string::npos;
+    const bool flat = name.ends_with(".ssm_a") || name.ends_with(".ssm_dt.bias");
+    if (conv                 ? t.shape.size() != 3 || (t.shape[1] != 1 && t.shape[2] != 1)
+        : is_3d_matrix(name) ? t.shape.size() != 3
+        : flat               ? t.shape.empty() || t.shape.size() > 4
+                             : t.shape.empty() || t.shape.size() > 2)
       fail(p.string(), ": tensor '", t.name, "' is ", json(t.shape).dump(), " (",
-           conv                       ? "a depthwise conv1d is [channels, kernel, 1] or [channels, 1, kernel]"
-           : is_stacked_experts(name) ? "stacked experts are [experts, out, in]"
-                                      : "want 1-D or 2-D",
+           conv                 ? "a depthwise conv1d is [channels, kernel, 1] or [channels, 1, kernel]"
+           : is_3d_matrix(name) ? "stacked experts and per-head matrices are [experts or heads, out, in]"
+           : flat               ? "want 1-D to 4-D"
+                                : "want 1-D or 2-D",
            ")");
     TensorView v;
     v.name = name;
     v.n_dims = static_cast<int>(t.shape.size());
     for (int d = 0; d < v.n_dims; ++d) v.ne[d] = t.shape[t.shape.size() - 1 - static_cast<size_t>(d)];
     if (conv) {
-      v.n_dims = 2;
+      const bool kda = name.find(".ssm_conv1d_") != std::string::npos;
+      v.n_dims = kda ? 3 : 2;
       v.ne[0] = t.shape[1] * t.shape[2];
-      v.ne[1] = t.shape[0];
-      v.ne[2] = 1;
+      v.ne[1] = kda ? 1 : t.shape[0];
+      v.ne[2] = kda ? t.shape[0] : 1;
     }
-    if (v.n_dims == 1 || is_router(name) || conv) {
-      // Norms, biases, routers and the conv1d: the ops read them as f32 arrays.
-      std::vector<float> f(static_cast<size_t>(v.ne[0] * (v.n_dims == 2 ? v.ne[1] : 1)));
+    if (name.ends_with(".ssm_dt.bias")) {
+      v.n_dims = 1;
+      v.ne[0] = static_cast<int64_t>(t.nbytes / st_dtype_size(t.dtype));
+      v.ne[1] = v.ne[2] = v.ne[3] = 1;
+    }
+    if (v.n_dims == 1 || is_router(name) || conv || flat) {
+      // Norms, biases, routers, the convs and the decays: the ops read them as f32 arrays.
+      std::vector<float> f(t.nbytes / st_dtype_size(t.dtype));
       for (size_t i = 0; i < f.size(); ++i) {
         uint16_t h = 0;
         if (*dt == DType::F32) {
@@ -623,12 +487,11 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
   // What the file stores fused or in another shape than the ops read: split or reshaped once.
   for (size_t i = 0; i < tensors.size(); ++i)
     if (tensors[i].name.ends_with("ffn_gate_up_exps.weight")) {
-      auto [gate, up] = split_gate_up(tensors[i], n_ff_exp, cfg_path, *owned);
+      auto [gate, up] = split_gate_up(tensors[i], fc.n_ff_exp, cfg_path, *owned);
       tensors[i] = gate;
       tensors.push_back(up);
     } else if (tensors[i].name.ends_with("attn_qkvz.weight")) {
-      auto [qkv, z] = split_qkvz(tensors[i], static_cast<int64_t>(ssm_hk), static_cast<int64_t>(ssm_hv),
-                                 static_cast<int64_t>(ssm_dk), static_cast<int64_t>(ssm_dv), cfg_path, *owned);
+      auto [qkv, z] = split_qkvz(tensors[i], fc.ssm_hk, fc.ssm_hv, fc.ssm_dk, fc.ssm_dv, cfg_path, *owned);
       tensors[i] = qkv;
       tensors.push_back(z);
     } else if (tensors[i].name.ends_with("ffn_gate_inp_shexp.weight")) {
@@ -638,8 +501,7 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
       tensors[i].n_dims = 1;
     }
   for (const auto& [gguf, parts] : per_expert_parts)
-    tensors.push_back(stack_experts(gguf, parts, c.value("num_experts", int64_t{0}), static_cast<int64_t>(n_embd),
-                                    n_ff_exp, cfg_path, *owned));
+    tensors.push_back(stack_experts(gguf, parts, fc.n_expert, fc.n_embd, fc.n_ff_exp, cfg_path, *owned));
   if (!summary.empty()) {
     std::string line = "mlx affine";
     for (const auto& [what, n] : summary) {

@@ -87,6 +87,33 @@ std::string gguf_name(const std::string& hf_name, const fs::path& file, const st
     if (arch == "qwen35moe" && rest == "mlp.experts.gate_up_proj") return "blk." + index + ".ffn_gate_up_exps.weight";
     if (arch == "qwen35moe" && rest == "mlp.experts.down_proj") return "blk." + index + ".ffn_down_exps.weight";
   }
+  if (arch == "kimi-linear") {
+    // Kimi Linear as mlx-lm saves it: the KDA layers' convs, low-rank gates, decay and output
+    // norm; the MLA layers' absorbed per-head matrices (MultiLinear embed_q / unembed_out, what
+    // llama.cpp's converter splits kv_b_proj into); the router's selection bias; shared experts.
+    static const std::map<std::string, std::string> kimi = {
+        {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},
+        {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"},
+        {"self_attn.embed_q.weight", "attn_k_b.weight"},
+        {"self_attn.unembed_out.weight", "attn_v_b.weight"},
+        {"self_attn.q_conv.conv.weight", "ssm_conv1d_q.weight"},
+        {"self_attn.k_conv.conv.weight", "ssm_conv1d_k.weight"},
+        {"self_attn.v_conv.conv.weight", "ssm_conv1d_v.weight"},
+        {"self_attn.f_a_proj.weight", "ssm_f_a.weight"},
+        {"self_attn.f_b_proj.weight", "ssm_f_b.weight"},
+        {"self_attn.b_proj.weight", "ssm_beta.weight"},
+        {"self_attn.g_a_proj.weight", "ssm_g_a.weight"},
+        {"self_attn.g_b_proj.weight", "ssm_g_b.weight"},
+        {"self_attn.A_log", "ssm_a"},
+        {"self_attn.dt_bias", "ssm_dt.bias"},
+        {"self_attn.o_norm.weight", "ssm_norm.weight"},
+        {"mlp.e_score_correction_bias", "exp_probs_b.bias"},
+        {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
+        {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
+        {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
+    };
+    if (const auto it = kimi.find(rest); it != kimi.end()) return "blk." + index + "." + it->second;
+  }
   static const std::map<std::string, std::string> names = {
       {"input_layernorm.weight", "attn_norm.weight"},
       {"post_attention_layernorm.weight", "ffn_norm.weight"},

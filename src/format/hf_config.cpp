@@ -1,0 +1,336 @@
+// format/hf_config: a folder's config.json as the GGUF metadata llama.cpp's converter would
+// write, per architecture, and the input widths of its quantizable matrices.
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "format/hf_common.h"
+
+namespace sluice::hf {
+namespace {
+
+constexpr uint64_t k2p32 = uint64_t{1} << 32;
+
+// The keys every architecture writes the same way.
+struct Common {
+  std::string a;  // "<arch>."
+  uint64_t n_embd = 0, n_layer = 0, n_head = 0;
+};
+
+Common common_keys(const fs::path& dir, const json& c, const std::string& arch, const char* ctx_key, Kv& kv) {
+  const fs::path cfg_path = dir / "config.json";
+  Common k;
+  k.a = arch + ".";
+  k.n_embd = positive(c, "hidden_size", cfg_path);
+  k.n_head = positive(c, "num_attention_heads", cfg_path);
+  k.n_layer = positive(c, "num_hidden_layers", cfg_path);
+  if (k.n_embd > k2p32 || k.n_layer > 4096) fail(cfg_path.string(), ": hidden_size past 2^32 or more than 4096 layers");
+  kv.emplace_back("general.architecture", str(arch));
+  kv.emplace_back("general.name", str(dir.filename().string()));
+  kv.emplace_back(k.a + "context_length", u32(positive(c, ctx_key, cfg_path)));
+  kv.emplace_back(k.a + "embedding_length", u32(k.n_embd));
+  kv.emplace_back(k.a + "block_count", u32(k.n_layer));
+  kv.emplace_back(k.a + "attention.layer_norm_rms_epsilon", f32(c.value("rms_norm_eps", 1e-6)));
+  return k;
+}
+
+// llama, mistral, qwen3, qwen3_moe, and the Gated DeltaNet hybrids qwen3_5_moe and qwen3_next.
+void llama_like(const fs::path& dir, const json& c, FolderConfig& fc) {
+  const fs::path cfg_path = dir / "config.json";
+  const std::string& arch = fc.arch;
+  const bool neox = arch == "llama";  // HF keeps Llama's Q/K in the rotate-half layout
+  const bool hybrid = fc.hybrid;
+  // Qwen3.5 keeps its RoPE settings in rope_parameters (rope_scaling may repeat them): type
+  // "default" with M-RoPE sections, which text positions make one plain rotation.
+  json rope = arch == "qwen35moe" ? c.value("rope_parameters", json()) : json();
+  if (arch == "qwen35moe") {
+    if (rope.is_null()) rope = c.value("rope_scaling", json());
+    const std::string type = rope.is_object() ? rope.value("type", rope.value("rope_type", "default")) : "default";
+    if (!rope.is_null() && (!rope.is_object() || type != "default"))
+      fail(cfg_path.string(), ": rope_parameters ", rope.dump(), " is not supported yet (type \"default\" only)");
+  } else if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
+    fail(cfg_path.string(), ": rope_scaling ", c["rope_scaling"].dump(), " is not supported yet");
+  }
+  auto rope_value = [&](const char* key, double def) {
+    if (rope.is_object() && rope.contains(key) && rope[key].is_number()) return rope[key].get<double>();
+    return c.contains(key) && c[key].is_number() ? c[key].get<double>() : def;
+  };
+
+  Kv& kv = fc.kv;
+  const Common k = common_keys(dir, c, arch, "max_position_embeddings", kv);
+  const std::string& a = k.a;
+  const uint64_t n_embd = k.n_embd, n_head = k.n_head;
+  const uint64_t head_dim = c.contains("head_dim") ? positive(c, "head_dim", cfg_path) : n_embd / n_head;
+  // Qwen3.5-MoE has no dense FFN: its config may leave intermediate_size out.
+  const std::string ff_key = arch == "qwen35moe" && !c.contains("intermediate_size") ? "moe_intermediate_size"
+                                                                                     : "intermediate_size";
+  const int64_t n_ff = static_cast<int64_t>(positive(c, ff_key, cfg_path));
+  kv.emplace_back(a + "feed_forward_length", u32(static_cast<uint64_t>(n_ff)));
+  kv.emplace_back(a + "attention.head_count", u32(n_head));
+  kv.emplace_back(a + "attention.head_count_kv",
+                  u32(c.contains("num_key_value_heads") ? positive(c, "num_key_value_heads", cfg_path) : n_head));
+  kv.emplace_back(a + "attention.key_length", u32(head_dim));
+  kv.emplace_back(a + "attention.value_length", u32(head_dim));
+  kv.emplace_back(a + "rope.freq_base", f32(rope_value("rope_theta", 10000.0)));
+  const double partial = rope_value("partial_rotary_factor", 1.0);
+  const uint64_t n_rot = static_cast<uint64_t>(static_cast<double>(head_dim) * partial);
+  if (!(partial > 0 && partial <= 1) || n_rot == 0 || n_rot % 2)
+    fail(cfg_path.string(), ": partial_rotary_factor ", partial, " gives ", n_rot, " rotated dims of ", head_dim,
+         " (want an even number > 0)");
+  kv.emplace_back(a + "rope.dimension_count", u32(n_rot));
+  if (neox) kv.emplace_back("sluice.rope_neox", boolean(true));
+  int64_t n_ff_exp = 0, n_ff_shexp = 0, ssm_value = 0;
+  if (arch == "qwen35moe") {
+    // M-RoPE sections (4 as llama.cpp writes them; with text positions every section turns by
+    // the same position).
+    std::vector<int32_t> sections;
+    if (rope.is_object() && rope.contains("mrope_section") && rope["mrope_section"].is_array())
+      for (const auto& v : rope["mrope_section"]) sections.push_back(v.is_number_integer() ? v.get<int32_t>() : -1);
+    if (sections.empty()) sections = {static_cast<int32_t>(n_rot / 2)};
+    int64_t sum = 0;
+    for (int32_t v : sections) sum += v;
+    if (sections.size() > 4 || sum != static_cast<int64_t>(n_rot / 2) ||
+        std::any_of(sections.begin(), sections.end(), [](int32_t v) { return v < 0; }))
+      fail(cfg_path.string(), ": mrope_section ", json(sections).dump(), " must be at most 4 sizes summing to ",
+           n_rot / 2, " (the rotated dims / 2)");
+    sections.resize(4, 0);
+    kv.emplace_back(a + "rope.dimension_sections", i32_array(sections));
+  }
+  if (hybrid) {  // the Gated DeltaNet shapes and the shared expert
+    const uint64_t hk = positive(c, "linear_num_key_heads", cfg_path);
+    const uint64_t hv = positive(c, "linear_num_value_heads", cfg_path);
+    const uint64_t dk = positive(c, "linear_key_head_dim", cfg_path);
+    const uint64_t dv = positive(c, "linear_value_head_dim", cfg_path);
+    if (hv % hk != 0)
+      fail(cfg_path.string(), ": linear_num_value_heads ", hv, " is not a multiple of linear_num_key_heads ", hk);
+    if (hv * dv > k2p32 || hk * dk > k2p32) fail(cfg_path.string(), ": linear attention heads x head dims past 2^32");
+    fc.ssm_hk = static_cast<int64_t>(hk), fc.ssm_hv = static_cast<int64_t>(hv);
+    fc.ssm_dk = static_cast<int64_t>(dk), fc.ssm_dv = static_cast<int64_t>(dv);
+    ssm_value = static_cast<int64_t>(hv * dv);
+    kv.emplace_back(a + "ssm.conv_kernel", u32(positive(c, "linear_conv_kernel_dim", cfg_path)));
+    kv.emplace_back(a + "ssm.group_count", u32(hk));
+    kv.emplace_back(a + "ssm.time_step_rank", u32(hv));
+    kv.emplace_back(a + "ssm.state_size", u32(dk));
+    kv.emplace_back(a + "ssm.inner_size", u32(hv * dv));
+    kv.emplace_back(a + "full_attention_interval", u32(positive(c, "full_attention_interval", cfg_path)));
+    // HF's value heads are in key-head groups (value head h reads key head h / (Hv/Hk), as
+    // mlx-lm's repeat does); llama.cpp's converter reorders them to tile instead.
+    kv.emplace_back("sluice.ssm_grouped_heads", boolean(true));
+    n_ff_shexp = static_cast<int64_t>(positive(c, "shared_expert_intermediate_size", cfg_path));
+    kv.emplace_back(a + "expert_shared_feed_forward_length", u32(static_cast<uint64_t>(n_ff_shexp)));
+  }
+  if (arch == "qwen3moe" || hybrid) {
+    // Every layer sparse, top-k weights renormalized: what llama.cpp's qwen3moe graph runs.
+    n_ff_exp = static_cast<int64_t>(positive(c, "moe_intermediate_size", cfg_path));
+    const uint64_t n_expert = positive(c, "num_experts", cfg_path),
+                   n_used = positive(c, "num_experts_per_tok", cfg_path);
+    if (n_used > n_expert)
+      fail(cfg_path.string(), ": num_experts_per_tok ", n_used, " is more than num_experts ", n_expert);
+    if (c.value("decoder_sparse_step", 1) != 1 || !c.value("mlp_only_layers", json::array()).empty())
+      fail(cfg_path.string(), ": decoder_sparse_step other than 1 or mlp_only_layers (dense layers among the MoE ",
+           "layers) are not supported yet");
+    if (!c.value("norm_topk_prob", false))
+      fail(cfg_path.string(), ": norm_topk_prob false is not supported yet (Qwen3-MoE checkpoints set it true; ",
+           "llama.cpp's qwen3moe always renormalizes)");
+    kv.emplace_back(a + "expert_count", u32(n_expert));
+    kv.emplace_back(a + "expert_used_count", u32(n_used));
+    kv.emplace_back(a + "expert_feed_forward_length", u32(static_cast<uint64_t>(n_ff_exp)));
+    fc.n_expert = static_cast<int64_t>(n_expert);
+  }
+  if (n_head * head_dim > k2p32 || n_ff > int64_t{1} << 32 || n_ff_exp > int64_t{1} << 32 ||
+      n_ff_shexp > int64_t{1} << 32)
+    fail(cfg_path.string(), ": heads x head_dim, intermediate_size or an expert width past 2^32");
+  fc.n_embd = static_cast<int64_t>(n_embd);
+  fc.n_ff_exp = n_ff_exp;
+  MatrixWidths& w = fc.widths;
+  w.n_embd = fc.n_embd, w.n_q = static_cast<int64_t>(n_head * head_dim), w.n_ff = n_ff, w.n_ff_exp = n_ff_exp;
+  w.n_ff_shexp = n_ff_shexp, w.ssm_value = ssm_value;
+}
+
+// A non-negative integer of config object c, else def where it is absent (or null).
+uint64_t count_or(const json& c, const std::string& key, uint64_t def, const fs::path& file) {
+  if (!c.contains(key) || c[key].is_null()) return def;
+  if (!c[key].is_number_integer() || c[key].get<int64_t>() < 0)
+    fail(file.string(), ": '", key, "' is not a non-negative integer");
+  return c[key].get<uint64_t>();
+}
+
+// Kimi Linear (model_type kimi_linear): KDA layers (linear_attn_config.kda_layers, 1-based)
+// and MLA layers without RoPE, as llama.cpp's kimi-linear converter writes them: head_count_kv
+// a per-layer array (0 KDA, 1 MLA), the absorbed MLA's keys, sigmoid routing with a selection
+// bias, renormalized and scaled, shared experts, leading dense layers.
+void kimi_linear(const fs::path& dir, const json& c, FolderConfig& fc) {
+  const fs::path cfg_path = dir / "config.json";
+  Kv& kv = fc.kv;
+  const char* ctx = c.contains("model_max_length") ? "model_max_length" : "max_position_embeddings";
+  const Common k = common_keys(dir, c, fc.arch, ctx, kv);
+  const std::string& a = k.a;
+  if (!c.contains("linear_attn_config") || !c["linear_attn_config"].is_object())
+    fail(cfg_path.string(), ": 'linear_attn_config' missing or not an object");
+  const json& lin = c["linear_attn_config"];
+  const std::string lc = "linear_attn_config.";
+  const uint64_t kda_heads = positive(lin, "num_heads", cfg_path), D = positive(lin, "head_dim", cfg_path);
+  const uint64_t conv = count_or(lin, "short_conv_kernel_size", 4, cfg_path);
+  if (kda_heads != k.n_head)
+    fail(cfg_path.string(), ": ", lc, "num_heads ", kda_heads, " differs from num_attention_heads ", k.n_head,
+         " (llama.cpp's kimi-linear takes one head count for both layer kinds)");
+  if (conv < 1 || conv > 64) fail(cfg_path.string(), ": ", lc, "short_conv_kernel_size ", conv, " is not 1..64");
+  if (!lin.contains("kda_layers") || !lin["kda_layers"].is_array())
+    fail(cfg_path.string(), ": ", lc, "kda_layers missing or not an array");
+  std::set<uint64_t> kda;
+  for (const json& v : lin["kda_layers"]) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<uint64_t>() > k.n_layer)
+      fail(cfg_path.string(), ": ", lc, "kda_layers holds ", v.dump(), " (want layer numbers 1..", k.n_layer, ")");
+    kda.insert(v.get<uint64_t>());
+  }
+  if (c.contains("q_lora_rank") && !c["q_lora_rank"].is_null())
+    fail(cfg_path.string(), ": q_lora_rank is set: Kimi Linear's MLA has one q_proj (mlx-lm reads no q_lora)");
+  const uint64_t head_dim = positive(c, "head_dim", cfg_path);
+  const uint64_t kv_lora = positive(c, "kv_lora_rank", cfg_path);
+  const uint64_t nope = count_or(c, "qk_nope_head_dim", head_dim, cfg_path);
+  const uint64_t rope = count_or(c, "qk_rope_head_dim", 0, cfg_path);
+  const uint64_t v_head = count_or(c, "v_head_dim", head_dim, cfg_path);
+  if (nope == 0 || rope == 0 || v_head == 0)
+    fail(cfg_path.string(), ": qk_nope_head_dim, qk_rope_head_dim and v_head_dim must be positive");
+  if (kv_lora > 65536 || nope + rope > 65536 || v_head > 65536 || D > 65536 || k.n_head > 65536)
+    fail(cfg_path.string(), ": an attention width past 65536");
+  auto kv_arr = std::make_shared<GgufArray>();
+  kv_arr->elem_type = GgufType::UINT32;
+  std::vector<int64_t> out_in(k.n_layer);  // attn_output's input: the KDA inner width or the MLA heads' values
+  for (uint64_t l = 0; l < k.n_layer; ++l) {
+    const bool is_kda = kda.count(l + 1) > 0;
+    kv_arr->items.push_back(u32(is_kda ? 0 : 1));
+    out_in[l] = static_cast<int64_t>(k.n_head * (is_kda ? D : v_head));
+  }
+  kv.emplace_back(a + "attention.head_count", u32(k.n_head));
+  kv.emplace_back(a + "attention.head_count_kv", GgufValue{GgufType::ARRAY, kv_arr});
+  kv.emplace_back(a + "attention.kv_lora_rank", u32(kv_lora));
+  kv.emplace_back(a + "attention.key_length", u32(kv_lora + rope));
+  kv.emplace_back(a + "attention.value_length", u32(kv_lora));
+  kv.emplace_back(a + "attention.key_length_mla", u32(nope + rope));
+  kv.emplace_back(a + "attention.value_length_mla", u32(v_head));
+  kv.emplace_back(a + "rope.dimension_count", u32(rope));
+  kv.emplace_back(a + "ssm.conv_kernel", u32(conv));
+  kv.emplace_back(a + "kda.head_dim", u32(D));
+
+  const uint64_t n_ff = positive(c, "intermediate_size", cfg_path);
+  const uint64_t n_expert = positive(c, "num_experts", cfg_path),
+                 n_ff_exp = positive(c, "moe_intermediate_size", cfg_path);
+  const uint64_t n_used = count_or(c, "num_experts_per_token", 1, cfg_path);
+  const uint64_t n_shared = count_or(c, "num_shared_experts", 0, cfg_path);
+  const uint64_t n_group = count_or(c, "num_expert_group", 1, cfg_path),
+                 group_used = count_or(c, "topk_group", 1, cfg_path);
+  if (n_used < 1 || n_used > n_expert)
+    fail(cfg_path.string(), ": num_experts_per_token ", n_used, " is not 1..num_experts (", n_expert, ")");
+  if (n_ff > k2p32 || n_ff_exp > k2p32 || n_ff_exp * std::max<uint64_t>(n_shared, 1) > k2p32 || n_expert > 65536)
+    fail(cfg_path.string(), ": intermediate_size, moe_intermediate_size x num_shared_experts or num_experts too large");
+  if (count_or(c, "moe_layer_freq", 1, cfg_path) != 1)
+    fail(cfg_path.string(), ": moe_layer_freq other than 1 is not supported (llama.cpp's kimi-linear: every layer ",
+         "after the leading dense ones is sparse)");
+  if (!c.value("moe_renormalize", true) && n_used > 1)
+    fail(cfg_path.string(), ": moe_renormalize false is not supported (llama.cpp's kimi-linear renormalizes)");
+  const std::string act = c.value("moe_router_activation_func", std::string("sigmoid"));
+  if (act != "sigmoid" && act != "softmax")
+    fail(cfg_path.string(), ": moe_router_activation_func '", act, "' is not sigmoid or softmax");
+  if (n_group < 1 || n_expert % n_group != 0 || group_used < 1 || group_used > n_group)
+    fail(cfg_path.string(), ": num_expert_group ", n_group, " / topk_group ", group_used, " do not split num_experts ",
+         n_expert, " into groups");
+  const double scale = c.value("routed_scaling_factor", 1.0);
+  kv.emplace_back(a + "feed_forward_length", u32(n_ff));
+  kv.emplace_back(a + "expert_count", u32(n_expert));
+  kv.emplace_back(a + "expert_used_count", u32(n_used));
+  kv.emplace_back(a + "expert_feed_forward_length", u32(n_ff_exp));
+  kv.emplace_back(a + "expert_shared_count", u32(n_shared));
+  kv.emplace_back(a + "leading_dense_block_count",
+                  u32(std::min<uint64_t>(count_or(c, "first_k_dense_replace", 0, cfg_path), k.n_layer)));
+  kv.emplace_back(a + "expert_weights_scale", f32(scale));
+  kv.emplace_back(a + "expert_weights_norm", boolean(true));
+  kv.emplace_back(a + "expert_gating_func", u32(act == "sigmoid" ? 2 : 1));
+  if (n_group > 1) {
+    kv.emplace_back(a + "expert_group_count", u32(n_group));
+    kv.emplace_back(a + "expert_group_used_count", u32(group_used));
+  }
+  fc.n_embd = static_cast<int64_t>(k.n_embd);
+  fc.n_expert = static_cast<int64_t>(n_expert);
+  fc.n_ff_exp = static_cast<int64_t>(n_ff_exp);
+  MatrixWidths& w = fc.widths;
+  w.n_embd = fc.n_embd, w.n_ff = static_cast<int64_t>(n_ff), w.n_ff_exp = fc.n_ff_exp;
+  w.n_ff_shexp = static_cast<int64_t>(n_ff_exp * n_shared);
+  w.attn_out_in = std::move(out_in);
+  w.low_rank = static_cast<int64_t>(D);
+  w.mla_nope = static_cast<int64_t>(nope), w.kv_lora = static_cast<int64_t>(kv_lora);
+}
+
+}  // namespace
+
+int64_t matrix_in(const std::string& gguf, const MatrixWidths& w) {
+  if (gguf == "token_embd.weight" || gguf == "output.weight") return w.n_embd;
+  const size_t dot = gguf.find('.', 4);
+  if (gguf.rfind("blk.", 0) != 0 || dot == std::string::npos) return 0;
+  const std::string rest = gguf.substr(dot + 1);
+  if (rest == "attn_output.weight") {
+    // Per layer where the layer kinds differ (Kimi Linear: KDA or MLA).
+    const size_t l = std::stoul(gguf.substr(4, dot - 4));
+    return w.attn_out_in.empty() ? w.n_q : l < w.attn_out_in.size() ? w.attn_out_in[l] : 0;
+  }
+  if (rest == "ffn_down.weight") return w.n_ff;
+  if (rest == "ffn_down_exps.weight") return w.n_ff_exp;
+  if (rest == "ffn_down_shexp.weight") return w.n_ff_shexp;
+  if (rest == "ssm_out.weight") return w.ssm_value;
+  if (rest == "ssm_f_b.weight" || rest == "ssm_g_b.weight") return w.low_rank;
+  if (rest == "attn_k_b.weight") return w.mla_nope;
+  if (rest == "attn_v_b.weight") return w.kv_lora;
+  for (const char* t : {"attn_q.weight",
+                        "attn_k.weight",
+                        "attn_v.weight",
+                        "ffn_gate.weight",
+                        "ffn_up.weight",
+                        "ffn_gate_inp.weight",
+                        "ffn_gate_exps.weight",
+                        "ffn_up_exps.weight",
+                        "ffn_gate_shexp.weight",
+                        "ffn_up_shexp.weight",
+                        "ffn_gate_inp_shexp.weight",
+                        "attn_qkv.weight",
+                        "attn_gate.weight",
+                        "ssm_beta.weight",
+                        "ssm_alpha.weight",
+                        "attn_qkvz.weight",
+                        "ssm_ba.weight",
+                        "attn_kv_a_mqa.weight",
+                        "ssm_f_a.weight",
+                        "ssm_g_a.weight"})
+    if (rest == t) return w.n_embd;
+  return 0;
+}
+
+FolderConfig read_folder_config(const fs::path& dir, const json& top, const json& c) {
+  const fs::path cfg_path = dir / "config.json";
+  const std::string model_type = top.value("model_type", c.value("model_type", ""));
+  static const std::pair<const char*, const char*> archs[] = {
+      {"llama", "llama"},
+      {"mistral", "llama"},
+      {"qwen3", "qwen3"},
+      {"qwen3_moe", "qwen3moe"},
+      {"qwen3_5_moe", "qwen35moe"},
+      {"qwen3_next", "qwen3next"},
+      {"kimi_linear", "kimi-linear"},
+  };
+  FolderConfig fc;
+  for (const auto& [type, arch] : archs)
+    if (model_type == type) fc.arch = arch;
+  if (fc.arch.empty())
+    fail(cfg_path.string(), ": model_type '", model_type,
+         "' is not supported for folders yet (llama, mistral, qwen3, qwen3_moe, qwen3_5_moe, qwen3_next, kimi_linear; ",
+         "convert others to GGUF)");
+  fc.hybrid = fc.arch == "qwen35moe" || fc.arch == "qwen3next";
+  if (fc.arch == "kimi-linear")
+    kimi_linear(dir, c, fc);
+  else
+    llama_like(dir, c, fc);
+  return fc;
+}
+
+}  // namespace sluice::hf
