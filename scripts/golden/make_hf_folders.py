@@ -19,7 +19,7 @@ llama-mixed (per-module overrides: 3 bits g32 by default, v_proj 5 bits, down_pr
 lm_head 8 bits g32, embed_tokens 2 bits g32, layer 0's k_proj left bf16).
 
   python3 -m venv /tmp/mlxvenv && /tmp/mlxvenv/bin/pip install mlx mlx-cpu mlx-lm tokenizers numpy
-  /tmp/mlxvenv/bin/python scripts/golden/make_hf_folders.py ../shared/corpus/stories-sampled.txt tests/data/hf [--quantized-only | --moe-only]
+  /tmp/mlxvenv/bin/python scripts/golden/make_hf_folders.py ../shared/corpus/stories-sampled.txt tests/data/hf [--quantized-only | --moe-only | --hybrids-only | --kimi-only]
 (made with mlx 0.32.4, mlx-lm 0.32.2, tokenizers 0.23.3)
 """
 import json
@@ -169,7 +169,7 @@ def random_weights(model, norm):
     return weights
 
 
-def make_moe_folder(root, name, module, cfg, seed0):
+def make_moe_folder(root, name, module, cfg, seed0, tweak=None):
     """A MoE folder `name` from mlx-lm's class `module` with the qwen3 folder's tokenizer and random
     bf16 weights (router weights of std 0.15: spread, token-driven choices; a hybrid's A_log and
     dt_bias as initialized, f32, as mlx-lm's cast_predicate keeps A_log), stored as mlx-lm keeps
@@ -190,6 +190,8 @@ def make_moe_folder(root, name, module, cfg, seed0):
         mx.random.seed(seed)
         model = module.Model(module.ModelArgs.from_dict(cfg))
         weights = random_weights(model, lambda shape: 1.0 + 0.1 * mx.random.normal(shape))
+        if tweak:
+            tweak(weights)
         mx.save_safetensors(os.path.join(out, "model.safetensors"), weights, metadata={"format": "pt"})
         m = clear_model(out, ids)
         if m is None:
@@ -324,8 +326,44 @@ def make_qwen3next(root):
     make_moe_folder(root, "qwen3next", qwen3_next, cfg, 3000)
 
 
+def make_kimi_linear(root):
+    """kimi-linear(-q4): Kimi Linear (mlx-lm's kimi_linear): layers 1-3 KDA (2 heads of 32, short
+    convs of 4, low-rank gates), layer 4 MLA without RoPE (kv_lora 64, nope 64, rope 16, v 32:
+    embed_q / unembed_out stored per head, quantized 3-D in -q4); a dense first layer, then 8
+    experts in 2 groups (1 used) top-2, sigmoid with a selection bias, renormalized, scaled 2.5,
+    one shared expert. dt_bias and the selection bias drawn at random (mlx-lm initializes them
+    to 0, which would hide a mapping that drops them)."""
+    from mlx_lm.models import kimi_linear
+    tok = Tokenizer.from_file(os.path.join(root, "qwen3", "tokenizer.json"))
+    cfg = {"model_type": "kimi_linear", "architectures": ["KimiLinearForCausalLM"], "vocab_size": tok.get_vocab_size(),
+           "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2, "num_key_value_heads": 2,
+           "head_dim": 32, "intermediate_size": 128, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+           "model_max_length": 512, "tie_word_embeddings": False,
+           "linear_attn_config": {"num_heads": 2, "head_dim": 32, "short_conv_kernel_size": 4,
+                                  "kda_layers": [1, 2, 3], "full_attn_layers": [4]},
+           "kv_lora_rank": 64, "qk_nope_head_dim": 64, "qk_rope_head_dim": 16, "v_head_dim": 32,
+           "mla_use_nope": True, "num_experts": 8, "num_experts_per_token": 2, "num_shared_experts": 1,
+           "moe_intermediate_size": 32, "moe_router_activation_func": "sigmoid", "moe_renormalize": True,
+           "routed_scaling_factor": 2.5, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+           "use_grouped_topk": True, "num_expert_group": 2, "topk_group": 1}
+
+    def tweak(w):
+        for k in w:
+            if k.endswith("dt_bias"):
+                w[k] = (-3.0 + 0.5 * mx.random.normal(w[k].shape)).astype(mx.float32)
+            elif k.endswith("e_score_correction_bias"):
+                w[k] = (0.1 * mx.random.normal(w[k].shape)).astype(mx.float32)
+            elif k.endswith("conv.weight"):
+                w[k] = (0.3 * mx.random.normal(w[k].shape)).astype(mx.bfloat16)
+
+    make_moe_folder(root, "kimi-linear", kimi_linear, cfg, 6000, tweak)
+
+
 def main():
     corpus, root = sys.argv[1], sys.argv[2]
+    if "--kimi-only" in sys.argv:
+        make_kimi_linear(root)
+        return
     if "--hybrids-only" in sys.argv:
         make_qwen35moe(root)
         make_qwen35moe_hf(root)
@@ -376,6 +414,7 @@ def main():
     make_qwen35moe_hf(root)
     make_qwen3next(root)
     make_qwen3next_hf(root)
+    make_kimi_linear(root)
 
 
 if __name__ == "__main__":

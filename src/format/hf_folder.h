@@ -32,6 +32,14 @@
 // | v | z] are copied once into attn_qkv and attn_gate as llama.cpp's converter splits them,
 // and in_proj_ba, which the qwen3next graph reads fused (ssm_ba).
 //
+// Kimi Linear (model_type kimi_linear) maps to llama.cpp's kimi-linear: linear_attn_config's
+// kda_layers (1-based) become the per-layer head_count_kv array (0 KDA, 1 MLA); the KDA layers'
+// q/k/v_conv.conv [C, K, 1] become ssm_conv1d_q/k/v [K, 1, C] (f32), A_log [1, 1, H, 1] -> ssm_a
+// = -exp(A_log), f/g_a/b_proj the low-rank gates, b_proj ssm_beta, o_norm ssm_norm; the MLA
+// layers' MultiLinear embed_q [H, kv_lora, nope] and unembed_out [H, v, kv_lora] are GGUF's
+// attn_k_b / attn_v_b byte for byte (3-D when quantized, like stacked experts); the router's
+// e_score_correction_bias is exp_probs_b.
+//
 // MLX-quantized folders (config.json "quantization": bits, group_size, mode "affine", and
 // per-module entries keyed by module path): X.weight (uint32 codes) with X.scales and X.biases
 // becomes one GGUF tensor in memory the file owns — Q4_1 (2-4 bits) or Q5_1 (5 bits) blocks,
@@ -39,7 +47,8 @@
 // and 8 bits) — and metadata sluice.folder.quantization says what was done. A module the config
 // does not name takes the default, or the format its shapes give (as mlx-lm infers it); every
 // shape and dtype is checked against the config's dimensions. What is not supported yet is
-// refused by name: architectures other than llama / mistral / qwen3 / qwen3_moe / qwen3_5_moe / qwen3_next,
+// refused by name: architectures other than llama / mistral / qwen3 / qwen3_moe / qwen3_5_moe / qwen3_next /
+// kimi_linear,
 // quantization modes other
 // than affine and non-MLX quantization_config (quant_method), quantized norms, rope_scaling,
 // tokenizers that are not byte-level BPE.

@@ -93,7 +93,9 @@ TEST_P(HfFolder, MatchesMlxLm) {
   const nlohmann::json g = golden(arch);
   auto m = Model::load(folder(arch));
   EXPECT_EQ(m->hparams().arch, arch);
-  EXPECT_EQ(m->hparams().rope_mode, RopeMode::neox);
+  if (arch != "kimi-linear") {  // Kimi's MLA has no RoPE
+    EXPECT_EQ(m->hparams().rope_mode, RopeMode::neox);
+  }
   // The tokenizer: `tokenizers`' ids, with and without special tokens in the text.
   EXPECT_EQ(m->tokenizer().encode(g["text"].get<std::string>(), true), g["ids"].get<std::vector<int32_t>>());
   EXPECT_EQ(m->tokenizer().encode("<|im_start|>user\nHi<|im_end|>\n", true, true),
@@ -114,6 +116,10 @@ TEST_P(HfFolder, MatchesMlxLm) {
     m->mutable_hparams().rope_mode = RopeMode::normal;  // as a GGUF llama would run: wrong for HF's layout
   } else if (arch == "qwen3moe") {
     m->mutable_hparams().moe.norm_weights = false;  // the top-2 weights as softmax left them
+  } else if (arch == "kimi-linear") {
+    // The router's expert groups (num_expert_group 2, topk_group 1) ignored: top-2 of all 8.
+    EXPECT_EQ(m->hparams().moe.n_group, 2);
+    m->mutable_hparams().moe.n_group = m->mutable_hparams().moe.n_group_used = 1;
   } else if (arch == "qwen35moe" || arch == "qwen3next") {
     // Value heads tiled over the key heads (h % H_k, llama.cpp's order after its converter
     // reorders Qwen3.5's) instead of grouped (h / (H_v/H_k), the folder's order).
@@ -127,7 +133,8 @@ TEST_P(HfFolder, MatchesMlxLm) {
   EXPECT_GT(max_logit_diff(*m, *be, g), 0.05) << arch << ": the negative control passes the golden";
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, HfFolder, ::testing::Values("llama", "qwen3", "qwen3moe", "qwen35moe", "qwen3next"));
+INSTANTIATE_TEST_SUITE_P(Archs, HfFolder,
+                         ::testing::Values("llama", "qwen3", "qwen3moe", "qwen35moe", "qwen3next", "kimi-linear"));
 
 // A copy of a folder with one file changed: each breakage is refused by name.
 std::string broken_folder(const std::string& name, const std::function<void(const fs::path&)>& edit,
@@ -465,6 +472,11 @@ INSTANTIATE_TEST_SUITE_P(
         QuantCase{"qwen3next-q4",
                   "qwen3next",
                   {"4-bit g64 bf16 → q4_1 (exact): 31 tensors", "8-bit g64 bf16 → f32 (dequantized): 8 tensors"}},
+        // KDA projections and gates, MLA's per-head embed_q / unembed_out (3-D codes, like
+        // stacked experts); f_b/g_b and the experts' down projections (32 inputs) stay bf16.
+        QuantCase{"kimi-linear-q4",
+                  "kimi-linear",
+                  {"4-bit g64 bf16 → q4_1 (exact): 43 tensors", "8-bit g64 bf16 → f32 (dequantized): 3 tensors"}},
         QuantCase{"llama-mixed",
                   "llama",
                   {"2-bit g32 bf16 → q4_1 (exact): 1 tensor", "3-bit g32 bf16 → q4_1 (exact): 9 tensors",
@@ -604,6 +616,20 @@ TEST(HfLora, Qwen35MoeMatchesMlxLmWithTheAdapter) {
   expect_golden(*m, g, {"ref", "cpu", "cpu-exact"});
   auto be = make_backend("ref", 2);
   EXPECT_GT(max_logit_diff(*Model::load(folder("qwen35moe")), *be, g), 0.05);
+}
+
+// An MLX-LM adapter on the Kimi Linear folder (tests/data/hf/kimi-linear-lora): q_proj and
+// o_proj of a KDA and of the MLA layer, the KDA's decay-gate input f_a_proj, MLA's
+// kv_a_proj_with_mqa and the shared expert's up projection.
+TEST(HfLora, KimiLinearMatchesMlxLmWithTheAdapter) {
+  const nlohmann::json g = golden("kimi-linear-lora");
+  ModelOptions opt;
+  opt.lora = folder("kimi-linear-lora");
+  auto m = Model::load(folder("kimi-linear"), opt);
+  EXPECT_EQ(m->lora_summary(), "lora: 8 tensors merged (rank 4, scale 2)");
+  expect_golden(*m, g, {"ref", "cpu", "cpu-exact"});
+  auto be = make_backend("ref", 2);
+  EXPECT_GT(max_logit_diff(*Model::load(folder("kimi-linear")), *be, g), 0.05);
 }
 
 // A copy of the adapter with its config or factors changed: each is refused naming the file
