@@ -1,4 +1,4 @@
-// apps/cli/cmd_inspect: `sluice inspect FILE` — a GGUF file's header, metadata, the model's
+// apps/cli/cmd_inspect: `sluice inspect FILE|DIR` — a GGUF file's header (a model folder's: as GGUF), metadata, the model's
 // hyperparameters (or why it cannot run) and the tensor table with totals.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -13,8 +13,12 @@ namespace {
 
 int cmd_inspect(const std::string& path) {
   const GgufInfo f = gguf_info(path);
-  std::printf("file: %s\nGGUF v%u, %zu metadata keys, %zu tensors, alignment %zu, data at offset %zu\n\n", path.c_str(),
-              f.version, f.metadata.size(), f.tensors.size(), f.alignment, f.data_offset);
+  if (f.folder)
+    std::printf("folder: %s\nas GGUF: %zu metadata keys (config.json, tokenizer files), %zu tensors\n\n", path.c_str(),
+                f.metadata.size(), f.tensors.size());
+  else
+    std::printf("file: %s\nGGUF v%u, %zu metadata keys, %zu tensors, alignment %zu, data at offset %zu\n\n",
+                path.c_str(), f.version, f.metadata.size(), f.tensors.size(), f.alignment, f.data_offset);
   std::printf("metadata:\n");
   for (const auto& [k, v] : f.metadata) std::printf("  %-48s %s\n", k.c_str(), v.c_str());
   try {
@@ -48,8 +52,9 @@ int cmd_inspect(const std::string& path) {
 
 CommandRunner add_inspect_command(CLI::App& app) {
   auto path = std::make_shared<std::string>();
-  auto* inspect = app.add_subcommand("inspect", "print a GGUF file's metadata, hyperparameters and tensors");
-  inspect->add_option("file", *path, "GGUF file")->required()->check(CLI::ExistingFile);
+  auto* inspect = app.add_subcommand("inspect",
+                                     "print a GGUF file's (or model folder's) metadata, hyperparameters and tensors");
+  inspect->add_option("file", *path, "GGUF file or model folder")->required()->check(CLI::ExistingPath);
 
   return [path] { return cmd_inspect(*path); };
 }

@@ -20,13 +20,15 @@ struct GgufTensorInfo {
 };
 
 struct GgufInfo {
+  bool folder = false;  // a Hugging Face / MLX folder, read as the GGUF it maps to (no header of its own)
   uint32_t version = 0;
   size_t alignment = 0, data_offset = 0;
   std::vector<std::pair<std::string, std::string>> metadata;  // key -> value as text, in file order
   std::vector<GgufTensorInfo> tensors;
 };
 
-// Reads the header of a GGUF file; throws Error naming the file and what is wrong.
+// Reads the header of a GGUF file, or a model folder's config.json and safetensors headers as
+// their GGUF metadata and tensors; throws Error naming the file and what is wrong.
 GgufInfo gguf_info(const std::string& path);
 
 // Loads the model to describe it; throws Error when it cannot run (unsupported architecture,

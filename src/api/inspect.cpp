@@ -3,12 +3,16 @@
 
 #include "api/engine_impl.h"
 #include "format/gguf.h"
+#include "format/hf_folder.h"
 
 namespace sluice {
 
 GgufInfo gguf_info(const std::string& path) {
-  GgufFile f(path);
+  const bool folder = is_model_folder(path);
+  const std::unique_ptr<GgufFile> file = folder ? open_model_folder(path) : std::make_unique<GgufFile>(path);
+  const GgufFile& f = *file;
   GgufInfo g;
+  g.folder = folder;
   g.version = f.version();
   g.alignment = f.alignment();
   g.data_offset = f.data_offset();

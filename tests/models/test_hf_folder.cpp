@@ -24,6 +24,7 @@
 #include "models/model.h"
 #include "models/qwen35.h"
 #include "runtime/session.h"
+#include "sluice/inspect.h"
 #include "test_util.h"
 
 namespace sluice {
@@ -616,6 +617,29 @@ TEST(HfLora, Qwen35MoeMatchesMlxLmWithTheAdapter) {
   expect_golden(*m, g, {"ref", "cpu", "cpu-exact"});
   auto be = make_backend("ref", 2);
   EXPECT_GT(max_logit_diff(*Model::load(folder("qwen35moe")), *be, g), 0.05);
+}
+
+// `sluice inspect DIR`: the folder as the GGUF it maps to (what the loader will bind); a GGUF
+// file keeps its header.
+TEST(HfFolder, InspectReadsAFolderAsItsGguf) {
+  const GgufInfo f = gguf_info(folder("kimi-linear-q4"));
+  EXPECT_TRUE(f.folder);
+  EXPECT_NE(std::find(f.metadata.begin(), f.metadata.end(),
+                      std::make_pair(std::string("kimi-linear.attention.head_count_kv"), std::string("[0, 0, 0, 1]"))),
+            f.metadata.end());
+  bool k_b = false;
+  for (const auto& t : f.tensors)
+    if (t.name == "blk.3.attn_k_b.weight") {
+      k_b = true;
+      EXPECT_EQ(t.type, "q4_1");
+      EXPECT_EQ(t.shape, (std::vector<int64_t>{64, 64, 2}));  // nope in, kv_lora out, per head
+    }
+  EXPECT_TRUE(k_b);
+  EXPECT_EQ(model_info(folder("kimi-linear-q4")).arch, "kimi-linear");
+  if (!test::have_shared()) return;
+  const GgufInfo g = gguf_info(test::shared_dir() + "/models/stories260K.gguf");
+  EXPECT_FALSE(g.folder);
+  EXPECT_EQ(g.version, 3u);
 }
 
 // An MLX-LM adapter on the Kimi Linear folder (tests/data/hf/kimi-linear-lora): q_proj and
