@@ -19,7 +19,7 @@ llama-mixed (per-module overrides: 3 bits g32 by default, v_proj 5 bits, down_pr
 lm_head 8 bits g32, embed_tokens 2 bits g32, layer 0's k_proj left bf16).
 
   python3 -m venv /tmp/mlxvenv && /tmp/mlxvenv/bin/pip install mlx mlx-cpu mlx-lm tokenizers numpy
-  /tmp/mlxvenv/bin/python scripts/golden/make_hf_folders.py ../shared/corpus/stories-sampled.txt tests/data/hf [--quantized-only | --moe-only | --hybrids-only | --kimi-only]
+  /tmp/mlxvenv/bin/python scripts/golden/make_hf_folders.py ../shared/corpus/stories-sampled.txt tests/data/hf [--quantized-only | --moe-only | --hybrids-only | --kimi-only | --ling3-only]
 (made with mlx 0.32.4, mlx-lm 0.32.2, tokenizers 0.23.3)
 """
 import json
@@ -359,10 +359,47 @@ def make_kimi_linear(root):
     make_moe_folder(root, "kimi-linear", kimi_linear, cfg, 6000, tweak)
 
 
+def make_ling3(root):
+    """bailingmoe3(-q4): the Ling 3 hybrid (model_type bailing_hybrid, BailingMoeV3ForCausalLM: mlx-lm's
+    bailing_moe_v3): 5 layers in groups of 4, so KDA, KDA, KDA, MLA, MLA (the last after the
+    last whole group); KDA 4 heads of 32 with the safe gate; MLA with q_lora 128, kv_lora 64,
+    nope 32, rope 16 (NORM pairs), v 48 and a head-wise gate; a dense first layer, then 16
+    experts in 4 groups (2 used) top 4, sigmoid with a random selection bias, scale 2.5, one
+    shared expert of 128. Every width differs, so a swapped or transposed tensor cannot bind.
+    A_log ~ log U(1, 2), dt_bias ~ U(-4, -2) (f32), as the GGUF golden's generator draws them."""
+    from mlx_lm.models import bailing_moe_v3
+    tok = Tokenizer.from_file(os.path.join(root, "qwen3", "tokenizer.json"))
+    cfg = {"model_type": "bailing_hybrid", "architectures": ["BailingMoeV3ForCausalLM"],
+           "vocab_size": tok.get_vocab_size(), "hidden_size": 64, "num_hidden_layers": 5, "layer_group_size": 4,
+           "num_attention_heads": 4, "head_dim": 32, "short_conv_kernel_size": 4, "kda_safe_gate": True,
+           "kda_lower_bound": -5.0, "no_kda_lora": True, "q_lora_rank": 128, "kv_lora_rank": 64,
+           "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 48, "rope_theta": 10000.0,
+           "rope_interleave": True, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+           "first_k_dense_replace": 1, "intermediate_size": 128, "num_experts": 16, "num_experts_per_tok": 4,
+           "n_group": 4, "topk_group": 2, "moe_intermediate_size": 64, "num_shared_experts": 1,
+           "moe_shared_expert_intermediate_size": 128, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
+           "score_function": "sigmoid", "gated_attention_proj_granularity_type": "head_wise",
+           "tie_word_embeddings": False}
+
+    def tweak(w):
+        for k in w:
+            if k.endswith("A_log"):
+                w[k] = mx.log(mx.random.uniform(1.0, 2.0, w[k].shape)).astype(mx.float32)
+            elif k.endswith("dt_bias"):
+                w[k] = mx.random.uniform(-4.0, -2.0, w[k].shape).astype(mx.float32)
+            elif k.endswith("expert_bias"):
+                w[k] = (0.1 * mx.random.normal(w[k].shape)).astype(mx.float32)
+
+    make_moe_folder(root, "bailingmoe3", bailing_moe_v3, cfg, 7000, tweak)
+
+
 def main():
     corpus, root = sys.argv[1], sys.argv[2]
     if "--kimi-only" in sys.argv:
         make_kimi_linear(root)
+        return
+    if "--ling3-only" in sys.argv:
+        make_ling3(root)
         return
     if "--hybrids-only" in sys.argv:
         make_qwen35moe(root)
@@ -415,6 +452,7 @@ def main():
     make_qwen3next(root)
     make_qwen3next_hf(root)
     make_kimi_linear(root)
+    make_ling3(root)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 """scripts/golden/make_lora_adapter.py: an MLX-LM LoRA adapter for the tiny llama folder and
 MLX's logits with it applied, the golden of format/lora (tests/models/test_hf_folder.cpp); and
 likewise tests/data/hf/qwen35moe-lora for the Qwen3.5-MoE folder (CONFIG_QWEN35) and
-tests/data/hf/kimi-linear-lora for the Kimi Linear folder (CONFIG_KIMI).
+tests/data/hf/kimi-linear-lora for the Kimi Linear folder (CONFIG_KIMI), bailingmoe3-lora for the
+Ling 3 folder (CONFIG_LING3).
 
 tests/data/hf/llama-lora/ holds what `mlx_lm.lora` writes: adapter_config.json (num_layers,
 lora_parameters: rank, scale, dropout, keys) and adapters.safetensors (lora_a [in, r] and
@@ -14,7 +15,7 @@ them for the folders. The seed is the first from 7 up whose 16 greedy steps all 
 logit margin of at least 0.01 (seed 7's first step was a 9e-5 near tie), so a float-order
 difference cannot flip the golden's greedy tokens.
 
-  /tmp/mlxvenv/bin/python scripts/golden/make_lora_adapter.py tests/data/hf [--qwen35moe-only | --kimi-only]
+  /tmp/mlxvenv/bin/python scripts/golden/make_lora_adapter.py tests/data/hf [--qwen35moe-only | --kimi-only | --ling3-only]
 (made with mlx 0.32.4, mlx-lm 0.32.2, tokenizers 0.23.3; the venv as in make_hf_folders.py)
 """
 import json
@@ -49,6 +50,14 @@ CONFIG_KIMI = {"fine_tune_type": "lora", "num_layers": 2,
                "lora_parameters": {"rank": 4, "scale": 2.0, "dropout": 0.0,
                                    "keys": ["self_attn.q_proj", "self_attn.o_proj", "self_attn.f_a_proj",
                                             "self_attn.kv_a_proj_with_mqa", "mlp.shared_experts.up_proj"]}}
+
+# bailingmoe3-lora: the last three layers (a KDA layer and both MLA layers): the KDA's q_proj,
+# g_proj of both kinds (the KDA output gate and MLA's head-wise gate: one name, two tensors),
+# MLA's q_b_proj and dense, and the shared expert's down projection.
+CONFIG_LING3 = {"fine_tune_type": "lora", "num_layers": 3,
+                "lora_parameters": {"rank": 4, "scale": 2.0, "dropout": 0.0,
+                                    "keys": ["attention.q_proj", "attention.g_proj", "attention.q_b_proj",
+                                             "attention.dense", "mlp.shared_experts.down_proj"]}}
 
 
 def greedy_margin(model, ids):
@@ -95,10 +104,14 @@ def main():
     if "--kimi-only" in sys.argv:
         make(root, "kimi-linear", "kimi-linear-lora", CONFIG_KIMI, 7)
         return
+    if "--ling3-only" in sys.argv:
+        make(root, "bailingmoe3", "bailingmoe3-lora", CONFIG_LING3, 7)
+        return
     if "--qwen35moe-only" not in sys.argv:
         make(root, "llama", "llama-lora", CONFIG, 7)
     make(root, "qwen35moe", "qwen35moe-lora", CONFIG_QWEN35, 7)
     make(root, "kimi-linear", "kimi-linear-lora", CONFIG_KIMI, 7)
+    make(root, "bailingmoe3", "bailingmoe3-lora", CONFIG_LING3, 7)
 
 
 if __name__ == "__main__":

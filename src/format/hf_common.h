@@ -63,8 +63,9 @@ inline uint64_t positive(const json& c, const std::string& key, const fs::path& 
 // The input widths of the quantizable matrices, from the config's dimensions.
 struct MatrixWidths {
   int64_t n_embd = 0, n_q = 0, n_ff = 0, n_ff_exp = 0, n_ff_shexp = 0, ssm_value = 0;
-  std::vector<int64_t> attn_out_in;                 // per layer where layer kinds differ (else n_q)
-  int64_t low_rank = 0, mla_nope = 0, kv_lora = 0;  // Kimi Linear: KDA gates' rank, MLA's absorbed matrices
+  std::vector<int64_t> attn_out_in;               // per layer where layer kinds differ (else n_q)
+  int64_t low_rank = 0;                           // Kimi Linear's KDA gates: f_a/g_a -> f_b/g_b
+  int64_t q_lora = 0, mla_nope = 0, kv_lora = 0;  // MLA: q_b's input, the absorbed matrices' inputs
 };
 // The input width of a quantizable matrix under its GGUF name (its row length); 0 for a tensor
 // MLX does not quantize (norms, biases).
@@ -79,6 +80,7 @@ struct FolderConfig {
   MatrixWidths widths;
   int64_t n_embd = 0, n_expert = 0, n_ff_exp = 0;
   int64_t ssm_hk = 0, ssm_hv = 0, ssm_dk = 0, ssm_dv = 0;  // the Gated DeltaNet's heads and head dims
+  std::vector<bool> mla_layer;  // KDA + MLA hybrids: per layer, MLA (else KDA); empty for the others
 };
 // c: config.json with text_config's keys merged in (top: the file as it is).
 FolderConfig read_folder_config(const fs::path& dir, const json& top, const json& c);
@@ -98,8 +100,10 @@ struct ExpertSlice {
   int64_t expert;
 };
 std::optional<ExpertSlice> per_expert(const std::string& hf_name);
-// HF tensor name -> GGUF name (arch: the GGUF architecture; "" for the llama-like families);
-// "" for a tensor to skip. Throws naming file for a tensor that architecture does not have.
-std::string gguf_name(const std::string& hf_name, const fs::path& file, const std::string& arch = "");
+// HF tensor name -> GGUF name (arch: the GGUF architecture; "" for the llama-like families;
+// mla_layer: the KDA + MLA hybrids' layer kinds, FolderConfig's); "" for a tensor to skip.
+// Throws naming file for a tensor that architecture does not have.
+std::string gguf_name(const std::string& hf_name, const fs::path& file, const std::string& arch = "",
+                      const std::vector<bool>& mla_layer = {});
 
 }  // namespace sluice::hf

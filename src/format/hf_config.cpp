@@ -157,110 +157,215 @@ uint64_t count_or(const json& c, const std::string& key, uint64_t def, const fs:
   return c[key].get<uint64_t>();
 }
 
+// The KDA + MLA hybrids' attention: which layers are KDA, the KDA head dim and conv, and the
+// absorbed MLA's widths, written as llama.cpp's kimi-linear and bailingmoe3 converters write
+// them: head_count_kv a per-layer array (0 KDA, 1 MLA), one latent kv head of [kv_lora | rope]
+// keys and kv_lora values.
+struct KdaMla {
+  std::vector<bool> kda;  // per layer
+  uint64_t head_dim = 0, conv = 0, q_lora = 0, kv_lora = 0, nope = 0, rope = 0, v_head = 0;
+};
+
+void kda_mla_keys(const fs::path& cfg_path, const Common& k, const KdaMla& s, FolderConfig& fc) {
+  if (s.kv_lora == 0 || s.nope == 0 || s.rope == 0 || s.v_head == 0 || s.head_dim == 0)
+    fail(cfg_path.string(), ": kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim and head_dim must be ",
+         "positive");
+  if (s.kv_lora > 65536 || s.nope + s.rope > 65536 || s.v_head > 65536 || s.head_dim > 65536 || s.q_lora > 65536 ||
+      k.n_head > 65536)
+    fail(cfg_path.string(), ": an attention width past 65536");
+  if (s.conv < 1 || s.conv > 64) fail(cfg_path.string(), ": short_conv_kernel_size ", s.conv, " is not 1..64");
+  const std::string& a = k.a;
+  auto arr = std::make_shared<GgufArray>();
+  arr->elem_type = GgufType::UINT32;
+  std::vector<int64_t> out_in(k.n_layer);  // attn_output's input: the KDA inner width or the MLA heads' values
+  for (uint64_t l = 0; l < k.n_layer; ++l) {
+    arr->items.push_back(u32(s.kda[l] ? 0 : 1));
+    out_in[l] = static_cast<int64_t>(k.n_head * (s.kda[l] ? s.head_dim : s.v_head));
+  }
+  Kv& kv = fc.kv;
+  kv.emplace_back(a + "attention.head_count", u32(k.n_head));
+  kv.emplace_back(a + "attention.head_count_kv", GgufValue{GgufType::ARRAY, arr});
+  if (s.q_lora > 0) kv.emplace_back(a + "attention.q_lora_rank", u32(s.q_lora));
+  kv.emplace_back(a + "attention.kv_lora_rank", u32(s.kv_lora));
+  kv.emplace_back(a + "attention.key_length", u32(s.kv_lora + s.rope));
+  kv.emplace_back(a + "attention.value_length", u32(s.kv_lora));
+  kv.emplace_back(a + "attention.key_length_mla", u32(s.nope + s.rope));
+  kv.emplace_back(a + "attention.value_length_mla", u32(s.v_head));
+  kv.emplace_back(a + "rope.dimension_count", u32(s.rope));
+  kv.emplace_back(a + "ssm.conv_kernel", u32(s.conv));
+  kv.emplace_back(a + "kda.head_dim", u32(s.head_dim));
+  MatrixWidths& w = fc.widths;
+  w.n_embd = static_cast<int64_t>(k.n_embd);
+  w.attn_out_in = std::move(out_in);
+  w.mla_nope = static_cast<int64_t>(s.nope), w.kv_lora = static_cast<int64_t>(s.kv_lora);
+  w.q_lora = static_cast<int64_t>(s.q_lora);
+  fc.mla_layer.resize(k.n_layer);
+  for (uint64_t l = 0; l < k.n_layer; ++l) fc.mla_layer[l] = !s.kda[l];
+}
+
+// Their MoE FFN: leading dense layers, then routed experts (in groups, with a selection bias)
+// renormalized and scaled, plus shared experts of n_ff_shexp in all.
+struct HybridMoe {
+  uint64_t n_ff = 0, n_expert = 0, n_used = 0, n_ff_exp = 0, n_shared = 0, n_ff_shexp = 0, n_group = 1, group_used = 1,
+           dense_lead = 0;
+  double scale = 1.0;
+  bool sigmoid = true, write_shexp_width = false;
+};
+
+void hybrid_moe_keys(const fs::path& cfg_path, const Common& k, const HybridMoe& m, FolderConfig& fc) {
+  if (m.n_used < 1 || m.n_used > m.n_expert)
+    fail(cfg_path.string(), ": experts per token ", m.n_used, " is not 1..num_experts (", m.n_expert, ")");
+  if (m.n_ff > k2p32 || m.n_ff_exp > k2p32 || m.n_ff_shexp > k2p32 || m.n_expert > 65536)
+    fail(cfg_path.string(), ": intermediate_size, an expert width or num_experts too large");
+  if (m.n_group < 1 || m.n_expert % m.n_group != 0 || m.group_used < 1 || m.group_used > m.n_group)
+    fail(cfg_path.string(), ": expert groups ", m.n_group, " / used ", m.group_used, " do not split num_experts ",
+         m.n_expert, " into groups");
+  const std::string& a = k.a;
+  Kv& kv = fc.kv;
+  kv.emplace_back(a + "feed_forward_length", u32(m.n_ff));
+  kv.emplace_back(a + "expert_count", u32(m.n_expert));
+  kv.emplace_back(a + "expert_used_count", u32(m.n_used));
+  kv.emplace_back(a + "expert_feed_forward_length", u32(m.n_ff_exp));
+  kv.emplace_back(a + "expert_shared_count", u32(m.n_shared));
+  if (m.write_shexp_width) kv.emplace_back(a + "expert_shared_feed_forward_length", u32(m.n_ff_shexp));
+  kv.emplace_back(a + "leading_dense_block_count", u32(std::min(m.dense_lead, k.n_layer)));
+  kv.emplace_back(a + "expert_weights_scale", f32(m.scale));
+  kv.emplace_back(a + "expert_weights_norm", boolean(true));
+  kv.emplace_back(a + "expert_gating_func", u32(m.sigmoid ? 2 : 1));
+  if (m.n_group > 1) {
+    kv.emplace_back(a + "expert_group_count", u32(m.n_group));
+    kv.emplace_back(a + "expert_group_used_count", u32(m.group_used));
+  }
+  fc.n_embd = static_cast<int64_t>(k.n_embd);
+  fc.n_expert = static_cast<int64_t>(m.n_expert);
+  fc.n_ff_exp = static_cast<int64_t>(m.n_ff_exp);
+  MatrixWidths& w = fc.widths;
+  w.n_ff = static_cast<int64_t>(m.n_ff), w.n_ff_exp = fc.n_ff_exp, w.n_ff_shexp = static_cast<int64_t>(m.n_ff_shexp);
+}
+
 // Kimi Linear (model_type kimi_linear): KDA layers (linear_attn_config.kda_layers, 1-based)
-// and MLA layers without RoPE, as llama.cpp's kimi-linear converter writes them: head_count_kv
-// a per-layer array (0 KDA, 1 MLA), the absorbed MLA's keys, sigmoid routing with a selection
-// bias, renormalized and scaled, shared experts, leading dense layers.
+// with low-rank gates, MLA layers without RoPE (no q_lora), as llama.cpp's kimi-linear
+// converter writes them; sigmoid (or softmax) routing with a selection bias.
 void kimi_linear(const fs::path& dir, const json& c, FolderConfig& fc) {
   const fs::path cfg_path = dir / "config.json";
-  Kv& kv = fc.kv;
   const char* ctx = c.contains("model_max_length") ? "model_max_length" : "max_position_embeddings";
-  const Common k = common_keys(dir, c, fc.arch, ctx, kv);
-  const std::string& a = k.a;
+  const Common k = common_keys(dir, c, fc.arch, ctx, fc.kv);
   if (!c.contains("linear_attn_config") || !c["linear_attn_config"].is_object())
     fail(cfg_path.string(), ": 'linear_attn_config' missing or not an object");
   const json& lin = c["linear_attn_config"];
   const std::string lc = "linear_attn_config.";
-  const uint64_t kda_heads = positive(lin, "num_heads", cfg_path), D = positive(lin, "head_dim", cfg_path);
-  const uint64_t conv = count_or(lin, "short_conv_kernel_size", 4, cfg_path);
+  KdaMla s;
+  const uint64_t kda_heads = positive(lin, "num_heads", cfg_path);
+  s.head_dim = positive(lin, "head_dim", cfg_path);
+  s.conv = count_or(lin, "short_conv_kernel_size", 4, cfg_path);
   if (kda_heads != k.n_head)
     fail(cfg_path.string(), ": ", lc, "num_heads ", kda_heads, " differs from num_attention_heads ", k.n_head,
          " (llama.cpp's kimi-linear takes one head count for both layer kinds)");
-  if (conv < 1 || conv > 64) fail(cfg_path.string(), ": ", lc, "short_conv_kernel_size ", conv, " is not 1..64");
   if (!lin.contains("kda_layers") || !lin["kda_layers"].is_array())
     fail(cfg_path.string(), ": ", lc, "kda_layers missing or not an array");
-  std::set<uint64_t> kda;
+  s.kda.assign(k.n_layer, false);
   for (const json& v : lin["kda_layers"]) {
     if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<uint64_t>() > k.n_layer)
       fail(cfg_path.string(), ": ", lc, "kda_layers holds ", v.dump(), " (want layer numbers 1..", k.n_layer, ")");
-    kda.insert(v.get<uint64_t>());
+    s.kda[v.get<uint64_t>() - 1] = true;
   }
   if (c.contains("q_lora_rank") && !c["q_lora_rank"].is_null())
     fail(cfg_path.string(), ": q_lora_rank is set: Kimi Linear's MLA has one q_proj (mlx-lm reads no q_lora)");
   const uint64_t head_dim = positive(c, "head_dim", cfg_path);
-  const uint64_t kv_lora = positive(c, "kv_lora_rank", cfg_path);
-  const uint64_t nope = count_or(c, "qk_nope_head_dim", head_dim, cfg_path);
-  const uint64_t rope = count_or(c, "qk_rope_head_dim", 0, cfg_path);
-  const uint64_t v_head = count_or(c, "v_head_dim", head_dim, cfg_path);
-  if (nope == 0 || rope == 0 || v_head == 0)
-    fail(cfg_path.string(), ": qk_nope_head_dim, qk_rope_head_dim and v_head_dim must be positive");
-  if (kv_lora > 65536 || nope + rope > 65536 || v_head > 65536 || D > 65536 || k.n_head > 65536)
-    fail(cfg_path.string(), ": an attention width past 65536");
-  auto kv_arr = std::make_shared<GgufArray>();
-  kv_arr->elem_type = GgufType::UINT32;
-  std::vector<int64_t> out_in(k.n_layer);  // attn_output's input: the KDA inner width or the MLA heads' values
-  for (uint64_t l = 0; l < k.n_layer; ++l) {
-    const bool is_kda = kda.count(l + 1) > 0;
-    kv_arr->items.push_back(u32(is_kda ? 0 : 1));
-    out_in[l] = static_cast<int64_t>(k.n_head * (is_kda ? D : v_head));
-  }
-  kv.emplace_back(a + "attention.head_count", u32(k.n_head));
-  kv.emplace_back(a + "attention.head_count_kv", GgufValue{GgufType::ARRAY, kv_arr});
-  kv.emplace_back(a + "attention.kv_lora_rank", u32(kv_lora));
-  kv.emplace_back(a + "attention.key_length", u32(kv_lora + rope));
-  kv.emplace_back(a + "attention.value_length", u32(kv_lora));
-  kv.emplace_back(a + "attention.key_length_mla", u32(nope + rope));
-  kv.emplace_back(a + "attention.value_length_mla", u32(v_head));
-  kv.emplace_back(a + "rope.dimension_count", u32(rope));
-  kv.emplace_back(a + "ssm.conv_kernel", u32(conv));
-  kv.emplace_back(a + "kda.head_dim", u32(D));
+  s.kv_lora = positive(c, "kv_lora_rank", cfg_path);
+  s.nope = count_or(c, "qk_nope_head_dim", head_dim, cfg_path);
+  s.rope = count_or(c, "qk_rope_head_dim", 0, cfg_path);
+  s.v_head = count_or(c, "v_head_dim", head_dim, cfg_path);
+  kda_mla_keys(cfg_path, k, s, fc);
+  fc.widths.low_rank = static_cast<int64_t>(s.head_dim);  // the gates' f_a/g_a -> f_b/g_b rank
 
-  const uint64_t n_ff = positive(c, "intermediate_size", cfg_path);
-  const uint64_t n_expert = positive(c, "num_experts", cfg_path),
-                 n_ff_exp = positive(c, "moe_intermediate_size", cfg_path);
-  const uint64_t n_used = count_or(c, "num_experts_per_token", 1, cfg_path);
-  const uint64_t n_shared = count_or(c, "num_shared_experts", 0, cfg_path);
-  const uint64_t n_group = count_or(c, "num_expert_group", 1, cfg_path),
-                 group_used = count_or(c, "topk_group", 1, cfg_path);
-  if (n_used < 1 || n_used > n_expert)
-    fail(cfg_path.string(), ": num_experts_per_token ", n_used, " is not 1..num_experts (", n_expert, ")");
-  if (n_ff > k2p32 || n_ff_exp > k2p32 || n_ff_exp * std::max<uint64_t>(n_shared, 1) > k2p32 || n_expert > 65536)
-    fail(cfg_path.string(), ": intermediate_size, moe_intermediate_size x num_shared_experts or num_experts too large");
+  HybridMoe m;
+  m.n_ff = positive(c, "intermediate_size", cfg_path);
+  m.n_expert = positive(c, "num_experts", cfg_path);
+  m.n_ff_exp = positive(c, "moe_intermediate_size", cfg_path);
+  m.n_used = count_or(c, "num_experts_per_token", 1, cfg_path);
+  m.n_shared = count_or(c, "num_shared_experts", 0, cfg_path);
+  m.n_ff_shexp = m.n_ff_exp * m.n_shared;
+  m.n_group = count_or(c, "num_expert_group", 1, cfg_path);
+  m.group_used = count_or(c, "topk_group", 1, cfg_path);
+  m.dense_lead = count_or(c, "first_k_dense_replace", 0, cfg_path);
+  m.scale = c.value("routed_scaling_factor", 1.0);
+  if (m.n_shared > 64) fail(cfg_path.string(), ": num_shared_experts ", m.n_shared, " is more than 64");
   if (count_or(c, "moe_layer_freq", 1, cfg_path) != 1)
     fail(cfg_path.string(), ": moe_layer_freq other than 1 is not supported (llama.cpp's kimi-linear: every layer ",
          "after the leading dense ones is sparse)");
-  if (!c.value("moe_renormalize", true) && n_used > 1)
+  if (!c.value("moe_renormalize", true) && m.n_used > 1)
     fail(cfg_path.string(), ": moe_renormalize false is not supported (llama.cpp's kimi-linear renormalizes)");
   const std::string act = c.value("moe_router_activation_func", std::string("sigmoid"));
   if (act != "sigmoid" && act != "softmax")
     fail(cfg_path.string(), ": moe_router_activation_func '", act, "' is not sigmoid or softmax");
-  if (n_group < 1 || n_expert % n_group != 0 || group_used < 1 || group_used > n_group)
-    fail(cfg_path.string(), ": num_expert_group ", n_group, " / topk_group ", group_used, " do not split num_experts ",
-         n_expert, " into groups");
-  const double scale = c.value("routed_scaling_factor", 1.0);
-  kv.emplace_back(a + "feed_forward_length", u32(n_ff));
-  kv.emplace_back(a + "expert_count", u32(n_expert));
-  kv.emplace_back(a + "expert_used_count", u32(n_used));
-  kv.emplace_back(a + "expert_feed_forward_length", u32(n_ff_exp));
-  kv.emplace_back(a + "expert_shared_count", u32(n_shared));
-  kv.emplace_back(a + "leading_dense_block_count",
-                  u32(std::min<uint64_t>(count_or(c, "first_k_dense_replace", 0, cfg_path), k.n_layer)));
-  kv.emplace_back(a + "expert_weights_scale", f32(scale));
-  kv.emplace_back(a + "expert_weights_norm", boolean(true));
-  kv.emplace_back(a + "expert_gating_func", u32(act == "sigmoid" ? 2 : 1));
-  if (n_group > 1) {
-    kv.emplace_back(a + "expert_group_count", u32(n_group));
-    kv.emplace_back(a + "expert_group_used_count", u32(group_used));
-  }
-  fc.n_embd = static_cast<int64_t>(k.n_embd);
-  fc.n_expert = static_cast<int64_t>(n_expert);
-  fc.n_ff_exp = static_cast<int64_t>(n_ff_exp);
-  MatrixWidths& w = fc.widths;
-  w.n_embd = fc.n_embd, w.n_ff = static_cast<int64_t>(n_ff), w.n_ff_exp = fc.n_ff_exp;
-  w.n_ff_shexp = static_cast<int64_t>(n_ff_exp * n_shared);
-  w.attn_out_in = std::move(out_in);
-  w.low_rank = static_cast<int64_t>(D);
-  w.mla_nope = static_cast<int64_t>(nope), w.kv_lora = static_cast<int64_t>(kv_lora);
+  m.sigmoid = act == "sigmoid";
+  hybrid_moe_keys(cfg_path, k, m, fc);
+}
+
+// Ling 3 (model_type bailing_hybrid with BailingMoeV3ForCausalLM; mlx-lm's bailing_moe_v3):
+// KDA layers with the safe gate and full-rank gates, MLA layers (q_lora, NORM RoPE on the
+// last qk_rope dims, a head-wise output gate) every layer_group_size-th layer and after the
+// last whole group; sigmoid routing in groups with a selection bias, always renormalized;
+// shared experts of moe_shared_expert_intermediate_size each. No SwiGLU clamps: mlx-lm has none.
+void bailing_moe_v3(const fs::path& dir, const json& c, FolderConfig& fc) {
+  const fs::path cfg_path = dir / "config.json";
+  const Common k = common_keys(dir, c, fc.arch, "max_position_embeddings", fc.kv);
+  const std::string& a = k.a;
+  for (const char* key : {"kda_safe_gate", "no_kda_lora", "rope_interleave"})
+    if (c.contains(key) && !(c[key].is_boolean() && c[key].get<bool>()))
+      fail(cfg_path.string(), ": ", key, " ", c[key].dump(), " is not supported (Ling 3 and mlx-lm: true)");
+  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
+    fail(cfg_path.string(), ": rope_scaling ", c["rope_scaling"].dump(), " is not supported yet");
+  if (c.contains("rope_parameters") && c["rope_parameters"].is_object() &&
+      c["rope_parameters"].value("rope_type", std::string("default")) != "default")
+    fail(cfg_path.string(), ": rope_parameters ", c["rope_parameters"].dump(), " is not supported yet");
+  if (c.value("gated_attention_proj_granularity_type", std::string("head_wise")) != "head_wise")
+    fail(cfg_path.string(), ": gated_attention_proj_granularity_type ",
+         c["gated_attention_proj_granularity_type"].dump(), " is not supported (head_wise only)");
+  for (const char* key : {"expert_swiglu_limit_list", "share_expert_swiglu_limit_list"})
+    if (c.contains(key) && !c[key].is_null())
+      fail(cfg_path.string(), ": ", key, " is set: SwiGLU clamps in a folder are not supported yet (mlx-lm ignores ",
+           "them; a GGUF from llama.cpp's converter keeps them)");
+  const std::string score = c.value("score_function", std::string("sigmoid"));
+  if (score != "sigmoid") fail(cfg_path.string(), ": score_function '", score, "' is not sigmoid");
+  KdaMla s;
+  const uint64_t group = count_or(c, "layer_group_size", 4, cfg_path);
+  if (group < 1) fail(cfg_path.string(), ": layer_group_size 0");
+  s.kda.assign(k.n_layer, false);
+  for (uint64_t l = 0; l < k.n_layer; ++l) s.kda[l] = (l + 1) % group != 0 && l < k.n_layer / group * group;
+  s.head_dim = count_or(c, "head_dim", 128, cfg_path);
+  s.conv = count_or(c, "short_conv_kernel_size", 4, cfg_path);
+  s.q_lora = count_or(c, "q_lora_rank", 256, cfg_path);
+  s.kv_lora = count_or(c, "kv_lora_rank", 512, cfg_path);
+  s.nope = count_or(c, "qk_nope_head_dim", 128, cfg_path);
+  s.rope = count_or(c, "qk_rope_head_dim", 64, cfg_path);
+  s.v_head = count_or(c, "v_head_dim", 128, cfg_path);
+  if (s.rope % 2) fail(cfg_path.string(), ": qk_rope_head_dim ", s.rope, " is odd");
+  kda_mla_keys(cfg_path, k, s, fc);
+  fc.kv.emplace_back(a + "rope.freq_base", f32(c.value("rope_theta", 6e6)));
+  const double lower = c.value("kda_lower_bound", -5.0);
+  if (!(lower < 0)) fail(cfg_path.string(), ": kda_lower_bound ", lower, " must be negative");
+  fc.kv.emplace_back(a + "kda.safe_gate", boolean(true));
+  fc.kv.emplace_back(a + "kda.gate_lower_bound", f32(lower));
+
+  HybridMoe m;
+  m.n_ff = count_or(c, "intermediate_size", 4608, cfg_path);
+  m.n_expert = count_or(c, "num_experts", 128, cfg_path);
+  m.n_ff_exp = count_or(c, "moe_intermediate_size", 512, cfg_path);
+  m.n_used = count_or(c, "num_experts_per_tok", 8, cfg_path);
+  m.n_shared = count_or(c, "num_shared_experts", 1, cfg_path);
+  if (m.n_shared < 1 || m.n_shared > 64)
+    fail(cfg_path.string(), ": num_shared_experts ", m.n_shared, " is not 1..64 (Ling 3 always has one)");
+  m.n_ff_shexp = count_or(c, "moe_shared_expert_intermediate_size", 512, cfg_path) * m.n_shared;
+  m.write_shexp_width = true;
+  m.n_group = count_or(c, "n_group", 8, cfg_path);
+  m.group_used = count_or(c, "topk_group", 4, cfg_path);
+  m.dense_lead = count_or(c, "first_k_dense_replace", 1, cfg_path);
+  m.scale = c.value("routed_scaling_factor", 2.5);
+  if (m.n_ff == 0 || m.n_expert == 0 || m.n_ff_exp == 0 || m.n_ff_shexp == 0)
+    fail(cfg_path.string(), ": intermediate_size, num_experts and the expert widths must be positive");
+  hybrid_moe_keys(cfg_path, k, m, fc);
 }
 
 }  // namespace
@@ -280,6 +385,7 @@ int64_t matrix_in(const std::string& gguf, const MatrixWidths& w) {
   if (rest == "ffn_down_shexp.weight") return w.n_ff_shexp;
   if (rest == "ssm_out.weight") return w.ssm_value;
   if (rest == "ssm_f_b.weight" || rest == "ssm_g_b.weight") return w.low_rank;
+  if (rest == "attn_q_b.weight") return w.q_lora;
   if (rest == "attn_k_b.weight") return w.mla_nope;
   if (rest == "attn_v_b.weight") return w.kv_lora;
   for (const char* t : {"attn_q.weight",
@@ -321,13 +427,27 @@ FolderConfig read_folder_config(const fs::path& dir, const json& top, const json
   FolderConfig fc;
   for (const auto& [type, arch] : archs)
     if (model_type == type) fc.arch = arch;
+  if (model_type == "bailing_hybrid") {
+    // mlx-lm's rule: Ling 3 is bailing_hybrid with BailingMoeV3ForCausalLM among the
+    // architectures; without it the same model_type is Ling 2.5 (lightning attention).
+    bool v3 = false;
+    const json archs_j = c.value("architectures", json());
+    for (const json& x : archs_j.is_array() ? archs_j : json::array({archs_j}))
+      v3 |= x.is_string() && x.get<std::string>() == "BailingMoeV3ForCausalLM";
+    if (!v3)
+      fail(cfg_path.string(), ": model_type 'bailing_hybrid' without BailingMoeV3ForCausalLM in architectures is ",
+           "Ling 2.5 (lightning attention), which is not supported; Ling 3 names BailingMoeV3ForCausalLM");
+    fc.arch = "bailingmoe3";
+  }
   if (fc.arch.empty())
     fail(cfg_path.string(), ": model_type '", model_type,
-         "' is not supported for folders yet (llama, mistral, qwen3, qwen3_moe, qwen3_5_moe, qwen3_next, kimi_linear; ",
-         "convert others to GGUF)");
+         "' is not supported for folders yet (llama, mistral, qwen3, qwen3_moe, qwen3_5_moe, qwen3_next, kimi_linear, ",
+         "bailing_hybrid (Ling 3); convert others to GGUF)");
   fc.hybrid = fc.arch == "qwen35moe" || fc.arch == "qwen3next";
   if (fc.arch == "kimi-linear")
     kimi_linear(dir, c, fc);
+  else if (fc.arch == "bailingmoe3")
+    bailing_moe_v3(dir, c, fc);
   else
     llama_like(dir, c, fc);
   return fc;

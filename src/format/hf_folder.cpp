@@ -336,6 +336,8 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
   const MlxQuantConfig quant = read_quant_config(c, cfg_path);
   const std::string& arch = fc.arch;
   Kv& kv = fc.kv;
+  const bool tied = c.contains("tie_word_embeddings") && c["tie_word_embeddings"].is_boolean() &&
+                    c["tie_word_embeddings"].get<bool>();
   add_tokenizer(dir, top, kv);
 
   // The weights: one file, or the shards the index names.
@@ -402,8 +404,8 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
       slot.emplace(ex->expert, std::make_pair(&t, p));
       continue;
     }
-    const std::string name = gguf_name(t.name, p, arch);
-    if (name.empty()) continue;
+    const std::string name = gguf_name(t.name, p, arch, fc.mla_layer);
+    if (name.empty() || (name == "output.weight" && tied)) continue;  // tied: mlx-lm drops lm_head too
     if (ends_with(tname, ".weight")) {
       const std::string module = tname.substr(0, tname.size() - 7);
       if (const StTensor* sc = find(module + ".scales")) {
@@ -459,9 +461,10 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
         std::memcpy(&h, t.data + 2 * i, 2);
         f[i] = *dt == DType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
       }
-      // The decay: llama.cpp's ssm_a holds -exp(A_log), what the model multiplies by.
+      // The decay: llama.cpp's ssm_a holds -exp(A_log), what the model multiplies by; Ling 3's
+      // safe gate takes exp(A_log) inside a sigmoid (llama.cpp's bailingmoe3 converter).
       if (name.ends_with(".ssm_a"))
-        for (float& x : f) x = -std::exp(x);
+        for (float& x : f) x = arch == "bailingmoe3" ? std::exp(x) : -std::exp(x);
       if (offset_norms && v.n_dims == 1 && !name.ends_with("ssm_norm.weight") && name.ends_with("norm.weight"))
         for (float& x : f) x += 1.0f;
       owned->converted.push_back(std::move(f));

@@ -38,7 +38,12 @@
 // = -exp(A_log), f/g_a/b_proj the low-rank gates, b_proj ssm_beta, o_norm ssm_norm; the MLA
 // layers' MultiLinear embed_q [H, kv_lora, nope] and unembed_out [H, v, kv_lora] are GGUF's
 // attn_k_b / attn_v_b byte for byte (3-D when quantized, like stacked experts); the router's
-// e_score_correction_bias is exp_probs_b.
+// e_score_correction_bias is exp_probs_b. Ling 3 (model_type bailing_hybrid with
+// BailingMoeV3ForCausalLM; without it mlx-lm reads Ling 2.5, refused) maps to bailingmoe3 the
+// same way under attention.*, its layers MLA every layer_group_size-th and after the last whole
+// group (mlx-lm's rule), A_log read as +exp(A_log) (the safe gate's), g_proj the KDA output gate
+// (ssm_g_a) or the MLA head gate (attn_gate) by the layer's kind, mlp.gate.expert_bias
+// exp_probs_b, and multi-token-prediction layers past num_hidden_layers skipped.
 //
 // MLX-quantized folders (config.json "quantization": bits, group_size, mode "affine", and
 // per-module entries keyed by module path): X.weight (uint32 codes) with X.scales and X.biases
@@ -48,7 +53,7 @@
 // does not name takes the default, or the format its shapes give (as mlx-lm infers it); every
 // shape and dtype is checked against the config's dimensions. What is not supported yet is
 // refused by name: architectures other than llama / mistral / qwen3 / qwen3_moe / qwen3_5_moe / qwen3_next /
-// kimi_linear,
+// kimi_linear / Ling 3,
 // quantization modes other
 // than affine and non-MLX quantization_config (quant_method), quantized norms, rope_scaling,
 // tokenizers that are not byte-level BPE.
@@ -67,9 +72,9 @@ bool is_model_folder(const std::string& path);
 std::unique_ptr<GgufFile> open_model_folder(const std::string& dir);
 
 // The GGUF name of a Hugging Face tensor ("model.layers.3.mlp.up_proj.weight" -> "blk.3.ffn_up.weight";
-// "" for one that is recomputed, as rotary_emb.inv_freq) of a folder of GGUF architecture `arch`
-// (the llama-like families, qwen35moe, qwen3next). Throws naming `file` for a tensor that
-// architecture does not have.
-std::string hf_tensor_gguf_name(const std::string& hf_name, const std::string& file, const std::string& arch);
+// "" for one that is recomputed, as rotary_emb.inv_freq) in `base`, a model folder's or a GGUF
+// of the same architecture (its general.architecture, and the layer kinds of the KDA + MLA
+// hybrids). Throws naming `file` for a tensor that architecture does not have.
+std::string hf_tensor_gguf_name(const std::string& hf_name, const std::string& file, const GgufFile& base);
 
 }  // namespace sluice

@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "format/hf_common.h"
 #include "format/hf_folder.h"
@@ -45,9 +46,10 @@ std::optional<ExpertSlice> per_expert(const std::string& hf_name) {
                      std::stoll(rest.substr(experts.size(), dot - experts.size()))};
 }
 
-std::string gguf_name(const std::string& hf_name, const fs::path& file, const std::string& arch) {
+std::string gguf_name(const std::string& hf_name, const fs::path& file, const std::string& arch,
+                      const std::vector<bool>& mla_layer) {
   const std::string n = strip_prefix(hf_name);
-  if (n == "model.embed_tokens.weight") return "token_embd.weight";
+  if (n == "model.embed_tokens.weight" || n == "model.word_embeddings.weight") return "token_embd.weight";
   if (n == "model.norm.weight") return "output_norm.weight";
   if (n == "lm_head.weight" || n == "model.lm_head.weight")
     return "output.weight";                                           // the latter: language_model.lm_head
@@ -87,32 +89,60 @@ std::string gguf_name(const std::string& hf_name, const fs::path& file, const st
     if (arch == "qwen35moe" && rest == "mlp.experts.gate_up_proj") return "blk." + index + ".ffn_gate_up_exps.weight";
     if (arch == "qwen35moe" && rest == "mlp.experts.down_proj") return "blk." + index + ".ffn_down_exps.weight";
   }
-  if (arch == "kimi-linear") {
-    // Kimi Linear as mlx-lm saves it: the KDA layers' convs, low-rank gates, decay and output
-    // norm; the MLA layers' absorbed per-head matrices (MultiLinear embed_q / unembed_out, what
-    // llama.cpp's converter splits kv_b_proj into); the router's selection bias; shared experts.
-    static const std::map<std::string, std::string> kimi = {
-        {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},
-        {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"},
-        {"self_attn.embed_q.weight", "attn_k_b.weight"},
-        {"self_attn.unembed_out.weight", "attn_v_b.weight"},
-        {"self_attn.q_conv.conv.weight", "ssm_conv1d_q.weight"},
-        {"self_attn.k_conv.conv.weight", "ssm_conv1d_k.weight"},
-        {"self_attn.v_conv.conv.weight", "ssm_conv1d_v.weight"},
-        {"self_attn.f_a_proj.weight", "ssm_f_a.weight"},
-        {"self_attn.f_b_proj.weight", "ssm_f_b.weight"},
-        {"self_attn.b_proj.weight", "ssm_beta.weight"},
-        {"self_attn.g_a_proj.weight", "ssm_g_a.weight"},
-        {"self_attn.g_b_proj.weight", "ssm_g_b.weight"},
-        {"self_attn.A_log", "ssm_a"},
-        {"self_attn.dt_bias", "ssm_dt.bias"},
-        {"self_attn.o_norm.weight", "ssm_norm.weight"},
-        {"mlp.e_score_correction_bias", "exp_probs_b.bias"},
+  if (arch == "kimi-linear" || arch == "bailingmoe3") {
+    // The KDA + MLA hybrids as mlx-lm saves them, Kimi Linear's attention under self_attn.,
+    // Ling 3's under attention.: the KDA layers' convs, gates, decay and output norm; the MLA
+    // layers' absorbed per-head matrices (MultiLinear embed_q / unembed_out, what llama.cpp's
+    // converters split kv_b_proj into); the router's selection bias; shared experts. Ling 3's
+    // g_proj is the KDA output gate or, in an MLA layer, the head-wise gate.
+    if (arch == "bailingmoe3" && !mla_layer.empty() && std::stoull(index) >= mla_layer.size())
+      return "";  // multi-token-prediction layers past num_hidden_layers (mlx-lm drops them too)
+    const std::string attn = arch == "kimi-linear" ? "self_attn." : "attention.";
+    static const std::map<std::string, std::string> hybrid = {
+        {"q_proj.weight", "attn_q.weight"},
+        {"k_proj.weight", "attn_k.weight"},
+        {"v_proj.weight", "attn_v.weight"},
+        {"q_a_proj.weight", "attn_q_a.weight"},
+        {"q_a_layernorm.weight", "attn_q_a_norm.weight"},
+        {"q_b_proj.weight", "attn_q_b.weight"},
+        {"kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},
+        {"kv_a_layernorm.weight", "attn_kv_a_norm.weight"},
+        {"embed_q.weight", "attn_k_b.weight"},
+        {"unembed_out.weight", "attn_v_b.weight"},
+        {"o_proj.weight", "attn_output.weight"},
+        {"dense.weight", "attn_output.weight"},
+        {"q_conv.conv.weight", "ssm_conv1d_q.weight"},  // Kimi
+        {"k_conv.conv.weight", "ssm_conv1d_k.weight"},
+        {"v_conv.conv.weight", "ssm_conv1d_v.weight"},
+        {"q_conv1d.weight", "ssm_conv1d_q.weight"},  // Ling 3
+        {"k_conv1d.weight", "ssm_conv1d_k.weight"},
+        {"v_conv1d.weight", "ssm_conv1d_v.weight"},
+        {"f_a_proj.weight", "ssm_f_a.weight"},  // Kimi's low-rank gates
+        {"f_b_proj.weight", "ssm_f_b.weight"},
+        {"g_a_proj.weight", "ssm_g_a.weight"},
+        {"g_b_proj.weight", "ssm_g_b.weight"},
+        {"f_proj.weight", "ssm_f_a.weight"},  // Ling 3's full-rank decay gate input
+        {"b_proj.weight", "ssm_beta.weight"},
+        {"A_log", "ssm_a"},
+        {"dt_bias", "ssm_dt.bias"},
+        {"o_norm.weight", "ssm_norm.weight"},
+    };
+    if (rest.rfind(attn, 0) == 0) {
+      const std::string leaf = rest.substr(attn.size());
+      if (arch == "bailingmoe3" && leaf == "g_proj.weight") {
+        const size_t l = std::stoull(index);
+        return "blk." + index + (l < mla_layer.size() && mla_layer[l] ? ".attn_gate.weight" : ".ssm_g_a.weight");
+      }
+      if (const auto it = hybrid.find(leaf); it != hybrid.end()) return "blk." + index + "." + it->second;
+    }
+    static const std::map<std::string, std::string> mlp = {
+        {"mlp.e_score_correction_bias", "exp_probs_b.bias"},  // Kimi
+        {"mlp.gate.expert_bias", "exp_probs_b.bias"},         // Ling 3
         {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
         {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
         {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
     };
-    if (const auto it = kimi.find(rest); it != kimi.end()) return "blk." + index + "." + it->second;
+    if (const auto it = mlp.find(rest); it != mlp.end()) return "blk." + index + "." + it->second;
   }
   static const std::map<std::string, std::string> names = {
       {"input_layernorm.weight", "attn_norm.weight"},
@@ -143,8 +173,15 @@ std::string gguf_name(const std::string& hf_name, const fs::path& file, const st
 }  // namespace hf
 
 
-std::string hf_tensor_gguf_name(const std::string& hf_name, const std::string& file, const std::string& arch) {
-  return hf::gguf_name(hf_name, file, arch);
+std::string hf_tensor_gguf_name(const std::string& hf_name, const std::string& file, const GgufFile& base) {
+  // The KDA + MLA hybrids' layer kinds, as the folder reader (or llama.cpp's converter) wrote
+  // them: head_count_kv per layer, 1 for MLA.
+  const std::string arch = base.get_string_or("general.architecture", "");
+  std::vector<bool> mla_layer;
+  if (arch == "kimi-linear" || arch == "bailingmoe3")
+    for (uint32_t v : base.get_u32_per_layer(arch + ".attention.head_count_kv", base.get_u32(arch + ".block_count")))
+      mla_layer.push_back(v != 0);
+  return hf::gguf_name(hf_name, file, arch, mla_layer);
 }
 
 }  // namespace sluice

@@ -217,8 +217,7 @@ LoraSummary apply_mlx_adapter(GgufFile& f, const std::string& dir_s, float user_
            " is there)");
     if (module.find("embed_tokens") != std::string::npos)
       fail(st_path.string(), ": '", module, "': adapters on embeddings are not supported");
-    const std::string gguf = hf_tensor_gguf_name(module + ".weight", st_path.string(),
-                                                 f.get_string_or("general.architecture", ""));
+    const std::string gguf = hf_tensor_gguf_name(module + ".weight", st_path.string(), f);
     const TensorView* w = gguf.empty() ? nullptr : f.find_tensor(gguf);
     if (!w) fail(st_path.string(), ": '", module, "' adapts ", gguf, ", which ", f.path(), " does not have");
     if (p.a->shape.size() != 2 || p.b->shape.size() != 2)

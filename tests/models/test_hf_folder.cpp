@@ -94,7 +94,9 @@ TEST_P(HfFolder, MatchesMlxLm) {
   const nlohmann::json g = golden(arch);
   auto m = Model::load(folder(arch));
   EXPECT_EQ(m->hparams().arch, arch);
-  if (arch != "kimi-linear") {  // Kimi's MLA has no RoPE
+  if (arch == "bailingmoe3") {
+    EXPECT_EQ(m->hparams().rope_mode, RopeMode::normal);  // Ling 3's MLA turns adjacent pairs
+  } else if (arch != "kimi-linear") {                     // Kimi's MLA has no RoPE
     EXPECT_EQ(m->hparams().rope_mode, RopeMode::neox);
   }
   // The tokenizer: `tokenizers`' ids, with and without special tokens in the text.
@@ -117,6 +119,8 @@ TEST_P(HfFolder, MatchesMlxLm) {
     m->mutable_hparams().rope_mode = RopeMode::normal;  // as a GGUF llama would run: wrong for HF's layout
   } else if (arch == "qwen3moe") {
     m->mutable_hparams().moe.norm_weights = false;  // the top-2 weights as softmax left them
+  } else if (arch == "bailingmoe3") {
+    m->mutable_hparams().rope_mode = RopeMode::neox;  // rotate-half pairs: wrong for Ling 3's MLA
   } else if (arch == "kimi-linear") {
     // The router's expert groups (num_expert_group 2, topk_group 1) ignored: top-2 of all 8.
     EXPECT_EQ(m->hparams().moe.n_group, 2);
@@ -135,7 +139,8 @@ TEST_P(HfFolder, MatchesMlxLm) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, HfFolder,
-                         ::testing::Values("llama", "qwen3", "qwen3moe", "qwen35moe", "qwen3next", "kimi-linear"));
+                         ::testing::Values("llama", "qwen3", "qwen3moe", "qwen35moe", "qwen3next", "kimi-linear",
+                                           "bailingmoe3"));
 
 // A copy of a folder with one file changed: each breakage is refused by name.
 std::string broken_folder(const std::string& name, const std::function<void(const fs::path&)>& edit,
@@ -367,6 +372,39 @@ TEST(HfFolderErrors, Qwen35RefusedByName) {
   expect_refused(cases, "q35_err", "qwen35moe");
 }
 
+// The KDA + MLA hybrids: what mlx-lm would read differently, or what Sluice does not run, is
+// refused naming the config field.
+TEST(HfFolderErrors, KdaHybridsRefusedByName) {
+  auto config = [](std::function<void(nlohmann::json&)> f) {
+    return [f](const fs::path& d) { edit_json(d / "config.json", f); };
+  };
+  const FolderEdit kimi[] = {
+      {"linear_attn_config.kda_layers holds 5 (want layer numbers 1..4)", config([](auto& c) {
+         c["linear_attn_config"]["kda_layers"] = {1, 5};
+       })},
+      {"linear_attn_config.num_heads 4 differs from num_attention_heads 2",
+       config([](auto& c) { c["linear_attn_config"]["num_heads"] = 4; })},
+      {"q_lora_rank is set", config([](auto& c) { c["q_lora_rank"] = 32; })},
+      {"moe_layer_freq other than 1", config([](auto& c) { c["moe_layer_freq"] = 2; })},
+      {"moe_router_activation_func 'relu'", config([](auto& c) { c["moe_router_activation_func"] = "relu"; })},
+      {"expert groups 3 / used 1 do not split num_experts 8", config([](auto& c) { c["num_expert_group"] = 3; })},
+  };
+  expect_refused(kimi, "kimi_err", "kimi-linear");
+  const FolderEdit ling3[] = {
+      // The same model_type without BailingMoeV3ForCausalLM is Ling 2.5 to mlx-lm.
+      {"without BailingMoeV3ForCausalLM in architectures is Ling 2.5",
+       config([](auto& c) { c["architectures"] = {"BailingMoeV2_5ForCausalLM"}; })},
+      {"expert_swiglu_limit_list is set", config([](auto& c) { c["expert_swiglu_limit_list"] = {7.0}; })},
+      {"gated_attention_proj_granularity_type \"element_wise\"",
+       config([](auto& c) { c["gated_attention_proj_granularity_type"] = "element_wise"; })},
+      {"kda_safe_gate false is not supported", config([](auto& c) { c["kda_safe_gate"] = false; })},
+      {"kda_lower_bound 1 must be negative", config([](auto& c) { c["kda_lower_bound"] = 1.0; })},
+      // One layer group more than the file has: layer 3 becomes KDA, whose tensors are not there.
+      {"blk.3", config([](auto& c) { c["layer_group_size"] = 5; })},
+  };
+  expect_refused(ling3, "ling3_err", "bailingmoe3");
+}
+
 TEST(HfFolderErrors, PerExpertLayoutRefusedByName) {
   const std::string e3 = "model.layers.1.mlp.experts.3.up_proj.weight";
   auto unstacked_then = [](std::function<void(nlohmann::json&)> f) {
@@ -478,6 +516,9 @@ INSTANTIATE_TEST_SUITE_P(
         QuantCase{"kimi-linear-q4",
                   "kimi-linear",
                   {"4-bit g64 bf16 → q4_1 (exact): 43 tensors", "8-bit g64 bf16 → f32 (dequantized): 3 tensors"}},
+        // Ling 3: mlx-lm's predicate leaves MLA's q_a/q_b/kv_a/embed_q/unembed_out/gate, b_proj,
+        // the embeddings and lm_head float, and quantizes nothing at 8 bits.
+        QuantCase{"bailingmoe3-q4", "bailingmoe3", {"4-bit g64 bf16 → q4_1 (exact): 47 tensors"}},
         QuantCase{"llama-mixed",
                   "llama",
                   {"2-bit g32 bf16 → q4_1 (exact): 1 tensor", "3-bit g32 bf16 → q4_1 (exact): 9 tensors",
@@ -617,6 +658,23 @@ TEST(HfLora, Qwen35MoeMatchesMlxLmWithTheAdapter) {
   expect_golden(*m, g, {"ref", "cpu", "cpu-exact"});
   auto be = make_backend("ref", 2);
   EXPECT_GT(max_logit_diff(*Model::load(folder("qwen35moe")), *be, g), 0.05);
+}
+
+// An MLX-LM adapter on the Ling 3 folder (tests/data/hf/bailingmoe3-lora), the last three
+// layers: attention.g_proj is the KDA output gate in layer 2 and the MLA head gate in layers 3
+// and 4 (one module name, two GGUF tensors chosen by the layer's kind); MLA's q_b_proj and
+// dense, the KDA's q_proj, the shared experts' down projections.
+TEST(HfLora, Ling3MatchesMlxLmWithTheAdapter) {
+  const nlohmann::json g = golden("bailingmoe3-lora");
+  ModelOptions opt;
+  opt.lora = folder("bailingmoe3-lora");
+  auto m = Model::load(folder("bailingmoe3"), opt);
+  EXPECT_EQ(m->lora_summary(), "lora: 11 tensors merged (rank 4, scale 2)");
+  EXPECT_EQ(m->file().find_tensor("blk.2.ssm_g_a.weight")->type, DType::F32);  // merged: f32 rows
+  EXPECT_EQ(m->file().find_tensor("blk.3.attn_gate.weight")->type, DType::F32);
+  expect_golden(*m, g, {"ref", "cpu", "cpu-exact"});
+  auto be = make_backend("ref", 2);
+  EXPECT_GT(max_logit_diff(*Model::load(folder("bailingmoe3")), *be, g), 0.05);
 }
 
 // `sluice inspect DIR`: the folder as the GGUF it maps to (what the loader will bind); a GGUF
