@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string out = argv[1];
-  for (const char* name : {"llama-q4", "qwen3-q4", "qwen3moe-q4", "qwen35moe-q4", "qwen3next-q4", "llama-mixed"}) {
+  for (const char* name : {"llama-q4", "qwen3-q4", "qwen3moe-q4", "qwen35moe-q4", "qwen3next-q4", "kimi-linear-q4",
+                           "bailingmoe3-q4", "llama-mixed"}) {
     const std::string dir = std::string(SLUICE_SOURCE_DIR) + "/tests/data/hf/" + name;
     const std::string cfg = slurp(dir + "/config.json"), tok = slurp(dir + "/tokenizer.json");
     const std::string st = slurp(dir + "/model.safetensors");
