@@ -92,8 +92,12 @@ void CommonOpts::add(CLI::App* app) {
   app->add_option("--expert-io", expert_io, "stream: auto | uring | pread")->capture_default_str();
   app->add_flag("--no-direct-io", no_direct_io, "stream: read experts through the page cache instead of O_DIRECT");
   app->add_option("--lora", lora,
-                  "a LoRA adapter merged into the weights at load: PATH or PATH:SCALE, PATH a llama.cpp LoRA "
-                  "GGUF or an MLX-LM adapter folder (adapter_config.json, adapters.safetensors)");
+                  "a LoRA adapter applied at run time (y += scale·B·A·x, the weights untouched): PATH or "
+                  "PATH:SCALE, PATH a llama.cpp LoRA GGUF or an MLX-LM adapter folder (adapter_config.json, "
+                  "adapters.safetensors); repeatable");
+  app->add_flag("--lora-merge", lora_merge,
+                "merge the --lora adapters into the weights at load (in memory only; the adapted matrices "
+                "become f32 copies)");
   app->add_flag("--mmap", mmap_weights,
                 "resident: map the file instead of reading it into memory (faster start, slower decode)");
   app->add_option("--gpu-expert-cache", gpu_expert_cache,
@@ -124,6 +128,7 @@ EngineOptions CommonOpts::engine_options() const {
   o.experts.record_routing_trace = !routing_trace_out.empty();
   o.read_weights = !mmap_weights;
   o.lora = lora;
+  o.lora_merge = lora_merge;
   o.load_progress = [last = size_t{0}](size_t done, size_t total) mutable {
     // A line per GiB for big files (reading from a cold disk takes a while), nothing for small ones.
     if (total < (size_t{1} << 30) || (done - last < (size_t{1} << 30) && done != total)) return;

@@ -37,7 +37,8 @@ struct CommonOpts {
   bool no_direct_io = false;
   std::string gpu_expert_cache;
   bool mmap_weights = false;
-  std::string lora;  // an MLX-LM LoRA adapter folder merged at load
+  std::vector<std::string> lora;  // LoRA adapters (--lora, repeatable)
+  bool lora_merge = false;
 
   void add(CLI::App* app);
   EngineOptions engine_options() const;

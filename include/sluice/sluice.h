@@ -60,7 +60,10 @@ struct EngineOptions {
   KvOptions kv{};
   ExpertOptions experts{};
   bool read_weights = true;  // resident: read the file into memory (false: map it)
-  std::string lora{};        // an MLX-LM LoRA adapter folder merged into the weights at load
+  // LoRA adapters, PATH or PATH:SCALE (a llama.cpp LoRA GGUF or an MLX-LM adapter folder):
+  // applied at run time, or merged into the weights at load with lora_merge.
+  std::vector<std::string> lora{};
+  bool lora_merge = false;
   std::function<void(size_t done, size_t total)> load_progress{};  // bytes of weights read so far
   // A line about what the load did (a quantized folder repacked, a LoRA merged), as it happens.
   std::function<void(const std::string& line)> on_load_note{};

@@ -38,6 +38,7 @@ ModelOptions model_options(const EngineOptions& opt) {
   x.progress = opt.experts.progress;
   o.read_weights = opt.read_weights;
   o.lora = opt.lora;
+  o.lora_merge = opt.lora_merge;
   o.progress = opt.load_progress;
   return o;
 }

@@ -15,6 +15,22 @@
 
 namespace sluice {
 
+void Backend::matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) {
+  matmul_weights(w, x, y, n_tok);
+  if (!w.lora) return;
+  // Unmerged adapters: y += scale·B·(A·x), A·x of rank r first (r << in, out), on the same
+  // backend's products; the base weight stays as the file has it.
+  std::vector<float> ax, bax;
+  for (const LoraTerm& t : *w.lora) {
+    if (t.scale == 0.0f) continue;
+    ax.resize(static_cast<size_t>(n_tok * t.a.ne[1]));
+    bax.resize(static_cast<size_t>(n_tok * t.b.ne[1]));
+    matmul_weights(t.a, x, ax.data(), n_tok);
+    matmul_weights(t.b, ax.data(), bax.data(), n_tok);
+    for (size_t i = 0; i < bax.size(); ++i) y[i] += t.scale * bax[i];
+  }
+}
+
 void Backend::moe_ffn_token(std::span<const FfnExpert> experts, const float* x, float* out, int64_t n_embd) {
   std::fill(out, out + n_embd, 0.0f);
   std::vector<float> gate, up, y(static_cast<size_t>(n_embd));

@@ -131,8 +131,11 @@ class Backend {
   // One line of figures for the end of a run (cuda: its VRAM expert tier); empty: nothing to say.
   virtual std::string stats_line() const { return {}; }
 
-  // y[t][o] = Σ_i W[o][i]·x[t][i] for a 2-D weight W with ne = [in, out]; x: [T][in], y: [T][out].
-  virtual void matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) = 0;
+  // y[t][o] = Σ_i W[o][i]·x[t][i] for a 2-D weight W with ne = [in, out]; x: [T][in], y: [T][out];
+  // plus each of w's LoRA adapters' scale·B·(A·x) (w.lora), through matmul_weights.
+  void matmul(const TensorView& w, const float* x, float* y, int64_t n_tok);
+  // The product with W alone: what a backend implements (a wrapping backend forwards it).
+  virtual void matmul_weights(const TensorView& w, const float* x, float* y, int64_t n_tok) = 0;
   // out[t] = row ids[t] of `table` (ne = [n_embd, n_rows]) decoded to float.
   virtual void get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) = 0;
   // y[r] = x[r] / sqrt(mean(x[r]²) + eps) * w  (w may be null: no scale). y may alias x.

@@ -298,13 +298,13 @@ void CountingBackend::timed(BenchStage s, uint64_t bytes, F&& f) {
   c_.seconds[i] += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-void CountingBackend::matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) {
+void CountingBackend::matmul_weights(const TensorView& w, const float* x, float* y, int64_t n_tok) {
   last_ = bench_stage_of(w.name);
   const uint64_t macs = static_cast<uint64_t>(w.ne[0]) * static_cast<uint64_t>(w.n_rows()) *
                         static_cast<uint64_t>(n_tok);
   c_.macs += macs;
   c_.stage_macs[static_cast<size_t>(last_)] += macs;
-  timed(last_, static_cast<uint64_t>(w.n_rows()) * w.row_bytes(), [&] { in_.matmul(w, x, y, n_tok); });
+  timed(last_, static_cast<uint64_t>(w.n_rows()) * w.row_bytes(), [&] { in_.matmul_weights(w, x, y, n_tok); });
 }
 void CountingBackend::get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) {
   timed(bench_stage_of(table.name), static_cast<uint64_t>(n) * table.row_bytes(),

@@ -5,10 +5,13 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 
 namespace sluice {
+
+struct LoraTerm;
 
 struct TensorView {
   std::string name;
@@ -17,6 +20,9 @@ struct TensorView {
   int64_t ne[4] = {1, 1, 1, 1};
   const void* data = nullptr;  // first byte of the tensor, rows contiguous
   size_t nbytes = 0;
+  // LoRA adapters on this weight, applied at run time by Backend::matmul (format/lora.h); null:
+  // none. Owned by the file that holds the tensor.
+  const std::vector<LoraTerm>* lora = nullptr;
 
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
@@ -33,6 +39,13 @@ struct TensorView {
     v.data = row(e * ne[1]);
     return v;
   }
+};
+
+// One adapter's low-rank update of a weight W (ne [in, out]): W·x + scale·B·(A·x), with A f32
+// ne [in, r] (r rows of `in`) and B f32 ne [r, out].
+struct LoraTerm {
+  TensorView a, b;
+  float scale = 0;
 };
 
 }  // namespace sluice

@@ -537,6 +537,20 @@ void GgufFile::replace_tensor(std::string_view name, DType type, const void* dat
   replaced_.push_back(std::move(owner));
 }
 
+void GgufFile::add_lora(std::string_view name, const LoraTerm& term, std::shared_ptr<void> owner) {
+  const auto it = tensor_index_.find(std::string(name));
+  if (it == tensor_index_.end()) fail(path_, ": no tensor '", name, "' to adapt");
+  TensorView& t = tensors_[it->second];
+  if (t.n_dims != 2 || term.a.ne[0] != t.ne[0] || term.b.ne[1] != t.ne[1] || term.a.ne[1] != term.b.ne[0] ||
+      term.a.type != DType::F32 || term.b.type != DType::F32)
+    fail(path_, ": LoRA factors [", term.a.ne[0], ", ", term.a.ne[1], "] x [", term.b.ne[0], ", ", term.b.ne[1],
+         "] do not fit tensor '", name, "' [", t.ne[0], ", ", t.ne[1], "]");
+  std::vector<LoraTerm>& terms = lora_[t.name];
+  terms.push_back(term);
+  t.lora = &terms;
+  replaced_.push_back(std::move(owner));
+}
+
 GgufFile::~GgufFile() { release(); }
 
 void GgufFile::release() {

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -120,6 +121,9 @@ class GgufFile {
   // the file's. Call before anything binds the tensor. Throws when there is no such tensor or
   // nbytes does not fit the shape.
   void replace_tensor(std::string_view name, DType type, const void* data, size_t nbytes, std::shared_ptr<void> owner);
+  // Adds a LoRA adapter's term to tensor `name` (tensor.lora: Backend::matmul applies it at run
+  // time), its factors' bytes kept alive by owner. Call before anything binds the tensor.
+  void add_lora(std::string_view name, const LoraTerm& term, std::shared_ptr<void> owner);
   // Throws "missing tensor NAME in FILE".
   const TensorView& tensor(std::string_view name) const;
 
@@ -142,8 +146,9 @@ class GgufFile {
   std::unordered_map<std::string, size_t> kv_index_;
   std::vector<TensorView> tensors_;
   std::unordered_map<std::string, size_t> tensor_index_;
-  std::shared_ptr<void> keepalive_;              // synthetic(): what owns the tensors' memory
-  std::vector<std::shared_ptr<void>> replaced_;  // replace_tensor(): the new bytes' owners
+  std::shared_ptr<void> keepalive_;                    // synthetic(): what owns the tensors' memory
+  std::vector<std::shared_ptr<void>> replaced_;        // replace_tensor() and add_lora(): the new bytes' owners
+  std::map<std::string, std::vector<LoraTerm>> lora_;  // add_lora(), by tensor (map nodes: stable addresses)
 };
 
 // Writes GGUF v3. Two ways to use it:

@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -81,6 +82,27 @@ void merge_into(GgufFile& f, const TensorView& base, const std::vector<float>& a
   f.replace_tensor(base.name, DType::F32, data, merged->size() * sizeof(float), merged);
 }
 
+// The update scale·B·A of base (A [r][in], B [out][r]): merged into its weights, or attached to
+// it for Backend::matmul to add at run time (the base bytes untouched).
+void apply_update(GgufFile& f, const TensorView& base, std::vector<float> a, std::vector<float> b, int64_t r,
+                  float scale, bool merge) {
+  if (merge) return merge_into(f, base, a, b, r, scale);
+  auto factors = std::make_shared<std::pair<std::vector<float>, std::vector<float>>>(std::move(a), std::move(b));
+  LoraTerm t;
+  t.scale = scale;
+  for (auto [view, data, in, out] :
+       {std::tuple{&t.a, &factors->first, base.ne[0], r}, std::tuple{&t.b, &factors->second, r, base.ne[1]}}) {
+    view->name = base.name + (view == &t.a ? ".lora_a" : ".lora_b");
+    view->type = DType::F32;
+    view->n_dims = 2;
+    view->ne[0] = in;
+    view->ne[1] = out;
+    view->data = data->data();
+    view->nbytes = data->size() * sizeof(float);
+  }
+  f.add_lora(base.name, t, factors);
+}
+
 // [rows][cols] -> [cols][rows].
 std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t cols) {
   std::vector<float> t(x.size());
@@ -93,7 +115,7 @@ std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t
 // adapter.lora.alpha, and per adapted tensor NAME the pair NAME.lora_a (ggml [in, r]: r rows of
 // `in`) and NAME.lora_b ([r, out]: out rows of r); llama.cpp adds scale·B·(A·x) with scale =
 // user_scale·alpha/r (user_scale when alpha is 0).
-LoraSummary apply_gguf_adapter(GgufFile& f, const std::string& path, float user_scale) {
+LoraSummary apply_gguf_adapter(GgufFile& f, const std::string& path, float user_scale, bool merge) {
   const GgufFile ad(path);
   const std::string type = ad.get_string_or("general.type", "");
   if (type != "adapter")
@@ -120,6 +142,7 @@ LoraSummary apply_gguf_adapter(GgufFile& f, const std::string& path, float user_
   if (pairs.empty()) fail(path, ": no LoRA factors");
   LoraSummary sum;
   sum.scale = user_scale;
+  sum.merged = merge;
   struct Merge {
     const TensorView *base, *a, *b;
   };
@@ -154,7 +177,7 @@ LoraSummary apply_gguf_adapter(GgufFile& f, const std::string& path, float user_
   for (const Merge& m : merges) {
     const int64_t r = m.a->ne[1];
     const float scale = alpha != 0.0f ? user_scale * alpha / static_cast<float>(r) : user_scale;
-    merge_into(f, *m.base, rows_f32(*m.a), rows_f32(*m.b), r, scale);
+    apply_update(f, *m.base, rows_f32(*m.a), rows_f32(*m.b), r, scale, merge);
     ++sum.n_tensors;
   }
   if (alpha != 0.0f) sum.scale = user_scale * alpha / static_cast<float>(sum.rank);
@@ -165,14 +188,15 @@ LoraSummary apply_gguf_adapter(GgufFile& f, const std::string& path, float user_
 
 std::string LoraSummary::line() const {
   char buf[128];
-  std::snprintf(buf, sizeof buf, "lora: %lld tensor%s merged (rank %lld, scale %g)", static_cast<long long>(n_tensors),
-                n_tensors == 1 ? "" : "s", static_cast<long long>(rank), static_cast<double>(scale));
+  std::snprintf(buf, sizeof buf, "lora: %lld tensor%s %s (rank %lld, scale %g)", static_cast<long long>(n_tensors),
+                n_tensors == 1 ? "" : "s", merged ? "merged" : "adapted at run time", static_cast<long long>(rank),
+                static_cast<double>(scale));
   return buf;
 }
 
 namespace {
 
-LoraSummary apply_mlx_adapter(GgufFile& f, const std::string& dir_s, float user_scale) {
+LoraSummary apply_mlx_adapter(GgufFile& f, const std::string& dir_s, float user_scale, bool merge) {
   const fs::path dir(dir_s), cfg_path = dir / "adapter_config.json", st_path = dir / "adapters.safetensors";
   const json c = read_config(cfg_path);
   if (!c.is_object()) fail(cfg_path.string(), ": not a JSON object");
@@ -186,6 +210,7 @@ LoraSummary apply_mlx_adapter(GgufFile& f, const std::string& dir_s, float user_
       !c["lora_parameters"]["scale"].is_number())
     fail(cfg_path.string(), ": lora_parameters.scale missing or not a number");
   LoraSummary sum;
+  sum.merged = merge;
   sum.scale = c["lora_parameters"]["scale"].get<float>() * user_scale;
   if (!std::isfinite(sum.scale)) fail(cfg_path.string(), ": lora_parameters.scale is not finite");
 
@@ -233,11 +258,11 @@ LoraSummary apply_mlx_adapter(GgufFile& f, const std::string& dir_s, float user_
     sum.rank = std::max(sum.rank, r);
   }
 
-  // W' = W + scale·(A·B)ᵀ: the factors as merge_into's A [r][in] and B [out][r].
+  // MLX's x·A·B: the factors as apply_update's A [r][in] and B [out][r].
   for (const Merge& m : merges) {
     const int64_t in = m.base->ne[0], out = m.base->ne[1], r = m.a->shape[1];
-    merge_into(f, *m.base, transposed(to_f32(*m.a, st_path.string()), in, r),
-               transposed(to_f32(*m.b, st_path.string()), r, out), r, sum.scale);
+    apply_update(f, *m.base, transposed(to_f32(*m.a, st_path.string()), in, r),
+                 transposed(to_f32(*m.b, st_path.string()), r, out), r, sum.scale, merge);
     ++sum.n_tensors;
   }
   return sum;
@@ -245,7 +270,7 @@ LoraSummary apply_mlx_adapter(GgufFile& f, const std::string& dir_s, float user_
 
 }  // namespace
 
-LoraSummary apply_lora_adapter(GgufFile& f, const std::string& spec) {
+LoraSummary apply_lora_adapter(GgufFile& f, const std::string& spec, bool merge) {
   std::string path = spec;
   float scale = 1.0f;
   std::error_code ec;
@@ -261,7 +286,8 @@ LoraSummary apply_lora_adapter(GgufFile& f, const std::string& spec) {
     scale = v;
     if (!fs::exists(path, ec)) fail("--lora ", spec, ": no such file or folder '", path, "'");
   }
-  return fs::is_directory(path, ec) ? apply_mlx_adapter(f, path, scale) : apply_gguf_adapter(f, path, scale);
+  return fs::is_directory(path, ec) ? apply_mlx_adapter(f, path, scale, merge)
+                                    : apply_gguf_adapter(f, path, scale, merge);
 }
 
 }  // namespace sluice

@@ -158,10 +158,13 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   } else {
     m->file_ = std::make_unique<GgufFile>(path, read ? GgufFile::Load::read : GgufFile::Load::map, opt.progress);
   }
-  if (!opt.lora.empty()) {
-    // The adapted tensors become owned f32 copies; streamed experts are read by file offset.
-    if (opt.experts.policy == ExpertPolicy::stream) fail(path, ": --lora with --experts stream is not supported");
-    m->lora_summary_ = apply_lora_adapter(*m->file_, opt.lora).line();
+  // Merged adapters make owned f32 copies of the tensors, where streaming reads by file offset.
+  if (opt.lora_merge && !opt.lora.empty() && opt.experts.policy == ExpertPolicy::stream)
+    fail(path, ": --lora-merge with --experts stream is not supported (adapters at run time are)");
+  for (const std::string& spec : opt.lora) {
+    // Adapters never touch the experts (refused), so streaming them is unaffected.
+    const std::string line = apply_lora_adapter(*m->file_, spec, opt.lora_merge).line();
+    m->lora_summary_ += (m->lora_summary_.empty() ? "" : "; ") + line;
   }
   const GgufFile& f = *m->file_;
   m->hp_ = read_core_hparams(f);

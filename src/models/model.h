@@ -131,8 +131,10 @@ struct ModelOptions {
   // policies always map it: they exist for models larger than memory.
   bool read_weights = true;
   GgufFile::Progress progress;  // while reading weights: bytes done, total
-  // An MLX-LM LoRA adapter folder merged into the weights at load (format/lora.h); empty: none.
-  std::string lora;
+  // LoRA adapters (format/lora.h: PATH or PATH:SCALE, a llama.cpp LoRA GGUF or an MLX-LM
+  // adapter folder), applied at run time, or merged into the weights at load with lora_merge.
+  std::vector<std::string> lora;
+  bool lora_merge = false;
 };
 
 class Model {
@@ -142,7 +144,8 @@ class Model {
   ~Model();
 
   const GgufFile& file() const { return *file_; }
-  // What --lora merged ("lora: 3 tensors merged (rank 4, scale 2)"); empty without an adapter.
+  // What --lora did, a line per adapter ("lora: 3 tensors adapted at run time (rank 4, scale 2)");
+  // empty without an adapter.
   const std::string& lora_summary() const { return lora_summary_; }
   const Hparams& hparams() const { return hp_; }
   Hparams& mutable_hparams() { return hp_; }  // tests: negative controls perturb the config

@@ -629,21 +629,46 @@ TEST(HfQuantFolderErrors, RefusedNamingFileTensorAndField) {
   }
 }
 
-// The adapter merged into the llama folder against MLX-LM loading the folder with it
-// (adapter_path): as tight as the folders themselves. Negative control: the base folder without
-// the adapter misses this golden (the adapter moves logits by up to ~1.5).
+// The adapter on the llama folder against MLX-LM loading the folder with it (adapter_path), at
+// run time and merged: as tight as the folders themselves. Negative control: the base folder
+// without the adapter misses this golden (the adapter moves logits by up to ~1.5).
 TEST(HfLora, MatchesMlxLmWithTheAdapter) {
   const nlohmann::json g = golden("llama-lora");
-  ModelOptions opt;
-  opt.lora = folder("llama-lora");
-  auto m = Model::load(folder("llama"), opt);
-  EXPECT_EQ(m->lora_summary(), "lora: 3 tensors merged (rank 4, scale 2)");
-  expect_golden(*m, g, {"ref", "cpu", "cpu-exact"});
+  for (const bool merge : {false, true}) {
+    ModelOptions opt;
+    opt.lora = {folder("llama-lora")};
+    opt.lora_merge = merge;
+    auto m = Model::load(folder("llama"), opt);
+    EXPECT_EQ(m->lora_summary(), merge ? "lora: 3 tensors merged (rank 4, scale 2)"
+                                       : "lora: 3 tensors adapted at run time (rank 4, scale 2)");
+    expect_golden(*m, g, {"ref", "cpu", "cpu-exact"});
+    // Layer 0 was not adapted: its tensors are still the folder's own bytes; layer 1's are too
+    // at run time (the factors ride along), and f32 copies merged.
+    const TensorView* q0 = m->file().find_tensor("blk.0.attn_q.weight");
+    const TensorView* q1 = m->file().find_tensor("blk.1.attn_q.weight");
+    EXPECT_EQ(q0->type, DType::BF16);
+    EXPECT_EQ(q0->lora, nullptr);
+    EXPECT_EQ(q1->type, merge ? DType::F32 : DType::BF16);
+    EXPECT_EQ(q1->lora == nullptr, merge);
+  }
   auto be = make_backend("ref", 2);
   EXPECT_GT(max_logit_diff(*Model::load(folder("llama")), *be, g), 0.05);
-  // Layer 0 was not adapted: its tensors are still the folder's own bytes.
-  EXPECT_EQ(m->file().find_tensor("blk.0.attn_q.weight")->type, DType::BF16);
-  EXPECT_EQ(m->file().find_tensor("blk.1.attn_q.weight")->type, DType::F32);
+}
+
+// Two adapters at once: the llama adapter twice at half its scale each is the adapter at full
+// scale (y = W·x + ½·s·BAx + ½·s·BAx); once at half scale alone misses the golden.
+TEST(HfLora, AdaptersAddUp) {
+  const nlohmann::json g = golden("llama-lora");
+  ModelOptions opt;
+  opt.lora = {folder("llama-lora") + ":0.5", folder("llama-lora") + ":0.5"};
+  auto m = Model::load(folder("llama"), opt);
+  EXPECT_EQ(m->lora_summary(),
+            "lora: 3 tensors adapted at run time (rank 4, scale 1); lora: 3 tensors adapted at run "
+            "time (rank 4, scale 1)");
+  expect_golden(*m, g, {"ref", "cpu"});
+  opt.lora.pop_back();
+  auto be = make_backend("ref", 2);
+  EXPECT_GT(max_logit_diff(*Model::load(folder("llama"), opt), *be, g), 0.05);
 }
 
 // An MLX-LM adapter on the Qwen3.5-MoE folder (tests/data/hf/qwen35moe-lora): the Gated
@@ -652,9 +677,9 @@ TEST(HfLora, MatchesMlxLmWithTheAdapter) {
 TEST(HfLora, Qwen35MoeMatchesMlxLmWithTheAdapter) {
   const nlohmann::json g = golden("qwen35moe-lora");
   ModelOptions opt;
-  opt.lora = folder("qwen35moe-lora");
+  opt.lora = {folder("qwen35moe-lora")};
   auto m = Model::load(folder("qwen35moe"), opt);
-  EXPECT_EQ(m->lora_summary(), "lora: 5 tensors merged (rank 4, scale 2)");
+  EXPECT_EQ(m->lora_summary(), "lora: 5 tensors adapted at run time (rank 4, scale 2)");
   expect_golden(*m, g, {"ref", "cpu", "cpu-exact"});
   auto be = make_backend("ref", 2);
   EXPECT_GT(max_logit_diff(*Model::load(folder("qwen35moe")), *be, g), 0.05);
@@ -667,11 +692,11 @@ TEST(HfLora, Qwen35MoeMatchesMlxLmWithTheAdapter) {
 TEST(HfLora, Ling3MatchesMlxLmWithTheAdapter) {
   const nlohmann::json g = golden("bailingmoe3-lora");
   ModelOptions opt;
-  opt.lora = folder("bailingmoe3-lora");
+  opt.lora = {folder("bailingmoe3-lora")};
   auto m = Model::load(folder("bailingmoe3"), opt);
-  EXPECT_EQ(m->lora_summary(), "lora: 11 tensors merged (rank 4, scale 2)");
-  EXPECT_EQ(m->file().find_tensor("blk.2.ssm_g_a.weight")->type, DType::F32);  // merged: f32 rows
-  EXPECT_EQ(m->file().find_tensor("blk.3.attn_gate.weight")->type, DType::F32);
+  EXPECT_EQ(m->lora_summary(), "lora: 11 tensors adapted at run time (rank 4, scale 2)");
+  EXPECT_NE(m->file().find_tensor("blk.2.ssm_g_a.weight")->lora, nullptr);
+  EXPECT_NE(m->file().find_tensor("blk.3.attn_gate.weight")->lora, nullptr);
   expect_golden(*m, g, {"ref", "cpu", "cpu-exact"});
   auto be = make_backend("ref", 2);
   EXPECT_GT(max_logit_diff(*Model::load(folder("bailingmoe3")), *be, g), 0.05);
@@ -706,9 +731,9 @@ TEST(HfFolder, InspectReadsAFolderAsItsGguf) {
 TEST(HfLora, KimiLinearMatchesMlxLmWithTheAdapter) {
   const nlohmann::json g = golden("kimi-linear-lora");
   ModelOptions opt;
-  opt.lora = folder("kimi-linear-lora");
+  opt.lora = {folder("kimi-linear-lora")};
   auto m = Model::load(folder("kimi-linear"), opt);
-  EXPECT_EQ(m->lora_summary(), "lora: 8 tensors merged (rank 4, scale 2)");
+  EXPECT_EQ(m->lora_summary(), "lora: 8 tensors adapted at run time (rank 4, scale 2)");
   expect_golden(*m, g, {"ref", "cpu", "cpu-exact"});
   auto be = make_backend("ref", 2);
   EXPECT_GT(max_logit_diff(*Model::load(folder("kimi-linear")), *be, g), 0.05);
@@ -750,7 +775,7 @@ TEST(HfLora, BrokenAdaptersAreRefusedByName) {
   for (const auto& [want, edit] : cases) {
     const std::string dir = broken_folder("lora" + std::to_string(&want - &cases[0].first), edit, "llama-lora");
     ModelOptions opt;
-    opt.lora = dir;
+    opt.lora = {dir};
     try {
       Model::load(folder("llama"), opt);
       ADD_FAILURE() << "accepted an adapter that should fail with: " << want;

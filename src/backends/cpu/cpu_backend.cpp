@@ -63,7 +63,7 @@ class CpuBackend final : public Backend {
   const char* q8_level() const { return q8_ ? q8_->name : nullptr; }
   int n_threads() const override { return pool_.size(); }
 
-  void matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) override {
+  void matmul_weights(const TensorView& w, const float* x, float* y, int64_t n_tok) override {
     const int64_t n_in = w.ne[0], n_out = w.n_rows();
     if (n_tok <= 0 || n_out <= 0) return;
     if (q8_) {

@@ -414,7 +414,7 @@ std::string CudaBackend::expert_stats_line() const {
   return buf;
 }
 
-void CudaBackend::matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) {
+void CudaBackend::matmul_weights(const TensorView& w, const float* x, float* y, int64_t n_tok) {
   Impl& m = *impl_;
   const int64_t n_in = w.ne[0], n_out = w.n_rows();
   if (n_tok <= 0 || n_out <= 0) return;

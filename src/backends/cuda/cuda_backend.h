@@ -72,7 +72,7 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string_view name() const override { return "cuda"; }
-  void matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) override;
+  void matmul_weights(const TensorView& w, const float* x, float* y, int64_t n_tok) override;
   void get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) override;
   void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) override;
   void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot, float base,

@@ -56,7 +56,7 @@ class RefBackend final : public Backend {
  public:
   std::string_view name() const override { return "ref"; }
 
-  void matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) override {
+  void matmul_weights(const TensorView& w, const float* x, float* y, int64_t n_tok) override {
     const int64_t n_in = w.ne[0], n_out = w.n_rows();
     std::vector<float> row(static_cast<size_t>(n_in));
     for (int64_t o = 0; o < n_out; ++o) {
