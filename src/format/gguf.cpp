@@ -576,7 +576,19 @@ const GgufValue* GgufFile::find(std::string_view key) const {
 
 const TensorView* GgufFile::find_tensor(std::string_view name) const {
   auto it = tensor_index_.find(std::string(name));
-  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+  if (it == tensor_index_.end()) return nullptr;
+  if (!looked_up_.empty()) looked_up_[it->second] = 1;
+  return &tensors_[it->second];
+}
+
+void GgufFile::track_lookups() const { looked_up_.assign(std::max<size_t>(tensors_.size(), 1), 0); }
+
+std::vector<std::string> GgufFile::untracked_tensors() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < tensors_.size() && !looked_up_.empty(); ++i)
+    if (!looked_up_[i]) out.push_back(tensors_[i].name);
+  looked_up_.clear();
+  return out;
 }
 
 const TensorView& GgufFile::tensor(std::string_view name) const {

@@ -126,6 +126,11 @@ class GgufFile {
   void add_lora(std::string_view name, const LoraTerm& term, std::shared_ptr<void> owner);
   // Throws "missing tensor NAME in FILE".
   const TensorView& tensor(std::string_view name) const;
+  // While a model binds its tensors (single-threaded, at load): track_lookups() starts noting
+  // which tensors find_tensor() returns; untracked_tensors() stops and names the others, the
+  // tensors no part of the model reads (a strict load refuses them).
+  void track_lookups() const;
+  std::vector<std::string> untracked_tensors() const;
 
  private:
   struct MemoryTag {};
@@ -149,6 +154,7 @@ class GgufFile {
   std::shared_ptr<void> keepalive_;                    // synthetic(): what owns the tensors' memory
   std::vector<std::shared_ptr<void>> replaced_;        // replace_tensor() and add_lora(): the new bytes' owners
   std::map<std::string, std::vector<LoraTerm>> lora_;  // add_lora(), by tensor (map nodes: stable addresses)
+  mutable std::vector<uint8_t> looked_up_;             // track_lookups(): per tensor, found since
 };
 
 // Writes GGUF v3. Two ways to use it:

@@ -176,6 +176,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   if (hp.moe.n_expert > 0) positive_key(f, hp.arch + ".expert_feed_forward_length", hp.n_ff_exp);
   m->tokenizer_ = std::make_unique<Tokenizer>(vocab_from_gguf(f));
 
+  // A folder loads strictly: every tensor it holds must be one the model reads (a GGUF file
+  // may carry more, as llama.cpp's do: rope_freqs, multi-token-prediction blocks).
+  const bool strict = is_model_folder(path);
+  if (strict) f.track_lookups();
   const TensorView* emb = f.find_tensor("token_embd.weight");
   if (!emb) fail(path, ": missing tensor 'token_embd.weight'");
   hp.n_vocab = emb->ne[1];
@@ -201,6 +205,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
       fail(path, ": tensor '", t.name, "' has type ", dtype_name(t.type), "; norms, biases and routers must be f32");
   // Experts: the store chosen in `opt` (resident by default); dense weights stay in the mapping.
   m->experts_ = make_expert_store(f, std::move(expert_layout), opt.experts);
+  if (strict)
+    if (const auto unread = f.untracked_tensors(); !unread.empty())
+      fail(path, ": tensor '", unread.front(), "' is not one ", hp.arch, " reads (", unread.size(), " such tensor",
+           unread.size() == 1 ? "" : "s", "; the folder's config.json may not match its weights)");
   if (hp.moe.n_expert > 0 && opt.experts.prefetch && m->experts_->wants_prefetch())
     m->predictor_ = std::make_unique<RouterLookahead>(*m, opt.experts.prefetch_extra);
   return m;

@@ -567,6 +567,24 @@ StEntry& entry(std::vector<StEntry>& es, const std::string& name) {
   throw std::runtime_error("no tensor " + name);
 }
 
+// A folder loads strictly: a tensor whose name maps (MLA's kv_a_layernorm) but that no part of
+// the model reads (layer 0 is KDA) is refused, not ignored; the unchanged folder loads.
+TEST(HfFolderErrors, TensorsTheModelDoesNotReadAreRefused) {
+  const FolderEdit cases[] = {
+      {"tensor 'blk.0.attn_kv_a_norm.weight' is not one kimi-linear reads (1 such tensor",
+       [](const fs::path& d) {
+         edit_safetensors(d / "model.safetensors", [](std::vector<StEntry>& es) {
+           StEntry extra = entry(es, "model.layers.0.self_attn.o_norm.weight");
+           extra.name = "model.layers.0.self_attn.kv_a_layernorm.weight";
+           es.push_back(extra);
+         });
+       }},
+  };
+  expect_refused(cases, "strict", "kimi-linear");
+  EXPECT_NO_THROW(Model::load(broken_folder(
+      "strict_ok", [](const fs::path&) {}, "kimi-linear")));
+}
+
 TEST(HfQuantFolderErrors, RefusedNamingFileTensorAndField) {
   const std::string up = "model.layers.0.mlp.up_proj";  // [128 out, 64 in]: 4-bit g64 codes [128, 8], scales [128, 1]
   auto st = [](const std::function<void(std::vector<StEntry>&)>& f) {
