@@ -18,5 +18,6 @@ CommandRunner add_bench_command(CLI::App& app);       // apps/cli/cmd_bench.cpp
 CommandRunner add_template_command(CLI::App& app);    // apps/cli/cmd_template.cpp
 CommandRunner add_serve_command(CLI::App& app);       // apps/cli/cmd_serve.cpp
 CommandRunner add_chat_command(CLI::App& app);        // apps/cli/cmd_chat.cpp
+CommandRunner add_tokenize_command(CLI::App& app);    // apps/cli/cmd_tokenize.cpp
 
 }  // namespace sluice::cli

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
       {"synth", cli::add_synth_command(app)},       {"perplexity", cli::add_perplexity_command(app)},
       {"pack", cli::add_pack_command(app)},         {"bench", cli::add_bench_command(app)},
       {"template", cli::add_template_command(app)}, {"serve", cli::add_serve_command(app)},
-      {"chat", cli::add_chat_command(app)},
+      {"chat", cli::add_chat_command(app)},         {"tokenize", cli::add_tokenize_command(app)},
   };
 
   // CLI11 answers a mistyped command with "A subcommand is required"; name it instead.

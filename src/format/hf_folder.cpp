@@ -325,6 +325,14 @@ bool is_model_folder(const std::string& path) {
   return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / "config.json", ec);
 }
 
+std::unique_ptr<GgufFile> open_folder_tokenizer(const std::string& dir_s) {
+  const fs::path dir(dir_s);
+  const json top = read_json(dir / "config.json", false);
+  Kv kv;
+  add_tokenizer(dir, top.is_object() ? top : json::object(), kv);
+  return GgufFile::synthetic(dir.string(), std::move(kv), {}, nullptr);
+}
+
 std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
   const fs::path dir(dir_s), cfg_path = dir / "config.json";
   json top = read_json(cfg_path, true);

@@ -70,6 +70,9 @@ bool is_model_folder(const std::string& path);
 
 // Throws sluice::Error naming the file and what is wrong (or unsupported).
 std::unique_ptr<GgufFile> open_model_folder(const std::string& dir);
+// The folder's tokenizer files alone as tokenizer.ggml.* metadata (no config.json checks, no
+// tensors): for tokenizing without the weights.
+std::unique_ptr<GgufFile> open_folder_tokenizer(const std::string& dir);
 
 // The GGUF name of a Hugging Face tensor ("model.layers.3.mlp.up_proj.weight" -> "blk.3.ffn_up.weight";
 // "" for one that is recomputed, as rotary_emb.inv_freq) in `base`, a model folder's or a GGUF

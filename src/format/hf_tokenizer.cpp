@@ -61,7 +61,8 @@ void add_tokenizer(const fs::path& dir, const json& config, Kv& kv) {
   if (model.value("byte_fallback", false))
     fail(tj.string(), ": byte_fallback BPE (SentencePiece-style) is not supported yet");
   const json& norm = t.contains("normalizer") ? t["normalizer"] : json();
-  // Qwen's NFC normalizer changes nothing for text that is already NFC; llama.cpp skips it too.
+  // NFC (Qwen's): applied as tokenizers applies it, to the text between added tokens (llama.cpp
+  // skips it, which differs on text that is not already NFC).
   if (!norm.is_null() && norm.value("type", "") != "NFC")
     fail(tj.string(), ": normalizer ", norm.dump(), " is not supported yet");
   const std::string pre = pre_tokenizer_name(t.value("pre_tokenizer", json()), tj);
@@ -99,6 +100,7 @@ void add_tokenizer(const fs::path& dir, const json& config, Kv& kv) {
   kv.emplace_back("tokenizer.ggml.tokens", str_array(tokens));
   kv.emplace_back("tokenizer.ggml.token_type", i32_array(types));
   kv.emplace_back("tokenizer.ggml.merges", str_array(merges));
+  if (!norm.is_null()) kv.emplace_back("sluice.tokenizer.nfc", boolean(true));
 
   const json tc = read_json(dir / "tokenizer_config.json", false);
   const json gen = read_json(dir / "generation_config.json", false);

@@ -5,8 +5,10 @@
 // token_to_piece, detokenize}.
 #include "tokenizer/tokenizer.h"
 
+#include <utf8proc.h>
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <queue>
 
 #include "core/error.h"
@@ -23,6 +25,19 @@ constexpr std::string_view kSpaceEscape = "\xe2\x96\x81";  // U+2581 LOWER ONE E
 size_t utf8_len(uint8_t lead) {
   static constexpr uint8_t kLen[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
   return kLen[lead >> 4];
+}
+
+// Unicode NFC of UTF-8 text (utf8proc); text that is not valid UTF-8 is left as it is (the
+// byte-level BPE encodes its bytes either way).
+std::string nfc(std::string_view s) {
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                                          static_cast<utf8proc_ssize_t>(s.size()), &out,
+                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) return std::string(s);
+  std::string r(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+  std::free(out);
+  return r;
 }
 
 std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
@@ -456,6 +471,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
     for (const Fragment& f : frags) {
       if (f.token >= 0) {
         out.push_back(f.token);
+      } else if (v_.nfc) {
+        bpe_tokenize(nfc(text.substr(f.off, f.len)), out);
       } else {
         bpe_tokenize(text.substr(f.off, f.len), out);
       }

@@ -65,6 +65,8 @@ struct Vocab {
                                      // Default: SPM true; BPE per pre type (true for llama3, tekken, chameleon)
   bool add_eos = false;              // tokenizer.ggml.add_eos_token: encode(add_special) appends EOS
   bool add_space_prefix = true;      // tokenizer.ggml.add_space_prefix: SPM prepends ' ' to the text
+  bool nfc = false;  // sluice.tokenizer.nfc (a tokenizer.json NFC normalizer): BPE text between special tokens is
+                     // NFC-normalized first, as Hugging Face tokenizers does
 };
 
 // Reads tokenizer.ggml.* (and general.name) from `f`. Defaults follow llama.cpp's

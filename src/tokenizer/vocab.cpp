@@ -108,6 +108,7 @@ Vocab vocab_from_gguf(const GgufFile& f) {
   read_token_id(f, "tokenizer.ggml.eom_token_id", n, v.eom_id);
 
   v.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", v.add_bos);
+  v.nfc = f.get_bool_or("sluice.tokenizer.nfc", false);
   v.add_eos = f.get_bool_or("tokenizer.ggml.add_eos_token", v.add_eos);
   v.add_space_prefix = f.get_bool_or("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
   if (v.add_bos && v.bos_id < 0) {

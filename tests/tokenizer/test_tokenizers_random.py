@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""tests/tokenizer/test_tokenizers_random.py: Sluice's tokenizer.json reader (`sluice tokenize
+--jsonl`) against Hugging Face `tokenizers` on random strings: 100,000 for each real vocabulary in
+../shared/models/vocab (Qwen3: NFC normalizer, Qwen2 split regex; Llama 3) and 25,000 for each
+test folder's (SmolLM's digits pre-tokenizer; Qwen3.5's, as mlx_lm.convert rewrote it). The
+strings mix scripts, digits, punctuation, whitespace runs and line breaks, contractions in any
+case, decomposed accents and stray combining marks (NFC changes them), emoji sequences and the
+tokenizers' own added tokens. Negative control: Qwen3's `tokenizers` with its normalizer taken
+away must disagree with Sluice on strings NFC changes. Any other mismatch fails, printed.
+
+  .venv/bin/python tests/tokenizer/test_tokenizers_random.py build/ci/sluice
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+from tokenizers import Tokenizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VOCAB = os.path.join(ROOT, "..", "shared", "models", "vocab")
+
+WORD_POOLS = [
+    "abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "0123456789", "!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~",
+    "àáâãäåæçèéêëìíîïñòóôõöøùúûüýÿßÀÉÎÕÜ", "абвгдежзийклмнопрстуфхцчшщъыьэюяЖЩЯ", "αβγδεζηθικλμνξοπρστυφχψωΩΣ",
+    "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年", "あいうえおかきくけこさしすせそアイウエオカキ", "ابتثجحخدذرزسشصضطظعغفقكلمنهوي",
+    "אבגדהוזחטיכלמנסעפצקרשת", "अआइईउऊएऐओऔकखगघचछजझटठडढणतथदधनपफबभमयरलवशषसह", "กขฃคฅฆงจฉชซฌญฎฏฐฑฒณดตถทธนบปผฝพฟภมยรลวศษสหฬอฮ",
+    "😀😃😄😁😆😅🤣😂🙂🙃😉😊😇🥰😍🤩👍👋🎉🔥💯🚀",
+]
+SEPARATORS = [" ", " ", " ", "  ", "\n", "\r\n", "\t", "\n\n", " \n", "   ", ""]
+EXTRAS = ["'s", "'T", "'LL", "'re", "'Ve", "'m", "'D", "e\u0301", "a\u0308", "o\u0302", "\u0332", "\u0301\u0301",
+          "\u0915\u094d\u0937", "👨\u200d👩\u200d👧", "👍🏽", "\u00a0", "\u3000", "\u200b", "12345", "3.14", "1,000,000"]
+
+
+def random_string(rng, special):
+    parts = []
+    for _ in range(rng.randint(1, 10)):
+        r = rng.random()
+        if r < 0.12:
+            parts.append(rng.choice(EXTRAS))
+        elif r < 0.14 and special:
+            parts.append(rng.choice(special))
+        else:
+            pool = rng.choice(WORD_POOLS)
+            parts.append("".join(rng.choice(pool) for _ in range(rng.randint(1, 8))))
+        parts.append(rng.choice(SEPARATORS))
+    return "".join(parts)
+
+
+def sluice_ids(cli, folder, texts):
+    """Sluice's ids of each text, one `sluice tokenize --jsonl` run."""
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8") as f:
+        for t in texts:
+            f.write(json.dumps(t) + "\n")
+        path = f.name
+    try:
+        out = subprocess.run([cli, "tokenize", "-m", folder, "--jsonl", "-f", path], capture_output=True, check=True,
+                             text=True, encoding="utf-8").stdout
+    finally:
+        os.remove(path)
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def folder_for(tokenizer_json, config_json=None):
+    """A folder holding only the tokenizer files (sluice tokenize reads no weights)."""
+    d = tempfile.mkdtemp(prefix="sluice_tok_")
+    with open(tokenizer_json, encoding="utf-8") as f, open(os.path.join(d, "tokenizer.json"), "w",
+                                                            encoding="utf-8") as g:
+        g.write(f.read())
+    if config_json and os.path.exists(config_json):
+        with open(config_json, encoding="utf-8") as f, open(os.path.join(d, "tokenizer_config.json"), "w",
+                                                            encoding="utf-8") as g:
+            g.write(f.read())
+    with open(os.path.join(d, "config.json"), "w") as g:
+        g.write("{}")
+    return d
+
+
+def check(cli, name, tokenizer_json, config_json, n, seed):
+    hf = Tokenizer.from_file(tokenizer_json)
+    special = [t.content for t in hf.get_added_tokens_decoder().values()][:50]
+    rng = random.Random(seed)
+    texts = [random_string(rng, special) for _ in range(n)]
+    folder = folder_for(tokenizer_json, config_json)
+    got = sluice_ids(cli, folder, texts)
+    want = [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+    bad = [i for i in range(n) if got[i] != want[i]]
+    print(f"{name}: {n - len(bad)}/{n} random strings match tokenizers")
+    for i in bad[:5]:
+        print(f"  {texts[i]!r}\n    sluice     {got[i]}\n    tokenizers {want[i]}")
+    return texts, got, bad
+
+
+def main():
+    cli = sys.argv[1]
+    failed = False
+    cases = [
+        ("qwen3 (151k, NFC)", os.path.join(VOCAB, "qwen3-tokenizer.json"),
+         os.path.join(VOCAB, "qwen3-tokenizer_config.json"), 100000, 1),
+        ("llama3 (128k)", os.path.join(VOCAB, "llama3-tokenizer.json"),
+         os.path.join(VOCAB, "llama3-tokenizer_config.json"), 100000, 2),
+        ("tests/data/hf/llama (smollm digits)", os.path.join(ROOT, "tests/data/hf/llama/tokenizer.json"), None, 25000,
+         3),
+        ("tests/data/hf/qwen35moe-q4 (qwen35, NFC)", os.path.join(ROOT, "tests/data/hf/qwen35moe-q4/tokenizer.json"),
+         None, 25000, 4),
+    ]
+    for name, tj, tc, n, seed in cases:
+        if not os.path.exists(tj):
+            print(f"{name}: {tj} missing")
+            return 1
+        texts, got, bad = check(cli, name, tj, tc, n, seed)
+        failed |= bool(bad)
+        if seed == 1:
+            # Negative control: without its NFC normalizer `tokenizers` must disagree with Sluice
+            # on the strings NFC changes (so the comparison above can fail).
+            hf = Tokenizer.from_file(tj)
+            hf.normalizer = None
+            plain = [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+            differ = sum(1 for i in range(len(texts)) if plain[i] != got[i])
+            print(f"negative control: {differ} strings differ from tokenizers without NFC")
+            failed |= differ < 1000
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
