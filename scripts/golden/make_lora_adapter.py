@@ -3,7 +3,7 @@
 MLX's logits with it applied, the golden of format/lora (tests/models/test_hf_folder.cpp); and
 likewise tests/data/hf/qwen35moe-lora for the Qwen3.5-MoE folder (CONFIG_QWEN35) and
 tests/data/hf/kimi-linear-lora for the Kimi Linear folder (CONFIG_KIMI), bailingmoe3-lora for the
-Ling 3 folder (CONFIG_LING3).
+Ling 3 folder (CONFIG_LING3), qwen3moe-lora and qwen3next-lora (CONFIG_QWEN3MOE, CONFIG_QWEN3NEXT).
 
 tests/data/hf/llama-lora/ holds what `mlx_lm.lora` writes: adapter_config.json (num_layers,
 lora_parameters: rank, scale, dropout, keys) and adapters.safetensors (lora_a [in, r] and
@@ -15,7 +15,7 @@ them for the folders. The seed is the first from 7 up whose 16 greedy steps all 
 logit margin of at least 0.01 (seed 7's first step was a 9e-5 near tie), so a float-order
 difference cannot flip the golden's greedy tokens.
 
-  /tmp/mlxvenv/bin/python scripts/golden/make_lora_adapter.py tests/data/hf [--qwen35moe-only | --kimi-only | --ling3-only]
+  /tmp/mlxvenv/bin/python scripts/golden/make_lora_adapter.py tests/data/hf [--qwen35moe-only | --kimi-only | --ling3-only | --qwen3-moe-only]
 (made with mlx 0.32.4, mlx-lm 0.32.2, tokenizers 0.23.3; the venv as in make_hf_folders.py)
 """
 import json
@@ -58,6 +58,19 @@ CONFIG_LING3 = {"fine_tune_type": "lora", "num_layers": 3,
                 "lora_parameters": {"rank": 4, "scale": 2.0, "dropout": 0.0,
                                     "keys": ["attention.q_proj", "attention.g_proj", "attention.q_b_proj",
                                              "attention.dense", "mlp.shared_experts.down_proj"]}}
+
+# qwen3moe-lora: both layers' attention projections and the router's experts left alone (mlx-lm
+# would adapt switch_mlp too, which Sluice refuses): q_proj, o_proj.
+CONFIG_QWEN3MOE = {"fine_tune_type": "lora", "num_layers": 2,
+                   "lora_parameters": {"rank": 4, "scale": 2.0, "dropout": 0.0,
+                                       "keys": ["self_attn.q_proj", "self_attn.o_proj"]}}
+
+# qwen3next-lora: the last two layers' attention q_proj, the DeltaNet's out_proj and the shared
+# expert's up projection (in_proj_qkvz is split at load: an adapter on it is refused by name).
+CONFIG_QWEN3NEXT = {"fine_tune_type": "lora", "num_layers": 2,
+                    "lora_parameters": {"rank": 4, "scale": 2.0, "dropout": 0.0,
+                                        "keys": ["self_attn.q_proj", "linear_attn.out_proj",
+                                                 "mlp.shared_expert.up_proj"]}}
 
 
 def greedy_margin(model, ids):
@@ -104,6 +117,10 @@ def main():
     if "--kimi-only" in sys.argv:
         make(root, "kimi-linear", "kimi-linear-lora", CONFIG_KIMI, 7)
         return
+    if "--qwen3-moe-only" in sys.argv:
+        make(root, "qwen3moe", "qwen3moe-lora", CONFIG_QWEN3MOE, 7)
+        make(root, "qwen3next", "qwen3next-lora", CONFIG_QWEN3NEXT, 7)
+        return
     if "--ling3-only" in sys.argv:
         make(root, "bailingmoe3", "bailingmoe3-lora", CONFIG_LING3, 7)
         return
@@ -112,6 +129,8 @@ def main():
     make(root, "qwen35moe", "qwen35moe-lora", CONFIG_QWEN35, 7)
     make(root, "kimi-linear", "kimi-linear-lora", CONFIG_KIMI, 7)
     make(root, "bailingmoe3", "bailingmoe3-lora", CONFIG_LING3, 7)
+    make(root, "qwen3moe", "qwen3moe-lora", CONFIG_QWEN3MOE, 7)
+    make(root, "qwen3next", "qwen3next-lora", CONFIG_QWEN3NEXT, 7)
 
 
 if __name__ == "__main__":

@@ -689,37 +689,6 @@ TEST(HfLora, AdaptersAddUp) {
   EXPECT_GT(max_logit_diff(*Model::load(folder("llama"), opt), *be, g), 0.05);
 }
 
-// An MLX-LM adapter on the Qwen3.5-MoE folder (tests/data/hf/qwen35moe-lora): the Gated
-// DeltaNet's in_proj_qkv and out_proj, the attention's q_proj (with its gate half) and the
-// shared expert's down projection, in the last two layers.
-TEST(HfLora, Qwen35MoeMatchesMlxLmWithTheAdapter) {
-  const nlohmann::json g = golden("qwen35moe-lora");
-  ModelOptions opt;
-  opt.lora = {folder("qwen35moe-lora")};
-  auto m = Model::load(folder("qwen35moe"), opt);
-  EXPECT_EQ(m->lora_summary(), "lora: 5 tensors adapted at run time (rank 4, scale 2)");
-  expect_golden(*m, g, {"ref", "cpu", "cpu-exact"});
-  auto be = make_backend("ref", 2);
-  EXPECT_GT(max_logit_diff(*Model::load(folder("qwen35moe")), *be, g), 0.05);
-}
-
-// An MLX-LM adapter on the Ling 3 folder (tests/data/hf/bailingmoe3-lora), the last three
-// layers: attention.g_proj is the KDA output gate in layer 2 and the MLA head gate in layers 3
-// and 4 (one module name, two GGUF tensors chosen by the layer's kind); MLA's q_b_proj and
-// dense, the KDA's q_proj, the shared experts' down projections.
-TEST(HfLora, Ling3MatchesMlxLmWithTheAdapter) {
-  const nlohmann::json g = golden("bailingmoe3-lora");
-  ModelOptions opt;
-  opt.lora = {folder("bailingmoe3-lora")};
-  auto m = Model::load(folder("bailingmoe3"), opt);
-  EXPECT_EQ(m->lora_summary(), "lora: 11 tensors adapted at run time (rank 4, scale 2)");
-  EXPECT_NE(m->file().find_tensor("blk.2.ssm_g_a.weight")->lora, nullptr);
-  EXPECT_NE(m->file().find_tensor("blk.3.attn_gate.weight")->lora, nullptr);
-  expect_golden(*m, g, {"ref", "cpu", "cpu-exact"});
-  auto be = make_backend("ref", 2);
-  EXPECT_GT(max_logit_diff(*Model::load(folder("bailingmoe3")), *be, g), 0.05);
-}
-
 // `sluice inspect DIR`: the folder as the GGUF it maps to (what the loader will bind); a GGUF
 // file keeps its header.
 TEST(HfFolder, InspectReadsAFolderAsItsGguf) {
@@ -743,19 +712,50 @@ TEST(HfFolder, InspectReadsAFolderAsItsGguf) {
   EXPECT_EQ(g.version, 3u);
 }
 
-// An MLX-LM adapter on the Kimi Linear folder (tests/data/hf/kimi-linear-lora): q_proj and
-// o_proj of a KDA and of the MLA layer, the KDA's decay-gate input f_a_proj, MLA's
-// kv_a_proj_with_mqa and the shared expert's up projection.
-TEST(HfLora, KimiLinearMatchesMlxLmWithTheAdapter) {
-  const nlohmann::json g = golden("kimi-linear-lora");
+// An MLX-LM adapter on each MoE folder (scripts/golden/make_lora_adapter.py), applied at run
+// time, against MLX-LM loading the folder with it; the base folder alone misses the golden.
+struct LoraCase {
+  const char* adapter;
+  const char* base;
+  int n_tensors;
+  std::vector<const char*> adapted;  // GGUF tensors that must carry the adapter
+};
+
+void PrintTo(const LoraCase& c, std::ostream* os) { *os << c.adapter; }
+
+class HfLoraArch : public ::testing::TestWithParam<LoraCase> {};
+
+TEST_P(HfLoraArch, MatchesMlxLmWithTheAdapter) {
+  const LoraCase& c = GetParam();
+  const nlohmann::json g = golden(c.adapter);
   ModelOptions opt;
-  opt.lora = {folder("kimi-linear-lora")};
-  auto m = Model::load(folder("kimi-linear"), opt);
-  EXPECT_EQ(m->lora_summary(), "lora: 8 tensors adapted at run time (rank 4, scale 2)");
+  opt.lora = {folder(c.adapter)};
+  auto m = Model::load(folder(c.base), opt);
+  EXPECT_EQ(m->lora_summary(),
+            "lora: " + std::to_string(c.n_tensors) + " tensors adapted at run time (rank 4, scale 2)");
+  for (const char* t : c.adapted) EXPECT_NE(m->file().find_tensor(t)->lora, nullptr) << t;
   expect_golden(*m, g, {"ref", "cpu", "cpu-exact"});
   auto be = make_backend("ref", 2);
-  EXPECT_GT(max_logit_diff(*Model::load(folder("kimi-linear")), *be, g), 0.05);
+  EXPECT_GT(max_logit_diff(*Model::load(folder(c.base)), *be, g), 0.05);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Moe, HfLoraArch,
+    ::testing::Values(
+        // Both layers' q_proj and o_proj (the experts are not adapted).
+        LoraCase{"qwen3moe-lora", "qwen3moe", 4, {"blk.0.attn_q.weight", "blk.1.attn_output.weight"}},
+        // The last two layers: the Gated DeltaNet's in_proj_qkv and out_proj, the attention's
+        // q_proj (with its gate half), the shared expert's down projection.
+        LoraCase{"qwen35moe-lora", "qwen35moe", 5, {"blk.2.attn_qkv.weight", "blk.3.attn_q.weight"}},
+        // q_proj, the DeltaNet's out_proj, the shared expert's up projection.
+        LoraCase{"qwen3next-lora", "qwen3next", 4, {"blk.2.ssm_out.weight", "blk.3.attn_q.weight"}},
+        // q_proj and o_proj of a KDA and of the MLA layer, the KDA's decay-gate input f_a_proj,
+        // MLA's kv_a_proj_with_mqa, the shared expert's up projection.
+        LoraCase{"kimi-linear-lora", "kimi-linear", 8, {"blk.2.ssm_f_a.weight", "blk.3.attn_kv_a_mqa.weight"}},
+        // The last three layers: attention.g_proj is the KDA output gate in layer 2 and the MLA
+        // head gate in layers 3 and 4 (one module name, two GGUF tensors chosen by the layer's
+        // kind); MLA's q_b_proj and dense, the KDA's q_proj, the shared experts' down projections.
+        LoraCase{"bailingmoe3-lora", "bailingmoe3", 11, {"blk.2.ssm_g_a.weight", "blk.3.attn_gate.weight"}}));
 
 // A copy of the adapter with its config or factors changed: each is refused naming the file
 // and what is wrong, before the model is used.
