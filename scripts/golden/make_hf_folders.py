@@ -19,7 +19,7 @@ llama-mixed (per-module overrides: 3 bits g32 by default, v_proj 5 bits, down_pr
 lm_head 8 bits g32, embed_tokens 2 bits g32, layer 0's k_proj left bf16).
 
   python3 -m venv /tmp/mlxvenv && /tmp/mlxvenv/bin/pip install mlx mlx-cpu mlx-lm tokenizers numpy
-  /tmp/mlxvenv/bin/python scripts/golden/make_hf_folders.py ../shared/corpus/stories-sampled.txt tests/data/hf [--quantized-only | --moe-only | --hybrids-only | --kimi-only | --ling3-only]
+  /tmp/mlxvenv/bin/python scripts/golden/make_hf_folders.py ../shared/corpus/stories-sampled.txt tests/data/hf [--quantized-only | --moe-only | --hybrids-only | --mixtral-only | --kimi-only | --ling3-only]
 (made with mlx 0.32.4, mlx-lm 0.32.2, tokenizers 0.23.3)
 """
 import json
@@ -326,6 +326,25 @@ def make_qwen3next(root):
     make_moe_folder(root, "qwen3next", qwen3_next, cfg, 3000)
 
 
+def make_mixtral(root):
+    """mixtral(-q4): a Mixtral (mlx-lm's mixtral: experts under block_sparse_moe, stacked as
+    switch_mlp; the top-2 router logits softmaxed), 2 layers, 8 experts of width 64, routers of
+    std 0.15, with qwen3's tokenizer."""
+    from mlx_lm.models import mixtral
+    tok = Tokenizer.from_file(os.path.join(root, "qwen3", "tokenizer.json"))
+    cfg = {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "vocab_size": tok.get_vocab_size(),
+           "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "num_local_experts": 8, "num_experts_per_tok": 2, "rms_norm_eps": 1e-5,
+           "rope_theta": 1e6, "max_position_embeddings": 512, "tie_word_embeddings": False}
+
+    def tweak(w):
+        for k in w:
+            if k.endswith("block_sparse_moe.gate.weight"):
+                w[k] = (0.15 * mx.random.normal(w[k].shape)).astype(mx.bfloat16)
+
+    make_moe_folder(root, "mixtral", mixtral, cfg, 8000, tweak)
+
+
 def make_kimi_linear(root):
     """kimi-linear(-q4): Kimi Linear (mlx-lm's kimi_linear): layers 1-3 KDA (2 heads of 32, short
     convs of 4, low-rank gates), layer 4 MLA without RoPE (kv_lora 64, nope 64, rope 16, v 32:
@@ -395,6 +414,9 @@ def make_ling3(root):
 
 def main():
     corpus, root = sys.argv[1], sys.argv[2]
+    if "--mixtral-only" in sys.argv:
+        make_mixtral(root)
+        return
     if "--kimi-only" in sys.argv:
         make_kimi_linear(root)
         return
@@ -451,6 +473,7 @@ def main():
     make_qwen35moe_hf(root)
     make_qwen3next(root)
     make_qwen3next_hf(root)
+    make_mixtral(root)
     make_kimi_linear(root)
     make_ling3(root)
 

@@ -40,7 +40,10 @@ Common common_keys(const fs::path& dir, const json& c, const std::string& arch, 
 void llama_like(const fs::path& dir, const json& c, FolderConfig& fc) {
   const fs::path cfg_path = dir / "config.json";
   const std::string& arch = fc.arch;
-  const bool neox = arch == "llama";  // HF keeps Llama's Q/K in the rotate-half layout
+  // HF keeps Llama's (and Mistral's, Mixtral's) Q/K in the rotate-half layout; mlx-lm's
+  // rope_traditional says otherwise.
+  const bool neox = arch == "llama" && !(c.contains("rope_traditional") && c["rope_traditional"] == true);
+  const bool mixtral = c.value("model_type", std::string()) == "mixtral";
   const bool hybrid = fc.hybrid;
   // Qwen3.5 keeps its RoPE settings in rope_parameters (rope_scaling may repeat them): type
   // "default" with M-RoPE sections, which text positions make one plain rotation.
@@ -138,6 +141,18 @@ void llama_like(const fs::path& dir, const json& c, FolderConfig& fc) {
     kv.emplace_back(a + "expert_used_count", u32(n_used));
     kv.emplace_back(a + "expert_feed_forward_length", u32(static_cast<uint64_t>(n_ff_exp)));
     fc.n_expert = static_cast<int64_t>(n_expert);
+  }
+  if (mixtral) {
+    // Every layer sparse: the experts as wide as intermediate_size, the top-k router logits
+    // softmaxed (llama.cpp's llama graph with experts: softmax, then the chosen renormalized).
+    const uint64_t n_expert = positive(c, "num_local_experts", cfg_path),
+                   n_used = positive(c, "num_experts_per_tok", cfg_path);
+    if (n_used > n_expert)
+      fail(cfg_path.string(), ": num_experts_per_tok ", n_used, " is more than num_local_experts ", n_expert);
+    kv.emplace_back(a + "expert_count", u32(n_expert));
+    kv.emplace_back(a + "expert_used_count", u32(n_used));
+    fc.n_expert = static_cast<int64_t>(n_expert);
+    n_ff_exp = n_ff;
   }
   if (n_head * head_dim > k2p32 || n_ff > int64_t{1} << 32 || n_ff_exp > int64_t{1} << 32 ||
       n_ff_shexp > int64_t{1} << 32)
@@ -416,13 +431,9 @@ FolderConfig read_folder_config(const fs::path& dir, const json& top, const json
   const fs::path cfg_path = dir / "config.json";
   const std::string model_type = top.value("model_type", c.value("model_type", ""));
   static const std::pair<const char*, const char*> archs[] = {
-      {"llama", "llama"},
-      {"mistral", "llama"},
-      {"qwen3", "qwen3"},
-      {"qwen3_moe", "qwen3moe"},
-      {"qwen3_5_moe", "qwen35moe"},
-      {"qwen3_next", "qwen3next"},
-      {"kimi_linear", "kimi-linear"},
+      {"llama", "llama"},          {"mistral", "llama"},           {"mixtral", "llama"},
+      {"qwen3", "qwen3"},          {"qwen3_moe", "qwen3moe"},      {"qwen3_5_moe", "qwen35moe"},
+      {"qwen3_next", "qwen3next"}, {"kimi_linear", "kimi-linear"},
   };
   FolderConfig fc;
   for (const auto& [type, arch] : archs)
@@ -440,9 +451,10 @@ FolderConfig read_folder_config(const fs::path& dir, const json& top, const json
     fc.arch = "bailingmoe3";
   }
   if (fc.arch.empty())
-    fail(cfg_path.string(), ": model_type '", model_type,
-         "' is not supported for folders yet (llama, mistral, qwen3, qwen3_moe, qwen3_5_moe, qwen3_next, kimi_linear, ",
-         "bailing_hybrid (Ling 3); convert others to GGUF)");
+    fail(
+        cfg_path.string(), ": model_type '", model_type,
+        "' is not supported for folders yet (llama, mistral, mixtral, qwen3, qwen3_moe, qwen3_5_moe, qwen3_next, kimi_linear, ",
+        "bailing_hybrid (Ling 3); convert others to GGUF)");
   fc.hybrid = fc.arch == "qwen35moe" || fc.arch == "qwen3next";
   if (fc.arch == "kimi-linear")
     kimi_linear(dir, c, fc);

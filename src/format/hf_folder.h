@@ -32,6 +32,9 @@
 // | v | z] are copied once into attn_qkv and attn_gate as llama.cpp's converter splits them,
 // and in_proj_ba, which the qwen3next graph reads fused (ssm_ba).
 //
+// Mixtral (model_type mixtral) is llama with experts: block_sparse_moe.gate is ffn_gate_inp, its
+// switch_mlp (or transformers' experts.E.w1/w3/w2) the stacked experts.
+//
 // Kimi Linear (model_type kimi_linear) maps to llama.cpp's kimi-linear: linear_attn_config's
 // kda_layers (1-based) become the per-layer head_count_kv array (0 KDA, 1 MLA); the KDA layers'
 // q/k/v_conv.conv [C, K, 1] become ssm_conv1d_q/k/v [K, 1, C] (f32), A_log [1, 1, H, 1] -> ssm_a

@@ -28,7 +28,9 @@ std::optional<std::pair<std::string, std::string>> split_layer(const std::string
 
 std::optional<ExpertSlice> per_expert(const std::string& hf_name) {
   const auto lr = split_layer(strip_prefix(hf_name));
-  const std::string experts = "mlp.experts.";
+  // Qwen's mlp.experts.E.{gate,up,down}_proj, Mixtral's block_sparse_moe.experts.E.w{1,3,2}.
+  const std::string experts = lr && lr->second.rfind("block_sparse_moe.experts.", 0) == 0 ? "block_sparse_moe.experts."
+                                                                                          : "mlp.experts.";
   if (!lr || lr->second.rfind(experts, 0) != 0) return std::nullopt;
   const std::string& rest = lr->second;
   const size_t dot = rest.find('.', experts.size());
@@ -36,9 +38,9 @@ std::optional<ExpertSlice> per_expert(const std::string& hf_name) {
       rest.find_first_not_of("0123456789", experts.size()) != dot)
     return std::nullopt;
   static const std::map<std::string, std::string> projs = {
-      {"gate_proj.weight", "ffn_gate_exps.weight"},
-      {"up_proj.weight", "ffn_up_exps.weight"},
-      {"down_proj.weight", "ffn_down_exps.weight"},
+      {"gate_proj.weight", "ffn_gate_exps.weight"}, {"up_proj.weight", "ffn_up_exps.weight"},
+      {"down_proj.weight", "ffn_down_exps.weight"}, {"w1.weight", "ffn_gate_exps.weight"},
+      {"w3.weight", "ffn_up_exps.weight"},          {"w2.weight", "ffn_down_exps.weight"},
   };
   const auto it = projs.find(rest.substr(dot + 1));
   if (it == projs.end()) return std::nullopt;
@@ -164,6 +166,11 @@ std::string gguf_name(const std::string& hf_name, const fs::path& file, const st
       {"mlp.switch_mlp.gate_proj.weight", "ffn_gate_exps.weight"},
       {"mlp.switch_mlp.up_proj.weight", "ffn_up_exps.weight"},
       {"mlp.switch_mlp.down_proj.weight", "ffn_down_exps.weight"},
+      // Mixtral's block_sparse_moe (mlx-lm stacks its experts as switch_mlp too).
+      {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+      {"block_sparse_moe.switch_mlp.gate_proj.weight", "ffn_gate_exps.weight"},
+      {"block_sparse_moe.switch_mlp.up_proj.weight", "ffn_up_exps.weight"},
+      {"block_sparse_moe.switch_mlp.down_proj.weight", "ffn_down_exps.weight"},
   };
   auto it = names.find(rest);
   if (it == names.end()) fail(file.string(), ": tensor '", n, "' is not one this architecture has");

@@ -93,7 +93,7 @@ TEST_P(HfFolder, MatchesMlxLm) {
   const std::string arch = GetParam();
   const nlohmann::json g = golden(arch);
   auto m = Model::load(folder(arch));
-  EXPECT_EQ(m->hparams().arch, arch);
+  EXPECT_EQ(m->hparams().arch, arch == "mixtral" ? "llama" : arch);
   if (arch == "bailingmoe3") {
     EXPECT_EQ(m->hparams().rope_mode, RopeMode::normal);  // Ling 3's MLA turns adjacent pairs
   } else if (arch != "kimi-linear") {                     // Kimi's MLA has no RoPE
@@ -117,7 +117,7 @@ TEST_P(HfFolder, MatchesMlxLm) {
   auto be = make_backend("ref", 2);
   if (arch == "llama") {
     m->mutable_hparams().rope_mode = RopeMode::normal;  // as a GGUF llama would run: wrong for HF's layout
-  } else if (arch == "qwen3moe") {
+  } else if (arch == "qwen3moe" || arch == "mixtral") {
     m->mutable_hparams().moe.norm_weights = false;  // the top-2 weights as softmax left them
   } else if (arch == "bailingmoe3") {
     m->mutable_hparams().rope_mode = RopeMode::neox;  // rotate-half pairs: wrong for Ling 3's MLA
@@ -139,8 +139,8 @@ TEST_P(HfFolder, MatchesMlxLm) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, HfFolder,
-                         ::testing::Values("llama", "qwen3", "qwen3moe", "qwen35moe", "qwen3next", "kimi-linear",
-                                           "bailingmoe3"));
+                         ::testing::Values("llama", "qwen3", "qwen3moe", "mixtral", "qwen35moe", "qwen3next",
+                                           "kimi-linear", "bailingmoe3"));
 
 // A copy of a folder with one file changed: each breakage is refused by name.
 std::string broken_folder(const std::string& name, const std::function<void(const fs::path&)>& edit,
@@ -226,19 +226,23 @@ void edit_st_header(const fs::path& p, const std::function<void(nlohmann::json&)
 // mlp.experts.e.X [out, in] over the same bytes (renamed, as transformers writes them).
 // order(e) is the stored expert at index e: the identity, or a permutation for the negative
 // control.
-void unstack_experts(nlohmann::json& h, const std::function<int64_t(int64_t)>& order) {
+// mixtral: as Mixtral's checkpoints name them, block_sparse_moe.experts.E.w1/w3/w2.
+void unstack_experts(nlohmann::json& h, const std::function<int64_t(int64_t)>& order, bool mixtral = false) {
+  const std::string stacked = mixtral ? "block_sparse_moe.switch_mlp." : "mlp.switch_mlp.";
   nlohmann::json out = nlohmann::json::object();
   for (auto& [name, v] : h.items()) {
-    const size_t at = name.find("mlp.switch_mlp.");
+    const size_t at = name.find(stacked);
     if (at == std::string::npos) {
       out[name] = v;
       continue;
     }
     const std::vector<int64_t> shape = v["shape"];
     const int64_t begin = v["data_offsets"][0], size = (int64_t(v["data_offsets"][1]) - begin) / shape[0];
+    std::string proj = name.substr(at + stacked.size());
+    if (mixtral) proj = proj.starts_with("gate") ? "w1.weight" : proj.starts_with("up") ? "w3.weight" : "w2.weight";
     for (int64_t e = 0; e < shape[0]; ++e) {
-      const std::string n = name.substr(0, at) + "mlp.experts." + std::to_string(e) + "." +
-                            name.substr(at + std::string("mlp.switch_mlp.").size());
+      const std::string n = name.substr(0, at) + (mixtral ? "block_sparse_moe.experts." : "mlp.experts.") +
+                            std::to_string(e) + "." + proj;
       out[n] = {{"dtype", v["dtype"]},
                 {"shape", {shape[1], shape[2]}},
                 {"data_offsets", {begin + order(e) * size, begin + (order(e) + 1) * size}}};
@@ -269,6 +273,17 @@ TEST(HfFolder, PerExpertLayoutMatchesTheStackedGolden) {
       "qwen3moe");
   auto be = make_backend("ref", 2);
   EXPECT_GT(max_logit_diff(*Model::load(rotated), *be, g), 0.05);
+  // Mixtral's own names (w1 gate, w3 up, w2 down).
+  const std::string mixtral = broken_folder(
+      "per_expert_mixtral",
+      [](const fs::path& d) {
+        edit_st_header(d / "model.safetensors", [](auto& h) {
+          unstack_experts(
+              h, [](int64_t e) { return e; }, /*mixtral=*/true);
+        });
+      },
+      "mixtral");
+  expect_golden(*Model::load(mixtral), golden("mixtral"), {"ref"});
 }
 
 // A Qwen3.5 checkpoint as transformers writes it: conv1d [C, 1, K] and RMSNorm weights as the
@@ -449,6 +464,7 @@ struct QuantCase {
   const char* dir;
   const char* arch;
   std::vector<std::string> summary;  // what the load line must say
+  const char* base = nullptr;        // the float folder it was converted from (else arch's)
 };
 
 void PrintTo(const QuantCase& q, std::ostream* os) { *os << q.dir; }  // test names without pointer bytes
@@ -490,7 +506,7 @@ TEST_P(HfQuantFolder, MatchesMlxLm) {
   // Negative control: the float folder these were quantized from misses this golden, so the
   // test sees the quantized weights.
   auto be = make_backend("ref", 2);
-  EXPECT_GT(max_logit_diff(*Model::load(folder(q.arch)), *be, g), 0.05) << q.dir;
+  EXPECT_GT(max_logit_diff(*Model::load(folder(q.base ? q.base : q.arch)), *be, g), 0.05) << q.dir;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -519,6 +535,11 @@ INSTANTIATE_TEST_SUITE_P(
         // Ling 3: mlx-lm's predicate leaves MLA's q_a/q_b/kv_a/embed_q/unembed_out/gate, b_proj,
         // the embeddings and lm_head float, and quantizes nothing at 8 bits.
         QuantCase{"bailingmoe3-q4", "bailingmoe3", {"4-bit g64 bf16 → q4_1 (exact): 47 tensors"}},
+        // Mixtral's router (no predicate of its own: 4 bits) dequantized to f32, as routers are.
+        QuantCase{"mixtral-q4",
+                  "llama",
+                  {"4-bit g64 bf16 → q4_1 (exact): 16 tensors", "4-bit g64 bf16 → f32 (dequantized): 2 tensors"},
+                  "mixtral"},
         QuantCase{"llama-mixed",
                   "llama",
                   {"2-bit g32 bf16 → q4_1 (exact): 1 tensor", "3-bit g32 bf16 → q4_1 (exact): 9 tensors",
