@@ -345,6 +345,30 @@ def make_mixtral(root):
     make_moe_folder(root, "mixtral", mixtral, cfg, 8000, tweak)
 
 
+def make_deepseek_v3(root):
+    """deepseek2(-q4): a DeepSeek-V3 (mlx-lm's deepseek_v3: MLA with q_lora 64, kv_lora 64, nope 32,
+    rope 16 (traditional pairs), v 32, kv_b_proj stored as embed_q / unembed_out; a dense first
+    layer, then 8 experts in 2 groups (1 used) top 2, sigmoid with a random selection bias,
+    renormalized, scale 2.5, one shared expert), 3 layers, with qwen3's tokenizer."""
+    from mlx_lm.models import deepseek_v3
+    tok = Tokenizer.from_file(os.path.join(root, "qwen3", "tokenizer.json"))
+    cfg = {"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"], "vocab_size": tok.get_vocab_size(),
+           "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32, "num_hidden_layers": 3,
+           "num_attention_heads": 4, "num_key_value_heads": 4, "n_shared_experts": 1, "n_routed_experts": 8,
+           "routed_scaling_factor": 2.5, "kv_lora_rank": 64, "q_lora_rank": 64, "qk_rope_head_dim": 16,
+           "v_head_dim": 32, "qk_nope_head_dim": 32, "topk_method": "noaux_tc", "scoring_func": "sigmoid",
+           "norm_topk_prob": True, "n_group": 2, "topk_group": 1, "num_experts_per_tok": 2, "moe_layer_freq": 1,
+           "first_k_dense_replace": 1, "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+           "rope_scaling": None, "attention_bias": False, "tie_word_embeddings": False}
+
+    def tweak(w):
+        for k in w:
+            if k.endswith("e_score_correction_bias"):
+                w[k] = (0.1 * mx.random.normal(w[k].shape)).astype(mx.float32)
+
+    make_moe_folder(root, "deepseek2", deepseek_v3, cfg, 9000, tweak)
+
+
 def make_kimi_linear(root):
     """kimi-linear(-q4): Kimi Linear (mlx-lm's kimi_linear): layers 1-3 KDA (2 heads of 32, short
     convs of 4, low-rank gates), layer 4 MLA without RoPE (kv_lora 64, nope 64, rope 16, v 32:
@@ -416,6 +440,7 @@ def main():
     corpus, root = sys.argv[1], sys.argv[2]
     if "--mixtral-only" in sys.argv:
         make_mixtral(root)
+        make_deepseek_v3(root)
         return
     if "--kimi-only" in sys.argv:
         make_kimi_linear(root)
@@ -474,6 +499,7 @@ def main():
     make_qwen3next(root)
     make_qwen3next_hf(root)
     make_mixtral(root)
+    make_deepseek_v3(root)
     make_kimi_linear(root)
     make_ling3(root)
 

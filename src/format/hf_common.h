@@ -81,6 +81,7 @@ struct FolderConfig {
   int64_t n_embd = 0, n_expert = 0, n_ff_exp = 0;
   int64_t ssm_hk = 0, ssm_hv = 0, ssm_dk = 0, ssm_dv = 0;  // the Gated DeltaNet's heads and head dims
   std::vector<bool> mla_layer;  // KDA + MLA hybrids: per layer, MLA (else KDA); empty for the others
+  int64_t n_layer = 0;          // num_hidden_layers
 };
 // c: config.json with text_config's keys merged in (top: the file as it is).
 FolderConfig read_folder_config(const fs::path& dir, const json& top, const json& c);
@@ -101,9 +102,10 @@ struct ExpertSlice {
 };
 std::optional<ExpertSlice> per_expert(const std::string& hf_name);
 // HF tensor name -> GGUF name (arch: the GGUF architecture; "" for the llama-like families;
-// mla_layer: the KDA + MLA hybrids' layer kinds, FolderConfig's); "" for a tensor to skip.
+// mla_layer: the KDA + MLA hybrids' layer kinds, FolderConfig's; n_layer: num_hidden_layers,
+// past which the MLA models' multi-token-prediction layers are skipped); "" for a tensor to skip.
 // Throws naming file for a tensor that architecture does not have.
 std::string gguf_name(const std::string& hf_name, const fs::path& file, const std::string& arch = "",
-                      const std::vector<bool>& mla_layer = {});
+                      const std::vector<bool>& mla_layer = {}, int64_t n_layer = 0);
 
 }  // namespace sluice::hf

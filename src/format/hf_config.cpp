@@ -181,14 +181,33 @@ struct KdaMla {
   uint64_t head_dim = 0, conv = 0, q_lora = 0, kv_lora = 0, nope = 0, rope = 0, v_head = 0;
 };
 
-void kda_mla_keys(const fs::path& cfg_path, const Common& k, const KdaMla& s, FolderConfig& fc) {
-  if (s.kv_lora == 0 || s.nope == 0 || s.rope == 0 || s.v_head == 0 || s.head_dim == 0)
-    fail(cfg_path.string(), ": kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim and head_dim must be ",
-         "positive");
+// The absorbed MLA's keys (deepseek2, and the KDA hybrids' MLA layers) and its matrices' widths.
+void mla_keys(const fs::path& cfg_path, const Common& k, const KdaMla& s, FolderConfig& fc) {
+  if (s.kv_lora == 0 || s.nope == 0 || s.rope == 0 || s.v_head == 0)
+    fail(cfg_path.string(), ": kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim must be positive");
   if (s.kv_lora > 65536 || s.nope + s.rope > 65536 || s.v_head > 65536 || s.head_dim > 65536 || s.q_lora > 65536 ||
       k.n_head > 65536)
     fail(cfg_path.string(), ": an attention width past 65536");
+  const std::string& a = k.a;
+  Kv& kv = fc.kv;
+  if (s.q_lora > 0) kv.emplace_back(a + "attention.q_lora_rank", u32(s.q_lora));
+  kv.emplace_back(a + "attention.kv_lora_rank", u32(s.kv_lora));
+  kv.emplace_back(a + "attention.key_length", u32(s.kv_lora + s.rope));
+  kv.emplace_back(a + "attention.value_length", u32(s.kv_lora));
+  kv.emplace_back(a + "attention.key_length_mla", u32(s.nope + s.rope));
+  kv.emplace_back(a + "attention.value_length_mla", u32(s.v_head));
+  kv.emplace_back(a + "rope.dimension_count", u32(s.rope));
+  MatrixWidths& w = fc.widths;
+  w.n_embd = static_cast<int64_t>(k.n_embd);
+  w.n_q = static_cast<int64_t>(k.n_head * s.v_head);
+  w.mla_nope = static_cast<int64_t>(s.nope), w.kv_lora = static_cast<int64_t>(s.kv_lora);
+  w.q_lora = static_cast<int64_t>(s.q_lora);
+}
+
+void kda_mla_keys(const fs::path& cfg_path, const Common& k, const KdaMla& s, FolderConfig& fc) {
+  if (s.head_dim == 0) fail(cfg_path.string(), ": the KDA head_dim must be positive");
   if (s.conv < 1 || s.conv > 64) fail(cfg_path.string(), ": short_conv_kernel_size ", s.conv, " is not 1..64");
+  mla_keys(cfg_path, k, s, fc);
   const std::string& a = k.a;
   auto arr = std::make_shared<GgufArray>();
   arr->elem_type = GgufType::UINT32;
@@ -200,20 +219,9 @@ void kda_mla_keys(const fs::path& cfg_path, const Common& k, const KdaMla& s, Fo
   Kv& kv = fc.kv;
   kv.emplace_back(a + "attention.head_count", u32(k.n_head));
   kv.emplace_back(a + "attention.head_count_kv", GgufValue{GgufType::ARRAY, arr});
-  if (s.q_lora > 0) kv.emplace_back(a + "attention.q_lora_rank", u32(s.q_lora));
-  kv.emplace_back(a + "attention.kv_lora_rank", u32(s.kv_lora));
-  kv.emplace_back(a + "attention.key_length", u32(s.kv_lora + s.rope));
-  kv.emplace_back(a + "attention.value_length", u32(s.kv_lora));
-  kv.emplace_back(a + "attention.key_length_mla", u32(s.nope + s.rope));
-  kv.emplace_back(a + "attention.value_length_mla", u32(s.v_head));
-  kv.emplace_back(a + "rope.dimension_count", u32(s.rope));
   kv.emplace_back(a + "ssm.conv_kernel", u32(s.conv));
   kv.emplace_back(a + "kda.head_dim", u32(s.head_dim));
-  MatrixWidths& w = fc.widths;
-  w.n_embd = static_cast<int64_t>(k.n_embd);
-  w.attn_out_in = std::move(out_in);
-  w.mla_nope = static_cast<int64_t>(s.nope), w.kv_lora = static_cast<int64_t>(s.kv_lora);
-  w.q_lora = static_cast<int64_t>(s.q_lora);
+  fc.widths.attn_out_in = std::move(out_in);
   fc.mla_layer.resize(k.n_layer);
   for (uint64_t l = 0; l < k.n_layer; ++l) fc.mla_layer[l] = !s.kda[l];
 }
@@ -224,7 +232,7 @@ struct HybridMoe {
   uint64_t n_ff = 0, n_expert = 0, n_used = 0, n_ff_exp = 0, n_shared = 0, n_ff_shexp = 0, n_group = 1, group_used = 1,
            dense_lead = 0;
   double scale = 1.0;
-  bool sigmoid = true, write_shexp_width = false;
+  bool sigmoid = true, norm = true, write_shexp_width = false;
 };
 
 void hybrid_moe_keys(const fs::path& cfg_path, const Common& k, const HybridMoe& m, FolderConfig& fc) {
@@ -245,7 +253,7 @@ void hybrid_moe_keys(const fs::path& cfg_path, const Common& k, const HybridMoe&
   if (m.write_shexp_width) kv.emplace_back(a + "expert_shared_feed_forward_length", u32(m.n_ff_shexp));
   kv.emplace_back(a + "leading_dense_block_count", u32(std::min(m.dense_lead, k.n_layer)));
   kv.emplace_back(a + "expert_weights_scale", f32(m.scale));
-  kv.emplace_back(a + "expert_weights_norm", boolean(true));
+  kv.emplace_back(a + "expert_weights_norm", boolean(m.norm));
   kv.emplace_back(a + "expert_gating_func", u32(m.sigmoid ? 2 : 1));
   if (m.n_group > 1) {
     kv.emplace_back(a + "expert_group_count", u32(m.n_group));
@@ -256,6 +264,52 @@ void hybrid_moe_keys(const fs::path& cfg_path, const Common& k, const HybridMoe&
   fc.n_ff_exp = static_cast<int64_t>(m.n_ff_exp);
   MatrixWidths& w = fc.widths;
   w.n_ff = static_cast<int64_t>(m.n_ff), w.n_ff_exp = fc.n_ff_exp, w.n_ff_shexp = static_cast<int64_t>(m.n_ff_shexp);
+}
+
+// DeepSeek-V3 (model_type deepseek_v3; mlx-lm's deepseek_v3) as llama.cpp's deepseek2: MLA with
+// NORM RoPE on the qk_rope dims (q_lora or one q_proj), leading dense layers, then sigmoid
+// routing in groups with a selection bias (noaux_tc), renormalized where norm_topk_prob says,
+// scaled, plus n_shared_experts shared experts.
+void deepseek_v3(const fs::path& dir, const json& c, FolderConfig& fc) {
+  const fs::path cfg_path = dir / "config.json";
+  const Common k = common_keys(dir, c, fc.arch, "max_position_embeddings", fc.kv);
+  const std::string& a = k.a;
+  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
+    fail(cfg_path.string(), ": rope_scaling ", c["rope_scaling"].dump(),
+         " is not supported yet (YaRN: DeepSeek-V3's released configs need it)");
+  if (c.value("topk_method", std::string("noaux_tc")) != "noaux_tc")
+    fail(cfg_path.string(), ": topk_method ", c["topk_method"].dump(), " is not supported (noaux_tc, as mlx-lm)");
+  if (count_or(c, "moe_layer_freq", 1, cfg_path) != 1)
+    fail(cfg_path.string(), ": moe_layer_freq other than 1 is not supported");
+  if (c.value("attention_bias", false)) fail(cfg_path.string(), ": attention_bias true is not supported");
+  KdaMla s;
+  s.q_lora = count_or(c, "q_lora_rank", 1536, cfg_path);
+  s.kv_lora = count_or(c, "kv_lora_rank", 512, cfg_path);
+  s.nope = count_or(c, "qk_nope_head_dim", 128, cfg_path);
+  s.rope = count_or(c, "qk_rope_head_dim", 64, cfg_path);
+  s.v_head = count_or(c, "v_head_dim", 128, cfg_path);
+  if (s.rope % 2) fail(cfg_path.string(), ": qk_rope_head_dim ", s.rope, " is odd");
+  fc.kv.emplace_back(a + "attention.head_count", u32(k.n_head));
+  fc.kv.emplace_back(a + "attention.head_count_kv", u32(1));  // one latent head
+  mla_keys(cfg_path, k, s, fc);
+  fc.kv.emplace_back(a + "rope.freq_base", f32(c.value("rope_theta", 10000.0)));
+
+  HybridMoe m;
+  m.n_ff = count_or(c, "intermediate_size", 11008, cfg_path);
+  m.n_expert = positive(c, "n_routed_experts", cfg_path);
+  m.n_ff_exp = count_or(c, "moe_intermediate_size", 1407, cfg_path);
+  m.n_used = count_or(c, "num_experts_per_tok", 1, cfg_path);
+  m.n_shared = count_or(c, "n_shared_experts", 0, cfg_path);
+  if (m.n_shared > 64) fail(cfg_path.string(), ": n_shared_experts ", m.n_shared, " is more than 64");
+  m.n_ff_shexp = m.n_ff_exp * m.n_shared;
+  m.n_group = count_or(c, "n_group", 1, cfg_path);
+  m.group_used = count_or(c, "topk_group", 1, cfg_path);
+  m.dense_lead = count_or(c, "first_k_dense_replace", 0, cfg_path);
+  m.scale = c.value("routed_scaling_factor", 1.0);
+  m.norm = c.value("norm_topk_prob", true);
+  if (m.n_ff == 0 || m.n_ff_exp == 0)
+    fail(cfg_path.string(), ": intermediate_size and moe_intermediate_size must be positive");
+  hybrid_moe_keys(cfg_path, k, m, fc);
 }
 
 // Kimi Linear (model_type kimi_linear): KDA layers (linear_attn_config.kda_layers, 1-based)
@@ -422,7 +476,8 @@ int64_t matrix_in(const std::string& gguf, const MatrixWidths& w) {
                         "ssm_ba.weight",
                         "attn_kv_a_mqa.weight",
                         "ssm_f_a.weight",
-                        "ssm_g_a.weight"})
+                        "ssm_g_a.weight",
+                        "attn_q_a.weight"})
     if (rest == t) return w.n_embd;
   return 0;
 }
@@ -431,9 +486,9 @@ FolderConfig read_folder_config(const fs::path& dir, const json& top, const json
   const fs::path cfg_path = dir / "config.json";
   const std::string model_type = top.value("model_type", c.value("model_type", ""));
   static const std::pair<const char*, const char*> archs[] = {
-      {"llama", "llama"},          {"mistral", "llama"},           {"mixtral", "llama"},
-      {"qwen3", "qwen3"},          {"qwen3_moe", "qwen3moe"},      {"qwen3_5_moe", "qwen35moe"},
-      {"qwen3_next", "qwen3next"}, {"kimi_linear", "kimi-linear"},
+      {"llama", "llama"},           {"mistral", "llama"},        {"mixtral", "llama"},
+      {"deepseek_v3", "deepseek2"}, {"qwen3", "qwen3"},          {"qwen3_moe", "qwen3moe"},
+      {"qwen3_5_moe", "qwen35moe"}, {"qwen3_next", "qwen3next"}, {"kimi_linear", "kimi-linear"},
   };
   FolderConfig fc;
   for (const auto& [type, arch] : archs)
@@ -453,13 +508,16 @@ FolderConfig read_folder_config(const fs::path& dir, const json& top, const json
   if (fc.arch.empty())
     fail(
         cfg_path.string(), ": model_type '", model_type,
-        "' is not supported for folders yet (llama, mistral, mixtral, qwen3, qwen3_moe, qwen3_5_moe, qwen3_next, kimi_linear, ",
+        "' is not supported for folders yet (llama, mistral, mixtral, deepseek_v3, qwen3, qwen3_moe, qwen3_5_moe, qwen3_next, kimi_linear, ",
         "bailing_hybrid (Ling 3); convert others to GGUF)");
   fc.hybrid = fc.arch == "qwen35moe" || fc.arch == "qwen3next";
+  fc.n_layer = static_cast<int64_t>(positive(c, "num_hidden_layers", cfg_path));
   if (fc.arch == "kimi-linear")
     kimi_linear(dir, c, fc);
   else if (fc.arch == "bailingmoe3")
     bailing_moe_v3(dir, c, fc);
+  else if (fc.arch == "deepseek2")
+    deepseek_v3(dir, c, fc);
   else
     llama_like(dir, c, fc);
   return fc;

@@ -412,7 +412,7 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
       slot.emplace(ex->expert, std::make_pair(&t, p));
       continue;
     }
-    const std::string name = gguf_name(t.name, p, arch, fc.mla_layer);
+    const std::string name = gguf_name(t.name, p, arch, fc.mla_layer, fc.n_layer);
     if (name.empty() || (name == "output.weight" && tied)) continue;  // tied: mlx-lm drops lm_head too
     if (ends_with(tname, ".weight")) {
       const std::string module = tname.substr(0, tname.size() - 7);

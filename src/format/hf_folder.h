@@ -35,6 +35,11 @@
 // Mixtral (model_type mixtral) is llama with experts: block_sparse_moe.gate is ffn_gate_inp, its
 // switch_mlp (or transformers' experts.E.w1/w3/w2) the stacked experts.
 //
+// DeepSeek-V3 (model_type deepseek_v3) maps to deepseek2: MLA's q_a/q_b (or q_proj),
+// kv_a_proj_with_mqa, and kv_b_proj as mlx-lm stores it, per head (embed_q / unembed_out, what
+// llama.cpp's converter writes as attn_k_b / attn_v_b); NORM RoPE; mlp.gate's
+// e_score_correction_bias; layers past num_hidden_layers (multi-token prediction) skipped.
+//
 // Kimi Linear (model_type kimi_linear) maps to llama.cpp's kimi-linear: linear_attn_config's
 // kda_layers (1-based) become the per-layer head_count_kv array (0 KDA, 1 MLA); the KDA layers'
 // q/k/v_conv.conv [C, K, 1] become ssm_conv1d_q/k/v [K, 1, C] (f32), A_log [1, 1, H, 1] -> ssm_a

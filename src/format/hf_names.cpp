@@ -49,7 +49,7 @@ std::optional<ExpertSlice> per_expert(const std::string& hf_name) {
 }
 
 std::string gguf_name(const std::string& hf_name, const fs::path& file, const std::string& arch,
-                      const std::vector<bool>& mla_layer) {
+                      const std::vector<bool>& mla_layer, int64_t n_layer) {
   const std::string n = strip_prefix(hf_name);
   if (n == "model.embed_tokens.weight" || n == "model.word_embeddings.weight") return "token_embd.weight";
   if (n == "model.norm.weight") return "output_norm.weight";
@@ -91,15 +91,15 @@ std::string gguf_name(const std::string& hf_name, const fs::path& file, const st
     if (arch == "qwen35moe" && rest == "mlp.experts.gate_up_proj") return "blk." + index + ".ffn_gate_up_exps.weight";
     if (arch == "qwen35moe" && rest == "mlp.experts.down_proj") return "blk." + index + ".ffn_down_exps.weight";
   }
-  if (arch == "kimi-linear" || arch == "bailingmoe3") {
+  if (arch == "kimi-linear" || arch == "bailingmoe3" || arch == "deepseek2") {
     // The KDA + MLA hybrids as mlx-lm saves them, Kimi Linear's attention under self_attn.,
     // Ling 3's under attention.: the KDA layers' convs, gates, decay and output norm; the MLA
     // layers' absorbed per-head matrices (MultiLinear embed_q / unembed_out, what llama.cpp's
     // converters split kv_b_proj into); the router's selection bias; shared experts. Ling 3's
     // g_proj is the KDA output gate or, in an MLA layer, the head-wise gate.
-    if (arch == "bailingmoe3" && !mla_layer.empty() && std::stoull(index) >= mla_layer.size())
+    if (arch != "kimi-linear" && n_layer > 0 && std::stoull(index) >= static_cast<uint64_t>(n_layer))
       return "";  // multi-token-prediction layers past num_hidden_layers (mlx-lm drops them too)
-    const std::string attn = arch == "kimi-linear" ? "self_attn." : "attention.";
+    const std::string attn = arch == "bailingmoe3" ? "attention." : "self_attn.";
     static const std::map<std::string, std::string> hybrid = {
         {"q_proj.weight", "attn_q.weight"},
         {"k_proj.weight", "attn_k.weight"},
@@ -138,8 +138,9 @@ std::string gguf_name(const std::string& hf_name, const fs::path& file, const st
       if (const auto it = hybrid.find(leaf); it != hybrid.end()) return "blk." + index + "." + it->second;
     }
     static const std::map<std::string, std::string> mlp = {
-        {"mlp.e_score_correction_bias", "exp_probs_b.bias"},  // Kimi
-        {"mlp.gate.expert_bias", "exp_probs_b.bias"},         // Ling 3
+        {"mlp.e_score_correction_bias", "exp_probs_b.bias"},       // Kimi
+        {"mlp.gate.expert_bias", "exp_probs_b.bias"},              // Ling 3
+        {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},  // DeepSeek-V3
         {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
         {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
         {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
@@ -185,10 +186,11 @@ std::string hf_tensor_gguf_name(const std::string& hf_name, const std::string& f
   // them: head_count_kv per layer, 1 for MLA.
   const std::string arch = base.get_string_or("general.architecture", "");
   std::vector<bool> mla_layer;
+  const int64_t n_layer = base.get_u32_or(arch + ".block_count", 0);
   if (arch == "kimi-linear" || arch == "bailingmoe3")
     for (uint32_t v : base.get_u32_per_layer(arch + ".attention.head_count_kv", base.get_u32(arch + ".block_count")))
       mla_layer.push_back(v != 0);
-  return hf::gguf_name(hf_name, file, arch, mla_layer);
+  return hf::gguf_name(hf_name, file, arch, mla_layer, n_layer);
 }
 
 }  // namespace sluice

@@ -94,8 +94,8 @@ TEST_P(HfFolder, MatchesMlxLm) {
   const nlohmann::json g = golden(arch);
   auto m = Model::load(folder(arch));
   EXPECT_EQ(m->hparams().arch, arch == "mixtral" ? "llama" : arch);
-  if (arch == "bailingmoe3") {
-    EXPECT_EQ(m->hparams().rope_mode, RopeMode::normal);  // Ling 3's MLA turns adjacent pairs
+  if (arch == "bailingmoe3" || arch == "deepseek2") {
+    EXPECT_EQ(m->hparams().rope_mode, RopeMode::normal);  // their MLA turns adjacent pairs
   } else if (arch != "kimi-linear") {                     // Kimi's MLA has no RoPE
     EXPECT_EQ(m->hparams().rope_mode, RopeMode::neox);
   }
@@ -119,8 +119,8 @@ TEST_P(HfFolder, MatchesMlxLm) {
     m->mutable_hparams().rope_mode = RopeMode::normal;  // as a GGUF llama would run: wrong for HF's layout
   } else if (arch == "qwen3moe" || arch == "mixtral") {
     m->mutable_hparams().moe.norm_weights = false;  // the top-2 weights as softmax left them
-  } else if (arch == "bailingmoe3") {
-    m->mutable_hparams().rope_mode = RopeMode::neox;  // rotate-half pairs: wrong for Ling 3's MLA
+  } else if (arch == "bailingmoe3" || arch == "deepseek2") {
+    m->mutable_hparams().rope_mode = RopeMode::neox;  // rotate-half pairs: wrong for their MLA
   } else if (arch == "kimi-linear") {
     // The router's expert groups (num_expert_group 2, topk_group 1) ignored: top-2 of all 8.
     EXPECT_EQ(m->hparams().moe.n_group, 2);
@@ -139,8 +139,8 @@ TEST_P(HfFolder, MatchesMlxLm) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, HfFolder,
-                         ::testing::Values("llama", "qwen3", "qwen3moe", "mixtral", "qwen35moe", "qwen3next",
-                                           "kimi-linear", "bailingmoe3"));
+                         ::testing::Values("llama", "qwen3", "qwen3moe", "mixtral", "deepseek2", "qwen35moe",
+                                           "qwen3next", "kimi-linear", "bailingmoe3"));
 
 // A copy of a folder with one file changed: each breakage is refused by name.
 std::string broken_folder(const std::string& name, const std::function<void(const fs::path&)>& edit,
@@ -540,6 +540,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "llama",
                   {"4-bit g64 bf16 → q4_1 (exact): 16 tensors", "4-bit g64 bf16 → f32 (dequantized): 2 tensors"},
                   "mixtral"},
+        // DeepSeek-V3: MLA's low-rank and per-head matrices (embed_q's 32 inputs stay bf16).
+        QuantCase{"deepseek2-q4", "deepseek2", {"4-bit g64 bf16 → q4_1 (exact): 28 tensors"}},
         QuantCase{"llama-mixed",
                   "llama",
                   {"2-bit g32 bf16 → q4_1 (exact): 1 tensor", "3-bit g32 bf16 → q4_1 (exact): 9 tensors",
