@@ -46,6 +46,12 @@ inline GgufValue str_array(const std::vector<std::string>& items) {
   for (const auto& s : items) a->items.push_back(str(s));
   return {GgufType::ARRAY, a};
 }
+inline GgufValue f32_array(const std::vector<float>& items) {
+  auto a = std::make_shared<GgufArray>();
+  a->elem_type = GgufType::FLOAT32;
+  for (float v : items) a->items.push_back({GgufType::FLOAT32, v});
+  return {GgufType::ARRAY, a};
+}
 inline GgufValue i32_array(const std::vector<int32_t>& items) {
   auto a = std::make_shared<GgufArray>();
   a->elem_type = GgufType::INT32;

@@ -4,7 +4,8 @@
 // model.safetensors (or the shards model.safetensors.index.json names) keep their bytes in
 // place (mmap) under GGUF names and shapes — HF's [out, in] row-major matrix is GGUF's
 // ne = [in, out] with the same bytes — and only the small 1-D tensors (norms, biases) are
-// converted to f32, as the ops read them; tokenizer.json (byte-level BPE) becomes
+// converted to f32, as the ops read them; tokenizer.json (byte-level BPE, or SentencePiece-style
+// BPE with byte fallback, which runs as llama.cpp's SPM tokenizer) becomes
 // tokenizer.ggml.*, tokenizer_config.json gives BOS/EOS and the chat template,
 // generation_config.json more end-of-generation ids.
 //
@@ -64,7 +65,7 @@
 // kimi_linear / Ling 3,
 // quantization modes other
 // than affine and non-MLX quantization_config (quant_method), quantized norms, rope_scaling,
-// tokenizers that are not byte-level BPE.
+// tokenizers other than byte-level and SentencePiece-style BPE (Unigram, WordPiece).
 #pragma once
 #include <memory>
 #include <string>

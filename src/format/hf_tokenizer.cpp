@@ -1,6 +1,7 @@
 // format/hf_tokenizer: a folder's tokenizer.json (byte-level BPE: vocab, merges, added tokens,
 // the pre-tokenizer llama.cpp names), tokenizer_config.json, generation_config.json and chat
 // template as the tokenizer.ggml.* metadata llama.cpp's converter writes.
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,6 +42,28 @@ std::string pre_tokenizer_name(const json& pre, const fs::path& file) {
        "Llama 3, Qwen 2/3 or Qwen 3.5 write it)");
 }
 
+// SentencePiece-style BPE (Llama 2, Mistral, Mixtral: byte_fallback, "▁" for spaces, no
+// splitting): the normalizer that prepends "▁" and replaces spaces (legacy), or a Metaspace
+// pre-tokenizer that does the same to every segment between special tokens (prepend_scheme
+// "always", split false). Both are what llama.cpp's SPM tokenizer does with add_space_prefix.
+void check_sentencepiece_style(const json& t, const fs::path& file) {
+  const json& norm = t.contains("normalizer") ? t["normalizer"] : json();
+  const json& pre = t.contains("pre_tokenizer") ? t["pre_tokenizer"] : json();
+  const auto is = [](const json& j, const char* type) { return j.is_object() && j.value("type", "") == type; };
+  if (is(norm, "Sequence") && pre.is_null() && norm.contains("normalizers") && norm["normalizers"].size() == 2) {
+    const json &p = norm["normalizers"][0], &r = norm["normalizers"][1];
+    if (is(p, "Prepend") && p.value("prepend", "") == "\u2581" && is(r, "Replace") && r.contains("pattern") &&
+        r["pattern"].value("String", "") == " " && r.value("content", "") == "\u2581")
+      return;
+  }
+  if (norm.is_null() && is(pre, "Metaspace") && pre.value("replacement", "") == "\u2581" &&
+      pre.value("prepend_scheme", "always") == "always" && !pre.value("split", true))
+    return;
+  fail(file.string(), ": a byte_fallback BPE (SentencePiece-style) with normalizer ", norm.dump(),
+       " and pre_tokenizer ", pre.dump(), " is not supported (the legacy Prepend + Replace normalizer, or ",
+       "Metaspace with prepend_scheme \"always\" and split false)");
+}
+
 // A special-token field of tokenizer_config.json: a string or {"content": ...}.
 std::string token_field(const json& tc, const char* key) {
   if (!tc.contains(key)) return {};
@@ -58,14 +81,15 @@ void add_tokenizer(const fs::path& dir, const json& config, Kv& kv) {
   const json& model = t.value("model", json::object());
   if (model.value("type", "") != "BPE")
     fail(tj.string(), ": model type '", model.value("type", "?"), "' is not supported yet (byte-level BPE only)");
-  if (model.value("byte_fallback", false))
-    fail(tj.string(), ": byte_fallback BPE (SentencePiece-style) is not supported yet");
-  const json& norm = t.contains("normalizer") ? t["normalizer"] : json();
+  // SentencePiece-style (byte_fallback) runs as llama.cpp's SPM tokenizer; else byte-level BPE.
+  const bool spm = model.value("byte_fallback", false);
+  if (spm) check_sentencepiece_style(t, tj);
+  const json& norm = spm || !t.contains("normalizer") ? json() : t["normalizer"];
   // NFC (Qwen's): applied as tokenizers applies it, to the text between added tokens (llama.cpp
   // skips it, which differs on text that is not already NFC).
   if (!norm.is_null() && norm.value("type", "") != "NFC")
     fail(tj.string(), ": normalizer ", norm.dump(), " is not supported yet");
-  const std::string pre = pre_tokenizer_name(t.value("pre_tokenizer", json()), tj);
+  const std::string pre = spm ? "default" : pre_tokenizer_name(t.value("pre_tokenizer", json()), tj);
 
   std::map<int64_t, std::pair<std::string, int32_t>> by_id;  // id -> (text, GGUF token type)
   if (!model.contains("vocab") || !model["vocab"].is_object()) fail(tj.string(), ": model.vocab missing");
@@ -95,11 +119,43 @@ void add_tokenizer(const fs::path& dir, const json& config, Kv& kv) {
     else
       fail(tj.string(), ": merge ", m.dump(), " is neither \"a b\" nor [\"a\", \"b\"]");
   }
-  kv.emplace_back("tokenizer.ggml.model", str("gpt2"));
-  kv.emplace_back("tokenizer.ggml.pre", str(pre));
-  kv.emplace_back("tokenizer.ggml.tokens", str_array(tokens));
-  kv.emplace_back("tokenizer.ggml.token_type", i32_array(types));
-  kv.emplace_back("tokenizer.ggml.merges", str_array(merges));
+  if (spm) {
+    // llama.cpp's SPM merges the adjacent pair whose joined text is the best-scored token: the
+    // score of a token is minus the rank of the first merge that makes it, which orders pairs as
+    // tokenizers' BPE does; a token no merge makes gets -inf, which the SPM tokenizer never
+    // forms (tokenizers' BPE cannot either). "<0xAB>" tokens are the byte fallback.
+    std::vector<float> scores(tokens.size(), -std::numeric_limits<float>::infinity());
+    for (size_t r = merges.size(); r-- > 0;) {
+      const size_t sp = merges[r].find(' ', 1);
+      if (sp == std::string::npos) fail(tj.string(), ": merge '", merges[r], "' has no space");
+      const auto it = ids.find(merges[r].substr(0, sp) + merges[r].substr(sp + 1));
+      if (it != ids.end()) scores[static_cast<size_t>(it->second)] = -static_cast<float>(r);
+    }
+    const std::string unk = model.contains("unk_token") && model["unk_token"].is_string()
+                                ? model["unk_token"].get<std::string>()
+                                : std::string();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (types[i] != 1) continue;
+      const std::string& x = tokens[i];
+      if (x == unk)
+        types[i] = 2;  // UNKNOWN
+      else if (x.size() == 6 && x.rfind("<0x", 0) == 0 && x[5] == '>')
+        types[i] = 6;  // BYTE
+    }
+    kv.emplace_back("tokenizer.ggml.model", str("llama"));
+    kv.emplace_back("tokenizer.ggml.pre", str(pre));
+    kv.emplace_back("tokenizer.ggml.tokens", str_array(tokens));
+    kv.emplace_back("tokenizer.ggml.scores", f32_array(scores));
+    kv.emplace_back("tokenizer.ggml.token_type", i32_array(types));
+    kv.emplace_back("tokenizer.ggml.add_space_prefix", boolean(true));
+    if (ids.count(unk)) kv.emplace_back("tokenizer.ggml.unknown_token_id", u32(static_cast<uint64_t>(ids[unk])));
+  } else {
+    kv.emplace_back("tokenizer.ggml.model", str("gpt2"));
+    kv.emplace_back("tokenizer.ggml.pre", str(pre));
+    kv.emplace_back("tokenizer.ggml.tokens", str_array(tokens));
+    kv.emplace_back("tokenizer.ggml.token_type", i32_array(types));
+    kv.emplace_back("tokenizer.ggml.merges", str_array(merges));
+  }
   if (!norm.is_null()) kv.emplace_back("sluice.tokenizer.nfc", boolean(true));
 
   const json tc = read_json(dir / "tokenizer_config.json", false);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <limits>
 #include <queue>
 
 #include "core/error.h"
@@ -417,7 +418,8 @@ void Tokenizer::spm_tokenize(std::string_view escaped, std::vector<int32_t>& out
     // Live neighbours are always contiguous in `escaped`, so the pair is one substring.
     const size_t len = sym[left].len + sym[right].len;
     const int32_t id = text_to_token(escaped.substr(sym[left].off, len));
-    if (id < 0) return;
+    // -inf: a token no merge makes (a tokenizer.json BPE's, hf_tokenizer.cpp), never formed.
+    if (id < 0 || v_.scores[id] == -std::numeric_limits<float>::infinity()) return;
     queue.push({left, right, v_.scores[id], len});
   };
   for (int i = 1; i < static_cast<int>(sym.size()); ++i) try_add(i - 1, i);

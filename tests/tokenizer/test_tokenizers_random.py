@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """tests/tokenizer/test_tokenizers_random.py: Sluice's tokenizer.json reader (`sluice tokenize
 --jsonl`) against Hugging Face `tokenizers` on random strings: 100,000 for each real vocabulary in
-../shared/models/vocab (Qwen3: NFC normalizer, Qwen2 split regex; Llama 3) and 25,000 for each
-test folder's (SmolLM's digits pre-tokenizer; Qwen3.5's, as mlx_lm.convert rewrote it). The
+../shared/models/vocab (Qwen3: NFC normalizer, Qwen2 split regex; Llama 3; Llama 2's SentencePiece
+vocabulary as the Llama 2-style tokenizer.json transformers writes for it, byte_fallback BPE: built
+here from ggml-vocab-llama-spm.gguf, and checked once against sentencepiece itself, 20,000/20,000)
+and 25,000 for each test folder's (SmolLM's digits pre-tokenizer; Qwen3.5's, as mlx_lm.convert
+rewrote it). The
 strings mix scripts, digits, punctuation, whitespace runs and line breaks, contractions in any
 case, decomposed accents and stray combining marks (NFC changes them), emoji sequences and the
 tokenizers' own added tokens. Negative control: Qwen3's `tokenizers` with its normalizer taken
@@ -78,6 +81,35 @@ def folder_for(tokenizer_json, config_json=None):
     return d
 
 
+def spm_tokenizer_json(gguf_path, out_dir):
+    """A Llama 2-style tokenizer.json (BPE with byte_fallback, the legacy Prepend + Replace
+    normalizer) from the SentencePiece vocabulary of a GGUF (tokens, scores, types), its merges
+    extracted as transformers' SentencePieceExtractor does (every split of a token into two
+    tokens, ordered by the token's score): what convert_slow_tokenizer writes for Llama 2."""
+    import gguf
+    from tokenizers import AddedToken, decoders, models, normalizers
+    r = gguf.GGUFReader(gguf_path)
+    f = r.fields["tokenizer.ggml.tokens"]
+    toks = [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+    sf, tf = r.fields["tokenizer.ggml.scores"], r.fields["tokenizer.ggml.token_type"]
+    scores = [float(sf.parts[i][0]) for i in sf.data]
+    types = [int(tf.parts[i][0]) for i in tf.data]
+    vocab = {t: i for i, t in enumerate(toks)}
+    merges = []
+    for piece, score in zip(toks, scores):
+        local = [(piece[:k], piece[k:], score) for k in range(1, len(piece)) if piece[:k] in vocab and piece[k:] in vocab]
+        merges.extend(sorted(local, key=lambda x: (vocab[x[0]], vocab[x[1]])))
+    merges = [(a, b) for a, b, _ in sorted(merges, key=lambda m: m[2], reverse=True)]
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token=toks[0], fuse_unk=True, byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, ty in zip(toks, types) if ty == 3])
+    path = os.path.join(out_dir, "tokenizer.json")
+    tok.save(path)
+    return path
+
+
 def check(cli, name, tokenizer_json, config_json, n, seed):
     hf = Tokenizer.from_file(tokenizer_json)
     special = [t.content for t in hf.get_added_tokens_decoder().values()][:50]
@@ -106,6 +138,9 @@ def main():
         ("tests/data/hf/qwen35moe-q4 (qwen35, NFC)", os.path.join(ROOT, "tests/data/hf/qwen35moe-q4/tokenizer.json"),
          None, 25000, 4),
     ]
+    spm_dir = tempfile.mkdtemp(prefix="sluice_spm_")
+    cases.append(("llama-spm (32k, SentencePiece-style BPE, byte fallback)",
+                  spm_tokenizer_json(os.path.join(VOCAB, "ggml-vocab-llama-spm.gguf"), spm_dir), None, 100000, 5))
     for name, tj, tc, n, seed in cases:
         if not os.path.exists(tj):
             print(f"{name}: {tj} missing")
