@@ -61,10 +61,9 @@
 // and 8 bits) — and metadata sluice.folder.quantization says what was done. A module the config
 // does not name takes the default, or the format its shapes give (as mlx-lm infers it); every
 // shape and dtype is checked against the config's dimensions. What is not supported yet is
-// refused by name: architectures other than llama / mistral / qwen3 / qwen3_moe / qwen3_5_moe / qwen3_next /
-// kimi_linear / Ling 3,
-// quantization modes other
-// than affine and non-MLX quantization_config (quant_method), quantized norms, rope_scaling,
+// refused by name: architectures other than llama / mistral / mixtral / deepseek_v3 / qwen3 /
+// qwen3_moe / qwen3_5_moe / qwen3_next / kimi_linear / Ling 3, quantization modes other than
+// affine and non-MLX quantization_config (quant_method), quantized norms, rope_scaling,
 // tokenizers other than byte-level and SentencePiece-style BPE (Unigram, WordPiece).
 #pragma once
 #include <memory>
