@@ -204,6 +204,19 @@ void mla_keys(const fs::path& cfg_path, const Common& k, const KdaMla& s, Folder
   w.q_lora = static_cast<int64_t>(s.q_lora);
 }
 
+// MLA's widths as DeepSeek-V3 and Ling 3 configs name them (mlx-lm's defaults where absent; a
+// null q_lora_rank: one q_proj).
+void read_mla_dims(const json& c, const fs::path& cfg_path, uint64_t q_lora_default, KdaMla& s) {
+  s.q_lora = c.contains("q_lora_rank") && c["q_lora_rank"].is_null()
+                 ? 0
+                 : count_or(c, "q_lora_rank", q_lora_default, cfg_path);
+  s.kv_lora = count_or(c, "kv_lora_rank", 512, cfg_path);
+  s.nope = count_or(c, "qk_nope_head_dim", 128, cfg_path);
+  s.rope = count_or(c, "qk_rope_head_dim", 64, cfg_path);
+  s.v_head = count_or(c, "v_head_dim", 128, cfg_path);
+  if (s.rope % 2) fail(cfg_path.string(), ": qk_rope_head_dim ", s.rope, " is odd");
+}
+
 void kda_mla_keys(const fs::path& cfg_path, const Common& k, const KdaMla& s, FolderConfig& fc) {
   if (s.head_dim == 0) fail(cfg_path.string(), ": the KDA head_dim must be positive");
   if (s.conv < 1 || s.conv > 64) fail(cfg_path.string(), ": short_conv_kernel_size ", s.conv, " is not 1..64");
@@ -283,12 +296,7 @@ void deepseek_v3(const fs::path& dir, const json& c, FolderConfig& fc) {
     fail(cfg_path.string(), ": moe_layer_freq other than 1 is not supported");
   if (c.value("attention_bias", false)) fail(cfg_path.string(), ": attention_bias true is not supported");
   KdaMla s;
-  s.q_lora = count_or(c, "q_lora_rank", 1536, cfg_path);
-  s.kv_lora = count_or(c, "kv_lora_rank", 512, cfg_path);
-  s.nope = count_or(c, "qk_nope_head_dim", 128, cfg_path);
-  s.rope = count_or(c, "qk_rope_head_dim", 64, cfg_path);
-  s.v_head = count_or(c, "v_head_dim", 128, cfg_path);
-  if (s.rope % 2) fail(cfg_path.string(), ": qk_rope_head_dim ", s.rope, " is odd");
+  read_mla_dims(c, cfg_path, 1536, s);
   fc.kv.emplace_back(a + "attention.head_count", u32(k.n_head));
   fc.kv.emplace_back(a + "attention.head_count_kv", u32(1));  // one latent head
   mla_keys(cfg_path, k, s, fc);
@@ -405,12 +413,7 @@ void bailing_moe_v3(const fs::path& dir, const json& c, FolderConfig& fc) {
   for (uint64_t l = 0; l < k.n_layer; ++l) s.kda[l] = (l + 1) % group != 0 && l < k.n_layer / group * group;
   s.head_dim = count_or(c, "head_dim", 128, cfg_path);
   s.conv = count_or(c, "short_conv_kernel_size", 4, cfg_path);
-  s.q_lora = count_or(c, "q_lora_rank", 256, cfg_path);
-  s.kv_lora = count_or(c, "kv_lora_rank", 512, cfg_path);
-  s.nope = count_or(c, "qk_nope_head_dim", 128, cfg_path);
-  s.rope = count_or(c, "qk_rope_head_dim", 64, cfg_path);
-  s.v_head = count_or(c, "v_head_dim", 128, cfg_path);
-  if (s.rope % 2) fail(cfg_path.string(), ": qk_rope_head_dim ", s.rope, " is odd");
+  read_mla_dims(c, cfg_path, 256, s);
   kda_mla_keys(cfg_path, k, s, fc);
   fc.kv.emplace_back(a + "rope.freq_base", f32(c.value("rope_theta", 6e6)));
   const double lower = c.value("kda_lower_bound", -5.0);
