@@ -86,8 +86,9 @@ struct FolderConfig {
   MatrixWidths widths;
   int64_t n_embd = 0, n_expert = 0, n_ff_exp = 0;
   int64_t ssm_hk = 0, ssm_hv = 0, ssm_dk = 0, ssm_dv = 0;  // the Gated DeltaNet's heads and head dims
-  std::vector<bool> mla_layer;  // KDA + MLA hybrids: per layer, MLA (else KDA); empty for the others
-  int64_t n_layer = 0;          // num_hidden_layers
+  std::vector<bool> mla_layer;       // KDA + MLA hybrids: per layer, MLA (else KDA); empty for the others
+  int64_t n_layer = 0;               // num_hidden_layers
+  int64_t mla_heads = 0, mla_v = 0;  // MLA: heads and value width (kv_b_proj's split)
 };
 // c: config.json with text_config's keys merged in (top: the file as it is).
 FolderConfig read_folder_config(const fs::path& dir, const json& top, const json& c);

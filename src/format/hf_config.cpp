@@ -202,6 +202,7 @@ void mla_keys(const fs::path& cfg_path, const Common& k, const KdaMla& s, Folder
   w.n_q = static_cast<int64_t>(k.n_head * s.v_head);
   w.mla_nope = static_cast<int64_t>(s.nope), w.kv_lora = static_cast<int64_t>(s.kv_lora);
   w.q_lora = static_cast<int64_t>(s.q_lora);
+  fc.mla_heads = static_cast<int64_t>(k.n_head), fc.mla_v = static_cast<int64_t>(s.v_head);
 }
 
 // MLA's widths as DeepSeek-V3 and Ling 3 configs name them (mlx-lm's defaults where absent; a
@@ -459,7 +460,7 @@ int64_t matrix_in(const std::string& gguf, const MatrixWidths& w) {
   if (rest == "ssm_f_b.weight" || rest == "ssm_g_b.weight") return w.low_rank;
   if (rest == "attn_q_b.weight") return w.q_lora;
   if (rest == "attn_k_b.weight") return w.mla_nope;
-  if (rest == "attn_v_b.weight") return w.kv_lora;
+  if (rest == "attn_v_b.weight" || rest == "attn_kv_b.weight") return w.kv_lora;
   for (const char* t : {"attn_q.weight",
                         "attn_k.weight",
                         "attn_v.weight",

@@ -318,6 +318,46 @@ std::pair<TensorView, TensorView> split_qkvz(const TensorView& t, int64_t hk, in
   return {qkv, z};
 }
 
+// MLA's kv_b_proj as transformers stores it ([H·(N+V), L]: per head N key rows, then V value
+// rows, over the latent L), float: split once into the absorbed per-head matrices mlx-lm's
+// sanitize and llama.cpp's converter make of it, attn_k_b [N, L, H] (each head's key rows
+// transposed) and attn_v_b [L, V, H] (its value rows as they are).
+std::pair<TensorView, TensorView> split_kv_b(const TensorView& t, int64_t H, int64_t N, int64_t V, int64_t L,
+                                             const fs::path& file, Owned& owned) {
+  if (t.type != DType::F32 && t.type != DType::F16 && t.type != DType::BF16)
+    fail(file.string(), ": tensor '", t.name, "' (kv_b_proj) is ", dtype_name(t.type),
+         ": a quantized kv_b_proj is not supported (mlx_lm.convert stores it split, as embed_q / unembed_out)");
+  if (t.n_dims != 2 || t.ne[0] != L || t.ne[1] != H * (N + V))
+    fail(file.string(), ": tensor '", t.name, "' (kv_b_proj) is [", t.ne[1], ", ", t.ne[0], "], want [", H * (N + V),
+         ", ", L, "] (heads x (qk_nope_head_dim + v_head_dim), kv_lora_rank)");
+  const size_t es = t.type == DType::F32 ? 4 : 2;
+  const auto* src = static_cast<const uint8_t*>(t.data);
+  std::vector<float> buf((t.nbytes + 3) / 4);
+  auto* k = reinterpret_cast<uint8_t*>(buf.data());
+  uint8_t* v = k + static_cast<size_t>(H * N * L) * es;
+  for (int64_t h = 0; h < H; ++h) {
+    const uint8_t* head = src + static_cast<size_t>(h * (N + V) * L) * es;
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t n = 0; n < N; ++n)
+        std::memcpy(k + static_cast<size_t>((h * L + l) * N + n) * es, head + static_cast<size_t>(n * L + l) * es, es);
+    std::memcpy(v + static_cast<size_t>(h * V * L) * es, head + static_cast<size_t>(N * L) * es,
+                static_cast<size_t>(V * L) * es);
+  }
+  owned.converted.push_back(std::move(buf));
+  const std::string blk = t.name.substr(0, t.name.size() - std::string("attn_kv_b.weight").size());
+  TensorView kb = t, vb = t;
+  kb.name = blk + "attn_k_b.weight";
+  kb.n_dims = vb.n_dims = 3;
+  kb.ne[0] = N, kb.ne[1] = L, kb.ne[2] = H;
+  kb.nbytes = static_cast<size_t>(H * N * L) * es;
+  kb.data = owned.converted.back().data();
+  vb.name = blk + "attn_v_b.weight";
+  vb.ne[0] = L, vb.ne[1] = V, vb.ne[2] = H;
+  vb.nbytes = static_cast<size_t>(H * V * L) * es;
+  vb.data = v;
+  return {kb, vb};
+}
+
 }  // namespace
 
 bool is_model_folder(const std::string& path) {
@@ -501,6 +541,11 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
       auto [gate, up] = split_gate_up(tensors[i], fc.n_ff_exp, cfg_path, *owned);
       tensors[i] = gate;
       tensors.push_back(up);
+    } else if (tensors[i].name.ends_with("attn_kv_b.weight")) {
+      auto [kb, vb] = split_kv_b(tensors[i], fc.mla_heads, fc.widths.mla_nope, fc.mla_v, fc.widths.kv_lora, cfg_path,
+                                 *owned);
+      tensors[i] = kb;
+      tensors.push_back(vb);
     } else if (tensors[i].name.ends_with("attn_qkvz.weight")) {
       auto [qkv, z] = split_qkvz(tensors[i], fc.ssm_hk, fc.ssm_hv, fc.ssm_dk, fc.ssm_dv, cfg_path, *owned);
       tensors[i] = qkv;

@@ -40,6 +40,7 @@
 // kv_a_proj_with_mqa, and kv_b_proj as mlx-lm stores it, per head (embed_q / unembed_out, what
 // llama.cpp's converter writes as attn_k_b / attn_v_b); NORM RoPE; mlp.gate's
 // e_score_correction_bias; layers past num_hidden_layers (multi-token prediction) skipped.
+// transformers' float kv_b_proj ([H·(N+V), L]) is split once into those per-head matrices.
 //
 // Kimi Linear (model_type kimi_linear) maps to llama.cpp's kimi-linear: linear_attn_config's
 // kda_layers (1-based) become the per-layer head_count_kv array (0 KDA, 1 MLA); the KDA layers'

@@ -111,6 +111,7 @@ std::string gguf_name(const std::string& hf_name, const fs::path& file, const st
         {"kv_a_layernorm.weight", "attn_kv_a_norm.weight"},
         {"embed_q.weight", "attn_k_b.weight"},
         {"unembed_out.weight", "attn_v_b.weight"},
+        {"kv_b_proj.weight", "attn_kv_b.weight"},  // transformers' form: split at load
         {"o_proj.weight", "attn_output.weight"},
         {"dense.weight", "attn_output.weight"},
         {"q_conv.conv.weight", "ssm_conv1d_q.weight"},  // Kimi

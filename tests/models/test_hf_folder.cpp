@@ -592,6 +592,40 @@ StEntry& entry(std::vector<StEntry>& es, const std::string& name) {
   throw std::runtime_error("no tensor " + name);
 }
 
+// MLA's kv_b_proj as transformers stores it ([H·(N+V), L], per head N key rows then V value
+// rows) is split at load into the per-head matrices mlx-lm saves: the deepseek2 folder rebuilt
+// with kv_b_proj meets its golden; with each head's value rows before its key rows (the same
+// shape here, N = V = 32) it must not.
+TEST(HfFolder, KvBProjIsSplitIntoThePerHeadMatrices) {
+  const int64_t H = 4, N = 32, V = 32, L = 64, es = 2;  // tests/data/hf/deepseek2: bf16
+  auto fuse = [](bool values_first) {
+    return [values_first](const fs::path& d) {
+      edit_safetensors(d / "model.safetensors", [&](std::vector<StEntry>& es_) {
+        for (int l = 0; l < 3; ++l) {
+          const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+          const StEntry k = entry(es_, p + "embed_q.weight"), v = entry(es_, p + "unembed_out.weight");
+          StEntry kvb{p + "kv_b_proj.weight", k.dtype, {H * (N + V), L}, std::vector<uint8_t>(H * (N + V) * L * es)};
+          for (int64_t h = 0; h < H; ++h) {
+            uint8_t* head = kvb.bytes.data() + h * (N + V) * L * es;
+            uint8_t* krows = head + (values_first ? V * L * es : 0);
+            uint8_t* vrows = head + (values_first ? 0 : N * L * es);
+            for (int64_t n = 0; n < N; ++n)
+              for (int64_t j = 0; j < L; ++j)  // embed_q[h] is [L, N]: key row n is its column n
+                std::memcpy(krows + (n * L + j) * es, k.bytes.data() + ((h * L + j) * N + n) * es, es);
+            std::memcpy(vrows, v.bytes.data() + h * V * L * es, V * L * es);
+          }
+          std::erase_if(es_, [&](const StEntry& e) { return e.name == k.name || e.name == v.name; });
+          es_.push_back(kvb);
+        }
+      });
+    };
+  };
+  const nlohmann::json g = golden("deepseek2");
+  expect_golden(*Model::load(broken_folder("kv_b", fuse(false), "deepseek2")), g, {"ref", "cpu"});
+  auto be = make_backend("ref", 2);
+  EXPECT_GT(max_logit_diff(*Model::load(broken_folder("kv_b_swapped", fuse(true), "deepseek2")), *be, g), 0.05);
+}
+
 // A folder loads strictly: a tensor whose name maps (MLA's kv_a_layernorm) but that no part of
 // the model reads (layer 0 is KDA) is refused, not ignored; the unchanged folder loads.
 TEST(HfFolderErrors, TensorsTheModelDoesNotReadAreRefused) {
