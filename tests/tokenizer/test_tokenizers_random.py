@@ -16,6 +16,7 @@ away must disagree with Sluice on strings NFC changes. Any other mismatch fails,
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -116,7 +117,10 @@ def check(cli, name, tokenizer_json, config_json, n, seed):
     rng = random.Random(seed)
     texts = [random_string(rng, special) for _ in range(n)]
     folder = folder_for(tokenizer_json, config_json)
-    got = sluice_ids(cli, folder, texts)
+    try:
+        got = sluice_ids(cli, folder, texts)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     want = [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
     bad = [i for i in range(n) if got[i] != want[i]]
     print(f"{name}: {n - len(bad)}/{n} random strings match tokenizers")
@@ -127,7 +131,6 @@ def check(cli, name, tokenizer_json, config_json, n, seed):
 
 def main():
     cli = sys.argv[1]
-    failed = False
     cases = [
         ("qwen3 (151k, NFC)", os.path.join(VOCAB, "qwen3-tokenizer.json"),
          os.path.join(VOCAB, "qwen3-tokenizer_config.json"), 100000, 1),
@@ -139,8 +142,16 @@ def main():
          None, 25000, 4),
     ]
     spm_dir = tempfile.mkdtemp(prefix="sluice_spm_")
-    cases.append(("llama-spm (32k, SentencePiece-style BPE, byte fallback)",
-                  spm_tokenizer_json(os.path.join(VOCAB, "ggml-vocab-llama-spm.gguf"), spm_dir), None, 100000, 5))
+    try:
+        cases.append(("llama-spm (32k, SentencePiece-style BPE, byte fallback)",
+                      spm_tokenizer_json(os.path.join(VOCAB, "ggml-vocab-llama-spm.gguf"), spm_dir), None, 100000, 5))
+        return run(cli, cases)
+    finally:
+        shutil.rmtree(spm_dir, ignore_errors=True)
+
+
+def run(cli, cases):
+    failed = False
     for name, tj, tc, n, seed in cases:
         if not os.path.exists(tj):
             print(f"{name}: {tj} missing")
