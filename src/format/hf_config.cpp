@@ -36,7 +36,8 @@ Common common_keys(const fs::path& dir, const json& c, const std::string& arch, 
   return k;
 }
 
-// llama, mistral, qwen3, qwen3_moe, and the Gated DeltaNet hybrids qwen3_5_moe and qwen3_next.
+// llama, mistral, mixtral, qwen3, qwen3_moe, and the Gated DeltaNet hybrids qwen3_5_moe and
+// qwen3_next.
 void llama_like(const fs::path& dir, const json& c, FolderConfig& fc) {
   const fs::path cfg_path = dir / "config.json";
   const std::string& arch = fc.arch;

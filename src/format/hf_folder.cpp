@@ -380,7 +380,14 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
   json c = top;
   if (top.contains("text_config") && top["text_config"].is_object())
     for (const auto& [k, v] : top["text_config"].items()) c[k] = v;  // the language model's own settings win
-  FolderConfig fc = read_folder_config(dir, top, c);
+  // A field of the wrong JSON type (a string where a number belongs) is named, not thrown raw.
+  FolderConfig fc = [&] {
+    try {
+      return read_folder_config(dir, top, c);
+    } catch (const json::exception& e) {
+      fail(cfg_path.string(), ": a field has the wrong type: ", e.what());
+    }
+  }();
   const MlxQuantConfig quant = read_quant_config(c, cfg_path);
   const std::string& arch = fc.arch;
   Kv& kv = fc.kv;

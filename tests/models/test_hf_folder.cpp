@@ -414,6 +414,7 @@ TEST(HfFolderErrors, KdaHybridsRefusedByName) {
        config([](auto& c) { c["gated_attention_proj_granularity_type"] = "element_wise"; })},
       {"kda_safe_gate false is not supported", config([](auto& c) { c["kda_safe_gate"] = false; })},
       {"kda_lower_bound 1 must be negative", config([](auto& c) { c["kda_lower_bound"] = 1.0; })},
+      {"config.json: a field has the wrong type", config([](auto& c) { c["routed_scaling_factor"] = "2.5"; })},
       // A null q_lora_rank is one q_proj (mlx-lm's reading): the MLA layers' q_a/q_b go unused.
       {"missing tensor 'blk.3.attn_q.weight'", config([](auto& c) { c["q_lora_rank"] = nullptr; })},
       // One layer group more than the file has: layer 3 becomes KDA, whose tensors are not there.
