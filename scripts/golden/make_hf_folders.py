@@ -326,6 +326,15 @@ def make_qwen3next(root):
     make_moe_folder(root, "qwen3next", qwen3_next, cfg, 3000)
 
 
+def redraw(suffix, std, dtype):
+    """A make_moe_folder tweak: the weights whose names end in suffix drawn again, N(0, std²)."""
+    def tweak(w):
+        for k in w:
+            if k.endswith(suffix):
+                w[k] = (std * mx.random.normal(w[k].shape)).astype(dtype)
+    return tweak
+
+
 def make_mixtral(root):
     """mixtral(-q4): a Mixtral (mlx-lm's mixtral: experts under block_sparse_moe, stacked as
     switch_mlp; the top-2 router logits softmaxed), 2 layers, 8 experts of width 64, routers of
@@ -337,12 +346,7 @@ def make_mixtral(root):
            "num_key_value_heads": 2, "num_local_experts": 8, "num_experts_per_tok": 2, "rms_norm_eps": 1e-5,
            "rope_theta": 1e6, "max_position_embeddings": 512, "tie_word_embeddings": False}
 
-    def tweak(w):
-        for k in w:
-            if k.endswith("block_sparse_moe.gate.weight"):
-                w[k] = (0.15 * mx.random.normal(w[k].shape)).astype(mx.bfloat16)
-
-    make_moe_folder(root, "mixtral", mixtral, cfg, 8000, tweak)
+    make_moe_folder(root, "mixtral", mixtral, cfg, 8000, redraw("block_sparse_moe.gate.weight", 0.15, mx.bfloat16))
 
 
 def make_deepseek_v3(root):
@@ -361,12 +365,7 @@ def make_deepseek_v3(root):
            "first_k_dense_replace": 1, "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
            "rope_scaling": None, "attention_bias": False, "tie_word_embeddings": False}
 
-    def tweak(w):
-        for k in w:
-            if k.endswith("e_score_correction_bias"):
-                w[k] = (0.1 * mx.random.normal(w[k].shape)).astype(mx.float32)
-
-    make_moe_folder(root, "deepseek2", deepseek_v3, cfg, 9000, tweak)
+    make_moe_folder(root, "deepseek2", deepseek_v3, cfg, 9000, redraw("e_score_correction_bias", 0.1, mx.float32))
 
 
 def make_kimi_linear(root):
