@@ -19,7 +19,8 @@ llama-mixed (per-module overrides: 3 bits g32 by default, v_proj 5 bits, down_pr
 lm_head 8 bits g32, embed_tokens 2 bits g32, layer 0's k_proj left bf16).
 
   python3 -m venv /tmp/mlxvenv && /tmp/mlxvenv/bin/pip install mlx mlx-cpu mlx-lm tokenizers numpy
-  /tmp/mlxvenv/bin/python scripts/golden/make_hf_folders.py ../shared/corpus/stories-sampled.txt tests/data/hf [--quantized-only | --moe-only | --hybrids-only | --mixtral-only | --kimi-only | --ling3-only]
+  /tmp/mlxvenv/bin/python scripts/golden/make_hf_folders.py ../shared/corpus/stories-sampled.txt tests/data/hf [--quantized-only | --moe-only | --hybrids-only | --mixtral-only | --deepseek-only |
+  --kimi-only | --ling3-only]
 (made with mlx 0.32.4, mlx-lm 0.32.2, tokenizers 0.23.3)
 """
 import json
@@ -437,28 +438,16 @@ def make_ling3(root):
 
 def main():
     corpus, root = sys.argv[1], sys.argv[2]
-    if "--mixtral-only" in sys.argv:
-        make_mixtral(root)
-        make_deepseek_v3(root)
-        return
-    if "--kimi-only" in sys.argv:
-        make_kimi_linear(root)
-        return
-    if "--ling3-only" in sys.argv:
-        make_ling3(root)
-        return
-    if "--hybrids-only" in sys.argv:
-        make_qwen35moe(root)
-        make_qwen35moe_hf(root)
-        make_qwen3next(root)
-        make_qwen3next_hf(root)
-        return
-    if "--quantized-only" in sys.argv:
-        make_quantized(root)
-        return
-    if "--moe-only" in sys.argv:
-        make_moe(root)
-        return
+    # One family only, from the folders already there (the later ones take qwen3's tokenizer).
+    only = {"--quantized-only": [make_quantized], "--moe-only": [make_moe],
+            "--hybrids-only": [make_qwen35moe, make_qwen35moe_hf, make_qwen3next, make_qwen3next_hf],
+            "--mixtral-only": [make_mixtral], "--deepseek-only": [make_deepseek_v3], "--kimi-only": [make_kimi_linear],
+            "--ling3-only": [make_ling3]}
+    for flag, makers in only.items():
+        if flag in sys.argv:
+            for make in makers:
+                make(root)
+            return
     for seed, arch in enumerate(["llama", "qwen3"]):
         out = os.path.join(root, arch)
         os.makedirs(out, exist_ok=True)
