@@ -43,9 +43,9 @@ std::string pre_tokenizer_name(const json& pre, const fs::path& file) {
 }
 
 // SentencePiece-style BPE (Llama 2, Mistral, Mixtral: byte_fallback, "▁" for spaces, no
-// splitting): the normalizer that prepends "▁" and replaces spaces (legacy), or a Metaspace
-// pre-tokenizer that does the same to every segment between special tokens (prepend_scheme
-// "always", split false). Both are what llama.cpp's SPM tokenizer does with add_space_prefix.
+// splitting) with the legacy normalizer that prepends "▁" and replaces spaces: what llama.cpp's
+// SPM tokenizer does with add_space_prefix. A Metaspace pre-tokenizer is refused: it skips the
+// prefix on a segment that starts with a space, which that tokenizer does not.
 void check_sentencepiece_style(const json& t, const fs::path& file) {
   const json& norm = t.contains("normalizer") ? t["normalizer"] : json();
   const json& pre = t.contains("pre_tokenizer") ? t["pre_tokenizer"] : json();
@@ -56,12 +56,8 @@ void check_sentencepiece_style(const json& t, const fs::path& file) {
         r["pattern"].value("String", "") == " " && r.value("content", "") == "\u2581")
       return;
   }
-  if (norm.is_null() && is(pre, "Metaspace") && pre.value("replacement", "") == "\u2581" &&
-      pre.value("prepend_scheme", "always") == "always" && !pre.value("split", true))
-    return;
   fail(file.string(), ": a byte_fallback BPE (SentencePiece-style) with normalizer ", norm.dump(),
-       " and pre_tokenizer ", pre.dump(), " is not supported (the legacy Prepend + Replace normalizer, or ",
-       "Metaspace with prepend_scheme \"always\" and split false)");
+       " and pre_tokenizer ", pre.dump(), " is not supported yet (the legacy Prepend + Replace normalizer only)");
 }
 
 // A special-token field of tokenizer_config.json: a string or {"content": ...}.

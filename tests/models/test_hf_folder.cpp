@@ -205,6 +205,18 @@ TEST(HfFolderErrors, RefusedByName) {
        [](const fs::path& d) {
          edit_json(d / "tokenizer.json", [](auto& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; });
        }},
+      // A SentencePiece-style BPE with a Metaspace pre-tokenizer (its prefix rule is not the
+      // legacy normalizer's, which is what runs).
+      {"is not supported yet (the legacy Prepend + Replace normalizer only)",
+       [](const fs::path& d) {
+         edit_json(d / "tokenizer.json", [](auto& j) {
+           j["model"]["byte_fallback"] = true;
+           j["pre_tokenizer"] = {{"type", "Metaspace"},
+                                 {"replacement", "\u2581"},
+                                 {"prepend_scheme", "always"},
+                                 {"split", false}};
+         });
+       }},
   };
   expect_refused(cases, "");
 }
