@@ -19,8 +19,9 @@ void Backend::matmul(const TensorView& w, const float* x, float* y, int64_t n_to
   matmul_weights(w, x, y, n_tok);
   if (!w.lora) return;
   // Unmerged adapters: y += scale·B·(A·x), A·x of rank r first (r << in, out), on the same
-  // backend's products; the base weight stays as the file has it.
-  std::vector<float> ax, bax;
+  // backend's products; the base weight stays as the file has it. Per-thread scratch: no
+  // allocation per adapted matmul once warm (decode calls this per token per weight).
+  thread_local std::vector<float> ax, bax;
   for (const LoraTerm& t : *w.lora) {
     if (t.scale == 0.0f) continue;
     ax.resize(static_cast<size_t>(n_tok * t.a.ne[1]));
