@@ -43,10 +43,12 @@ std::string pre_tokenizer_name(const json& pre, const fs::path& file) {
 }
 
 // SentencePiece-style BPE (Llama 2, Mistral, Mixtral: byte_fallback, "▁" for spaces, no
-// splitting) with the legacy normalizer that prepends "▁" and replaces spaces: what llama.cpp's
-// SPM tokenizer does with add_space_prefix. A Metaspace pre-tokenizer is refused: it skips the
-// prefix on a segment that starts with a space, which that tokenizer does not.
-void check_sentencepiece_style(const json& t, const fs::path& file) {
+// splitting): the normalizer that prepends "▁" and replaces spaces (legacy), or a Metaspace
+// pre-tokenizer that does the same to every segment between special tokens (prepend_scheme
+// "always", split false; not on a segment that starts with a space) or only to a segment that
+// starts the input ("first"). Returns "" for the legacy normalizer (llama.cpp's SPM rule), else
+// the Metaspace scheme.
+std::string sentencepiece_metaspace(const json& t, const fs::path& file) {
   const json& norm = t.contains("normalizer") ? t["normalizer"] : json();
   const json& pre = t.contains("pre_tokenizer") ? t["pre_tokenizer"] : json();
   const auto is = [](const json& j, const char* type) { return j.is_object() && j.value("type", "") == type; };
@@ -54,10 +56,15 @@ void check_sentencepiece_style(const json& t, const fs::path& file) {
     const json &p = norm["normalizers"][0], &r = norm["normalizers"][1];
     if (is(p, "Prepend") && p.value("prepend", "") == "\u2581" && is(r, "Replace") && r.contains("pattern") &&
         r["pattern"].value("String", "") == " " && r.value("content", "") == "\u2581")
-      return;
+      return "";
   }
+  const std::string scheme = is(pre, "Metaspace") ? pre.value("prepend_scheme", "always") : "";
+  if (norm.is_null() && pre.value("replacement", "") == "\u2581" && (scheme == "always" || scheme == "first") &&
+      !pre.value("split", true))
+    return scheme;
   fail(file.string(), ": a byte_fallback BPE (SentencePiece-style) with normalizer ", norm.dump(),
-       " and pre_tokenizer ", pre.dump(), " is not supported yet (the legacy Prepend + Replace normalizer only)");
+       " and pre_tokenizer ", pre.dump(), " is not supported (the legacy Prepend + Replace normalizer, or ",
+       "Metaspace with prepend_scheme \"always\" or \"first\" and split false)");
 }
 
 // A special-token field of tokenizer_config.json: a string or {"content": ...}.
@@ -79,7 +86,7 @@ void add_tokenizer(const fs::path& dir, const json& config, Kv& kv) {
     fail(tj.string(), ": model type '", model.value("type", "?"), "' is not supported yet (byte-level BPE only)");
   // SentencePiece-style (byte_fallback) runs as llama.cpp's SPM tokenizer; else byte-level BPE.
   const bool spm = model.value("byte_fallback", false);
-  if (spm) check_sentencepiece_style(t, tj);
+  const std::string metaspace = spm ? sentencepiece_metaspace(t, tj) : "";
   const json& norm = spm || !t.contains("normalizer") ? json() : t["normalizer"];
   // NFC (Qwen's): applied as tokenizers applies it, to the text between added tokens (llama.cpp
   // skips it, which differs on text that is not already NFC).
@@ -144,6 +151,7 @@ void add_tokenizer(const fs::path& dir, const json& config, Kv& kv) {
     kv.emplace_back("tokenizer.ggml.scores", f32_array(scores));
     kv.emplace_back("tokenizer.ggml.token_type", i32_array(types));
     kv.emplace_back("tokenizer.ggml.add_space_prefix", boolean(true));
+    if (!metaspace.empty()) kv.emplace_back("sluice.tokenizer.metaspace", str(metaspace));
     if (ids.count(unk)) kv.emplace_back("tokenizer.ggml.unknown_token_id", u32(static_cast<uint64_t>(ids[unk])));
   } else {
     kv.emplace_back("tokenizer.ggml.model", str("gpt2"));

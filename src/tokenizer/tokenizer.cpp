@@ -493,7 +493,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
       continue;
     }
     buf.clear();
-    if (v_.add_space_prefix && prev_special) buf.push_back(' ');
+    bool prefix = v_.add_space_prefix && prev_special;
+    if (!v_.metaspace.empty())  // Hugging Face's Metaspace: not on a space, "first": at the start only
+      prefix = prefix && f.len > 0 && text[f.off] != ' ' && (v_.metaspace == "always" || f.off == 0);
+    if (prefix) buf.push_back(' ');
     buf.append(text.substr(f.off, f.len));
     spm_tokenize(replace_all(buf, " ", kSpaceEscape), out);
     prev_special = false;

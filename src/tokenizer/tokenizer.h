@@ -65,6 +65,10 @@ struct Vocab {
                                      // Default: SPM true; BPE per pre type (true for llama3, tekken, chameleon)
   bool add_eos = false;              // tokenizer.ggml.add_eos_token: encode(add_special) appends EOS
   bool add_space_prefix = true;      // tokenizer.ggml.add_space_prefix: SPM prepends ' ' to the text
+  // sluice.tokenizer.metaspace ("always" or "first": a tokenizer.json Metaspace pre-tokenizer):
+  // the space prefix only on text that does not start with a space, and with "first" only on
+  // text that starts the input. Empty: llama.cpp's SPM rule (every fragment after a special token).
+  std::string metaspace;
   bool nfc = false;  // sluice.tokenizer.nfc (a tokenizer.json NFC normalizer): BPE text between special tokens is
                      // NFC-normalized first, as Hugging Face tokenizers does
 };

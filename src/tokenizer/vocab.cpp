@@ -111,6 +111,9 @@ Vocab vocab_from_gguf(const GgufFile& f) {
   v.nfc = f.get_bool_or("sluice.tokenizer.nfc", false);
   v.add_eos = f.get_bool_or("tokenizer.ggml.add_eos_token", v.add_eos);
   v.add_space_prefix = f.get_bool_or("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
+  v.metaspace = f.get_string_or("sluice.tokenizer.metaspace", "");
+  if (!v.metaspace.empty() && v.metaspace != "always" && v.metaspace != "first")
+    fail(f.path(), ": sluice.tokenizer.metaspace '", v.metaspace, "' is not always or first");
   if (v.add_bos && v.bos_id < 0) {
     fail(f.path(), ": tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is not set");
   }

@@ -205,16 +205,16 @@ TEST(HfFolderErrors, RefusedByName) {
        [](const fs::path& d) {
          edit_json(d / "tokenizer.json", [](auto& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; });
        }},
-      // A SentencePiece-style BPE with a Metaspace pre-tokenizer (its prefix rule is not the
-      // legacy normalizer's, which is what runs).
-      {"is not supported yet (the legacy Prepend + Replace normalizer only)",
+      // A SentencePiece-style BPE with a Metaspace pre-tokenizer that splits on spaces (only
+      // the unsplit "always" and "first" schemes run).
+      {"is not supported (the legacy Prepend + Replace normalizer, or Metaspace",
        [](const fs::path& d) {
          edit_json(d / "tokenizer.json", [](auto& j) {
            j["model"]["byte_fallback"] = true;
            j["pre_tokenizer"] = {{"type", "Metaspace"},
                                  {"replacement", "\u2581"},
                                  {"prepend_scheme", "always"},
-                                 {"split", false}};
+                                 {"split", true}};
          });
        }},
   };

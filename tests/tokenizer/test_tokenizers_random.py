@@ -4,7 +4,8 @@
 ../shared/models/vocab (Qwen3: NFC normalizer, Qwen2 split regex; Llama 3; Llama 2's SentencePiece
 vocabulary as the Llama 2-style tokenizer.json transformers writes for it, byte_fallback BPE: built
 here from ggml-vocab-llama-spm.gguf, and checked once against sentencepiece itself, 20,000/20,000)
-and 25,000 for each test folder's (SmolLM's digits pre-tokenizer; Qwen3.5's, as mlx_lm.convert
+and 25,000 for each of: that vocabulary with a Metaspace pre-tokenizer (prepend_scheme "always",
+then "first"), and the test folders (SmolLM's digits pre-tokenizer; Qwen3.5's, as mlx_lm.convert
 rewrote it). The
 strings mix scripts, digits, punctuation, whitespace runs and line breaks, contractions in any
 case, decomposed accents and stray combining marks (NFC changes them), emoji sequences and the
@@ -82,13 +83,14 @@ def folder_for(tokenizer_json, config_json=None):
     return d
 
 
-def spm_tokenizer_json(gguf_path, out_dir):
+def spm_tokenizer_json(gguf_path, out_dir, metaspace=None):
     """A Llama 2-style tokenizer.json (BPE with byte_fallback, the legacy Prepend + Replace
-    normalizer) from the SentencePiece vocabulary of a GGUF (tokens, scores, types), its merges
+    normalizer; or, with metaspace "always" / "first", a Metaspace pre-tokenizer as newer files
+    have) from the SentencePiece vocabulary of a GGUF (tokens, scores, types), its merges
     extracted as transformers' SentencePieceExtractor does (every split of a token into two
     tokens, ordered by the token's score): what convert_slow_tokenizer writes for Llama 2."""
     import gguf
-    from tokenizers import AddedToken, decoders, models, normalizers
+    from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers
     r = gguf.GGUFReader(gguf_path)
     f = r.fields["tokenizer.ggml.tokens"]
     toks = [bytes(f.parts[i]).decode("utf-8") for i in f.data]
@@ -102,11 +104,14 @@ def spm_tokenizer_json(gguf_path, out_dir):
         merges.extend(sorted(local, key=lambda x: (vocab[x[0]], vocab[x[1]])))
     merges = [(a, b) for a, b, _ in sorted(merges, key=lambda m: m[2], reverse=True)]
     tok = Tokenizer(models.BPE(vocab, merges, unk_token=toks[0], fuse_unk=True, byte_fallback=True))
-    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    if metaspace:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=metaspace, split=False)
+    else:
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
     tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
                                      decoders.Strip(" ", 1, 0)])
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, ty in zip(toks, types) if ty == 3])
-    path = os.path.join(out_dir, "tokenizer.json")
+    path = os.path.join(out_dir, f"tokenizer-{metaspace or 'legacy'}.json")
     tok.save(path)
     return path
 
@@ -143,8 +148,11 @@ def main():
     ]
     spm_dir = tempfile.mkdtemp(prefix="sluice_spm_")
     try:
-        cases.append(("llama-spm (32k, SentencePiece-style BPE, byte fallback)",
-                      spm_tokenizer_json(os.path.join(VOCAB, "ggml-vocab-llama-spm.gguf"), spm_dir), None, 100000, 5))
+        spm = os.path.join(VOCAB, "ggml-vocab-llama-spm.gguf")
+        cases.append(("llama-spm (32k, SentencePiece-style BPE, byte fallback)", spm_tokenizer_json(spm, spm_dir), None,
+                      100000, 5))
+        for seed, scheme in [(6, "always"), (7, "first")]:
+            cases.append((f"llama-spm, Metaspace {scheme}", spm_tokenizer_json(spm, spm_dir, scheme), None, 25000, seed))
         return run(cli, cases)
     finally:
         shutil.rmtree(spm_dir, ignore_errors=True)
