@@ -11,7 +11,7 @@
 namespace sluice {
 namespace {
 constexpr int64_t QK_K = 256;
-constexpr std::array<DTypeTraits, 20> kTraits = {{
+constexpr std::array<DTypeTraits, 21> kTraits = {{
     {DType::F32, "f32", 1, 4, false},
     {DType::F16, "f16", 1, 2, false},
     {DType::Q4_0, "q4_0", 32, 2 + 16, true},
@@ -32,6 +32,7 @@ constexpr std::array<DTypeTraits, 20> kTraits = {{
     {DType::I64, "i64", 1, 8, false},
     {DType::F64, "f64", 1, 8, false},
     {DType::BF16, "bf16", 1, 2, false},
+    {DType::Q8_A, "q8_a", 32, 2 + 2 + 32, true},
 }};
 }  // namespace
 

@@ -8,7 +8,9 @@
 
 namespace sluice {
 
-// Values are ggml's `enum ggml_type` ids as stored in GGUF tensor infos.
+// Values are ggml's `enum ggml_type` ids as stored in GGUF tensor infos, then Sluice's own
+// types from kFirstSluiceDType on: formats that loaders build in memory and that no file
+// written by ggml holds (GGUF reading refuses them; dtype_is_ggml).
 enum class DType : uint32_t {
   F32 = 0,
   F16 = 1,
@@ -30,7 +32,13 @@ enum class DType : uint32_t {
   I64 = 27,
   F64 = 28,
   BF16 = 30,
+  // 32 unsigned 8-bit codes with an fp16 scale and offset (quant/blocks.h block_q8_a): MLX's
+  // 6- and 8-bit affine groups, held exactly (format/hf_folder).
+  Q8_A = 1024,
 };
+constexpr uint32_t kFirstSluiceDType = 1024;
+// True for ggml's own ids (what a GGUF file may name).
+constexpr bool dtype_is_ggml(DType t) { return static_cast<uint32_t>(t) < kFirstSluiceDType; }
 
 struct DTypeTraits {
   DType type;

@@ -395,7 +395,8 @@ void GgufParser::read_tensor_infos(uint64_t n_tensors) {
     size_t type_at = pos_;
     uint32_t type_id = read<uint32_t>(" type");
     auto traits = dtype_traits_of(type_id);
-    if (!traits) fail_at(type_at, ctx_, " type id ", type_id, " is not a known ggml type");
+    if (!traits || !dtype_is_ggml(traits->type))
+      fail_at(type_at, ctx_, " type id ", type_id, " is not a known ggml type");
     tv.type = traits->type;
     size_t offset_at = pos_;
     uint64_t offset = read<uint64_t>(" offset");

@@ -208,6 +208,8 @@ void GgufWriter::add_tensor_info(std::string_view name, DType type, const std::v
   for (int64_t d : ne)
     if (d < 0) fail("GgufWriter: tensor '", name, "' has a negative dimension ", d);
   const DTypeTraits& tr = dtype_traits(type);
+  if (!dtype_is_ggml(type))
+    fail("GgufWriter: tensor '", name, "' has type ", tr.name, ", Sluice's own (no GGUF reader knows it)");
   if (ne[0] % tr.block_size != 0)
     fail("GgufWriter: tensor '", name, "' ne[0] = ", ne[0], " is not a multiple of the block size ", tr.block_size,
          " of ", tr.name);

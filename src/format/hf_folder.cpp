@@ -186,8 +186,9 @@ TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTens
     }
   }
   if (how.empty()) {
-    // No GGUF block holds these groups exactly (6/8 bits, or scales that are not fp16 values),
-    // or a router: float32, the numbers quantized_matmul computes (4 bytes a weight).
+    // No block holds these groups exactly (scales that are not fp16 values, a group size that
+    // is not a multiple of 32), or a router (kept in float: an int8 rounding would move expert
+    // choices): float32, the numbers quantized_matmul computes (4 bytes a weight).
     std::vector<float> out(static_cast<size_t>(rows * in));
     for (int64_t r = 0; r < rows; ++r)
       mlx_affine_dequantize_row_f32(f, codes_row(r), group_row(s, r), group_row(b, r), in,

@@ -48,6 +48,15 @@ struct block_q5_1 {
   uint8_t qs[QK5_1 / 2];
 };
 
+// x[j] = d * qs[j] + m, qs unsigned. Sluice's own (DType::Q8_A, not a ggml type): MLX's 6- and
+// 8-bit affine groups (w = code * scale + bias) with d = scale, m = bias; d and m lead as in
+// block_q4_1, so the kernels read both the same way.
+struct block_q8_a {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[32];
+};
+
 // x[j] = d * qs[j].
 struct block_q8_0 {
   uint16_t d;

@@ -88,7 +88,7 @@ std::optional<DType> mlx_affine_repack_type(const MlxAffineFormat& f) {
   if (f.group_size % 32 != 0) return std::nullopt;
   if (f.bits <= 4) return DType::Q4_1;
   if (f.bits == 5) return DType::Q5_1;
-  return std::nullopt;
+  return DType::Q8_A;  // 6 and 8 bits
 }
 
 bool mlx_affine_repack_row(const MlxAffineFormat& f, DType type, const uint32_t* codes, const void* scales,
@@ -98,6 +98,12 @@ bool mlx_affine_repack_row(const MlxAffineFormat& f, DType type, const uint32_t*
     const int64_t g = b * 32 / f.group_size, i0 = b * 32;
     const auto d = exact_fp16(scale_at(f.scale_type, scales, g)), m = exact_fp16(scale_at(f.scale_type, biases, g));
     if (!d || !m) return false;
+    if (type == DType::Q8_A) {
+      block_q8_a blk{*d, *m, {}};
+      for (int j = 0; j < 32; ++j) blk.qs[j] = static_cast<uint8_t>(code_at(codes, f.bits, i0 + j));
+      std::memcpy(static_cast<block_q8_a*>(dst) + b, &blk, sizeof blk);
+      continue;
+    }
     uint8_t qs[16];
     uint32_t qh = 0;
     for (int j = 0; j < 16; ++j) {

@@ -7,12 +7,13 @@
 // may be negative). This file is the reference dequantizer the kernels are checked against;
 // checked against mx.dequantize itself in tests/unit/test_mlx_affine.cpp.
 //
-// Loading (format/hf_folder): 2-, 3- and 4-bit groups are GGUF Q4_1 blocks and 5-bit groups
-// Q5_1 blocks exactly (w = d*q + m with d = scale, m = bias, q the code), when every scale and
-// bias is an fp16 value; the kernels then read them as they read a GGUF's. Other widths (6, 8)
-// are dequantized to float32. Both give the numbers MLX's quantized_matmul computes for float32
-// activations (mlx_affine_dequantize_row_f32), not those of mx.dequantize in f16/bf16, which
-// rounds the product and the sum to the scales' type.
+// Loading (format/hf_folder): 2-, 3- and 4-bit groups are GGUF Q4_1 blocks, 5-bit groups Q5_1
+// blocks and 6- and 8-bit groups Sluice's own Q8_A blocks (8-bit codes, fp16 scale and offset),
+// all exactly (w = d*q + m with d = scale, m = bias, q the code), when every scale and bias is an
+// fp16 value; the kernels then read them as they read a GGUF's. Otherwise (and for routers) the
+// weights are dequantized to float32. Both give the numbers MLX's quantized_matmul computes for
+// float32 activations (mlx_affine_dequantize_row_f32), not those of mx.dequantize in f16/bf16,
+// which rounds the product and the sum to the scales' type.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -44,13 +45,14 @@ void mlx_affine_dequantize_row(const MlxAffineFormat& f, const uint32_t* codes, 
 void mlx_affine_dequantize_row_f32(const MlxAffineFormat& f, const uint32_t* codes, const void* scales,
                                    const void* biases, int64_t n, float* out);
 
-// The GGUF block type that holds groups of f exactly: Q4_1 for 2, 3 and 4 bits, Q5_1 for 5;
-// nullopt for 6 and 8 bits (no GGUF type has an offset and 6+ bit codes).
+// The block type that holds groups of f exactly: Q4_1 for 2, 3 and 4 bits, Q5_1 for 5, Q8_A for
+// 6 and 8 (no GGUF type has an offset and 6+ bit codes); nullopt for a group size that is not a
+// multiple of 32.
 std::optional<DType> mlx_affine_repack_type(const MlxAffineFormat& f);
 // One row of n elements (n a multiple of the group size) into n/32 blocks of `type`
 // (mlx_affine_repack_type(f)): each block gets its group's scale as d and bias as m (fp16), and
 // the codes in ggml's order (qs[j]: element j in the low nibble, j+16 in the high one; Q5_1's
-// fifth bits in qh). Returns false, with dst partly written, when a scale or bias is not exactly
+// fifth bits in qh; Q8_A's qs[j] the code of element j). Returns false, with dst partly written, when a scale or bias is not exactly
 // an fp16 value (bf16/f32 scales outside fp16's range or precision): the caller falls back to
 // dequantizing. The blocks' dequantize_row is then bit-identical to
 // mlx_affine_dequantize_row_f32.

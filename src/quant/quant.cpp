@@ -1,5 +1,6 @@
 // quant/quant: the row-level entry points (type dispatch, argument checks), the plain
-// float types, and the 32-element "legacy" blocks Q4_0, Q4_1, Q5_0, Q5_1, Q8_0. Each
+// float types, and the 32-element "legacy" blocks Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (and Sluice's
+// own Q8_A, in their style). Each
 // routine mirrors ggml-quants.c's quantize_row_*_ref / dequantize_row_* operation for
 // operation (same float expression order, same casts), because the goal is byte-identical
 // output, not merely a good quantizer. The K-quants live in quant_k.cpp.
@@ -79,6 +80,33 @@ void quantize_q4_1(const float* x, block_q4_1* y, int64_t n) {
       const int q1 = std::clamp(trunc_to_int((x[j + QK4_1 / 2] - min) * id + 0.5f), 0, 15);
       y[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
     }
+  }
+}
+
+// ---- Q8_A: 32 x 8-bit with offset, x = d * q + m (Sluice's own; no ggml twin) -------------
+
+void dequantize_q8_a(const block_q8_a* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / 32; ++i, y += 32) {
+    const float d = fp16_to_fp32(x[i].d);
+    const float m = fp16_to_fp32(x[i].m);
+    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(x[i].qs[j]) * d + m;
+  }
+}
+
+// Q4_1's min/max rule with 255 steps (tests and synthetic weights; loaders repack MLX's codes).
+void quantize_q8_a(const float* x, block_q8_a* y, int64_t n) {
+  for (int64_t i = 0; i < n / 32; ++i, x += 32) {
+    float min = FLT_MAX, max = -FLT_MAX;
+    for (int j = 0; j < 32; ++j) {
+      if (x[j] < min) min = x[j];
+      if (x[j] > max) max = x[j];
+    }
+    const float d = (max - min) / 255;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = fp32_to_fp16(d);
+    y[i].m = fp32_to_fp16(min);
+    for (int j = 0; j < 32; ++j)
+      y[i].qs[j] = static_cast<uint8_t>(std::clamp(trunc_to_int((x[j] - min) * id + 0.5f), 0, 255));
   }
 }
 
@@ -205,6 +233,7 @@ bool quant_supported(DType t) {
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::Q8_0:
+    case DType::Q8_A:
     case DType::Q2_K:
     case DType::Q3_K:
     case DType::Q4_K:
@@ -248,6 +277,7 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::Q5_0: return dequantize_q5_0(static_cast<const block_q5_0*>(src), dst, n);
     case DType::Q5_1: return dequantize_q5_1(static_cast<const block_q5_1*>(src), dst, n);
     case DType::Q8_0: return dequantize_q8_0(static_cast<const block_q8_0*>(src), dst, n);
+    case DType::Q8_A: return dequantize_q8_a(static_cast<const block_q8_a*>(src), dst, n);
     case DType::Q2_K: return dequantize_q2_K(static_cast<const block_q2_K*>(src), dst, n);
     case DType::Q3_K: return dequantize_q3_K(static_cast<const block_q3_K*>(src), dst, n);
     case DType::Q4_K: return dequantize_q4_K(static_cast<const block_q4_K*>(src), dst, n);
@@ -277,6 +307,7 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::Q5_0: return quantize_q5_0(src, static_cast<block_q5_0*>(dst), n);
     case DType::Q5_1: return quantize_q5_1(src, static_cast<block_q5_1*>(dst), n);
     case DType::Q8_0: return quantize_q8_0(src, static_cast<block_q8_0*>(dst), n);
+    case DType::Q8_A: return quantize_q8_a(src, static_cast<block_q8_a*>(dst), n);
     case DType::Q2_K: return quantize_q2_K(src, static_cast<block_q2_K*>(dst), n);
     case DType::Q3_K: return quantize_q3_K(src, static_cast<block_q3_K*>(dst), n);
     case DType::Q4_K: return quantize_q4_K(src, static_cast<block_q4_K*>(dst), n);

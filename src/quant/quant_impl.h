@@ -35,11 +35,13 @@ void dequantize_q4_1(const block_q4_1* x, float* y, int64_t n);
 void dequantize_q5_0(const block_q5_0* x, float* y, int64_t n);
 void dequantize_q5_1(const block_q5_1* x, float* y, int64_t n);
 void dequantize_q8_0(const block_q8_0* x, float* y, int64_t n);
+void dequantize_q8_a(const block_q8_a* x, float* y, int64_t n);
 void quantize_q4_0(const float* x, block_q4_0* y, int64_t n);
 void quantize_q4_1(const float* x, block_q4_1* y, int64_t n);
 void quantize_q5_0(const float* x, block_q5_0* y, int64_t n);
 void quantize_q5_1(const float* x, block_q5_1* y, int64_t n);
 void quantize_q8_0(const float* x, block_q8_0* y, int64_t n);
+void quantize_q8_a(const float* x, block_q8_a* y, int64_t n);
 
 void dequantize_q2_K(const block_q2_K* x, float* y, int64_t n);
 void dequantize_q3_K(const block_q3_K* x, float* y, int64_t n);

@@ -84,8 +84,8 @@ std::vector<float> run_matmul(Backend& b, const TensorView& w, const std::vector
 }
 
 const DType kAllWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                                 DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K,
-                                 DType::Q4_K, DType::Q5_K, DType::Q6_K};
+                                 DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_A, DType::Q2_K,
+                                 DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 // ---- matmul ----------------------------------------------------------------------------
 
@@ -143,7 +143,7 @@ TEST(BackendParity, MatmulBatchInvariant) {
   for (CpuIsa isa : available_isas()) {
     auto cpu = make_cpu_backend(2, isa);
     for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                    DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+                    DType::Q8_A, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
       if (!quant_supported(t)) continue;
       Weights w(t, 512, 37, 5);
       const int64_t T = 7;
@@ -169,8 +169,8 @@ TEST(KernelQuant, FastPathsBitExact) {
   std::mt19937 rng(5);
   for (CpuIsa isa : available_isas()) {
     const cpu::Kernels& k = cpu::kernels_for(isa);
-    for (DType t :
-         {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q8_A, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                    DType::Q5_K, DType::Q6_K}) {
       const cpu::QuantOps* q = k.quant(t);
       if (!q) {
         std::printf("[  INFO    ] %s: no %s fast path (uses dequantize_row)\n", std::string(cpu_isa_name(isa)).c_str(),
@@ -196,6 +196,7 @@ TEST(KernelQuant, FastPathsBitExact) {
           case DType::Q3_K: put(tr.block_bytes - 2); break;                           // d last
           case DType::Q2_K: put(tr.block_bytes - 4), put(tr.block_bytes - 2); break;  // d, dmin last
           case DType::Q4_1:
+          case DType::Q8_A:
           case DType::Q4_K:
           case DType::Q5_K: put(0), put(2); break;  // d, m/dmin first
           default: put(0);

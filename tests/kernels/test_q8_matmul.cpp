@@ -88,7 +88,7 @@ std::vector<float> requantize(const std::vector<float>& x, int64_t n_in, DType a
   return out;
 }
 
-const DType kQ8Types[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+const DType kQ8Types[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_A,
                           DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 TEST(Q8Matmul, AgainstRefTightAndLoose) {
@@ -228,7 +228,7 @@ TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
       }
     }
   }
-  EXPECT_EQ(tiled_types, 8) << "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K have tiles";
+  EXPECT_EQ(tiled_types, 9) << "Q4_0, Q4_1, Q5_0, Q5_1, Q8_A, Q8_0, Q4_K, Q5_K and Q6_K have tiles";
 }
 
 // The AMX-INT8 tiles (kernels_amx.cpp) against the scalar twin, bitwise, at token counts that

@@ -487,7 +487,7 @@ void PrintTo(const QuantCase& q, std::ostream* os) { *os << q.dir; }  // test na
 class HfQuantFolder : public ::testing::TestWithParam<QuantCase> {};
 
 // The tolerance is the float folders' (2e-3) on ref and cpu-exact, also after a chunked prefill:
-// the repacked Q4_1/Q5_1 blocks and the float32 dequantized widths give exactly the weights MLX's
+// the repacked Q4_1/Q5_1/Q8_A blocks and the float32 dequantized routers give exactly the weights MLX's
 // float32 quantized_matmul uses, so only the float order of the sums differs. The cpu backend
 // multiplies them by int8 activations, as it does a GGUF's (decode at the bandwidth): that misses
 // MLX by 0.03-0.05 on the dense folders (checked below 0.1), and where an MoE router's near-tie
@@ -560,8 +560,8 @@ INSTANTIATE_TEST_SUITE_P(
         QuantCase{"llama-mixed",
                   "llama",
                   {"2-bit g32 bf16 → q4_1 (exact): 1 tensor", "3-bit g32 bf16 → q4_1 (exact): 9 tensors",
-                   "5-bit g32 bf16 → q5_1 (exact): 2 tensors", "6-bit g64 bf16 → f32 (dequantized): 2 tensors",
-                   "8-bit g32 bf16 → f32 (dequantized): 1 tensor"}}),
+                   "5-bit g32 bf16 → q5_1 (exact): 2 tensors", "6-bit g64 bf16 → q8_a (exact): 2 tensors",
+                   "8-bit g32 bf16 → q8_a (exact): 1 tensor"}}),
     [](const auto& info) {
       std::string n = info.param.dir;
       for (char& c : n)

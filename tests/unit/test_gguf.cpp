@@ -504,6 +504,7 @@ TEST(GgufWriter, MisuseIsReported) {
   EXPECT_THROW(w.add_tensor_info("q", DType::Q4_0, {33}), Error);            // not a block multiple
   EXPECT_THROW(w.add_tensor_info("z", DType::F32, {1, 1, 1, 1, 1}), Error);  // 5 dims
   EXPECT_THROW(w.add_tensor_info("n", DType::F32, {-1}), Error);
+  EXPECT_THROW(w.add_tensor_info("m", DType::Q8_A, {32}), Error);         // Sluice's own type: no GGUF reader knows it
   EXPECT_THROW(w.add_tensor("s", DType::F32, {4}, a.data(), 15), Error);  // size mismatch
   EXPECT_THROW(w.set_alignment(48), Error);
   EXPECT_THROW(w.set("bad", GgufValue{GgufType::UINT32, int32_t{1}}), Error);  // tag vs variant
@@ -724,6 +725,9 @@ TEST(GgufCorrupt, UnknownTypeIds) {
   b = bytes;
   wr_u32(b, l.tensor("a").type_pos, 4);  // ggml's removed Q4_2: not in the table
   expect_error(b, {"tensor 0 'a' type id 4"}, l.tensor("a").type_pos, "tensor_type_4");
+  b = bytes;
+  wr_u32(b, l.tensor("a").type_pos, static_cast<uint32_t>(DType::Q8_A));  // Sluice's own: never in a file
+  expect_error(b, {"tensor 0 'a' type id 1024 is not a known ggml type"}, l.tensor("a").type_pos, "tensor_type_q8_a");
   b = bytes;
   const auto& bc = l.kv("llama.block_count");
   wr_u32(b, bc.type_pos, 13);

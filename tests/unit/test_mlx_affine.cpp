@@ -2,8 +2,9 @@
 // (format/safetensors.h) on a file MLX wrote and on hostile buffers, and the MLX affine
 // dequantizer (quant/mlx_affine.h) against mx.dequantize's own output for every bit width and
 // group size MLX writes (tests/data/mlx/affine.safetensors, scripts/golden/make_mlx_affine.py);
-// and the repack of 2..5-bit groups into GGUF Q4_1/Q5_1 blocks (format/hf_folder loads MLX
-// folders so), bit-identical to the float32 dequantizer.
+// and the repack of 2..5-bit groups into GGUF Q4_1/Q5_1 blocks and of 6- and 8-bit groups into
+// Sluice's Q8_A blocks (format/hf_folder loads MLX folders so), bit-identical to the float32
+// dequantizer.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -95,7 +96,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
-TEST(MlxAffine, RepacksIntoQ4_1AndQ5_1BitIdentically) {
+TEST(MlxAffine, RepacksIntoQ4_1Q5_1AndQ8_ABitIdentically) {
   std::mt19937 rng(7);
   int repacked = 0;
   for (int bits : {2, 3, 4, 5, 6, 8}) {
@@ -103,9 +104,8 @@ TEST(MlxAffine, RepacksIntoQ4_1AndQ5_1BitIdentically) {
       for (DType st : {DType::F16, DType::BF16, DType::F32}) {
         const MlxAffineFormat f{bits, group, st};
         const auto type = mlx_affine_repack_type(f);
-        ASSERT_EQ(type.has_value(), bits <= 5) << bits;
-        if (!type) continue;
-        EXPECT_EQ(*type, bits == 5 ? DType::Q5_1 : DType::Q4_1);
+        ASSERT_TRUE(type.has_value()) << bits;
+        EXPECT_EQ(*type, bits >= 6 ? DType::Q8_A : bits == 5 ? DType::Q5_1 : DType::Q4_1);
         const int64_t n = 256, n_groups = n / group;
         std::vector<uint32_t> codes(static_cast<size_t>(mlx_affine_row_words(f, n)));
         for (auto& w : codes) w = static_cast<uint32_t>(rng());
@@ -139,6 +139,14 @@ TEST(MlxAffine, RepacksIntoQ4_1AndQ5_1BitIdentically) {
           dequantize_row(*type, blocks.data(), got.data(), n);
           EXPECT_FALSE(same_bits(got, want)) << "the nibble order does not matter?";
         }
+        if (bits == 8 && group == 32 && st == DType::F16) {
+          // Negative control: the codes taken as signed bytes (Q8_0's reading).
+          auto* blk = reinterpret_cast<block_q8_a*>(blocks.data());
+          for (int64_t k = 0; k < n / 32; ++k)
+            for (uint8_t& q : blk[k].qs) q = static_cast<uint8_t>(static_cast<int8_t>(q) + 128);
+          dequantize_row(*type, blocks.data(), got.data(), n);
+          EXPECT_FALSE(same_bits(got, want)) << "the codes' sign does not matter?";
+        }
         if (st == DType::BF16) {
           // A bf16 scale outside fp16's range (1e-6 is below its subnormals' precision; 1e5 past
           // its max) has no exact Q4_1/Q5_1 block: the repack says so.
@@ -152,15 +160,16 @@ TEST(MlxAffine, RepacksIntoQ4_1AndQ5_1BitIdentically) {
       }
     }
   }
-  EXPECT_EQ(repacked, 4 * 3 * 3);
+  EXPECT_EQ(repacked, 6 * 3 * 3);
   EXPECT_THROW(mlx_affine_repack_row({6, 64, DType::F16}, DType::Q4_1, nullptr, nullptr, nullptr, 64, nullptr), Error);
+  EXPECT_THROW(mlx_affine_repack_row({4, 64, DType::F16}, DType::Q8_A, nullptr, nullptr, nullptr, 64, nullptr), Error);
 }
 
 // On MLX's own codes and scales (the fixture): f16/bf16 groups repack exactly.
 TEST(MlxAffine, RepacksMlxCodes) {
   const SafetensorsFile f(kFixture);
   int checked = 0;
-  for (int bits : {2, 3, 4, 5}) {
+  for (int bits : {2, 3, 4, 5, 6, 8}) {
     for (const char* dt : {"float16", "bfloat16"}) {
       const std::string name = "b" + std::to_string(bits) + "_g64_" + dt;
       const StTensor *w = f.find(name + ".weight"), *s = f.find(name + ".scales"), *b = f.find(name + ".biases");
@@ -182,7 +191,7 @@ TEST(MlxAffine, RepacksMlxCodes) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 8);
+  EXPECT_EQ(checked, 12);
 }
 
 // A buffer: 8-byte length, the header, then `data` bytes.

@@ -76,8 +76,8 @@ int64_t first_bit_mismatch(const float* a, const float* b, size_t n) {
   return -1;
 }
 
-const std::vector<DType> kQuantTypes = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K,
-                                        DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K};
+const std::vector<DType> kQuantTypes = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q8_A,
+                                        DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K};
 
 // ======================================================================================
 // fp16 / bf16
@@ -512,6 +512,7 @@ RmseBound rmse_bound(DType t) {
   switch (t) {
     case DType::Q8_0: return {0.0090, 0.016};  // 8-bit:  laplace 0.0066, outliers 0.0120
     case DType::Q8_K: return {0.013, 0.022};   // 8-bit over 256: laplace 0.0098, outliers 0.0168
+    case DType::Q8_A: return {0.0075, 0.009};  // 8-bit with offset: laplace 0.0054, outliers 0.0065
     case DType::Q6_K: return {0.028, 0.043};   // 6-bit:  laplace 0.0213, outliers 0.0331
     case DType::Q5_0: return {0.070, 0.12};    // 5-bit:  laplace 0.0532, outliers 0.0943
     case DType::Q5_1: return {0.058, 0.070};   // 5-bit:  laplace 0.0443, outliers 0.0532
@@ -713,7 +714,8 @@ TEST(QuantOracle, RandomBlocksDecodeIdentically) {
   const auto dists = make_dists(256 * 8);
   std::vector<std::pair<DType, std::vector<uint8_t>>> cases;
   for (DType t : kQuantTypes) {
-    if (t == DType::Q8_K) continue;  // gguf-py has no Q8_K decoder (it is never stored in files)
+    // gguf-py has no Q8_K decoder (it is never stored in files), and Q8_A is Sluice's own.
+    if (t == DType::Q8_K || t == DType::Q8_A) continue;
     std::vector<uint8_t> all;
     for (const auto& d : dists) {
       const auto q = quant(t, d.x);
@@ -730,6 +732,7 @@ TEST(QuantOracle, RandomBlocksDecodeIdentically) {
       case DType::Q8_0: halves = {0}; break;
       case DType::Q4_1:
       case DType::Q5_1:
+      case DType::Q8_A:
       case DType::Q4_K:
       case DType::Q5_K: halves = {0, 2}; break;
       case DType::Q2_K: halves = {80, 82}; break;

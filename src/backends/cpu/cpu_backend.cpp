@@ -145,7 +145,7 @@ class CpuBackend final : public Backend {
   const cpu::Q8Ops* q8_op(const TensorView& w) const {
     if (!q8_) return nullptr;
     const DType t = w.type;
-    if ((t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1) && !q8_legacy_) return nullptr;
+    if ((t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q8_A) && !q8_legacy_) return nullptr;
     return q8_->get(t);
   }
 

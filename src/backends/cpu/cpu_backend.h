@@ -34,14 +34,14 @@ struct CpuBackendOptions {
   // each weight row once for the batch's few tokens: a tile's repack costs more than it saves
   // while the step is bound by reading the weights (several sequences decoding together).
   int64_t q8_tile_min_tokens = cpu::kQ8TileMinTokens;
-  // With q8_activations: Q4_1, Q5_0 and Q5_1 weights (ggml's legacy 32-blocks) take the int8
+  // With q8_activations: Q4_1, Q5_0 and Q5_1 weights (ggml's legacy 32-blocks; and Q8_A) take the int8
   // path too (SLUICE_CPU_Q8_LEGACY=0 turns it off), with the VNNI prefill tiles
   // (kernels_q8_impl.h, QLegacyTile; Q4_0 and Q8_0 always have both), as llama.cpp multiplies
   // them. SmolLM2-135M Q4_1, 2 threads, AMD EPYC Zen 4 (a VM at 30 GB/s), int8 vs float,
   // interleaved: pp512 484/432 vs 195/177 tok/s, tg32 138/140 vs 101/74. Tiles and row dots of
   // the 32-block types give the same bits (one float order), so batches, parallel requests and
   // speculative decoding see no difference between paths. MLX folders' weights (repacked to
-  // Q4_1/Q5_1 exactly) take it too: decode on a 12-layer qwen3-30b-a3b-shaped MLX 4-bit folder
+  // Q4_1/Q5_1/Q8_A exactly) take it too: decode on a 12-layer qwen3-30b-a3b-shaped MLX 4-bit folder
   // 41-42 tok/s (65-67% of the bandwidth) against 15-16 (23-27%) in float. MLX-LM multiplies in
   // float, so the "cpu-exact" backend is the one that matches it to float rounding (2e-3 on
   // tests/data/hf's folders); with int8 activations the tiny random folders miss it by

@@ -81,7 +81,7 @@ struct Kernels {
 
   // Quantized fast paths; a null decode means "none at this level: use dequantize_row".
   // (Q5_0/Q5_1 have none: their fifth bits are spread across a 32-bit word per block.)
-  QuantOps q8_0, q4_0, q4_1, q2_K, q3_K, q4_K, q5_K, q6_K;
+  QuantOps q8_0, q4_0, q4_1, q8_a, q2_K, q3_K, q4_K, q5_K, q6_K;
 
   // The fast path for t, or nullptr.
   const QuantOps* quant(DType t) const {
@@ -90,6 +90,7 @@ struct Kernels {
       case DType::Q8_0: q = &q8_0; break;
       case DType::Q4_0: q = &q4_0; break;
       case DType::Q4_1: q = &q4_1; break;
+      case DType::Q8_A: q = &q8_a; break;
       case DType::Q2_K: q = &q2_K; break;
       case DType::Q3_K: q = &q3_K; break;
       case DType::Q4_K: q = &q4_K; break;
@@ -170,7 +171,7 @@ struct Q8Ops {
 
 struct Q8Kernels {
   const char* name;  // "generic", "avx2", "avx512", "avx512-vnni"
-  Q8Ops q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K;
+  Q8Ops q4_0, q4_1, q5_0, q5_1, q8_a, q8_0, q4_K, q5_K, q6_K;
   // quantize_row(Q8_K, x, y, n) with vectors: the same bytes for finite x (tested); null = use
   // quantize_row. Prefill quantizes each token once per matmul, 3 times per routed expert.
   void (*quantize_q8_K)(const float* x, void* y, int64_t n) = nullptr;
@@ -183,6 +184,7 @@ struct Q8Kernels {
       case DType::Q4_1: q = &q4_1; break;
       case DType::Q5_0: q = &q5_0; break;
       case DType::Q5_1: q = &q5_1; break;
+      case DType::Q8_A: q = &q8_a; break;
       case DType::Q8_0: q = &q8_0; break;
       case DType::Q4_K: q = &q4_K; break;
       case DType::Q5_K: q = &q5_K; break;

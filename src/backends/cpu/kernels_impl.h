@@ -328,6 +328,16 @@ struct DecQ4_1 {
   }
 };
 
+// Q8_A (MLX's 6-/8-bit groups): x = q·d + m with 8-bit codes, as DecQ4_1.
+struct DecQ8_A {
+  static constexpr int QK = 32;
+  using Block = block_q8_a;
+  static void block(const Block& b, float* y) {
+    const V d = Simd::set1(Simd::half(b.d)), negm = Simd::set1(-Simd::half(b.m));
+    for (int k = 0; k < QK; k += W) Simd::store(y + k, Simd::mul_sub(Simd::ubits(b.qs + k, 0, 0xFF), d, negm));
+  }
+};
+
 // q2_K: per 128-element half, 4 planes (shift 0, 2, 4, 6) of 32 bytes, each two sub-blocks
 // of 16 with scale (d·(sc & 15)) and min (dmin·(sc >> 4)).
 struct DecQ2_K {
@@ -500,10 +510,10 @@ constexpr QuantOps quant_ops() {
 }
 
 constexpr QuantOps kQ8_0 = quant_ops<DecQ8_0>(), kQ4_0 = quant_ops<DecQ4_0>(), kQ4_1 = quant_ops<DecQ4_1>(),
-                   kQ2_K = quant_ops<DecQ2_K>(), kQ3_K = quant_ops<DecQ3_K>(), kQ4_K = quant_ops<DecQ4_K>(),
-                   kQ5_K = quant_ops<DecQ5_K>(), kQ6_K = quant_ops<DecQ6_K>();
+                   kQ8_A = quant_ops<DecQ8_A>(), kQ2_K = quant_ops<DecQ2_K>(), kQ3_K = quant_ops<DecQ3_K>(),
+                   kQ4_K = quant_ops<DecQ4_K>(), kQ5_K = quant_ops<DecQ5_K>(), kQ6_K = quant_ops<DecQ6_K>();
 #else
-constexpr QuantOps kQ8_0{}, kQ4_0{}, kQ4_1{}, kQ2_K{}, kQ3_K{}, kQ4_K{}, kQ5_K{}, kQ6_K{};
+constexpr QuantOps kQ8_0{}, kQ4_0{}, kQ4_1{}, kQ8_A{}, kQ2_K{}, kQ3_K{}, kQ4_K{}, kQ5_K{}, kQ6_K{};
 #endif
 
 // constexpr: constant-initialized, so no start-up code runs with this file's ISA flags.
@@ -533,6 +543,7 @@ constexpr Kernels kTable = {
     .q8_0 = kQ8_0,
     .q4_0 = kQ4_0,
     .q4_1 = kQ4_1,
+    .q8_a = kQ8_A,
     .q2_K = kQ2_K,
     .q3_K = kQ3_K,
     .q4_K = kQ4_K,

@@ -93,6 +93,7 @@ struct LegacyCodes {
   using Block = B;
   static constexpr int kOff = Off;
   static constexpr bool kMin = Off == 0;
+  static constexpr bool kWide = false;  // codes ≤ 31
   static int code(const Block& b, int j) {
     int c = j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4;
     if constexpr (Five) c |= static_cast<int>((q8_qh32(b.qh) >> j) & 1) << 4;
@@ -106,6 +107,19 @@ struct LegacyCodes {
     else
       return c;
   }
+#endif
+};
+// Sluice's Q8_A (MLX's 6- and 8-bit affine groups): x = d·c + m with the 8-bit codes c as
+// stored. kWide: a code may exceed 127, so maddubs (u8·s8 pairs into saturating int16) cannot
+// take it as it is; Dot32 then multiplies c − 128 by the sign trick and adds 128·Σa.
+struct AffineQ8Codes {
+  using Block = block_q8_a;
+  static constexpr int kOff = 0;
+  static constexpr bool kMin = true;
+  static constexpr bool kWide = true;
+  static int code(const Block& b, int j) { return b.qs[j]; }
+#if SLUICE_Q8_SIMD
+  static __m256i codes(const Block& b) { return q8_load(b.qs); }
 #endif
 };
 using LegacyQ4_0 = LegacyCodes<block_q4_0, 8, false>;
@@ -147,6 +161,7 @@ template <class C>
 struct Q8Unpack_min {
   using Block = typename C::Block;
   static constexpr bool kMin = true;
+  static constexpr bool kWide = C::kWide;
 #if SLUICE_Q8_SIMD
   static __m256i bytes(const Block& b) { return C::codes(b); }
 #endif
@@ -156,6 +171,7 @@ using Q8Unpack_q4_0 = Q8Unpack_offset<LegacyQ4_0>;
 using Q8Unpack_q5_0 = Q8Unpack_offset<LegacyQ5_0>;
 using Q8Unpack_q4_1 = Q8Unpack_min<LegacyQ4_1>;
 using Q8Unpack_q5_1 = Q8Unpack_min<LegacyQ5_1>;
+using Q8Unpack_q8_a = Q8Unpack_min<AffineQ8Codes>;
 
 // One token's Q8_0 activations with what every weight row needs of them, computed once per
 // token and call: d_a per block as float and, for the min types, Σa per block as float (exact),
@@ -201,6 +217,13 @@ template <class V, int NT>
 struct Dot32 {
   using Block = typename V::Block;
 #if SLUICE_Q8_SIMD
+  // Codes above 127 without dpbusd: the signed route (see AffineQ8Codes).
+  static constexpr bool kWideSigned = [] {
+    if constexpr (V::kMin)
+      return V::kWide && !SLUICE_Q8_VNNI;
+    else
+      return false;
+  }();
   // Blocks i..i+NK of the row into lanes 0..NK (NK < 4: the row's last group; the other
   // lanes keep their sums).
   template <int NK>
@@ -208,7 +231,8 @@ struct Dot32 {
     __m256i xv[4], ux[4];
     for (int k = 0; k < 4; ++k) {
       xv[k] = k < NK ? V::bytes(x[i + k]) : _mm256_setzero_si256();
-      ux[k] = _mm256_sign_epi8(xv[k], xv[k]);
+      if constexpr (kWideSigned) xv[k] = _mm256_xor_si256(xv[k], _mm256_set1_epi8(static_cast<char>(0x80)));  // c − 128
+      ux[k] = _mm256_sign_epi8(xv[k], xv[k]);  // |v| ≤ 128: 128·127·2 fits maddubs' int16
     }
     const __m128 dx = q8_half4(x + i, NK, offsetof(Block, d));
     __m128 mx = _mm_setzero_ps();
@@ -221,10 +245,16 @@ struct Dot32 {
           continue;
         }
         const __m256i aq = q8_load(a[t].q[i + k].qs);
-        v[k] = V::kMin ? q8_dot_us(xv[k], aq) : q8_dot_us(ux[k], _mm256_sign_epi8(aq, xv[k]));
+        if constexpr (kWideSigned)
+          v[k] = q8_dot_us(ux[k], _mm256_sign_epi8(aq, xv[k]));
+        else
+          v[k] = V::kMin ? q8_dot_us(xv[k], aq) : q8_dot_us(ux[k], _mm256_sign_epi8(aq, xv[k]));
       }
       const __m128 da = _mm_loadu_ps(a[t].d + i);
-      __m128 r = _mm_fmadd_ps(_mm_cvtepi32_ps(q8_sum4x8(v)), _mm_mul_ps(dx, da), acc[t]);
+      __m128i si = q8_sum4x8(v);
+      // Σ c·a = Σ (c − 128)·a + 128·Σa (Σa exact in its float; the padding lanes hold 0).
+      if constexpr (kWideSigned) si = _mm_add_epi32(si, _mm_slli_epi32(_mm_cvtps_epi32(_mm_loadu_ps(a[t].sa + i)), 7));
+      __m128 r = _mm_fmadd_ps(_mm_cvtepi32_ps(si), _mm_mul_ps(dx, da), acc[t]);
       if constexpr (V::kMin) r = _mm_fmadd_ps(_mm_loadu_ps(a[t].sa + i), _mm_mul_ps(mx, da), r);
       if constexpr (NK == 4)
         acc[t] = r;
@@ -1216,12 +1246,12 @@ inline float q8_0_tile_step(const Q80Tile& b, const block_q8_0& a, int64_t r, fl
   {}
 #endif
 
-// ---- Q4_0 / Q4_1 / Q5_0 / Q5_1 prefill tiles ----------------------------------------------
-// The Q8_0 tile's layout with each weight's unsigned code c (4 or 5 bits) in place of the
+// ---- Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_A prefill tiles ---------------------------------------
+// The Q8_0 tile's layout with each weight's unsigned code c (4, 5 or 8 bits) in place of the
 // quant: qs[g][r] is word g (elements 4g..4g+3) of row r's 32 codes, so vpdpbusd takes them as
 // its unsigned operand. Per block, with s = Σ c·a and Σa exact int32 sums, into lane i mod 4,
 //   Q4_0, Q5_0 (x = d·(c − off), off 8 or 16):  L = fma(s − off·Σa, d·d_a, L)
-//   Q4_1, Q5_1 (x = d·c + m):                   L = fma(s, d·d_a, L); L = fma(Σa, m·d_a, L)
+//   Q4_1, Q5_1, Q8_A (x = d·c + m):             L = fma(s, d·d_a, L); L = fma(Σa, m·d_a, L)
 // (m is unused for the first two): the row path's (Dot32) exact sums and float operations, so
 // tiles and rows agree bitwise.
 struct QLegacyTile {
@@ -1429,6 +1459,7 @@ constexpr Q8Kernels q8_table(const char* name) {
       .q4_1 = {DType::Q8_0, q8_gemm32<Q8Unpack_q4_1>, SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<LegacyQ4_1>)},
       .q5_0 = {DType::Q8_0, q8_gemm32<Q8Unpack_q5_0>, SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<LegacyQ5_0>)},
       .q5_1 = {DType::Q8_0, q8_gemm32<Q8Unpack_q5_1>, SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<LegacyQ5_1>)},
+      .q8_a = {DType::Q8_0, q8_gemm32<Q8Unpack_q8_a>, SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<AffineQ8Codes>)},
       .q8_0 = {DType::Q8_0, q8_gemm32<Q8Unpack_q8_0>, SLUICE_Q8_Q8_0_TILE},
       .q4_K = {DType::Q8_K, q8_gemm<Dot_q4_K, QK_K>, SLUICE_Q8_Q4_K_TILE},
       .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, SLUICE_Q8_Q5_K_TILE},
