@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""bench/mlx_synth_folder.py: a Qwen3-MoE MLX 4-bit folder of random weights at real shapes, for
+"""bench/mlx_synth_folder.py: a Qwen3-MoE MLX 4-bit (or --bits 2..8) folder of random weights at real shapes, for
 decode speed on a folder (`sluice bench -m DIR`), beside `sluice synth`'s GGUF of the same shapes.
 
 The folder is what mlx_lm.convert writes for qwen3_moe at 4 bits, groups of 64 (every linear and
 the embeddings; the routers mlp.gate at 8 bits, as mlx-lm's quant_predicate): uint32 codes,
-bf16 scales and biases chosen to be fp16 values, so sluice repacks them into Q4_1 exactly. The
+bf16 scales and biases chosen to be fp16 values, so sluice repacks them exactly (Q4_1 for 2-4 bits, Q5_1
+for 5, its own Q8_A for 6 and 8). The
 tokenizer is tests/data/hf/qwen3's (400 tokens): the vocabulary is tiny, so compare speeds per
 byte read, not per token. numpy only (no mlx); the tensors are written one after another.
 
-  .venv/bin/python bench/mlx_synth_folder.py OUT_DIR [--layers 12]   # qwen3-30b-a3b shapes: 4.2 GB at 12 layers
+  .venv/bin/python bench/mlx_synth_folder.py OUT_DIR [--layers 12] [--bits 4]   # qwen3-30b-a3b shapes: 4.2 GB at 12 layers, 4 bits
 """
 import json
 import os
@@ -41,12 +42,15 @@ def quantized(rng, shape, bits):
 def main():
     out = sys.argv[1]
     layers = int(sys.argv[sys.argv.index("--layers") + 1]) if "--layers" in sys.argv else 12
+    bits = int(sys.argv[sys.argv.index("--bits") + 1]) if "--bits" in sys.argv else 4
+    if bits not in (2, 3, 4, 5, 6, 8):
+        sys.exit(f"--bits {bits}: MLX writes 2, 3, 4, 5, 6 or 8")
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "hf", "qwen3")
     os.makedirs(out, exist_ok=True)
     for f in ["tokenizer.json", "tokenizer_config.json", "generation_config.json"]:
         shutil.copy(os.path.join(root, f), os.path.join(out, f))
     vocab = json.load(open(os.path.join(root, "config.json")))["vocab_size"]
-    quant = {"group_size": GROUP, "bits": 4, "mode": "affine"}
+    quant = {"group_size": GROUP, "bits": bits, "mode": "affine"}
     for l in range(layers):
         quant[f"model.layers.{l}.mlp.gate"] = {"group_size": GROUP, "bits": 8}
     cfg = {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "vocab_size": vocab,
@@ -63,7 +67,7 @@ def main():
     rng = np.random.default_rng(1)
     entries = []
 
-    def linear(name, shape, bits=4):
+    def linear(name, shape, bits=bits):
         *lead, o, i = shape
         entries.append((name + ".weight", "U32", [*lead, o, i * bits // 32], ("codes", shape, bits)))
         entries.append((name + ".scales", "BF16", [*lead, o, i // GROUP], ("scales", shape, bits)))
