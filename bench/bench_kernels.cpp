@@ -50,8 +50,8 @@ int main(int argc, char** argv) {
   std::printf("matmul %lld x %lld (GB/s of weights; GFLOP/s for T>1)\n", static_cast<long long>(n_out),
               static_cast<long long>(n_in));
   const std::string only = argc > 3 ? std::string(",") + argv[3] + "," : "";
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_A, DType::Q2_K,
-                  DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_A,
+                  DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     if (!quant_supported(t)) continue;
     if (!only.empty() && only.find("," + std::string(dtype_name(t)) + ",") == std::string::npos) continue;
     const size_t rb = dtype_row_bytes(t, n_in);
