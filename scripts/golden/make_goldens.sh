@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/golden/make_goldens.sh: remakes the goldens under tests/data/golden (qwen3next,
-# qwen35) and the GGUF LoRA golden under tests/data/lora-gguf with llama.cpp. Not run by CI: llama.cpp takes ~15 minutes to build on 2 cores.
+# qwen35, deepseek2-yarn, qwen3-yarn) and the GGUF LoRA golden under tests/data/lora-gguf with llama.cpp. Not run by CI: llama.cpp takes ~15 minutes to build on 2 cores.
 #
 #   LLAMA_SRC: a llama.cpp source tree (the one vendored in llama-cpp-python 0.3.36 from PyPI,
 #              commit 0c1e57098bba43ac29e6e3b677cdceebdd22334f: `pip download --no-deps
@@ -30,6 +30,14 @@ for k in 0 1 2 3 4 5 6 7; do
     echo "$arch (K=$k): min greedy margin $(min_margin "$out/greedy.json")"
   done
   .venv/bin/python -c "import json,sys; sys.exit(min(json.load(open('tests/data/golden/qwen35/greedy.json'))['margins']) < 0.05)" && break
+done
+
+# The YaRN goldens (tests/data/golden/{deepseek2,qwen3}-yarn): a shared GGUF with the
+# rope.scaling keys of their derive.json added; the test builds the same file itself.
+for n in deepseek2-yarn qwen3-yarn; do
+  .venv/bin/python scripts/golden/gguf_with_keys.py "tests/data/golden/$n/derive.json" "$work/$n.gguf"
+  "$tool" "$work/$n.gguf" "tests/data/golden/$n" 32 "$prompt" 2>/dev/null
+  echo "$n: min greedy margin $(min_margin "tests/data/golden/$n/greedy.json")"
 done
 
 # The GGUF LoRA golden (tests/data/lora-gguf): stories260K with make_gguf_lora.py's adapter

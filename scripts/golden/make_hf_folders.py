@@ -19,7 +19,7 @@ llama-mixed (per-module overrides: 3 bits g32 by default, v_proj 5 bits, down_pr
 lm_head 8 bits g32, embed_tokens 2 bits g32, layer 0's k_proj left bf16).
 
   python3 -m venv /tmp/mlxvenv && /tmp/mlxvenv/bin/pip install mlx mlx-cpu mlx-lm tokenizers numpy
-  /tmp/mlxvenv/bin/python scripts/golden/make_hf_folders.py ../shared/corpus/stories-sampled.txt tests/data/hf [--quantized-only | --moe-only | --hybrids-only | --mixtral-only | --deepseek-only |
+  /tmp/mlxvenv/bin/python scripts/golden/make_hf_folders.py ../shared/corpus/stories-sampled.txt tests/data/hf [--quantized-only | --moe-only | --hybrids-only | --mixtral-only | --deepseek-only | --yarn-only |
   --kimi-only | --ling3-only]
 (made with mlx 0.32.4, mlx-lm 0.32.2, tokenizers 0.23.3)
 """
@@ -436,13 +436,49 @@ def make_ling3(root):
     make_moe_folder(root, "bailingmoe3", bailing_moe_v3, cfg, 7000, tweak)
 
 
+# RoPE scaling cases: (folder, rope_scaling). DeepSeek-V3's own YaRN (factor 40 over 4096,
+# mscale = mscale_all_dim = 1: the attention scale grows by (0.1·ln 40 + 1)²), and Qwen3's
+# (factor 4 over 4096, no mscale_all_dim: cos and sin grow by 0.1·ln 4 + 1).
+YARN_CASES = [
+    ("deepseek2", {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                   "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
+    ("qwen3", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}),
+]
+
+
+def make_yarn_goldens(root):
+    """<folder>/golden-yarn.json: MLX-LM's run of the folder's weights with config.json's
+    rope_scaling set as YARN_CASES says (the golden keeps it: the test applies it to a copy)."""
+    import shutil
+    import tempfile
+    for name, scaling in YARN_CASES:
+        src = os.path.join(root, name)
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, name)
+            shutil.copytree(src, out, ignore=shutil.ignore_patterns("golden*.json"))
+            with open(os.path.join(out, "config.json")) as f:
+                cfg = json.load(f)
+            cfg["rope_scaling"] = scaling
+            with open(os.path.join(out, "config.json"), "w") as f:
+                json.dump(cfg, f, indent=2)
+            tok = Tokenizer.from_file(os.path.join(out, "tokenizer.json"))
+            m, _ = load(out)
+            greedy = write_golden(out, tok, m)
+            with open(os.path.join(out, "golden.json")) as f:
+                g = json.load(f)
+        g["rope_scaling"] = scaling
+        with open(os.path.join(src, "golden-yarn.json"), "w") as f:
+            json.dump(g, f)
+        print(name, "yarn greedy", greedy)
+
+
 def main():
     corpus, root = sys.argv[1], sys.argv[2]
     # One family only, from the folders already there (the later ones take qwen3's tokenizer).
     only = {"--quantized-only": [make_quantized], "--moe-only": [make_moe],
             "--hybrids-only": [make_qwen35moe, make_qwen35moe_hf, make_qwen3next, make_qwen3next_hf],
             "--mixtral-only": [make_mixtral], "--deepseek-only": [make_deepseek_v3], "--kimi-only": [make_kimi_linear],
-            "--ling3-only": [make_ling3]}
+            "--ling3-only": [make_ling3], "--yarn-only": [make_yarn_goldens]}
     for flag, makers in only.items():
         if flag in sys.argv:
             for make in makers:
@@ -490,6 +526,7 @@ def main():
     make_deepseek_v3(root)
     make_kimi_linear(root)
     make_ling3(root)
+    make_yarn_goldens(root)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@
 // row-major with the token index outermost. Weights are TensorViews (row-contiguous, any
 // dtype quant/ supports).
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -21,6 +23,30 @@ namespace sluice {
 enum class RopeMode {
   normal,  // rotate adjacent pairs (2i, 2i+1): llama, deepseek2
   neox,    // rotate pairs (i, i + n_rot/2): qwen3, qwen3moe, olmoe
+};
+
+// Rotary embedding of the first n_rot dims of a head: pair i at position p turns by
+//   θ = p·base^(-2i/n_rot)·(freq_scale·(1 − r_i) + r_i),  r_i = ext_factor·ramp(i),
+// ramp(i) = 1 − clamp((i − corr_lo) / max(0.001, corr_hi − corr_lo), 0, 1),
+// and cos θ, sin θ are scaled by mscale: llama.cpp's rope_yarn. Plain RoPE is freq_scale 1,
+// ext_factor 0, mscale 1; linear scaling only sets freq_scale = 1/factor; YaRN sets ext_factor 1
+// (the fast-turning pairs below corr_lo keep their angle, those past corr_hi are interpolated)
+// and mscale (models/model.cpp reads them).
+struct Rope {
+  int64_t n_rot = 0;
+  float base = 10000.0f;
+  RopeMode mode = RopeMode::normal;
+  float freq_scale = 1.0f, ext_factor = 0.0f, corr_lo = 0.0f, corr_hi = 0.0f, mscale = 1.0f;
+  // θ of pair i at position p, in double (a float θ·p loses ~p·2^-24 radians).
+  double angle(int32_t p, int64_t i) const {
+    const double extrap = p * std::pow(static_cast<double>(base),
+                                       -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+    if (ext_factor == 0.0f) return freq_scale * extrap;
+    const double y = (static_cast<double>(i) - corr_lo) / std::max(0.001, static_cast<double>(corr_hi) - corr_lo);
+    const double r = (1.0 - std::clamp(y, 0.0, 1.0)) * ext_factor;
+    return freq_scale * extrap * (1.0 - r) + extrap * r;
+  }
+  bool scaled() const { return freq_scale != 1.0f || ext_factor != 0.0f || mscale != 1.0f; }
 };
 
 class TqCodec;      // kvcodec/kvcodec.h
@@ -140,10 +166,9 @@ class Backend {
   virtual void get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) = 0;
   // y[r] = x[r] / sqrt(mean(x[r]²) + eps) * w  (w may be null: no scale). y may alias x.
   virtual void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) = 0;
-  // In place on x: [T][H][head_dim]; rotates the first n_rot dims of each head by angle
-  // pos[t]·base^(-2i/n_rot) for pair i, with the pair layout of `mode`.
-  virtual void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
-                    float base, RopeMode mode) = 0;
+  // In place on x: [T][H][head_dim]; rotates the first r.n_rot dims of each head by
+  // r.angle(pos[t], i) for pair i (scaled by r.mscale), with the pair layout of r.mode.
+  virtual void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, const Rope& r) = 0;
   // In place, each of n_rows rows of length n.
   virtual void softmax(float* x, int64_t n_rows, int64_t n) = 0;
   // out = silu(gate) ⊙ up, n elements. out may alias gate or up. limit > 0 is the SwiGLU clamp

@@ -313,9 +313,9 @@ void CountingBackend::get_rows(const TensorView& table, const int32_t* ids, int6
 void CountingBackend::rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) {
   timed(BenchStage::other, 0, [&] { in_.rms_norm(x, w, y, n_rows, n, eps); });
 }
-void CountingBackend::rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
-                           float base, RopeMode mode) {
-  timed(BenchStage::attention, 0, [&] { in_.rope(x, pos, n_tok, n_head, head_dim, n_rot, base, mode); });
+void CountingBackend::rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim,
+                           const Rope& r) {
+  timed(BenchStage::attention, 0, [&] { in_.rope(x, pos, n_tok, n_head, head_dim, r); });
 }
 void CountingBackend::softmax(float* x, int64_t n_rows, int64_t n) {
   timed(last_ == BenchStage::router ? BenchStage::router : BenchStage::other, 0, [&] { in_.softmax(x, n_rows, n); });

@@ -37,6 +37,43 @@ Common common_keys(const fs::path& dir, const json& c, const std::string& arch, 
 }
 
 // llama, mistral, mixtral, qwen3, qwen3_moe, and the Gated DeltaNet hybrids qwen3_5_moe and
+// config.json's rope_scaling as llama.cpp's convert writes it (models/model.cpp derives the
+// angles and scales): linear {factor}, or YaRN {factor, original_max_position_embeddings,
+// mscale_all_dim -> yarn_log_multiplier·0.1} with beta_fast 32 and beta_slow 1 (what llama.cpp
+// uses). mscale must be 1, or equal to mscale_all_dim where mscale_is_all_dim_ok (DeepSeek-V2's
+// configs; llama.cpp's special case for deepseek2). Other types are refused by name.
+void rope_scaling_keys(const json& r, const fs::path& cfg_path, const std::string& a, bool mscale_is_all_dim_ok,
+                       Kv& kv) {
+  if (r.is_null()) return;
+  const std::string where = "rope_scaling " + r.dump();
+  if (!r.is_object()) fail(cfg_path.string(), ": ", where, " is not an object");
+  const std::string type = r.value("type", r.value("rope_type", std::string("default")));
+  const auto number = [&](const char* key, double def) {
+    if (!r.contains(key)) return def;
+    if (!r[key].is_number()) fail(cfg_path.string(), ": ", where, ": '", key, "' is not a number");
+    return r[key].get<double>();
+  };
+  if (type == "default") return;
+  if (type != "linear" && type != "yarn" && type != "deepseek_yarn")
+    fail(cfg_path.string(), ": ", where, " is not supported (types linear and yarn)");
+  const double factor = number("factor", 0.0);
+  if (!(factor >= 1.0) || !std::isfinite(factor)) fail(cfg_path.string(), ": ", where, ": 'factor' must be >= 1");
+  kv.emplace_back(a + "rope.scaling.type", str(type == "linear" ? "linear" : "yarn"));
+  kv.emplace_back(a + "rope.scaling.factor", f32(factor));
+  if (type == "linear") return;
+  if (number("beta_fast", 32.0) != 32.0 || number("beta_slow", 1.0) != 1.0 || r.contains("attention_factor"))
+    fail(cfg_path.string(), ": ", where, " is not supported (beta_fast 32, beta_slow 1, no attention_factor)");
+  const double orig = number("original_max_position_embeddings", 0.0);
+  if (!(orig >= 1.0) || orig > 4294967295.0)
+    fail(cfg_path.string(), ": ", where, ": 'original_max_position_embeddings' is missing or out of range");
+  kv.emplace_back(a + "rope.scaling.original_context_length", u32(static_cast<uint64_t>(orig)));
+  const double all_dim = number("mscale_all_dim", 0.0), mscale = number("mscale", 1.0);
+  if (mscale != 1.0 && !(mscale_is_all_dim_ok && mscale == all_dim))
+    fail(cfg_path.string(), ": ", where, ": mscale ", mscale, " is not supported (1",
+         mscale_is_all_dim_ok ? ", or mscale_all_dim's value)" : ")");
+  if (all_dim != 0.0) kv.emplace_back(a + "rope.scaling.yarn_log_multiplier", f32(0.1 * all_dim));
+}
+
 // qwen3_next.
 void llama_like(const fs::path& dir, const json& c, FolderConfig& fc) {
   const fs::path cfg_path = dir / "config.json";
@@ -54,8 +91,6 @@ void llama_like(const fs::path& dir, const json& c, FolderConfig& fc) {
     const std::string type = rope.is_object() ? rope.value("type", rope.value("rope_type", "default")) : "default";
     if (!rope.is_null() && (!rope.is_object() || type != "default"))
       fail(cfg_path.string(), ": rope_parameters ", rope.dump(), " is not supported yet (type \"default\" only)");
-  } else if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
-    fail(cfg_path.string(), ": rope_scaling ", c["rope_scaling"].dump(), " is not supported yet");
   }
   auto rope_value = [&](const char* key, double def) {
     if (rope.is_object() && rope.contains(key) && rope[key].is_number()) return rope[key].get<double>();
@@ -65,6 +100,7 @@ void llama_like(const fs::path& dir, const json& c, FolderConfig& fc) {
   Kv& kv = fc.kv;
   const Common k = common_keys(dir, c, arch, "max_position_embeddings", kv);
   const std::string& a = k.a;
+  if (arch != "qwen35moe") rope_scaling_keys(c.value("rope_scaling", json()), cfg_path, a, false, kv);
   const uint64_t n_embd = k.n_embd, n_head = k.n_head;
   const uint64_t head_dim = c.contains("head_dim") ? positive(c, "head_dim", cfg_path) : n_embd / n_head;
   // Qwen3.5-MoE has no dense FFN: its config may leave intermediate_size out.
@@ -289,9 +325,7 @@ void deepseek_v3(const fs::path& dir, const json& c, FolderConfig& fc) {
   const fs::path cfg_path = dir / "config.json";
   const Common k = common_keys(dir, c, fc.arch, "max_position_embeddings", fc.kv);
   const std::string& a = k.a;
-  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
-    fail(cfg_path.string(), ": rope_scaling ", c["rope_scaling"].dump(),
-         " is not supported yet (YaRN: DeepSeek-V3's released configs need it)");
+  rope_scaling_keys(c.value("rope_scaling", json()), cfg_path, a, true, fc.kv);
   if (c.value("topk_method", std::string("noaux_tc")) != "noaux_tc")
     fail(cfg_path.string(), ": topk_method ", c["topk_method"].dump(), " is not supported (noaux_tc, as mlx-lm)");
   if (count_or(c, "moe_layer_freq", 1, cfg_path) != 1)

@@ -93,8 +93,8 @@ void forward(const Model& m, Backend& be, Memory& mem, const Batch& b, const std
       report("Qcur_normed", il, q.data(), T * H, Dk);
       report("Kcur_normed", il, k.data(), T * Hkv, Dk);
     }
-    be.rope(q.data(), pos, T, H, Dk, hp.n_rot, hp.rope_base, hp.rope_mode);
-    be.rope(k.data(), pos, T, Hkv, Dk, hp.n_rot, hp.rope_base, hp.rope_mode);
+    be.rope(q.data(), pos, T, H, Dk, hp.rope());
+    be.rope(k.data(), pos, T, Hkv, Dk, hp.rope());
     report("Qcur_rope", il, q.data(), T * H, Dk);
     report("Kcur_rope", il, k.data(), T * Hkv, Dk);
     attend_batch(be, mem, runs, l, shape, q.data(), k.data(), v.data(), attn.data());

@@ -69,7 +69,7 @@ void mla_attention(const Hparams& hp, const MlaHparams& mla, const MlaWeights& w
   };
   const int32_t* pos = b.pos.data();
   // The latent cache has one "head" per position: K row = [c_kv | k_rope], V row = c_kv.
-  const AttendShape shape{H, 1, L + R, L, 1.0f / std::sqrt(static_cast<float>(N + R))};
+  const AttendShape shape{H, 1, L + R, L, hp.kq_scale_mul / std::sqrt(static_cast<float>(N + R))};
 
   // Queries: low-rank (q_a -> norm -> q_b) or one matrix; each head is [nope | rope].
   if (w.wq_a) {
@@ -86,7 +86,7 @@ void mla_attention(const Hparams& hp, const MlaHparams& mla, const MlaWeights& w
   be.copy_2d(s.kv_a.data(), L + R, s.c_kv.data(), L, T, L);
   be.rms_norm(s.c_kv.data(), static_cast<const float*>(w.kv_a_norm->data), s.c_kv.data(), T, L, hp.rms_eps);
   be.copy_2d(s.kv_a.data() + L, L + R, s.k_pe.data(), R, T, R);
-  if (mla.rope) be.rope(s.k_pe.data(), pos, T, 1, R, R, hp.rope_base, hp.rope_mode);
+  if (mla.rope) be.rope(s.k_pe.data(), pos, T, 1, R, hp.rope());
   be.copy_2d(s.c_kv.data(), L, s.k_lat.data(), L + R, T, L);
   be.copy_2d(s.k_pe.data(), R, s.k_lat.data() + L, L + R, T, R);
   report("kv_cmpr", s.c_kv.data(), T, L);
@@ -94,7 +94,7 @@ void mla_attention(const Hparams& hp, const MlaHparams& mla, const MlaWeights& w
 
   // Per head: q_rope rotated; q_nope absorbed into the latent space through W_k_b.
   be.copy_2d(s.q.data() + N, N + R, s.q_pe.data(), R, T * H, R);
-  if (mla.rope) be.rope(s.q_pe.data(), pos, T, H, R, R, hp.rope_base, hp.rope_mode);
+  if (mla.rope) be.rope(s.q_pe.data(), pos, T, H, R, hp.rope());
   report("q_pe", s.q_pe.data(), T * H, R);
   for (int64_t hh = 0; hh < H; ++hh) {
     be.copy_2d(s.q.data() + hh * (N + R), H * (N + R), s.head_in.data(), N, T, N);

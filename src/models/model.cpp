@@ -7,6 +7,7 @@
 #include "format/lora.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "core/error.h"
@@ -34,6 +35,60 @@ void read_expert_groups(const GgufFile& f, Hparams& hp) {
 }
 
 namespace {
+
+// RoPE scaling as llama.cpp derives it (llama_context's yarn_attn_factor, the deepseek2 graph's
+// kq_scale): linear divides every angle by the factor; YaRN keeps the pairs that turn more than
+// beta_fast = 32 times over the original context, interpolates those under beta_slow = 1, ramps
+// between, and scales cos/sin by 0.1·ln(factor) + 1 (DeepSeek2 moves that into the attention
+// scale, with yarn_log_multiplier).
+void read_rope_scaling(const GgufFile& f, Hparams& hp) {
+  const std::string a = hp.arch + ".";
+  const std::string type = f.get_string_or(a + "rope.scaling.type", "none");
+  if (type != "none" && type != "linear" && type != "yarn")
+    fail(f.path(), ": ", a, "rope.scaling.type = '", type, "' is not supported (none, linear or yarn)");
+  float factor = f.get_f32_or(a + "rope.scaling.factor", 0.0f);
+  if (factor == 0.0f) factor = 1.0f;  // llama.cpp's reading of 0 / absent
+  if (!std::isfinite(factor) || factor < 1.0f)
+    fail(f.path(), ": ", a, "rope.scaling.factor = ", factor, " must be a finite number >= 1");
+  const float rope_attn = f.get_f32_or(a + "rope.scaling.attn_factor", 1.0f);
+  if (!std::isfinite(rope_attn) || rope_attn <= 0.0f)
+    fail(f.path(), ": ", a, "rope.scaling.attn_factor = ", rope_attn, " must be a positive number");
+  if (type == "none") return;
+  if (type == "yarn" && (hp.arch == "kimi-linear" || hp.arch == "bailingmoe3"))
+    fail(f.path(), ": ", a, "rope.scaling.type = 'yarn' is not supported for ", hp.arch, " yet");
+  hp.rope_freq_scale = 1.0f / factor;
+  const float log_mul = f.get_f32_or(a + "rope.scaling.yarn_log_multiplier", 0.0f) / 0.1f;  // stored times 0.1
+  if (!std::isfinite(log_mul)) fail(f.path(), ": ", a, "rope.scaling.yarn_log_multiplier is not finite");
+  const auto get_mscale = [&](float m) { return factor <= 1.0f ? 1.0f : 0.1f * m * std::log(factor) + 1.0f; };
+  float attn = 1.0f;
+  if (type == "yarn") {
+    hp.rope_ext_factor = 1.0f;
+    const uint32_t n_orig = f.get_u32_or(a + "rope.scaling.original_context_length",
+                                         f.get_u32_or(a + "context_length", 0));
+    if (n_orig == 0) fail(f.path(), ": ", a, "rope.scaling.original_context_length (or context_length) is missing");
+    // The pair index that turns `turns` times over the original context; the ramp's ends.
+    const auto corr_dim = [&](float turns) {
+      return static_cast<float>(hp.n_rot) * std::log(static_cast<float>(n_orig) / (turns * 2.0f * 3.14159265358979f)) /
+             (2.0f * std::log(hp.rope_base));
+    };
+    hp.rope_corr_lo = std::max(0.0f, std::floor(corr_dim(32.0f)));
+    hp.rope_corr_hi = std::min(static_cast<float>(hp.n_rot - 1), std::ceil(corr_dim(1.0f)));
+    if (log_mul != 0.0f) {
+      // DeepSeek-V2's mscale = mscale_all_dim (both in its config), else mscale 1.
+      const float mscale = hp.arch == "deepseek2" && log_mul != 1.0f ? log_mul : 1.0f;
+      attn = get_mscale(mscale) / get_mscale(log_mul);
+    } else {
+      attn = get_mscale(1.0f);
+    }
+    attn /= 1.0f + 0.1f * std::log(factor);  // rope_yarn multiplies it back
+  }
+  attn *= rope_attn;
+  hp.rope_mscale = hp.rope_ext_factor != 0.0f ? attn * (1.0f + 0.1f * std::log(factor)) : attn;
+  if (hp.arch == "deepseek2") {
+    const float m = attn * (1.0f + 0.1f * std::log(factor)) * (1.0f + 0.1f * log_mul * std::log(factor));
+    hp.kq_scale_mul = m * m;
+  }
+}
 
 // The shared core: dims, heads, rope, experts. The module reads its own keys after it.
 Hparams read_core_hparams(const GgufFile& f) {
@@ -86,11 +141,7 @@ Hparams read_core_hparams(const GgufFile& f) {
   hp.n_rot = f.get_u32_or(a + "rope.dimension_count", static_cast<uint32_t>(hp.head_dim_k));
   if (hp.n_rot <= 0 || hp.n_rot > hp.head_dim_k || hp.n_rot % 2 != 0)
     fail(f.path(), ": ", a, "rope.dimension_count = ", hp.n_rot, " must be even and <= head dim ", hp.head_dim_k);
-  // RoPE scaling (YaRN, linear) changes every angle and the attention scale; computing plain
-  // RoPE on such a file would give silently wrong text, so refuse it until it is implemented.
-  const std::string scaling = f.get_string_or(a + "rope.scaling.type", "none");
-  if (scaling != "none" && !(scaling == "linear" && f.get_f32_or(a + "rope.scaling.factor", 1.0f) == 1.0f))
-    fail(f.path(), ": ", a, "rope.scaling.type = '", scaling, "' is not supported yet (only unscaled RoPE)");
+  read_rope_scaling(f, hp);
 
   // Experts: how many and how they are gated; the module reads the widths and its own rules.
   MoeOptions& moe = hp.moe;

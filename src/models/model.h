@@ -54,10 +54,16 @@ struct Hparams {
   float rope_base = 10000.0f;             // {arch}.rope.freq_base
   int64_t n_rot = 0;                      // {arch}.rope.dimension_count: leading dims of each head that RoPE rotates
   RopeMode rope_mode = RopeMode::normal;  // pair layout, fixed by the architecture (llama: normal, qwen3: neox)
-  bool qk_norm_per_head = false;          // qwen3: RMSNorm each q/k head (weights of length head_dim) before RoPE
-  bool qk_norm_full = false;              // olmoe: RMSNorm the whole projected q and k (weights of n_head*head_dim)
-  MoeOptions moe;                         // experts (moe.n_expert == 0 for dense models)
-  int64_t n_ff_exp = 0;                   // {arch}.expert_feed_forward_length: hidden width of one expert
+  // {arch}.rope.scaling.*, linear or YaRN, as llama.cpp derives them (Rope in backends/backend.h).
+  float rope_freq_scale = 1.0f, rope_ext_factor = 0.0f, rope_corr_lo = 0.0f, rope_corr_hi = 0.0f, rope_mscale = 1.0f;
+  float kq_scale_mul = 1.0f;  // times 1/sqrt(d_k): YaRN's mscale² where the MLA models ask for it
+  Rope rope() const {
+    return {n_rot, rope_base, rope_mode, rope_freq_scale, rope_ext_factor, rope_corr_lo, rope_corr_hi, rope_mscale};
+  }
+  bool qk_norm_per_head = false;   // qwen3: RMSNorm each q/k head (weights of length head_dim) before RoPE
+  bool qk_norm_full = false;       // olmoe: RMSNorm the whole projected q and k (weights of n_head*head_dim)
+  MoeOptions moe;                  // experts (moe.n_expert == 0 for dense models)
+  int64_t n_ff_exp = 0;            // {arch}.expert_feed_forward_length: hidden width of one expert
   int64_t n_expert_shared = 0;     // {arch}.expert_shared_count: always-on experts (*_shexp), width n_ff_exp each
   int64_t n_ff_shexp = 0;          // {arch}.expert_shared_feed_forward_length: their total width (0: n_ff_exp each)
   int64_t n_layer_dense_lead = 0;  // {arch}.leading_dense_block_count: first layers with a dense FFN

@@ -164,8 +164,8 @@ void gated_attention(const Model& m, Backend& be, Memory& mem, const Batch& b, c
   be.rms_norm(s.k.data(), static_cast<const float*>(w.k_norm->data), s.k.data(), T * Hkv, Dk, hp.rms_eps);
   report("Qcur_normed", s.q.data(), T * H, Dk);
   report("Kcur_normed", s.k.data(), T * Hkv, Dk);
-  be.rope(s.q.data(), b.pos.data(), T, H, Dk, hp.n_rot, hp.rope_base, hp.rope_mode);
-  be.rope(s.k.data(), b.pos.data(), T, Hkv, Dk, hp.n_rot, hp.rope_base, hp.rope_mode);
+  be.rope(s.q.data(), b.pos.data(), T, H, Dk, hp.rope());
+  be.rope(s.k.data(), b.pos.data(), T, Hkv, Dk, hp.rope());
   report("Qcur", s.q.data(), T * H, Dk);
   report("Kcur", s.k.data(), T * Hkv, Dk);
   const AttendShape shape{H, Hkv, Dk, Dv, 1.0f / std::sqrt(static_cast<float>(Dk))};

@@ -245,6 +245,17 @@ struct RopeCase {
   int32_t pos0;
 };
 
+// Plain RoPE at two bases, linear scaling, and YaRN (factor 40 over an original context of
+// 4096, DeepSeek-V3's; the ramp's ends as models/model.cpp derives them at n_rot 64).
+std::vector<Rope> rope_scalings(int64_t n_rot) {
+  Rope plain{n_rot, 10000.0f, RopeMode::normal};
+  Rope big = plain, linear = plain, yarn = plain;
+  big.base = 1000000.0f;
+  linear.freq_scale = 0.25f;
+  yarn.freq_scale = 1.0f / 40, yarn.ext_factor = 1.0f, yarn.corr_lo = 10, yarn.corr_hi = 23, yarn.mscale = 1.3689f;
+  return {plain, big, linear, yarn};
+}
+
 TEST(BackendParity, Rope) {
   Backends be;
   const RopeCase cases[] = {
@@ -254,15 +265,17 @@ TEST(BackendParity, Rope) {
     for (int64_t t = 0; t < c.T; ++t) pos[t] = c.pos0 + static_cast<int32_t>(t * 3);
     const auto x = randn(static_cast<size_t>(c.T * c.H * c.D), 21);
     for (RopeMode mode : {RopeMode::normal, RopeMode::neox}) {
-      for (float base : {10000.0f, 1000000.0f}) {
+      for (const Rope& scaling : rope_scalings(c.n_rot)) {
+        Rope r = scaling;
+        r.mode = mode;
         auto xr = x;
-        be.ref->rope(xr.data(), pos.data(), c.T, c.H, c.D, c.n_rot, base, mode);
+        be.ref->rope(xr.data(), pos.data(), c.T, c.H, c.D, r);
         for (auto& [isa, cpu] : be.cpu) {
           auto xc = x;
-          cpu->rope(xc.data(), pos.data(), c.T, c.H, c.D, c.n_rot, base, mode);
+          cpu->rope(xc.data(), pos.data(), c.T, c.H, c.D, r);
           EXPECT_LE(track(key("rope", "f32", isa), nmse(xr, xc)), kTolRope)
               << cpu_isa_name(isa) << " D=" << c.D << " n_rot=" << c.n_rot << " pos0=" << c.pos0
-              << " mode=" << static_cast<int>(mode);
+              << " mode=" << static_cast<int>(mode) << " base=" << r.base << " freq_scale=" << r.freq_scale;
           // Dimensions past n_rot are untouched.
           for (int64_t r = 0; r < c.T * c.H; ++r)
             for (int64_t d = c.n_rot; d < c.D; ++d) ASSERT_EQ(xc[r * c.D + d], x[r * c.D + d]);
@@ -279,10 +292,10 @@ TEST(BackendParity, RopeNegativeControlWrongMode) {
   const std::vector<int32_t> pos = {1, 2, 30};
   const auto x = randn(static_cast<size_t>(T * H * D), 22);
   auto xr = x;
-  be.ref->rope(xr.data(), pos.data(), T, H, D, D, 10000.0f, RopeMode::normal);
+  be.ref->rope(xr.data(), pos.data(), T, H, D, Rope{D, 10000.0f, RopeMode::normal});
   for (auto& [isa, cpu] : be.cpu) {
     auto xc = x;
-    cpu->rope(xc.data(), pos.data(), T, H, D, D, 10000.0f, RopeMode::neox);
+    cpu->rope(xc.data(), pos.data(), T, H, D, Rope{D, 10000.0f, RopeMode::neox});
     EXPECT_GT(track(key("NEG rope-mode", "f32", isa), nmse(xr, xc)), 1e6 * kTolRope) << cpu_isa_name(isa);
   }
 }

@@ -212,10 +212,16 @@ TEST(CudaParity, Rope) {
     for (int64_t t = 0; t < c.T; ++t) pos[t] = c.pos0 + static_cast<int32_t>(t * 3);
     const auto x = randn(static_cast<size_t>(c.T * c.H * c.D), 21);
     for (RopeMode mode : {RopeMode::normal, RopeMode::neox}) {
-      for (float base : {10000.0f, 1000000.0f}) {
+      // Plain at two bases, linear, and YaRN (as test_backend_parity's cases).
+      Rope plain{c.n_rot, 10000.0f, mode};
+      Rope big = plain, linear = plain, yarn = plain;
+      big.base = 1000000.0f;
+      linear.freq_scale = 0.25f;
+      yarn.freq_scale = 1.0f / 40, yarn.ext_factor = 1.0f, yarn.corr_lo = 10, yarn.corr_hi = 23, yarn.mscale = 1.3689f;
+      for (const Rope& r : {plain, big, linear, yarn}) {
         auto xr = x, xc = x;
-        be.ref->rope(xr.data(), pos.data(), c.T, c.H, c.D, c.n_rot, base, mode);
-        be.cuda->rope(xc.data(), pos.data(), c.T, c.H, c.D, c.n_rot, base, mode);
+        be.ref->rope(xr.data(), pos.data(), c.T, c.H, c.D, r);
+        be.cuda->rope(xc.data(), pos.data(), c.T, c.H, c.D, r);
         EXPECT_LE(track("rope", nmse(xr, xc)), kTolRope) << "D=" << c.D << " mode=" << static_cast<int>(mode);
         for (int64_t r = 0; r < c.T * c.H; ++r)
           for (int64_t d = c.n_rot; d < c.D; ++d) ASSERT_EQ(xc[r * c.D + d], x[r * c.D + d]);
@@ -226,8 +232,8 @@ TEST(CudaParity, Rope) {
   const std::vector<int32_t> pos = {1, 2, 30};
   const auto x = randn(3 * 2 * 64, 22);
   auto xr = x, xc = x;
-  be.ref->rope(xr.data(), pos.data(), 3, 2, 64, 64, 10000.0f, RopeMode::normal);
-  be.cuda->rope(xc.data(), pos.data(), 3, 2, 64, 64, 10000.0f, RopeMode::neox);
+  be.ref->rope(xr.data(), pos.data(), 3, 2, 64, Rope{64, 10000.0f, RopeMode::normal});
+  be.cuda->rope(xc.data(), pos.data(), 3, 2, 64, Rope{64, 10000.0f, RopeMode::neox});
   EXPECT_GT(track("NEG rope-mode", nmse(xr, xc)), 1e6 * kTolRope);
 }
 

@@ -179,13 +179,83 @@ void edit_json(const fs::path& p, const std::function<void(nlohmann::json&)>& f)
   std::ofstream(p) << j.dump();
 }
 
+// RoPE scaling from config.json's rope_scaling, against MLX-LM's run of the same weights with it
+// (<folder>/golden-yarn.json, scripts/golden/make_hf_folders.py --yarn-only): DeepSeek-V3's YaRN
+// (factor 40 over 4096; the attention scale times (0.1·ln 40 + 1)²) and Qwen3's (factor 4; cos
+// and sin times 0.1·ln 4 + 1). Negative controls: plain linear interpolation (no YaRN ramp),
+// and the YaRN magnitude left out.
+class HfYarn : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfYarn, MatchesMlxLm) {
+  const std::string arch = GetParam();
+  std::ifstream in(folder(arch) + "/golden-yarn.json");
+  const nlohmann::json g = nlohmann::json::parse(in);
+  const std::string dir = broken_folder(
+      "yarn_" + arch,
+      [&](const fs::path& d) { edit_json(d / "config.json", [&](auto& j) { j["rope_scaling"] = g["rope_scaling"]; }); },
+      arch);
+  auto m = Model::load(dir);
+  const Hparams& hp = m->hparams();
+  EXPECT_EQ(hp.rope_ext_factor, 1.0f);
+  EXPECT_FLOAT_EQ(hp.rope_freq_scale, 1.0f / g["rope_scaling"]["factor"].get<float>());
+  for (const char* backend : {"ref", "cpu", "cpu-exact"}) {
+    auto be = make_backend(backend, 2);
+    EXPECT_LT(max_logit_diff(*m, *be, g), 2e-3) << arch << " on " << backend;
+    EXPECT_LT(max_logit_diff(*m, *be, g, /*chunks=*/true), 2e-3) << arch << " on " << backend << ", 7+6+rest";
+    EXPECT_EQ(greedy(*m, *be, g["ids"].get<std::vector<int32_t>>(), 16), g["greedy"].get<std::vector<int32_t>>())
+        << arch << " on " << backend;
+  }
+  auto be = make_backend("ref", 2);
+  const Hparams keep = hp;
+  m->mutable_hparams().rope_ext_factor = 0.0f;  // every pair interpolated
+  EXPECT_GT(max_logit_diff(*m, *be, g), 0.05) << arch << ": without the YaRN ramp";
+  m->mutable_hparams() = keep;
+  if (arch == "deepseek2") {
+    EXPECT_GT(hp.kq_scale_mul, 1.5f);
+    m->mutable_hparams().kq_scale_mul = 1.0f;
+  } else {
+    EXPECT_GT(hp.rope_mscale, 1.1f);
+    m->mutable_hparams().rope_mscale = 1.0f;
+  }
+  EXPECT_GT(max_logit_diff(*m, *be, g), 0.05) << arch << ": without the YaRN magnitude";
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, HfYarn, ::testing::Values("deepseek2", "qwen3"));
+
 TEST(HfFolderErrors, RefusedByName) {
   const std::pair<std::string, std::function<void(const fs::path&)>> cases[] = {
       {"model_type 'gpt_neox' is not supported",
        [](const fs::path& d) { edit_json(d / "config.json", [](auto& j) { j["model_type"] = "gpt_neox"; }); }},
-      {"rope_scaling",
+      // RoPE scaling other than linear and YaRN, and YaRN settings llama.cpp does not read.
+      {"is not supported (types linear and yarn)",
        [](const fs::path& d) {
-         edit_json(d / "config.json", [](auto& j) { j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; });
+         edit_json(d / "config.json", [](auto& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; });
+       }},
+      {"'original_max_position_embeddings' is missing",
+       [](const fs::path& d) {
+         edit_json(d / "config.json", [](auto& j) { j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}}; });
+       }},
+      {"is not supported (beta_fast 32, beta_slow 1",
+       [](const fs::path& d) {
+         edit_json(d / "config.json", [](auto& j) {
+           j["rope_scaling"] = {{"type", "yarn"},
+                                {"factor", 4.0},
+                                {"original_max_position_embeddings", 64},
+                                {"beta_fast", 16}};
+         });
+       }},
+      {"mscale 0.5 is not supported (1)",
+       [](const fs::path& d) {
+         edit_json(d / "config.json", [](auto& j) {
+           j["rope_scaling"] = {{"type", "yarn"},
+                                {"factor", 4.0},
+                                {"original_max_position_embeddings", 64},
+                                {"mscale", 0.5}};
+         });
+       }},
+      {"'factor' must be >= 1",
+       [](const fs::path& d) {
+         edit_json(d / "config.json", [](auto& j) { j["rope_scaling"] = {{"type", "linear"}, {"factor", 0.5}}; });
        }},
       {"quantization.mode \"mxfp4\" is not supported",
        [](const fs::path& d) {

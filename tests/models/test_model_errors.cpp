@@ -46,10 +46,17 @@ void expect_load_error(const std::string& path, const std::vector<std::string>& 
   fs::remove(path);
 }
 
-TEST(ModelErrors, RopeScalingIsRefusedNotIgnored) {
+// RoPE scaling Sluice does not compute is refused, not ignored (linear and YaRN run: goldens in
+// test_repo_goldens and test_hf_folder).
+TEST(ModelErrors, UnknownRopeScalingIsRefusedNotIgnored) {
   SLUICE_REQUIRE_SHARED();
-  auto p = rewrite_stories("yarn", [](GgufWriter& w) { w.set_string("llama.rope.scaling.type", "yarn"); });
-  expect_load_error(p, {"rope.scaling.type", "yarn"});
+  auto p = rewrite_stories("longrope", [](GgufWriter& w) { w.set_string("llama.rope.scaling.type", "longrope"); });
+  expect_load_error(p, {"rope.scaling.type", "longrope", "none, linear or yarn"});
+  p = rewrite_stories("yarn_factor", [](GgufWriter& w) {
+    w.set_string("llama.rope.scaling.type", "yarn");
+    w.set_f32("llama.rope.scaling.factor", 0.5f);
+  });
+  expect_load_error(p, {"rope.scaling.factor", "0.5"});
 }
 
 TEST(ModelErrors, MissingTensorIsNamed) {

@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "backends/backend.h"
+#include "format/gguf.h"
 #include "kernels/cuda_test_util.h"
 #include "models/model.h"
 #include "models/qwen35.h"
@@ -26,6 +28,29 @@ using nlohmann::json;
 
 std::string golden_dir(const std::string& name) {
   return std::string(SLUICE_SOURCE_DIR) + "/tests/data/golden/" + name;
+}
+
+// The golden's model: its model.gguf, or where it has a derive.json ({"from": a ../shared GGUF,
+// "string"|"f32"|"u32": keys to add}), that GGUF with the keys added, written to a temp file by
+// Sluice's GGUF writer (scripts/golden/gguf_with_keys.py made the same file for llama.cpp).
+std::string golden_model(const std::string& name) {
+  const std::string dir = golden_dir(name);
+  if (!std::filesystem::exists(dir + "/derive.json")) return dir + "/model.gguf";
+  const json spec = json::parse(test::read_text_file(dir + "/derive.json"));
+  GgufFile in(test::shared_dir() + "/" + spec["from"].get<std::string>());
+  GgufWriter w;
+  for (const auto& [k, v] : in.metadata()) w.set(k, v);
+  // Each group bound to a name: items() of a temporary would outlive it.
+  const json strings = spec.value("string", json::object()), f32s = spec.value("f32", json::object()),
+             u32s = spec.value("u32", json::object());
+  for (const auto& [k, v] : strings.items()) w.set_string(k, v.get<std::string>());
+  for (const auto& [k, v] : f32s.items()) w.set_f32(k, v.get<float>());
+  for (const auto& [k, v] : u32s.items()) w.set_u32(k, v.get<uint32_t>());
+  for (const auto& t : in.tensors())
+    w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes);
+  const std::string path = (std::filesystem::temp_directory_path() / ("sluice_golden_" + name + ".gguf")).string();
+  w.write(path);
+  return path;
 }
 
 float top2_margin(std::span<const float> l) {
@@ -52,7 +77,8 @@ TEST_P(RepoGolden, MatchesLlamaCpp) {
   const auto& [name, backend] = GetParam();
   if (backend == "cuda") SLUICE_REQUIRE_CUDA();
   const std::string dir = golden_dir(name);
-  auto model = Model::load(dir + "/model.gguf");
+  if (std::filesystem::exists(dir + "/derive.json")) SLUICE_REQUIRE_SHARED();
+  auto model = Model::load(golden_model(name));
   auto be = make_backend(backend, 2);
   const json greedy = json::parse(test::read_text_file(dir + "/greedy.json"));
   const auto ids = greedy["prompt_tokens"].get<std::vector<int32_t>>();
@@ -113,9 +139,42 @@ TEST(RepoGoldenNegative, Qwen3NextWithTiledKeyHeadsFails) {
   EXPECT_GT(max_err(), 0.03);
 }
 
+// Negative controls of the YaRN goldens: every pair interpolated (no ramp), and the YaRN
+// magnitude left out (DeepSeek2: of the attention scale; Qwen3: of cos and sin).
+TEST(RepoGoldenNegative, YarnWithoutRampOrMagnitudeFails) {
+  SLUICE_REQUIRE_SHARED();
+  for (const std::string name : {"deepseek2-yarn", "qwen3-yarn"}) {
+    auto model = Model::load(golden_model(name));
+    auto be = make_backend("cpu", 2);
+    const std::string dir = golden_dir(name);
+    const auto ids =
+        json::parse(test::read_text_file(dir + "/greedy.json"))["prompt_tokens"].get<std::vector<int32_t>>();
+    const std::vector<float> ref = test::read_f32_file(dir + "/logits.f32.bin");
+    auto max_err = [&] {
+      Session s(*model, *be, KvCacheOptions{.n_ctx = 64});
+      auto l = s.eval(ids, true);
+      double mx = 0;
+      for (size_t i = 0; i < ref.size(); ++i) mx = std::max(mx, std::fabs(static_cast<double>(l[i]) - ref[i]));
+      return mx;
+    };
+    ASSERT_LE(max_err(), 0.03) << name;
+    const Hparams keep = model->hparams();
+    EXPECT_EQ(keep.rope_ext_factor, 1.0f) << name;
+    model->mutable_hparams().rope_ext_factor = 0.0f;
+    EXPECT_GT(max_err(), 0.03) << name << ": without the ramp";
+    model->mutable_hparams() = keep;
+    if (name == "deepseek2-yarn")
+      model->mutable_hparams().kq_scale_mul = 1.0f;
+    else
+      model->mutable_hparams().rope_mscale = 1.0f;
+    EXPECT_GT(max_err(), 0.03) << name << ": without the magnitude";
+  }
+}
+
 std::vector<RepoGoldenCase> cases() {
   std::vector<RepoGoldenCase> v;
-  for (const char* n : {"qwen3next", "qwen35", "kimi-linear", "bailingmoe3", "bailingmoe3-clamp"})
+  for (const char* n :
+       {"qwen3next", "qwen35", "kimi-linear", "bailingmoe3", "bailingmoe3-clamp", "deepseek2-yarn", "qwen3-yarn"})
     for (const char* b : {"ref", "cpu", "cpu-exact", "cuda"}) v.push_back({n, b});
   return v;
 }

@@ -399,19 +399,18 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot, float base,
-            RopeMode mode) override {
-    const int64_t half = n_rot / 2;
+  void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, const Rope& r) override {
+    const int64_t n_rot = r.n_rot, half = n_rot / 2;
+    const RopeMode mode = r.mode;
     run(n_tok, n_tok * n_head * n_rot, [&](int64_t t0, int64_t t1, int thread) {
       float* cs = scratch(thread, static_cast<size_t>(2 * half));
       float* sn = cs + half;
       for (int64_t t = t0; t < t1; ++t) {
-        // Angles in double, as the reference: a float theta·pos loses ~pos·2^-24 radians.
+        // Angles in double, as the reference.
         for (int64_t i = 0; i < half; ++i) {
-          const double theta = pos[t] * std::pow(static_cast<double>(base),
-                                                 -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
-          cs[i] = static_cast<float>(std::cos(theta));
-          sn[i] = static_cast<float>(std::sin(theta));
+          const double theta = r.angle(pos[t], i);
+          cs[i] = static_cast<float>(std::cos(theta) * r.mscale);
+          sn[i] = static_cast<float>(std::sin(theta) * r.mscale);
         }
         for (int64_t h = 0; h < n_head; ++h) {
           float* v = x + (t * n_head + h) * head_dim;

@@ -461,14 +461,13 @@ void CudaBackend::rms_norm(const float* x, const float* w, float* y, int64_t n_r
   m.download(1, dx, y, bytes, "rms_norm");
 }
 
-void CudaBackend::rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
-                       float base, RopeMode mode) {
+void CudaBackend::rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, const Rope& r) {
   Impl& m = *impl_;
   const size_t bytes = static_cast<size_t>(n_tok * n_head * head_dim) * sizeof(float);
   if (!bytes) return;
   float* dx = m.upload(0, x, bytes);
   const int32_t* dp = m.upload<int32_t>(2, pos, static_cast<size_t>(n_tok) * sizeof(int32_t));
-  cuda::rope(dx, dp, n_tok, n_head, head_dim, n_rot, base, mode, m.stream);
+  cuda::rope(dx, dp, n_tok, n_head, head_dim, r, m.stream);
   m.download(1, dx, x, bytes, "rope");
 }
 

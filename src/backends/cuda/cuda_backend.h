@@ -75,8 +75,7 @@ class CudaBackend final : public Backend {
   void matmul_weights(const TensorView& w, const float* x, float* y, int64_t n_tok) override;
   void get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) override;
   void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) override;
-  void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot, float base,
-            RopeMode mode) override;
+  void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, const Rope& r) override;
   void softmax(float* x, int64_t n_rows, int64_t n) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n, float limit) override;
   void gelu(const float* x, float* out, int64_t n) override;

@@ -55,8 +55,7 @@ void moe_combine(const MatvecJob* jobs, int n_jobs, int64_t n_out, float* out, c
 
 // ---- norm_rope.cu ----------------------------------------------------------------------
 void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps, cudaStream_t s);
-void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot, float base,
-          RopeMode mode, cudaStream_t s);
+void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, const Rope& r, cudaStream_t s);
 void softmax(float* x, int64_t n_rows, int64_t n, cudaStream_t s);
 void swiglu(const float* gate, const float* up, float* out, int64_t n, float limit, cudaStream_t s);
 void gelu(const float* x, float* out, int64_t n, cudaStream_t s);

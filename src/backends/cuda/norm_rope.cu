@@ -68,17 +68,26 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_
 }
 
 // One thread per rotated pair (t, h, i).
-__global__ void rope_kernel(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim,
-                            int64_t n_rot, float base, int neox) {
-  const int64_t half = n_rot / 2, total = n_tok * n_head * half;
+// Rope::angle (backends/backend.h), operation for operation.
+__global__ void rope_kernel(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, Rope r,
+                            int neox) {
+  const int64_t n_rot = r.n_rot, half = n_rot / 2, total = n_tok * n_head * half;
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < total;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = k % half, th = k / half, t = th / n_head;
     float* v = x + th * head_dim;
-    const double theta = pos[t] *
-                         pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+    const double extrap = pos[t] *
+                          pow(static_cast<double>(r.base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+    double theta = r.freq_scale * extrap;
+    if (r.ext_factor != 0.0f) {
+      const double y = (static_cast<double>(i) - r.corr_lo) / fmax(0.001, static_cast<double>(r.corr_hi) - r.corr_lo);
+      const double ramp = (1.0 - fmin(fmax(y, 0.0), 1.0)) * r.ext_factor;
+      theta = r.freq_scale * extrap * (1.0 - ramp) + extrap * ramp;
+    }
     double s, c;
     sincos(theta, &s, &c);
+    s *= r.mscale;
+    c *= r.mscale;
     const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
     const double a = v[i0], b = v[i1];
     v[i0] = static_cast<float>(a * c - b * s);
@@ -169,12 +178,11 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t 
   if (n_rows > 0) rms_norm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, s>>>(x, w, y, n, eps);
 }
 
-void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot, float base,
-          RopeMode mode, cudaStream_t s) {
-  const int64_t total = n_tok * n_head * (n_rot / 2);
+void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, const Rope& r,
+          cudaStream_t s) {
+  const int64_t total = n_tok * n_head * (r.n_rot / 2);
   if (total > 0)
-    rope_kernel<<<grid_for(total), kThreads, 0, s>>>(x, pos, n_tok, n_head, head_dim, n_rot, base,
-                                                     mode == RopeMode::neox);
+    rope_kernel<<<grid_for(total), kThreads, 0, s>>>(x, pos, n_tok, n_head, head_dim, r, r.mode == RopeMode::neox);
 }
 
 void softmax(float* x, int64_t n_rows, int64_t n, cudaStream_t s) {

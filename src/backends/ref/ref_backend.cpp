@@ -90,17 +90,16 @@ class RefBackend final : public Backend {
     }
   }
 
-  void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot, float base,
-            RopeMode mode) override {
+  void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, const Rope& r) override {
+    const int64_t n_rot = r.n_rot;
     for (int64_t t = 0; t < n_tok; ++t) {
       for (int64_t h = 0; h < n_head; ++h) {
         float* v = x + (t * n_head + h) * head_dim;
         for (int64_t i = 0; i < n_rot / 2; ++i) {
-          const double theta = pos[t] * std::pow(static_cast<double>(base),
-                                                 -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
-          const double c = std::cos(theta), s = std::sin(theta);
-          const int64_t i0 = mode == RopeMode::normal ? 2 * i : i;
-          const int64_t i1 = mode == RopeMode::normal ? 2 * i + 1 : i + n_rot / 2;
+          const double theta = r.angle(pos[t], i);
+          const double c = std::cos(theta) * r.mscale, s = std::sin(theta) * r.mscale;
+          const int64_t i0 = r.mode == RopeMode::normal ? 2 * i : i;
+          const int64_t i1 = r.mode == RopeMode::normal ? 2 * i + 1 : i + n_rot / 2;
           const double a = v[i0], b = v[i1];
           v[i0] = static_cast<float>(a * c - b * s);
           v[i1] = static_cast<float>(a * s + b * c);
