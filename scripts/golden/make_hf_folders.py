@@ -436,6 +436,48 @@ def make_ling3(root):
     make_moe_folder(root, "bailingmoe3", bailing_moe_v3, cfg, 7000, tweak)
 
 
+def make_kimi_linear_hf(root):
+    """kimi-linear-hf: the kimi-linear folder's weights as transformers' Kimi Linear checkpoints
+    store them (mlx-lm's sanitize maps them back): the KDA convs as q/k/v_conv1d [C, 1, K],
+    dt_bias [H, D], MLA's kv_b_proj [H·(nope + v), kv_lora] in place of embed_q / unembed_out,
+    and the MoE layers under block_sparse_moe (gate with its e_score_correction_bias,
+    shared_experts, experts.E.w1 / w3 / w2 one by one). Golden: MLX-LM loading this folder."""
+    import shutil
+    src, out = os.path.join(root, "kimi-linear"), os.path.join(root, "kimi-linear-hf")
+    os.makedirs(out, exist_ok=True)
+    for f in ["config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"]:
+        shutil.copy(os.path.join(src, f), os.path.join(out, f))
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    heads, nope, vdim = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+    w = mx.load(os.path.join(src, "model.safetensors"))
+    hf = {}
+    for k, v in w.items():
+        if k.endswith("_conv.conv.weight"):
+            hf[k.replace("_conv.conv.weight", "_conv1d.weight")] = v.moveaxis(2, 1)  # [C, K, 1] -> [C, 1, K]
+        elif k.endswith("self_attn.dt_bias"):
+            hf[k] = v.reshape(cfg["linear_attn_config"]["num_heads"], -1)
+        elif k.endswith("self_attn.embed_q.weight"):
+            wk, wv = v.swapaxes(-1, -2), w[k.replace("embed_q", "unembed_out")]  # [H, nope, L], [H, v, L]
+            hf[k.replace("embed_q", "kv_b_proj")] = mx.concatenate([wk, wv], axis=1).reshape(heads * (nope + vdim), -1)
+        elif k.endswith("self_attn.unembed_out.weight"):
+            continue
+        elif k.endswith("mlp.e_score_correction_bias"):
+            hf[k.replace("mlp.", "block_sparse_moe.gate.")] = v
+        elif ".mlp.switch_mlp." in k:
+            proj = {"gate_proj": "w1", "down_proj": "w2", "up_proj": "w3"}[k.split(".")[-2]]
+            for e in range(v.shape[0]):
+                hf[k.split(".mlp.")[0] + f".block_sparse_moe.experts.{e}.{proj}.weight"] = v[e]
+        elif ".mlp.gate.weight" in k or ".mlp.shared_experts." in k:
+            hf[k.replace(".mlp.", ".block_sparse_moe.")] = v
+        else:
+            hf[k] = v
+    mx.save_safetensors(os.path.join(out, "model.safetensors"), hf, metadata={"format": "pt"})
+    tok = Tokenizer.from_file(os.path.join(out, "tokenizer.json"))
+    m, _ = load(out)
+    print("kimi-linear-hf greedy", write_golden(out, tok, m))
+
+
 # RoPE scaling cases: (folder, rope_scaling). DeepSeek-V3's own YaRN (factor 40 over 4096,
 # mscale = mscale_all_dim = 1: the attention scale grows by (0.1·ln 40 + 1)²), and Qwen3's
 # (factor 4 over 4096, no mscale_all_dim: cos and sin grow by 0.1·ln 4 + 1).
@@ -477,7 +519,7 @@ def main():
     # One family only, from the folders already there (the later ones take qwen3's tokenizer).
     only = {"--quantized-only": [make_quantized], "--moe-only": [make_moe],
             "--hybrids-only": [make_qwen35moe, make_qwen35moe_hf, make_qwen3next, make_qwen3next_hf],
-            "--mixtral-only": [make_mixtral], "--deepseek-only": [make_deepseek_v3], "--kimi-only": [make_kimi_linear],
+            "--mixtral-only": [make_mixtral], "--deepseek-only": [make_deepseek_v3], "--kimi-only": [make_kimi_linear, make_kimi_linear_hf],
             "--ling3-only": [make_ling3], "--yarn-only": [make_yarn_goldens]}
     for flag, makers in only.items():
         if flag in sys.argv:
@@ -525,6 +567,7 @@ def main():
     make_mixtral(root)
     make_deepseek_v3(root)
     make_kimi_linear(root)
+    make_kimi_linear_hf(root)
     make_ling3(root)
     make_yarn_goldens(root)
 

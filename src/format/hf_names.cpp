@@ -117,7 +117,7 @@ std::string gguf_name(const std::string& hf_name, const fs::path& file, const st
         {"q_conv.conv.weight", "ssm_conv1d_q.weight"},  // Kimi
         {"k_conv.conv.weight", "ssm_conv1d_k.weight"},
         {"v_conv.conv.weight", "ssm_conv1d_v.weight"},
-        {"q_conv1d.weight", "ssm_conv1d_q.weight"},  // Ling 3
+        {"q_conv1d.weight", "ssm_conv1d_q.weight"},  // Ling 3, and Kimi's transformers checkpoints
         {"k_conv1d.weight", "ssm_conv1d_k.weight"},
         {"v_conv1d.weight", "ssm_conv1d_v.weight"},
         {"f_a_proj.weight", "ssm_f_a.weight"},  // Kimi's low-rank gates
@@ -139,7 +139,13 @@ std::string gguf_name(const std::string& hf_name, const fs::path& file, const st
       if (const auto it = hybrid.find(leaf); it != hybrid.end()) return "blk." + index + "." + it->second;
     }
     static const std::map<std::string, std::string> mlp = {
-        {"mlp.e_score_correction_bias", "exp_probs_b.bias"},       // Kimi
+        {"mlp.e_score_correction_bias", "exp_probs_b.bias"},  // Kimi
+        // Kimi's transformers checkpoints: the MoE layers under block_sparse_moe (the router is
+        // in the table below; the experts, one by one as w1 / w3 / w2, are per_expert's).
+        {"block_sparse_moe.gate.e_score_correction_bias", "exp_probs_b.bias"},
+        {"block_sparse_moe.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
+        {"block_sparse_moe.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
+        {"block_sparse_moe.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
         {"mlp.gate.expert_bias", "exp_probs_b.bias"},              // Ling 3
         {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},  // DeepSeek-V3
         {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},

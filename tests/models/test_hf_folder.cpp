@@ -220,7 +220,8 @@ TEST_P(HfYarn, MatchesMlxLm) {
   EXPECT_GT(max_logit_diff(*m, *be, g), 0.05) << arch << ": without the YaRN magnitude";
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, HfYarn, ::testing::Values("deepseek2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Archs, HfYarn, ::testing::Values("deepseek2", "qwen3"),
+                         [](const auto& info) { return info.param; });
 
 TEST(HfFolderErrors, RefusedByName) {
   const std::pair<std::string, std::function<void(const fs::path&)>> cases[] = {
@@ -427,6 +428,36 @@ TEST_P(HfTransformersLayout, MatchesMlxLm) {
       dir);
   auto be = make_backend("ref", 2);
   EXPECT_GT(max_logit_diff(*Model::load(as_mlx), *be, g), 0.05);
+}
+
+// Kimi Linear as transformers writes it (tests/data/hf/kimi-linear-hf: q/k/v_conv1d [C, 1, K],
+// dt_bias [H, D], MLA's kv_b_proj, the MoE layers under block_sparse_moe with experts one by one
+// as w1 / w3 / w2), against MLX-LM loading that folder (its sanitize maps every name back: the
+// golden equals kimi-linear's own). Negative control: the experts' w1 (gate) and w3 (up) swapped.
+TEST(HfTransformersLayoutKimi, MatchesMlxLm) {
+  const nlohmann::json g = golden("kimi-linear-hf");
+  auto m = Model::load(folder("kimi-linear-hf"));
+  EXPECT_EQ(m->hparams().arch, "kimi-linear");
+  expect_golden(*m, g, {"ref", "cpu-exact"});
+  const std::string swapped = broken_folder(
+      "kimi_hf_w1w3",
+      [](const fs::path& d) {
+        edit_st_header(d / "model.safetensors", [](auto& h) {
+          nlohmann::json out;
+          for (auto& [name, v] : h.items()) {
+            std::string n = name;
+            if (n.ends_with(".w1.weight"))
+              n.replace(n.size() - 9, 2, "w3");
+            else if (n.ends_with(".w3.weight"))
+              n.replace(n.size() - 9, 2, "w1");
+            out[n] = v;
+          }
+          h = out;
+        });
+      },
+      "kimi-linear-hf");
+  auto be = make_backend("ref", 2);
+  EXPECT_GT(max_logit_diff(*Model::load(swapped), *be, g), 0.05);
 }
 
 INSTANTIATE_TEST_SUITE_P(Hybrids, HfTransformersLayout,
