@@ -85,7 +85,7 @@ bool is_3d_matrix(const std::string& gguf) {
 using QuantSummary = std::map<std::string, std::pair<int64_t, size_t>>;
 
 // X.weight (uint32 codes [rows, in*bits/32]) with X.scales and X.biases ([rows, in/G]) as one
-// GGUF tensor [in, rows]: Q4_1/Q5_1 blocks when they hold the groups exactly, else float32
+// GGUF tensor [in, rows]: Q4_1/Q5_1/Q8_A blocks when they hold the groups exactly, else float32
 // (mlx_affine.h). Every shape and dtype is checked against the config first.
 TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTensor* b, const std::string& module,
                               const std::string& gguf, int64_t in, const MlxQuantConfig& qc, const fs::path& file,

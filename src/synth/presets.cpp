@@ -243,9 +243,9 @@ std::vector<SynthShape> make_presets() {
     p.push_back(s);
   }
   {
-    // YaRN rope scaling of the real model (factor 40 over 4096) is not written: Sluice does
-    // not implement it, and without the rope.scaling.* keys llama.cpp uses plain RoPE too, so
-    // both engines agree on this file.
+    // YaRN rope scaling of the real model (factor 40 over 4096) is not written: decode speed
+    // does not depend on it, and both engines then run plain RoPE on this file (YaRN itself is
+    // checked on tests/data/golden/deepseek2-yarn).
     SynthShape s = dense("deepseek2", "deepseek-v2-lite", "deepseek2",
                          "DeepSeek-V2-Lite: n_embd 2048, 27 layers (1 dense, FFN 10944), 16 heads, kv_lora 512, "
                          "64 experts top-6 + 2 shared (FFN 1408), vocab 102400");
@@ -294,8 +294,8 @@ std::vector<SynthShape> make_presets() {
     // intermediate_size 4608, n_group 8, topk_group 4, routed_scaling_factor 2.5, always
     // renormalised; rms_norm_eps 1e-6; vocab_size 157184; max_position_embeddings 131072.
     // Not knowable here: whether the released config.json differs from these defaults, and its
-    // rope_scaling (none written: Sluice has no YaRN, and without the keys llama.cpp uses plain
-    // RoPE too) and SwiGLU clamps (none written; models/bailingmoe3 runs files that have them).
+    // rope_scaling (none written; Sluice refuses YaRN for bailingmoe3 until a golden pins how
+    // llama.cpp scales its MLA) and SwiGLU clamps (none written; models/bailingmoe3 runs files that have them).
     SynthShape s = kda_hybrid("bailingmoe3", "ling3-8b",
                               "Ling 3 8B (A1.3B): n_embd 1536, 24 layers (MLA every 4th), KDA 16x128 heads, q_lora "
                               "256, kv_lora 512; 1 dense (FFN 4608), 128 experts top-8 in 8 groups (4 used) + shared "
