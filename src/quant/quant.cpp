@@ -51,6 +51,16 @@ void quantize_q4_0(const float* x, block_q4_0* y, int64_t n) {
   }
 }
 
+// The smallest and largest of x[0..n) (ggml's loop: first-seen order, no NaN handling), the
+// range the offset types (Q4_1, Q5_1, Q8_A) quantize over.
+static void block_min_max(const float* x, int n, float& min, float& max) {
+  min = FLT_MAX, max = -FLT_MAX;
+  for (int j = 0; j < n; ++j) {
+    if (x[j] < min) min = x[j];
+    if (x[j] > max) max = x[j];
+  }
+}
+
 // ---- Q4_1: 32 x 4-bit with offset, x = d * q + m --------------------------------------
 
 void dequantize_q4_1(const block_q4_1* x, float* y, int64_t n) {
@@ -66,11 +76,8 @@ void dequantize_q4_1(const block_q4_1* x, float* y, int64_t n) {
 
 void quantize_q4_1(const float* x, block_q4_1* y, int64_t n) {
   for (int64_t i = 0; i < n / QK4_1; ++i, x += QK4_1) {
-    float min = FLT_MAX, max = -FLT_MAX;
-    for (int j = 0; j < QK4_1; ++j) {
-      if (x[j] < min) min = x[j];
-      if (x[j] > max) max = x[j];
-    }
+    float min = 0.0f, max = 0.0f;
+    block_min_max(x, 32, min, max);
     const float d = (max - min) / 15;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = fp32_to_fp16(d);
@@ -96,11 +103,8 @@ void dequantize_q8_a(const block_q8_a* x, float* y, int64_t n) {
 // Q4_1's min/max rule with 255 steps (tests and synthetic weights; loaders repack MLX's codes).
 void quantize_q8_a(const float* x, block_q8_a* y, int64_t n) {
   for (int64_t i = 0; i < n / 32; ++i, x += 32) {
-    float min = FLT_MAX, max = -FLT_MAX;
-    for (int j = 0; j < 32; ++j) {
-      if (x[j] < min) min = x[j];
-      if (x[j] > max) max = x[j];
-    }
+    float min = 0.0f, max = 0.0f;
+    block_min_max(x, 32, min, max);
     const float d = (max - min) / 255;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = fp32_to_fp16(d);
@@ -174,11 +178,8 @@ void dequantize_q5_1(const block_q5_1* x, float* y, int64_t n) {
 
 void quantize_q5_1(const float* x, block_q5_1* y, int64_t n) {
   for (int64_t i = 0; i < n / QK5_1; ++i, x += QK5_1) {
-    float min = FLT_MAX, max = -FLT_MAX;
-    for (int j = 0; j < QK5_1; ++j) {
-      if (x[j] < min) min = x[j];
-      if (x[j] > max) max = x[j];
-    }
+    float min = 0.0f, max = 0.0f;
+    block_min_max(x, 32, min, max);
     const float d = (max - min) / 31;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = fp32_to_fp16(d);
