@@ -3,7 +3,8 @@
 MLX's logits with it applied, the golden of format/lora (tests/models/test_hf_folder.cpp); and
 likewise tests/data/hf/qwen35moe-lora for the Qwen3.5-MoE folder (CONFIG_QWEN35) and
 tests/data/hf/kimi-linear-lora for the Kimi Linear folder (CONFIG_KIMI), bailingmoe3-lora for the
-Ling 3 folder (CONFIG_LING3), qwen3moe-lora and qwen3next-lora (CONFIG_QWEN3MOE, CONFIG_QWEN3NEXT).
+Ling 3 folder (CONFIG_LING3), qwen3moe-lora, qwen3next-lora and qwen3next-lora-qkvz (CONFIG_QWEN3MOE,
+CONFIG_QWEN3NEXT, CONFIG_QWEN3NEXT_QKVZ).
 
 tests/data/hf/llama-lora/ holds what `mlx_lm.lora` writes: adapter_config.json (num_layers,
 lora_parameters: rank, scale, dropout, keys) and adapters.safetensors (lora_a [in, r] and
@@ -66,11 +67,18 @@ CONFIG_QWEN3MOE = {"fine_tune_type": "lora", "num_layers": 2,
                                        "keys": ["self_attn.q_proj", "self_attn.o_proj"]}}
 
 # qwen3next-lora: the last two layers' attention q_proj, the DeltaNet's out_proj and the shared
-# expert's up projection (in_proj_qkvz is split at load: an adapter on it is refused by name).
+# expert's up projection.
 CONFIG_QWEN3NEXT = {"fine_tune_type": "lora", "num_layers": 2,
                     "lora_parameters": {"rank": 4, "scale": 2.0, "dropout": 0.0,
                                         "keys": ["self_attn.q_proj", "linear_attn.out_proj",
                                                  "mlp.shared_expert.up_proj"]}}
+
+# qwen3next-lora-qkvz: the DeltaNet's fused input projections of the last two layers,
+# in_proj_qkvz (split at load into attn_qkv and attn_gate: so is its B) and in_proj_ba (read
+# fused as it is).
+CONFIG_QWEN3NEXT_QKVZ = {"fine_tune_type": "lora", "num_layers": 2,
+                         "lora_parameters": {"rank": 4, "scale": 2.0, "dropout": 0.0,
+                                             "keys": ["linear_attn.in_proj_qkvz", "linear_attn.in_proj_ba"]}}
 
 
 def greedy_margin(model, ids):
@@ -121,6 +129,9 @@ def main():
         make(root, "qwen3moe", "qwen3moe-lora", CONFIG_QWEN3MOE, 7)
         make(root, "qwen3next", "qwen3next-lora", CONFIG_QWEN3NEXT, 7)
         return
+    if "--qwen3next-qkvz-only" in sys.argv:
+        make(root, "qwen3next", "qwen3next-lora-qkvz", CONFIG_QWEN3NEXT_QKVZ, 7)
+        return
     if "--ling3-only" in sys.argv:
         make(root, "bailingmoe3", "bailingmoe3-lora", CONFIG_LING3, 7)
         return
@@ -131,6 +142,7 @@ def main():
     make(root, "bailingmoe3", "bailingmoe3-lora", CONFIG_LING3, 7)
     make(root, "qwen3moe", "qwen3moe-lora", CONFIG_QWEN3MOE, 7)
     make(root, "qwen3next", "qwen3next-lora", CONFIG_QWEN3NEXT, 7)
+    make(root, "qwen3next", "qwen3next-lora-qkvz", CONFIG_QWEN3NEXT_QKVZ, 7)
 
 
 if __name__ == "__main__":

@@ -285,10 +285,25 @@ std::pair<TensorView, TensorView> split_gate_up(const TensorView& t, int64_t n_f
   return {gate, up};
 }
 
-// Qwen3-Next's in_proj_qkvz (GGUF name attn_qkvz): per key-head group g of hk, rows [q (dk) |
-// k (dk) | v (r·dv) | z (r·dv)], r = hv/hk. llama.cpp's converter splits it into attn_qkv
-// [every q | every k | every v] (the DeltaNet's conv input) and attn_gate [every z]: here the
-// rows (float or repacked, whole rows either way) are copied once in that order.
+}  // namespace
+
+std::vector<int64_t> qkvz_split_rows(int64_t hk, int64_t hv, int64_t dk, int64_t dv) {
+  const int64_t r = hv / hk, group = 2 * dk + 2 * r * dv;
+  std::vector<int64_t> order;
+  order.reserve(static_cast<size_t>(hk * group));
+  // (offset in a group, rows) of q, k, v, then z.
+  const std::pair<int64_t, int64_t> parts[] = {{0, dk}, {dk, dk}, {2 * dk, r * dv}, {2 * dk + r * dv, r * dv}};
+  for (const auto& [off, n] : parts)
+    for (int64_t g = 0; g < hk; ++g)
+      for (int64_t i = 0; i < n; ++i) order.push_back(g * group + off + i);
+  return order;
+}
+
+namespace {
+
+// Qwen3-Next's in_proj_qkvz (GGUF name attn_qkvz) split into attn_qkv (the DeltaNet's conv
+// input) and attn_gate (qkvz_split_rows): the rows (float or repacked, whole rows either way)
+// copied once in that order.
 std::pair<TensorView, TensorView> split_qkvz(const TensorView& t, int64_t hk, int64_t hv, int64_t dk, int64_t dv,
                                              const fs::path& file, Owned& owned) {
   const int64_t r = hv / hk, group = 2 * dk + 2 * r * dv, rows = t.ne[1];
@@ -299,12 +314,9 @@ std::pair<TensorView, TensorView> split_qkvz(const TensorView& t, int64_t hk, in
   std::vector<float> buf((t.nbytes + 3) / 4);
   auto* dst = reinterpret_cast<uint8_t*>(buf.data());
   const auto* src = static_cast<const uint8_t*>(t.data);
-  size_t at = 0;
-  // (offset in a group, rows) of q, k, v, then z.
-  const std::pair<int64_t, int64_t> parts[] = {{0, dk}, {dk, dk}, {2 * dk, r * dv}, {2 * dk + r * dv, r * dv}};
-  for (const auto& [off, n] : parts)
-    for (int64_t g = 0; g < hk; ++g, at += static_cast<size_t>(n) * row_bytes)
-      std::memcpy(dst + at, src + static_cast<size_t>(g * group + off) * row_bytes, static_cast<size_t>(n) * row_bytes);
+  const std::vector<int64_t> order = qkvz_split_rows(hk, hv, dk, dv);
+  for (size_t i = 0; i < order.size(); ++i)
+    std::memcpy(dst + i * row_bytes, src + static_cast<size_t>(order[i]) * row_bytes, row_bytes);
   owned.converted.push_back(std::move(buf));
   const std::string blk = t.name.substr(0, t.name.size() - std::string("attn_qkvz.weight").size());
   TensorView qkv = t, z = t;

@@ -89,4 +89,11 @@ std::unique_ptr<GgufFile> open_folder_tokenizer(const std::string& dir);
 // hybrids). Throws naming `file` for a tensor that architecture does not have.
 std::string hf_tensor_gguf_name(const std::string& hf_name, const std::string& file, const GgufFile& base);
 
+// Qwen3-Next's in_proj_qkvz: per key-head group g of hk, rows [q (dk) | k (dk) | v (r·dv) |
+// z (r·dv)], r = hv/hk. llama.cpp's converter (and the folder loader, once) splits it into
+// attn_qkv [every q | every k | every v] and attn_gate [every z]: the stored row of each row of
+// that order, attn_qkv's 2·hk·dk + hv·dv rows first, then attn_gate's hv·dv. A LoRA adapter on
+// in_proj_qkvz splits its B the same way (format/lora).
+std::vector<int64_t> qkvz_split_rows(int64_t hk, int64_t hv, int64_t dk, int64_t dv);
+
 }  // namespace sluice

@@ -234,6 +234,7 @@ LoraSummary apply_mlx_adapter(GgufFile& f, const std::string& dir_s, float user_
     std::string gguf;
     const TensorView* base;
     const StTensor *a, *b;
+    const TensorView* gate = nullptr;  // Qwen3-Next's in_proj_qkvz: base is attn_qkv, this attn_gate
   };
   std::vector<Merge> merges;
   for (const auto& [module, p] : pairs) {
@@ -244,6 +245,15 @@ LoraSummary apply_mlx_adapter(GgufFile& f, const std::string& dir_s, float user_
       fail(st_path.string(), ": '", module, "': adapters on embeddings are not supported");
     const std::string gguf = hf_tensor_gguf_name(module + ".weight", st_path.string(), f);
     const TensorView* w = gguf.empty() ? nullptr : f.find_tensor(gguf);
+    // Qwen3-Next's in_proj_qkvz is split at load into attn_qkv and attn_gate: so is B.
+    const bool qkvz = !w && gguf.ends_with("attn_qkvz.weight");
+    const TensorView* gate = nullptr;
+    if (qkvz) {
+      const std::string blk = gguf.substr(0, gguf.size() - std::string("attn_qkvz.weight").size());
+      w = f.find_tensor(blk + "attn_qkv.weight");
+      gate = f.find_tensor(blk + "attn_gate.weight");
+      if (!w || !gate) w = nullptr;
+    }
     if (!w) fail(st_path.string(), ": '", module, "' adapts ", gguf, ", which ", f.path(), " does not have");
     if (p.a->shape.size() != 2 || p.b->shape.size() != 2)
       fail(st_path.string(), ": '", module, "': LoRA factors are 2-D (adapters on stacked experts are not supported)");
@@ -251,19 +261,41 @@ LoraSummary apply_mlx_adapter(GgufFile& f, const std::string& dir_s, float user_
     if (p.b->shape[0] != r)
       fail(st_path.string(), ": '", module, "': lora_a is [", in, ", ", r, "] but lora_b is [", p.b->shape[0], ", ",
            out, "] (the ranks differ)");
-    if (w->n_dims != 2 || w->ne[0] != in || w->ne[1] != out)
+    const int64_t rows = w->ne[1] + (gate ? gate->ne[1] : 0);
+    if (w->n_dims != 2 || w->ne[0] != in || rows != out || (gate && gate->ne[0] != in))
       fail(st_path.string(), ": '", module, "': the factors make a [", out, ", ", in, "] update but ", gguf, " is [",
-           w->ne[1], ", ", w->ne[0], "]");
-    merges.push_back({gguf, w, p.a, p.b});
+           rows, ", ", w->ne[0], "]");
+    merges.push_back({gguf, w, p.a, p.b, gate});
     sum.rank = std::max(sum.rank, r);
   }
 
   // MLX's x·A·B: the factors as apply_update's A [r][in] and B [out][r].
   for (const Merge& m : merges) {
-    const int64_t in = m.base->ne[0], out = m.base->ne[1], r = m.a->shape[1];
-    apply_update(f, *m.base, transposed(to_f32(*m.a, st_path.string()), in, r),
-                 transposed(to_f32(*m.b, st_path.string()), r, out), r, sum.scale, merge);
-    ++sum.n_tensors;
+    const int64_t in = m.base->ne[0], r = m.a->shape[1], out = m.b->shape[1];
+    std::vector<float> a = transposed(to_f32(*m.a, st_path.string()), in, r),
+                       b = transposed(to_f32(*m.b, st_path.string()), r, out);
+    if (!m.gate) {
+      apply_update(f, *m.base, std::move(a), std::move(b), r, sum.scale, merge);
+      ++sum.n_tensors;
+      continue;
+    }
+    // B's rows in the split's order (hf_folder.h), then cut after attn_qkv's rows.
+    const std::string a_ = f.get_string("general.architecture") + ".";
+    const int64_t hk = f.get_u32(a_ + "ssm.group_count"), hv = f.get_u32(a_ + "ssm.time_step_rank"),
+                  dk = f.get_u32(a_ + "ssm.state_size"), dv = f.get_u32(a_ + "ssm.inner_size") / hv;
+    if (hk <= 0 || hv <= 0 || hv % hk != 0 || dk <= 0 || dv <= 0)
+      fail(f.path(), ": the DeltaNet shape (ssm.group_count ", hk, ", time_step_rank ", hv, ") cannot split ", m.gguf);
+    const std::vector<int64_t> order = qkvz_split_rows(hk, hv, dk, dv);
+    if (static_cast<int64_t>(order.size()) != out)
+      fail(st_path.string(), ": ", m.gguf, ": lora_b has ", out, " rows, the split ", order.size());
+    std::vector<float> b_qkv, b_gate;
+    for (size_t i = 0; i < order.size(); ++i) {
+      auto& dst = static_cast<int64_t>(i) < m.base->ne[1] ? b_qkv : b_gate;
+      dst.insert(dst.end(), b.begin() + order[i] * r, b.begin() + (order[i] + 1) * r);
+    }
+    apply_update(f, *m.base, a, std::move(b_qkv), r, sum.scale, merge);
+    apply_update(f, *m.gate, std::move(a), std::move(b_gate), r, sum.scale, merge);
+    sum.n_tensors += 2;
   }
   return sum;
 }

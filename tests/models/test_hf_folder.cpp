@@ -609,6 +609,12 @@ INSTANTIATE_TEST_SUITE_P(
         LoraCase{"qwen35moe-lora", "qwen35moe", 5, {"blk.2.attn_qkv.weight", "blk.3.attn_q.weight"}},
         // q_proj, the DeltaNet's out_proj, the shared expert's up projection.
         LoraCase{"qwen3next-lora", "qwen3next", 4, {"blk.2.ssm_out.weight", "blk.3.attn_q.weight"}},
+        // The DeltaNet's fused in_proj_qkvz (split at load into attn_qkv and attn_gate, its B
+        // with it: two tensors from one adapted module) and in_proj_ba (read fused).
+        LoraCase{"qwen3next-lora-qkvz",
+                 "qwen3next",
+                 3,
+                 {"blk.2.attn_qkv.weight", "blk.2.attn_gate.weight", "blk.2.ssm_ba.weight"}},
         // q_proj and o_proj of a KDA and of the MLA layer, the KDA's decay-gate input f_a_proj,
         // MLA's kv_a_proj_with_mqa, the shared expert's up projection.
         LoraCase{"kimi-linear-lora", "kimi-linear", 8, {"blk.2.ssm_f_a.weight", "blk.3.attn_kv_a_mqa.weight"}},
