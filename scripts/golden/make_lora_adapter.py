@@ -60,8 +60,7 @@ CONFIG_LING3 = {"fine_tune_type": "lora", "num_layers": 3,
                                     "keys": ["attention.q_proj", "attention.g_proj", "attention.q_b_proj",
                                              "attention.dense", "mlp.shared_experts.down_proj"]}}
 
-# qwen3moe-lora: both layers' attention projections and the router's experts left alone (mlx-lm
-# would adapt switch_mlp too, which Sluice refuses): q_proj, o_proj.
+# qwen3moe-lora: both layers' attention projections, q_proj and o_proj.
 CONFIG_QWEN3MOE = {"fine_tune_type": "lora", "num_layers": 2,
                    "lora_parameters": {"rank": 4, "scale": 2.0, "dropout": 0.0,
                                        "keys": ["self_attn.q_proj", "self_attn.o_proj"]}}
@@ -72,6 +71,12 @@ CONFIG_QWEN3NEXT = {"fine_tune_type": "lora", "num_layers": 2,
                     "lora_parameters": {"rank": 4, "scale": 2.0, "dropout": 0.0,
                                         "keys": ["self_attn.q_proj", "linear_attn.out_proj",
                                                  "mlp.shared_expert.up_proj"]}}
+
+# qwen3moe-lora-experts: what `mlx_lm.lora` does without keys: every linear of the adapted
+# layers (both), the experts' SwitchLinears (LoRASwitchLinear: lora_a [E, r, in], lora_b
+# [E, out, r]) and the router included.
+CONFIG_QWEN3MOE_ALL = {"fine_tune_type": "lora", "num_layers": 2,
+                       "lora_parameters": {"rank": 4, "scale": 2.0, "dropout": 0.0}}
 
 # qwen3next-lora-qkvz: the DeltaNet's fused input projections of the last two layers,
 # in_proj_qkvz (split at load into attn_qkv and attn_gate: so is its B) and in_proj_ba (read
@@ -129,6 +134,9 @@ def main():
         make(root, "qwen3moe", "qwen3moe-lora", CONFIG_QWEN3MOE, 7)
         make(root, "qwen3next", "qwen3next-lora", CONFIG_QWEN3NEXT, 7)
         return
+    if "--qwen3moe-experts-only" in sys.argv:
+        make(root, "qwen3moe", "qwen3moe-lora-experts", CONFIG_QWEN3MOE_ALL, 7)
+        return
     if "--qwen3next-qkvz-only" in sys.argv:
         make(root, "qwen3next", "qwen3next-lora-qkvz", CONFIG_QWEN3NEXT_QKVZ, 7)
         return
@@ -143,6 +151,7 @@ def main():
     make(root, "qwen3moe", "qwen3moe-lora", CONFIG_QWEN3MOE, 7)
     make(root, "qwen3next", "qwen3next-lora", CONFIG_QWEN3NEXT, 7)
     make(root, "qwen3next", "qwen3next-lora-qkvz", CONFIG_QWEN3NEXT_QKVZ, 7)
+    make(root, "qwen3moe", "qwen3moe-lora-experts", CONFIG_QWEN3MOE_ALL, 7)
 
 
 if __name__ == "__main__":

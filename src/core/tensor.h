@@ -23,6 +23,9 @@ struct TensorView {
   // LoRA adapters on this weight, applied at run time by Backend::matmul (format/lora.h); null:
   // none. Owned by the file that holds the tensor.
   const std::vector<LoraTerm>* lora = nullptr;
+  // Stacked experts ([in, out, n_expert]) with LoRA adapters: one term list per expert, handed
+  // to expert e's view by slice2d as its `lora`. Null: none.
+  const std::vector<std::vector<LoraTerm>>* expert_lora = nullptr;
 
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
@@ -37,6 +40,8 @@ struct TensorView {
     v.ne[2] = v.ne[3] = 1;
     v.nbytes = static_cast<size_t>(ne[1]) * row_bytes();
     v.data = row(e * ne[1]);
+    v.lora = expert_lora ? &(*expert_lora)[static_cast<size_t>(e)] : nullptr;
+    v.expert_lora = nullptr;
     return v;
   }
 };

@@ -552,6 +552,22 @@ void GgufFile::add_lora(std::string_view name, const LoraTerm& term, std::shared
   replaced_.push_back(std::move(owner));
 }
 
+void GgufFile::add_expert_lora(std::string_view name, int64_t expert, const LoraTerm& term,
+                               std::shared_ptr<void> owner) {
+  const auto it = tensor_index_.find(std::string(name));
+  if (it == tensor_index_.end()) fail(path_, ": no tensor '", name, "' to adapt");
+  TensorView& t = tensors_[it->second];
+  if (t.n_dims != 3 || expert < 0 || expert >= t.ne[2] || term.a.ne[0] != t.ne[0] || term.b.ne[1] != t.ne[1] ||
+      term.a.ne[1] != term.b.ne[0] || term.a.type != DType::F32 || term.b.type != DType::F32)
+    fail(path_, ": LoRA factors [", term.a.ne[0], ", ", term.a.ne[1], "] x [", term.b.ne[0], ", ", term.b.ne[1],
+         "] of expert ", expert, " do not fit tensor '", name, "' [", t.ne[0], ", ", t.ne[1], ", ", t.ne[2], "]");
+  auto& per_expert = expert_lora_[t.name];
+  per_expert.resize(static_cast<size_t>(t.ne[2]));  // sized once: the inner vectors' addresses are slice2d's
+  per_expert[static_cast<size_t>(expert)].push_back(term);
+  t.expert_lora = &per_expert;
+  replaced_.push_back(std::move(owner));
+}
+
 GgufFile::~GgufFile() { release(); }
 
 void GgufFile::release() {

@@ -124,6 +124,9 @@ class GgufFile {
   // Adds a LoRA adapter's term to tensor `name` (tensor.lora: Backend::matmul applies it at run
   // time), its factors' bytes kept alive by owner. Call before anything binds the tensor.
   void add_lora(std::string_view name, const LoraTerm& term, std::shared_ptr<void> owner);
+  // The same for expert `expert` of stacked experts `name` ([in, out, n_expert]; the term fits
+  // one expert's [in, out]): tensor.expert_lora, which slice2d hands each expert's view.
+  void add_expert_lora(std::string_view name, int64_t expert, const LoraTerm& term, std::shared_ptr<void> owner);
   // Throws "missing tensor NAME in FILE".
   const TensorView& tensor(std::string_view name) const;
   // While a model binds its tensors (single-threaded, at load): track_lookups() starts noting
@@ -154,7 +157,8 @@ class GgufFile {
   std::shared_ptr<void> keepalive_;                    // synthetic(): what owns the tensors' memory
   std::vector<std::shared_ptr<void>> replaced_;        // replace_tensor() and add_lora(): the new bytes' owners
   std::map<std::string, std::vector<LoraTerm>> lora_;  // add_lora(), by tensor (map nodes: stable addresses)
-  mutable std::vector<uint8_t> looked_up_;             // track_lookups(): per tensor, found since
+  std::map<std::string, std::vector<std::vector<LoraTerm>>> expert_lora_;  // add_expert_lora(), likewise
+  mutable std::vector<uint8_t> looked_up_;                                 // track_lookups(): per tensor, found since
 };
 
 // Writes GGUF v3. Two ways to use it:

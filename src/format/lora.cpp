@@ -39,15 +39,15 @@ json read_config(const fs::path& p) {
   }
 }
 
-// A 2-D float adapter tensor as f32 [rows][cols].
+// A 2-D float adapter tensor as f32 [rows][cols] (3-D, experts' factors: [E][rows][cols]).
 std::vector<float> to_f32(const StTensor& t, const std::string& file) {
-  if (t.shape.size() != 2)
-    fail(file, ": tensor '", t.name, "' has ", t.shape.size(), " dimensions (LoRA factors are 2-D",
-         t.shape.size() == 3 ? "; adapters on stacked experts are not supported" : "", ")");
+  if (t.shape.size() != 2 && t.shape.size() != 3)
+    fail(file, ": tensor '", t.name, "' has ", t.shape.size(), " dimensions (LoRA factors are 2-D, or 3-D on experts)");
   const auto dt = st_dtype_to_dtype(t.dtype);
   if (!dt || (*dt != DType::F32 && *dt != DType::F16 && *dt != DType::BF16))
     fail(file, ": tensor '", t.name, "' has dtype ", st_dtype_name(t.dtype), " (LoRA factors are F32, F16 or BF16)");
-  const size_t n = static_cast<size_t>(t.shape[0] * t.shape[1]);
+  size_t n = 1;
+  for (int64_t d : t.shape) n *= static_cast<size_t>(d);
   std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) {
     if (*dt == DType::F32) {
@@ -83,9 +83,10 @@ void merge_into(GgufFile& f, const TensorView& base, const std::vector<float>& a
 }
 
 // The update scale·B·A of base (A [r][in], B [out][r]): merged into its weights, or attached to
-// it for Backend::matmul to add at run time (the base bytes untouched).
+// it for Backend::matmul to add at run time (the base bytes untouched). expert >= 0: base is
+// stacked experts and the update is that expert's (never merged: refused before).
 void apply_update(GgufFile& f, const TensorView& base, std::vector<float> a, std::vector<float> b, int64_t r,
-                  float scale, bool merge) {
+                  float scale, bool merge, int64_t expert = -1) {
   if (merge) return merge_into(f, base, a, b, r, scale);
   auto factors = std::make_shared<std::pair<std::vector<float>, std::vector<float>>>(std::move(a), std::move(b));
   LoraTerm t;
@@ -100,7 +101,10 @@ void apply_update(GgufFile& f, const TensorView& base, std::vector<float> a, std
     view->data = data->data();
     view->nbytes = data->size() * sizeof(float);
   }
-  f.add_lora(base.name, t, factors);
+  if (expert >= 0)
+    f.add_expert_lora(base.name, expert, t, factors);
+  else
+    f.add_lora(base.name, t, factors);
 }
 
 // [rows][cols] -> [cols][rows].
@@ -255,8 +259,23 @@ LoraSummary apply_mlx_adapter(GgufFile& f, const std::string& dir_s, float user_
       if (!w || !gate) w = nullptr;
     }
     if (!w) fail(st_path.string(), ": '", module, "' adapts ", gguf, ", which ", f.path(), " does not have");
+    if (w->n_dims == 3 && gguf.ends_with("_exps.weight")) {
+      // mlx-lm's LoRASwitchLinear: lora_a [E, r, in] and lora_b [E, out, r], expert by expert.
+      const auto& sa = p.a->shape;
+      const auto& sb = p.b->shape;
+      if (sa.size() != 3 || sb.size() != 3 || sa[0] != w->ne[2] || sb[0] != w->ne[2] || sa[2] != w->ne[0] ||
+          sb[1] != w->ne[1] || sa[1] != sb[2])
+        fail(st_path.string(), ": '", module, "': expert factors ", json(sa).dump(), " and ", json(sb).dump(),
+             " do not fit ", gguf, " [", w->ne[2], " experts, ", w->ne[1], " out, ", w->ne[0], " in] (want [E, r, in]",
+             " and [E, out, r])");
+      if (merge)
+        fail(st_path.string(), ": '", module, "': --lora-merge on experts is not supported (run-time adapters are)");
+      merges.push_back({gguf, w, p.a, p.b});
+      sum.rank = std::max(sum.rank, sa[1]);
+      continue;
+    }
     if (p.a->shape.size() != 2 || p.b->shape.size() != 2)
-      fail(st_path.string(), ": '", module, "': LoRA factors are 2-D (adapters on stacked experts are not supported)");
+      fail(st_path.string(), ": '", module, "': LoRA factors of ", gguf, " are 2-D (", p.a->shape.size(), "-D given)");
     const int64_t in = p.a->shape[0], r = p.a->shape[1], out = p.b->shape[1];
     if (p.b->shape[0] != r)
       fail(st_path.string(), ": '", module, "': lora_a is [", in, ", ", r, "] but lora_b is [", p.b->shape[0], ", ",
@@ -271,6 +290,16 @@ LoraSummary apply_mlx_adapter(GgufFile& f, const std::string& dir_s, float user_
 
   // MLX's x·A·B: the factors as apply_update's A [r][in] and B [out][r].
   for (const Merge& m : merges) {
+    if (m.base->n_dims == 3) {  // experts: A[e] is already [r][in] and B[e] [out][r]
+      const int64_t n_exp = m.base->ne[2], in = m.base->ne[0], out = m.base->ne[1], r = m.a->shape[1];
+      const std::vector<float> a = to_f32(*m.a, st_path.string()), b = to_f32(*m.b, st_path.string());
+      for (int64_t e = 0; e < n_exp; ++e)
+        apply_update(f, *m.base, std::vector<float>(a.begin() + e * r * in, a.begin() + (e + 1) * r * in),
+                     std::vector<float>(b.begin() + e * out * r, b.begin() + (e + 1) * out * r), r, sum.scale, false,
+                     e);
+      ++sum.n_tensors;
+      continue;
+    }
     const int64_t in = m.base->ne[0], r = m.a->shape[1], out = m.b->shape[1];
     std::vector<float> a = transposed(to_f32(*m.a, st_path.string()), in, r),
                        b = transposed(to_f32(*m.b, st_path.string()), r, out);

@@ -213,7 +213,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   if (opt.lora_merge && !opt.lora.empty() && opt.experts.policy == ExpertPolicy::stream)
     fail(path, ": --lora-merge with --experts stream is not supported (adapters at run time are)");
   for (const std::string& spec : opt.lora) {
-    // Adapters never touch the experts (refused), so streaming them is unaffected.
+    // Adapters on experts ride on the experts' views (TensorView::expert_lora, handed out by
+    // slice2d), the streamed ones too: the store copies the views and only moves their data.
     const std::string line = apply_lora_adapter(*m->file_, spec, opt.lora_merge).line();
     m->lora_summary_ += (m->lora_summary_.empty() ? "" : "; ") + line;
   }

@@ -121,6 +121,16 @@ void take_views(ExpertBatch& batch, const ExpertGroups& g, std::vector<ExpertWei
     if (!served[i]) fail("moe: the expert store never served expert ", g.expert[i]);
 }
 
+// Experts with LoRA adapters (format/lora.h) take Backend's own MoE paths, which multiply
+// through Backend::matmul and so add each expert's adapter; a backend's fused paths read the
+// weights alone.
+bool any_adapted(const std::vector<ExpertWeights>& views) {
+  for (const ExpertWeights& v : views)
+    for (const TensorView* t : {&v.gate, &v.up, &v.down})
+      if (t->lora && !t->lora->empty()) return true;
+  return false;
+}
+
 // Decode (one token) with views that outlive next(): every chosen expert in one backend call,
 // in ascending expert order (the order of the sum below, so the result is the same).
 void moe_experts_one_token(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x, float* out,
@@ -132,7 +142,10 @@ void moe_experts_one_token(Backend& be, ExpertBatch& batch, int layer, const Moe
   for (size_t i = 0; i < g.size(); ++i)
     ex[i] = {&views[i].gate, &views[i].up, &views[i].down, g.weights[static_cast<size_t>(g.first[i])],
              layer,          g.expert[i],  limit};
-  be.moe_ffn_token(ex, x, out, n_embd);
+  if (any_adapted(views))
+    be.Backend::moe_ffn_token(ex, x, out, n_embd);
+  else
+    be.moe_ffn_token(ex, x, out, n_embd);
 }
 
 // A few tokens (several sequences decoding together) with views that outlive next(): all
@@ -154,7 +167,10 @@ void moe_experts_small_batch(Backend& be, ExpertBatch& batch, int layer, const M
                layer,
                g.expert[i],
                limit};
-  be.moe_ffn_batch(rows, x, out, n_tok, n_embd);
+  if (any_adapted(views))
+    be.Backend::moe_ffn_batch(rows, x, out, n_tok, n_embd);
+  else
+    be.moe_ffn_batch(rows, x, out, n_tok, n_embd);
 }
 
 }  // namespace

@@ -533,6 +533,48 @@ TEST(HfLora, MatchesMlxLmWithTheAdapter) {
   EXPECT_GT(max_logit_diff(*Model::load(folder("llama")), *be, g), 0.05);
 }
 
+// What mlx_lm.lora does without keys (tests/data/hf/qwen3moe-lora-experts): every linear of both
+// layers, the routers and the experts' SwitchLinears (lora_a [E, r, in], lora_b [E, out, r]:
+// per-expert terms on the stacked tensors, which slice2d hands each expert's view). Against
+// MLX-LM on every backend through the one-token, small-batch (chunked prefill) and grouped
+// paths. Negative control: the same adapter with its experts' lora_b zeroed.
+TEST(HfLora, ExpertAdaptersMatchMlxLm) {
+  const nlohmann::json g = golden("qwen3moe-lora-experts");
+  ModelOptions opt;
+  opt.lora = {folder("qwen3moe-lora-experts")};
+  auto m = Model::load(folder("qwen3moe"), opt);
+  EXPECT_EQ(m->lora_summary(), "lora: 16 tensors adapted at run time (rank 4, scale 2)");
+  const TensorView* exps = m->file().find_tensor("blk.1.ffn_down_exps.weight");
+  ASSERT_NE(exps->expert_lora, nullptr);
+  ASSERT_NE(exps->slice2d(3).lora, nullptr);
+  EXPECT_EQ(exps->slice2d(3).lora->size(), 1u);
+  expect_golden(*m, g, {"ref", "cpu", "cpu-exact"});
+  for (const char* backend : {"ref", "cpu"}) {
+    auto be = make_backend(backend, 2);
+    EXPECT_LT(max_logit_diff(*m, *be, g, /*chunks=*/true), 2e-3) << backend << ", 7+6+rest";
+  }
+  const std::string zeroed = broken_folder(
+      "lora_experts_zeroed",
+      [](const fs::path& d) {
+        const fs::path p = d / "adapters.safetensors";
+        std::ifstream in(p, std::ios::binary);
+        std::string bytes((std::istreambuf_iterator<char>(in)), {});
+        uint64_t n = 0;
+        std::memcpy(&n, bytes.data(), 8);
+        const nlohmann::json h = nlohmann::json::parse(bytes.substr(8, n));
+        for (const auto& [name, v] : h.items())
+          if (name.find("switch_mlp") != std::string::npos && name.ends_with("lora_b"))
+            std::fill(bytes.begin() + 8 + static_cast<int64_t>(n) + v["data_offsets"][0].get<int64_t>(),
+                      bytes.begin() + 8 + static_cast<int64_t>(n) + v["data_offsets"][1].get<int64_t>(), '\0');
+        std::ofstream(p, std::ios::binary) << bytes;
+      },
+      "qwen3moe-lora-experts");
+  ModelOptions without;
+  without.lora = {zeroed};
+  auto be = make_backend("ref", 2);
+  EXPECT_GT(max_logit_diff(*Model::load(folder("qwen3moe"), without), *be, g), 0.05);
+}
+
 // Two adapters at once: the llama adapter twice at half its scale each is the adapter at full
 // scale (y = W·x + ½·s·BAx + ½·s·BAx); once at half scale alone misses the golden.
 TEST(HfLora, AdaptersAddUp) {
