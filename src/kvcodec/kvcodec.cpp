@@ -21,12 +21,13 @@ struct KvTypeEntry {
   DType type;
   std::string_view name;
   int precision_bits;
-  int tq_bits;       // 0: not a rotated-codebook type
-  int64_t tq_group;  // rotated coordinates per scale (0: one norm per head)
+  int tq_bits;         // 0: not a rotated-codebook type
+  int64_t tq_group;    // rotated coordinates per scale (0: one norm per head)
+  int tq_bits_lo = 0;  // a split head's second half (tq3s); 0: not split
 };
 
 // The one list of KV types. Order = the order of kv_type_names().
-constexpr std::array<KvTypeEntry, 12> kKvTypes = {{
+constexpr std::array<KvTypeEntry, 13> kKvTypes = {{
     {DType::F32, "f32", 32, 0, 0},
     {DType::F16, "f16", 16, 0, 0},
     {DType::BF16, "bf16", 16, 0, 0},
@@ -39,6 +40,7 @@ constexpr std::array<KvTypeEntry, 12> kKvTypes = {{
     {kKvTq2g, "tq2g", 2, 2, kTqGroup},
     {kKvTq3g, "tq3g", 3, 3, kTqGroup},
     {kKvTq4g, "tq4g", 4, 4, kTqGroup},
+    {kKvTq3s, "tq3s", 3, 4, kTqGroup, 2},
 }};
 
 // The positive half of each tqNg codebook (bits 2, 3, 4), ascending; the other half is its
@@ -125,6 +127,11 @@ int kv_type_tq_bits(DType t) {
   const auto* e = find_entry(t);
   return e ? e->tq_bits : 0;
 }
+int kv_type_tq_bits_lo(DType t) {
+  const auto* e = find_entry(t);
+  return e ? e->tq_bits_lo : 0;
+}
+bool kv_type_k_only(DType t) { return kv_type_tq_bits_lo(t) != 0; }
 int64_t kv_type_tq_group(DType t) {
   const auto* e = find_entry(t);
   return e ? e->tq_group : 0;
@@ -142,7 +149,7 @@ std::optional<DType> kv_type_from_name(std::string_view name) {
   return std::nullopt;
 }
 std::string_view kv_type_names() {
-  return "f32 | f16 | bf16 | q8_0 | q4_0 | tq2 | tq3 | tq4 | tq8 | tq2g | tq3g | tq4g";
+  return "f32 | f16 | bf16 | q8_0 | q4_0 | tq2 | tq3 | tq4 | tq8 | tq2g | tq3g | tq4g | tq3s (K only)";
 }
 int kv_type_precision_bits(DType t) {
   const auto* e = find_entry(t);
@@ -153,6 +160,10 @@ int64_t kv_type_block_size(DType t) { return kv_type_is_tq(t) ? 1 : dtype_traits
 size_t kv_type_row_bytes(DType t, int64_t n_head, int64_t head_dim) {
   if (!kv_type_supported(t)) fail("kv cache: type id ", static_cast<uint32_t>(t), " is not a KV cache type");
   if (const int bits = kv_type_tq_bits(t)) {
+    if (const int lo = kv_type_tq_bits_lo(t)) {  // halves of head_dim/2 at bits and lo
+      const int64_t g = kv_type_tq_group(t), per_half = head_dim / 2 / g;
+      return static_cast<size_t>(n_head * per_half) * (4 + static_cast<size_t>(g * (bits + lo) / 8));
+    }
     if (const int64_t g = kv_type_tq_group(t))
       return static_cast<size_t>(n_head * (head_dim / g)) * (2 + static_cast<size_t>(g * bits / 8));
     return static_cast<size_t>(n_head) * (2 + static_cast<size_t>(head_dim * bits + 7) / 8);
@@ -219,8 +230,8 @@ void kv_rotate_ref(const KvRotation& r, float* x, int64_t n, bool inverse) {
   }
 }
 
-TqCodec::TqCodec(int bits, int64_t n_head, int64_t head_dim, uint64_t seed, int64_t group)
-    : bits_(bits), n_head_(n_head), head_dim_(head_dim), group_(group), seed_(seed) {
+TqCodec::TqCodec(int bits, int64_t n_head, int64_t head_dim, uint64_t seed, int64_t group, int bits_lo)
+    : bits_(bits), bits_lo_(bits_lo), n_head_(n_head), head_dim_(head_dim), group_(group), seed_(seed) {
   if (bits != 2 && bits != 3 && bits != 4 && bits != 8) fail("tq codec: bits must be 2, 3, 4 or 8, got ", bits);
   if (!is_pow2(head_dim) || head_dim < 8) fail("tq codec: head dim must be a power of two >= 8, got ", head_dim);
   if (n_head <= 0) fail("tq codec: n_head must be positive, got ", n_head);
@@ -228,11 +239,15 @@ TqCodec::TqCodec(int bits, int64_t n_head, int64_t head_dim, uint64_t seed, int6
   if (group && (bits > 4 || head_dim < group))
     fail("tq codec: groups of ", group, " need bits 2..4 and a head dim >= ", group, " (got ", bits, " bits, ",
          head_dim, ")");
+  if (bits_lo != 0 && (!group || bits_lo < 2 || bits_lo > 4 || head_dim < 2 * group))
+    fail("tq codec: split heads need groups, second-half bits 2..4 and a head dim >= ", 2 * kTqGroup, " (got group ",
+         group, ", ", bits_lo, " bits, head dim ", head_dim, ")");
   uint64_t s = seed;
   signs_.resize(head_dim);
   for (auto& v : signs_) v = (splitmix64(s) >> 63) ? -1.0f : 1.0f;
   if (group) {
     codebook_ = tq_group_codebook(bits);
+    if (bits_lo) codebook_lo_ = tq_group_codebook(bits_lo);
   } else {
     const auto& book = lloyd_max_gaussian(bits);
     codebook_.assign(book.begin(), book.end());
@@ -240,14 +255,23 @@ TqCodec::TqCodec(int bits, int64_t n_head, int64_t head_dim, uint64_t seed, int6
   bounds_.resize(codebook_.size() - 1);
   for (size_t k = 0; k + 1 < codebook_.size(); ++k)
     bounds_[k] = 0.5 * (static_cast<double>(codebook_[k]) + codebook_[k + 1]);
+  for (size_t k = 0; k + 1 < codebook_lo_.size(); ++k)
+    bounds_lo_.push_back(0.5 * (static_cast<double>(codebook_lo_[k]) + codebook_lo_[k + 1]));
 }
 
 TqCodec TqCodec::for_type(DType t, int64_t n_head, int64_t head_dim, uint64_t seed) {
   if (!kv_type_is_tq(t)) fail("tq codec: ", kv_type_name(t), " is not a tq type");
-  return TqCodec(kv_type_tq_bits(t), n_head, head_dim, seed, kv_type_tq_group(t));
+  return TqCodec(kv_type_tq_bits(t), n_head, head_dim, seed, kv_type_tq_group(t), kv_type_tq_bits_lo(t));
+}
+
+size_t TqCodec::group_offset(int64_t i) const {
+  const int64_t G = group_, half = head_dim_ / 2;
+  if (!bits_lo_ || i <= half) return static_cast<size_t>(i / G) * (2 + static_cast<size_t>(G * bits_ / 8));
+  return group_offset(half) + static_cast<size_t>((i - half) / G) * (2 + static_cast<size_t>(G * bits_lo_ / 8));
 }
 
 DType TqCodec::type() const {
+  if (bits_lo_) return kKvTq3s;
   switch (bits_) {
     case 2: return group_ ? kKvTq2g : kKvTq2;
     case 3: return group_ ? kKvTq3g : kKvTq3;
@@ -299,8 +323,11 @@ void unpack_centroids(const uint8_t* p, int64_t n, int bits, const float* cb, fl
 
 }  // namespace
 
-void TqCodec::encode_group(const double* y, uint8_t* dst) const {
+void TqCodec::encode_group(const double* y, int bits, uint8_t* dst) const {
   const int64_t G = group_;
+  const bool lo = bits != bits_;
+  const std::vector<float>& codebook = lo ? codebook_lo_ : codebook_;
+  const std::vector<double>& bounds = lo ? bounds_lo_ : bounds_;
   double amax = 0.0;
   for (int64_t i = 0; i < G; ++i) amax = std::max(amax, std::fabs(y[i]));
   uint32_t idx[kTqGroup], best_idx[kTqGroup] = {};
@@ -316,8 +343,8 @@ void TqCodec::encode_group(const double* y, uint8_t* dst) const {
     if (!(sc > 0) || std::isinf(sc)) continue;
     double err = 0.0;
     for (int64_t i = 0; i < G; ++i) {
-      idx[i] = static_cast<uint32_t>(std::upper_bound(bounds_.begin(), bounds_.end(), y[i] / sc) - bounds_.begin());
-      const double e = y[i] - static_cast<double>(static_cast<float>(sc) * codebook_[idx[i]]);
+      idx[i] = static_cast<uint32_t>(std::upper_bound(bounds.begin(), bounds.end(), y[i] / sc) - bounds.begin());
+      const double e = y[i] - static_cast<double>(static_cast<float>(sc) * codebook[idx[i]]);
       err += e * e;
     }
     if (err < best_err) {
@@ -327,9 +354,9 @@ void TqCodec::encode_group(const double* y, uint8_t* dst) const {
     }
   }
   if (best_err == INFINITY)  // amax 0 (or no finite fp16 scale): index of the smallest |c|
-    std::fill(best_idx, best_idx + G, static_cast<uint32_t>(codebook_.size() / 2));
+    std::fill(best_idx, best_idx + G, static_cast<uint32_t>(codebook.size() / 2));
   std::memcpy(dst, &best_s, 2);
-  pack_indices(best_idx, G, bits_, dst + 2);
+  pack_indices(best_idx, G, bits, dst + 2);
 }
 
 void TqCodec::encode_row(const float* x, uint8_t* dst) const {
@@ -344,11 +371,12 @@ void TqCodec::encode_row(const float* x, uint8_t* dst) const {
       y[i] = static_cast<double>(xh[i]) * signs_[i];
       norm2 += static_cast<double>(xh[i]) * xh[i];
     }
-    fwht(y.data(), D);
-    if (group_) {  // orthonormal coordinates y/sqrt(D), one scale per group
-      const double k = 1.0 / std::sqrt(static_cast<double>(D));
+    const int64_t RB = rotation_block();
+    for (int64_t b = 0; b < D; b += RB) fwht(y.data() + b, RB);
+    if (group_) {  // orthonormal coordinates y/sqrt(RB), one scale per group
+      const double k = 1.0 / std::sqrt(static_cast<double>(RB));
       for (int64_t i = 0; i < D; ++i) y[i] *= k;
-      for (int64_t g = 0; g < D; g += group_) encode_group(y.data() + g, out + g / group_ * (2 + group_ * bits_ / 8));
+      for (int64_t g = 0; g < D; g += group_) encode_group(y.data() + g, group_bits(g), out + group_offset(g));
       continue;
     }
     const double norm = std::sqrt(norm2);
@@ -370,11 +398,12 @@ void TqCodec::encode_row(const float* x, uint8_t* dst) const {
 float TqCodec::decode_head_rotated(const uint8_t* src, float* y) const {
   uint16_t g;
   if (group_) {
-    const size_t gb = 2 + static_cast<size_t>(group_ * bits_ / 8);
     for (int64_t i = 0; i < head_dim_; i += group_) {
-      const uint8_t* p = src + i / group_ * gb;
+      const uint8_t* p = src + group_offset(i);
+      const int bits = group_bits(i);
       std::memcpy(&g, p, 2);
-      unpack_centroids(p + 2, group_, bits_, codebook_.data(), fp16_to_fp32(g), /*scaled=*/true, y + i);
+      unpack_centroids(p + 2, group_, bits, (bits == bits_ ? codebook_ : codebook_lo_).data(), fp16_to_fp32(g),
+                       /*scaled=*/true, y + i);
     }
     return 1.0f;
   }
@@ -384,31 +413,34 @@ float TqCodec::decode_head_rotated(const uint8_t* src, float* y) const {
 }
 
 void TqCodec::decode_row(const uint8_t* src, float* x) const {
-  const int64_t D = head_dim_;
+  const int64_t D = head_dim_, RB = rotation_block();
   std::vector<float> c(D);
   std::vector<double> y(D);
-  const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(D));
+  const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(RB));
   for (int64_t h = 0; h < n_head_; ++h) {
     const double gamma = decode_head_rotated(src + h * head_bytes(), c.data());
     // Stored coordinates are on the N(0,1) scale of y·sqrt(D)/|x| with γ = |x|/|c|; the
-    // orthonormal rotated vector is γ·c, and x = R^T(γ·c) = diag(s)·H·(γ·c)/sqrt(D).
+    // orthonormal rotated vector is γ·c, and x = R^T(γ·c) = diag(s)·H·(γ·c)/sqrt(D) (per
+    // rotation block RB when split).
     for (int64_t i = 0; i < D; ++i) y[i] = gamma * c[i];
-    fwht(y.data(), D);
+    for (int64_t b = 0; b < D; b += RB) fwht(y.data() + b, RB);
     for (int64_t i = 0; i < D; ++i) x[h * D + i] = static_cast<float>(y[i] * inv_sqrt_d * signs_[i]);
   }
 }
 
 void TqCodec::rotate(const float* x, float* y) const {
-  const float k = 1.0f / std::sqrt(static_cast<float>(head_dim_));
+  const int64_t RB = rotation_block();
+  const float k = 1.0f / std::sqrt(static_cast<float>(RB));
   for (int64_t i = 0; i < head_dim_; ++i) y[i] = x[i] * signs_[i];
-  fwht(y, head_dim_);
+  for (int64_t b = 0; b < head_dim_; b += RB) fwht(y + b, RB);
   for (int64_t i = 0; i < head_dim_; ++i) y[i] *= k;
 }
 
 void TqCodec::unrotate(const float* y, float* x) const {
-  const float k = 1.0f / std::sqrt(static_cast<float>(head_dim_));
+  const int64_t RB = rotation_block();
+  const float k = 1.0f / std::sqrt(static_cast<float>(RB));
   if (x != y) std::copy(y, y + head_dim_, x);
-  fwht(x, head_dim_);
+  for (int64_t b = 0; b < head_dim_; b += RB) fwht(x + b, RB);
   for (int64_t i = 0; i < head_dim_; ++i) x[i] *= k * signs_[i];
 }
 

@@ -31,6 +31,15 @@
 // gives the least squared error; scripts/kv_codebook_fit.py). 2.5 / 3.5 / 4.5 bits per
 // element (tq4g: q4_0's size).
 //
+// tq3s (a K type; D a power of two >= 64): the head split in two halves, each rotated on its
+// own (R = H_(D/2)·diag(s_half)/sqrt(D/2)) and coded as tqNg groups: the first half at 4 bits,
+// the second at 2 (3.5 bits per element, tq3g's size). Useful only with the channel order and
+// scales memory/kv_cache.h fits to the first queries and keys (the K fit): it puts the
+// channels whose errors move the scores most into the first half. Why: a head's channels are
+// far from equal in what their errors cost (post-RoPE keys and queries both concentrate in a
+// few slowly rotating pairs), and a rotation over the whole head spreads every channel's
+// error evenly; bits spent where the cost is gain more than the rotation's averaging.
+//
 // KvRotation: the Hadamard rotation of the block-quantized sides (q8_0, q4_0), as llama.cpp
 // applies it since ggml-org/llama.cpp#21038 (Q, K and V rotated by a 64-point normalized
 // Hadamard matrix when the head dim is a multiple of 64, the attention output rotated back).
@@ -58,17 +67,22 @@ inline constexpr DType kKvTq8 = static_cast<DType>(0x1008);
 inline constexpr DType kKvTq2g = static_cast<DType>(0x1102);
 inline constexpr DType kKvTq3g = static_cast<DType>(0x1103);
 inline constexpr DType kKvTq4g = static_cast<DType>(0x1104);
+inline constexpr DType kKvTq3s = static_cast<DType>(0x1203);
 
 // True for the rotated-codebook ids above.
 bool kv_type_is_tq(DType t);
-// Index bits of a tq type (2, 3, 4, 8); 0 for any other type.
+// Index bits of a tq type (2, 3, 4, 8; tq3s: its first half's 4); 0 for any other type.
 int kv_type_tq_bits(DType t);
+// Index bits of a split tq type's second half (tq3s: 2); 0 for any other type.
+int kv_type_tq_bits_lo(DType t);
+// True for a type that only a K side may hold (tq3s: it needs the K fit).
+bool kv_type_k_only(DType t);
 // Rotated coordinates per scale of a tq type: kTqGroup for tq2g/tq3g/tq4g, 0 (one norm per
 // head) for tq2..tq8 and any other type.
 inline constexpr int64_t kTqGroup = 32;
 int64_t kv_type_tq_group(DType t);
 // True for every type a KV cache accepts: f32, f16, bf16, q8_0, q4_0, tq2, tq3, tq4, tq8,
-// tq2g, tq3g, tq4g.
+// tq2g, tq3g, tq4g, tq3s.
 bool kv_type_supported(DType t);
 // "f16", "q8_0", "tq4", ...; "?" for a type that is not a KV type.
 std::string_view kv_type_name(DType t);
@@ -81,7 +95,7 @@ std::string_view kv_type_names();
 int kv_type_precision_bits(DType t);
 // Bytes of one cache row of n_head heads of head_dim elements (the row must be valid for t:
 // block types need n_head·head_dim to be a multiple of 32; tq needs head_dim a power of two,
-// >= 32 for the grouped tqNg).
+// >= 32 for the grouped tqNg, >= 64 for tq3s).
 size_t kv_type_row_bytes(DType t, int64_t n_head, int64_t head_dim);
 // Elements per block of a non-tq type (1 for f32/f16/bf16, 32 for q8_0/q4_0).
 int64_t kv_type_block_size(DType t);
@@ -118,8 +132,10 @@ class TqCodec {
  public:
   // bits: 2, 3, 4 or 8; a row holds n_head heads of head_dim elements (a power of two >= 8);
   // seed picks the sign vector s. group: 0 (one norm per head, tqN) or kTqGroup (tqNg: bits
-  // 2, 3 or 4, head_dim >= kTqGroup).
-  TqCodec(int bits, int64_t n_head, int64_t head_dim, uint64_t seed, int64_t group = 0);
+  // 2, 3 or 4, head_dim >= kTqGroup). bits_lo > 0 (grouped only, head_dim >= 2·kTqGroup):
+  // split heads (tq3s), the first half at `bits`, the second at bits_lo, each half rotated
+  // on its own.
+  TqCodec(int bits, int64_t n_head, int64_t head_dim, uint64_t seed, int64_t group = 0, int bits_lo = 0);
   // The codec of a tq type (kv_type_is_tq(t)).
   static TqCodec for_type(DType t, int64_t n_head, int64_t head_dim, uint64_t seed);
 
@@ -128,11 +144,15 @@ class TqCodec {
   int64_t head_dim() const { return head_dim_; }
   uint64_t seed() const { return seed_; }
   int64_t group() const { return group_; }
+  int bits_lo() const { return bits_lo_; }
+  // Elements per rotation block: the head, or half of it when split.
+  int64_t rotation_block() const { return bits_lo_ ? head_dim_ / 2 : head_dim_; }
   DType type() const;
-  // tqN: γ then the indices; tqNg: per group of kTqGroup, its scale then its indices.
+  // tqN: γ then the indices; tqNg: per group of kTqGroup, its scale then its indices (tq3s:
+  // the first half's groups, then the second half's).
   size_t head_bytes() const {
-    return group_ ? static_cast<size_t>(head_dim_ / group_) * (2 + static_cast<size_t>(group_ * bits_ / 8))
-                  : 2 + static_cast<size_t>(head_dim_ * bits_ + 7) / 8;
+    if (!group_) return 2 + static_cast<size_t>(head_dim_ * bits_ + 7) / 8;
+    return group_offset(head_dim_);
   }
   size_t row_bytes() const { return static_cast<size_t>(n_head_) * head_bytes(); }
   const std::vector<float>& signs() const { return signs_; }        // s: head_dim values ±1
@@ -152,14 +172,18 @@ class TqCodec {
   float decode_head_rotated(const uint8_t* src, float* y) const;
 
  private:
-  // tqNg: one group's coordinates y [kTqGroup] -> its bytes at dst (scale, indices).
-  void encode_group(const double* y, uint8_t* dst) const;
+  // Grouped: the bits of the group holding coordinate i, and the byte offset of that group.
+  int group_bits(int64_t i) const { return bits_lo_ && i >= head_dim_ / 2 ? bits_lo_ : bits_; }
+  size_t group_offset(int64_t i) const;
+  // tqNg: one group's coordinates y [kTqGroup] -> its bytes at dst (scale, indices), coded
+  // with `bits` (bits_ or bits_lo_) and that width's codebook.
+  void encode_group(const double* y, int bits, uint8_t* dst) const;
 
-  int bits_;
+  int bits_, bits_lo_;
   int64_t n_head_, head_dim_, group_;
   uint64_t seed_;
-  std::vector<float> signs_, codebook_;
-  std::vector<double> bounds_;  // 2^bits - 1 decision thresholds (midpoints of centroids)
+  std::vector<float> signs_, codebook_, codebook_lo_;  // codebook_lo_: a split head's second half
+  std::vector<double> bounds_, bounds_lo_;             // 2^bits - 1 decision thresholds (midpoints of centroids)
 };
 
 }  // namespace sluice

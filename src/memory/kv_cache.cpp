@@ -3,8 +3,10 @@
 #include "memory/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 
 #include "core/error.h"
 #include "core/fp16.h"
@@ -18,7 +20,12 @@ std::string str(DType t) { return std::string(kv_type_name(t)); }
 
 // The type one side (K or V) can use for heads of D elements, n_head_kv per row.
 DType fit_type(DType t, const char* side, int64_t n_head_kv, int64_t D, std::vector<std::string>* notes) {
-  const int64_t min_d = std::max<int64_t>(8, kv_type_tq_group(t));
+  if (kv_type_k_only(t) && side[0] == 'V') {
+    notes->push_back(str_cat("kv cache: ", str(t), " is a K type (its channel order is fitted to the queries); V uses ",
+                             str(kKvTq3g), " (the same bits)"));
+    t = kKvTq3g;
+  }
+  const int64_t min_d = std::max<int64_t>(8, kv_type_tq_group(t) * (kv_type_k_only(t) ? 2 : 1));
   if (kv_type_is_tq(t) && (!is_pow2(D) || D < min_d)) {
     notes->push_back(str_cat("kv cache: ", side, " ", str(t), " needs a head dim that is a power of two >= ", min_d,
                              " (got ", D, "); using q8_0"));
@@ -95,9 +102,10 @@ void KvCache::init(const KvGeometry& g, const KvCacheOptions& opt) {
   k_rot_ = rotation_for(opt, type_k_, g.head_dim_k, opt.seed + 2);
   v_rot_ = rotation_for(opt, type_v_, g.head_dim_v, opt.seed + 3);
   using M = KvCacheOptions::KMean;
-  k_mean_on_ = opt.k_mean == M::all || (opt.k_mean == M::tq && kv_type_is_tq(type_k_));
+  k_order_on_ = kv_type_k_only(type_k_);  // the split types code nothing well without it
+  k_mean_on_ = k_order_on_ || opt.k_mean == M::all || (opt.k_mean == M::tq && kv_type_is_tq(type_k_));
   mean_window_ = std::max<int64_t>(2, opt.mean_window);
-  k_mean_.assign(static_cast<size_t>(g.n_layer), {});
+  k_fit_.assign(static_cast<size_t>(g.n_layer), {});
   auto sinks = [&](DType t, int64_t n) {
     const bool plain = t == DType::F32 || t == DType::F16 || t == DType::BF16;
     return plain ? int64_t{0} : std::clamp<int64_t>(n, 0, n_ctx_);
@@ -139,7 +147,7 @@ void KvCache::copy_prefix(const KvCache& src, int64_t n_pos) {
     fail("kv cache: copy between caches of different geometry or types");
   if (n_pos > src.capacity_) fail("kv cache: copy of ", n_pos, " rows from a cache holding ", src.capacity_);
   reserve(n_pos);
-  k_mean_ = src.k_mean_;  // the prefix's rows were encoded against it
+  k_fit_ = src.k_fit_;    // the prefix's rows were encoded against it
   k_sink_ = src.k_sink_;  // rows past n_pos are written again before attention sees them
   v_sink_ = src.v_sink_;
   for (size_t l = 0; l < k_.size(); ++l) {
@@ -148,7 +156,7 @@ void KvCache::copy_prefix(const KvCache& src, int64_t n_pos) {
   }
 }
 
-void KvCache::copy_out(int64_t n_pos, std::vector<uint8_t>& out, std::vector<std::vector<float>>& k_mean) const {
+void KvCache::copy_out(int64_t n_pos, std::vector<uint8_t>& out, std::vector<KvKFit>& k_fit) const {
   if (n_pos < 0 || n_pos > capacity_) fail("kv cache: copy out of ", n_pos, " rows from a cache holding ", capacity_);
   const size_t kb = k_row_bytes_ * static_cast<size_t>(n_pos), vb = v_row_bytes_ * static_cast<size_t>(n_pos);
   out.reserve(out.size() + (kb + vb) * k_.size());
@@ -160,17 +168,16 @@ void KvCache::copy_out(int64_t n_pos, std::vector<uint8_t>& out, std::vector<std
       out.insert(out.end(), b, b + sk->size() * sizeof(uint16_t));
     }
   }
-  k_mean = k_mean_;
+  k_fit = k_fit_;
 }
 
-void KvCache::copy_in(const uint8_t* data, int64_t n_stored, int64_t n_pos,
-                      const std::vector<std::vector<float>>& k_mean) {
+void KvCache::copy_in(const uint8_t* data, int64_t n_stored, int64_t n_pos, const std::vector<KvKFit>& k_fit) {
   if (n_pos < 0 || n_pos > n_stored || n_pos > n_ctx_)
     fail("kv cache: copy in of ", n_pos, " of ", n_stored, " rows into a context of ", n_ctx_);
-  if (k_mean.size() != k_mean_.size())
-    fail("kv cache: copy in of K means for ", k_mean.size(), " layers, not ", k_mean_.size());
+  if (k_fit.size() != k_fit_.size())
+    fail("kv cache: copy in of K fits for ", k_fit.size(), " layers, not ", k_fit_.size());
   reserve(n_pos);
-  k_mean_ = k_mean;
+  k_fit_ = k_fit;
   const auto stored = static_cast<size_t>(n_stored), n = static_cast<size_t>(n_pos);
   for (size_t l = 0; l < k_.size(); ++l) {
     std::copy_n(data, k_row_bytes_ * n, k_[l].data());
@@ -202,11 +209,62 @@ std::vector<float> row_mean(const float* x, int64_t w, int64_t first, int64_t n)
 
 }  // namespace
 
-void KvCache::encode_side(Backend& be, const float* x, int64_t w, const std::vector<float>& mean, const KvRotation& rot,
+void KvCache::fit_k(int64_t layer, int64_t pos0, int64_t n, const float* k, const float* q) {
+  const int64_t Hkv = geo_.n_head_kv, D = geo_.head_dim_k, wk = Hkv * D;
+  const int64_t first = pos0 == 0 && n > 1 ? 1 : 0, m = std::min(mean_window_, n) - first;
+  KvKFit f;
+  f.mean = row_mean(k, wk, first, m);
+  if (k_order_on_) {
+    const int64_t H = geo_.n_head, G = std::max<int64_t>(1, H / Hkv);
+    f.order.resize(static_cast<size_t>(wk));
+    f.scale.resize(static_cast<size_t>(wk));
+    std::vector<double> vk(D), vq(D), s(D);
+    std::vector<int32_t> order(D);
+    for (int64_t h = 0; h < Hkv; ++h) {
+      std::fill(vk.begin(), vk.end(), 0.0);
+      std::fill(vq.begin(), vq.end(), q ? 0.0 : 1.0);
+      for (int64_t t = first; t < first + m; ++t)
+        for (int64_t i = 0; i < D; ++i) {
+          const double d = k[t * wk + h * D + i] - f.mean[h * D + i];
+          vk[i] += d * d;
+          for (int64_t g = 0; q && g < G; ++g) {
+            const double qi = q[(t * H + h * G + g) * D + i];
+            vq[i] += qi * qi;
+          }
+        }
+      // Floors: a channel without spread must not get a zero or infinite scale.
+      const double mk = std::accumulate(vk.begin(), vk.end(), 0.0) / D;
+      const double mq = std::accumulate(vq.begin(), vq.end(), 0.0) / D;
+      double log_sum = 0.0;
+      for (int64_t i = 0; i < D; ++i) {
+        vk[i] = std::max(vk[i], 1e-6 * mk);
+        vq[i] = std::max(vq[i], 1e-6 * mq);
+        s[i] = mk > 0 && mq > 0 ? std::pow(vk[i] / vq[i], 0.25) : 1.0;
+        log_sum += std::log(s[i]);
+      }
+      const double norm = std::exp(log_sum / D);  // scales of geometric mean 1
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return vk[a] * vq[a] > vk[b] * vq[b]; });
+      for (int64_t j = 0; j < D; ++j) {
+        f.order[h * D + j] = order[j];
+        f.scale[h * D + j] = static_cast<float>(s[order[j]] / norm);
+      }
+    }
+  }
+  k_fit_[layer] = std::move(f);
+}
+
+void KvCache::encode_side(Backend& be, const float* x, int64_t w, const KvKFit& fit, const KvRotation& rot,
                           const TqCodec* tq, DType t, uint8_t* dst, uint16_t* sink) {
+  const std::vector<float>& mean = fit.mean;
   if (!mean.empty() || rot.on()) {
     rot_buf_.assign(x, x + w);
     for (size_t i = 0; i < mean.size(); ++i) rot_buf_[i] -= mean[i];
+    if (!fit.order.empty()) {  // heads of Dk into the fit's order, divided by its scales
+      const std::vector<float> c(rot_buf_);
+      const int64_t D = geo_.head_dim_k;
+      for (int64_t i = 0; i < w; ++i) rot_buf_[i] = c[i - i % D + fit.order[i]] / fit.scale[i];
+    }
     if (rot.on()) be.kv_rotate(rot, rot_buf_.data(), w, /*inverse=*/false);
     x = rot_buf_.data();
   }
@@ -222,7 +280,8 @@ void KvCache::encode_side(Backend& be, const float* x, int64_t w, const std::vec
     be.store_row(x, t, dst, w);
 }
 
-void KvCache::store_run(Backend& be, int64_t layer, int64_t pos0, int64_t n, const float* k, const float* v) {
+void KvCache::store_run(Backend& be, int64_t layer, int64_t pos0, int64_t n, const float* k, const float* v,
+                        const float* q) {
   if (n <= 0) return;
   if (pos0 < 0 || pos0 + n > n_ctx_)
     fail("kv cache: positions ", pos0, "..", pos0 + n - 1, " outside the context of ", n_ctx_);
@@ -231,16 +290,13 @@ void KvCache::store_run(Backend& be, int64_t layer, int64_t pos0, int64_t n, con
   // A run at position 0 starts the sequence's rows afresh (positions continue without a gap,
   // so no row written against an earlier mean stays visible): the mean is set again from it,
   // from its positions 1..mean_window-1 (the header says why BOS is left out).
-  if (k_mean_on_ && (pos0 == 0 || k_mean_[layer].empty())) {
-    const int64_t first = pos0 == 0 && n > 1 ? 1 : 0;
-    k_mean_[layer] = row_mean(k, wk, first, std::min(mean_window_, n) - first);
-  }
-  static const std::vector<float> kNone;
+  if (k_mean_on_ && (pos0 == 0 || k_fit_[layer].mean.empty())) fit_k(layer, pos0, n, k, q);
+  static const KvKFit kNone;
   for (int64_t t = 0; t < n; ++t) {
     const int64_t p = pos0 + t;
     uint16_t* ks = p < n_sink_k_ ? k_sink_[layer].data() + p * wk : nullptr;
     uint16_t* vs = p < n_sink_v_ ? v_sink_[layer].data() + p * wv : nullptr;
-    encode_side(be, k + t * wk, wk, k_mean_[layer], k_rot_, k_tq_.get(), type_k_, k_row(layer, p), ks);
+    encode_side(be, k + t * wk, wk, k_fit_[layer], k_rot_, k_tq_.get(), type_k_, k_row(layer, p), ks);
     encode_side(be, v + t * wv, wv, kNone, v_rot_, v_tq_.get(), type_v_, v_row(layer, p), vs);
   }
 }
@@ -250,9 +306,19 @@ void KvCache::store(Backend& be, int64_t layer, int64_t pos, const float* k, con
   store_run(be, layer, pos, 1, k, v);
 }
 
-const float* KvCache::query_for_cache(Backend& be, const float* q, int64_t n, std::vector<float>* buf) const {
-  if (!k_rot_.on()) return q;
+const float* KvCache::query_for_cache(Backend& be, int64_t layer, const float* q, int64_t n,
+                                      std::vector<float>* buf) const {
+  const KvKFit& fit = k_fit_[layer];
+  if (!k_rot_.on() && fit.order.empty()) return q;
   buf->assign(q, q + n);
+  if (!fit.order.empty()) {  // each query head as its KV head's keys are stored
+    const int64_t D = geo_.head_dim_k, H = geo_.n_head, G = std::max<int64_t>(1, H / geo_.n_head_kv);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t head = i / D, hk = (head % H) / G, j = hk * D + i % D;
+      (*buf)[i] = q[i - i % D + fit.order[j]] * fit.scale[j];
+    }
+  }
+  if (!k_rot_.on()) return buf->data();
   be.kv_rotate(k_rot_, buf->data(), n, /*inverse=*/false);
   return buf->data();
 }

@@ -46,6 +46,15 @@
 // 4 rows of K and V do no better than 1 of each (tq3g/tq3g 0.0585, 0.0554). Cost: n·16 bits
 // per element of a side over the context (0.031 bits at 512 for one row); the coded rows of
 // those positions are still written and counted.
+// K fit (K types that need it: tq3s, kvcodec.h): with the mean, the first run also fixes,
+// per (layer, KV head), an order of the head's channels and a scale per channel, from the
+// variances of its keys (minus μ) and of its query heads' queries over the same positions.
+// The cost of channel i's key error in the scores is w_i = E[q_i²]·Var(k_i); the order puts
+// the D/2 channels of largest w_i first (tq3s codes that half at 4 bits, the rest at 2), and
+// the key is stored divided by s_i = (Var(k_i)/E[q_i²])^(1/4), the query multiplied by it
+// (q·k unchanged), which makes every channel's key variance and query weight equal within a
+// half, the best a rotation that spreads error evenly can get (Cauchy-Schwarz). SmolLM2-135M
+// (measurements in the README's KV table): tq3s/tq3 against tq3g/tq3 at the same bits.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -97,6 +106,15 @@ struct KvCacheOptions {
   int64_t n_sink_k = 0, n_sink_v = 0;
 };
 
+// What a K side's rows were encoded against, one layer (see the header's K mean and K fit).
+struct KvKFit {
+  std::vector<float> mean;     // [Hkv][Dk] μ; empty: none (yet), or off
+  std::vector<int32_t> order;  // [Hkv][Dk]: stored coordinate j of head h is channel order[h·Dk + j]; empty: none
+  std::vector<float> scale;    // [Hkv][Dk] in stored order: the key divided by it, the query multiplied
+  size_t bytes() const { return (mean.size() + scale.size()) * sizeof(float) + order.size() * sizeof(int32_t); }
+  bool operator==(const KvKFit&) const = default;
+};
+
 // What the cache is shaped after: the model's attention geometry.
 struct KvGeometry {
   int64_t n_layer = 0;
@@ -133,11 +151,11 @@ class KvCache {
   // and types (Memory::seq_fork).
   void copy_prefix(const KvCache& src, int64_t n_pos);
   // Rows 0..n_pos-1 of every layer (per layer its K rows, then its V rows) appended to `out`,
-  // and the K means they were encoded against (Memory::seq_save: the host-RAM prompt cache).
-  void copy_out(int64_t n_pos, std::vector<uint8_t>& out, std::vector<std::vector<float>>& k_mean) const;
+  // and the K fits they were encoded against (Memory::seq_save: the host-RAM prompt cache).
+  void copy_out(int64_t n_pos, std::vector<uint8_t>& out, std::vector<KvKFit>& k_fit) const;
   // The inverse into this cache (same geometry and types): `data` holds what copy_out wrote
   // for n_stored rows, of which the first n_pos come in.
-  void copy_in(const uint8_t* data, int64_t n_stored, int64_t n_pos, const std::vector<std::vector<float>>& k_mean);
+  void copy_in(const uint8_t* data, int64_t n_stored, int64_t n_pos, const std::vector<KvKFit>& k_fit);
   DType type_k() const { return type_k_; }
   DType type_v() const { return type_v_; }
   size_t k_row_bytes() const { return k_row_bytes_; }
@@ -165,27 +183,33 @@ class KvCache {
   // removed and rotated first where the side has those): store_run with n = 1.
   void store(Backend& be, int64_t layer, int64_t pos, const float* k, const float* v);
   // Encodes the rows of positions pos0..pos0+n-1 (k: [n][Hkv][Dk], v: [n][Hkv][Dv]). A run
-  // at position 0 (or the first run of a layer) first sets that layer's K mean from its rows.
-  void store_run(Backend& be, int64_t layer, int64_t pos0, int64_t n, const float* k, const float* v);
-  // Queries q [n] (whole heads of Dk) as attention over this cache takes them: q itself, or
-  // R·q written to *buf when K is rotated.
-  const float* query_for_cache(Backend& be, const float* q, int64_t n, std::vector<float>* buf) const;
+  // at position 0 (or the first run of a layer) first sets that layer's K mean (and K fit)
+  // from its rows; q, the run's queries [n][H][Dk] (H the geometry's n_head), weighs the K
+  // fit's channels (nullptr: every channel weighs the same).
+  void store_run(Backend& be, int64_t layer, int64_t pos0, int64_t n, const float* k, const float* v,
+                 const float* q = nullptr);
+  // Queries q [n] (whole heads of Dk) as attention over layer's cache takes them: q itself,
+  // or written to *buf in the K fit's order and scales and/or as R·q when K is rotated.
+  const float* query_for_cache(Backend& be, int64_t layer, const float* q, int64_t n, std::vector<float>* buf) const;
   // Attention output [n] (whole heads of Dv) in place: back from V's rotated space (R^T·o)
   // when V is rotated.
   void output_from_cache(Backend& be, float* out, int64_t n) const;
   // The mean subtracted from layer's K rows ([Hkv][Dk]); empty when K keeps its rows as
   // given (or nothing was stored yet).
-  const std::vector<float>& k_mean(int64_t layer) const { return k_mean_[layer]; }
+  const std::vector<float>& k_mean(int64_t layer) const { return k_fit_[layer].mean; }
+  const KvKFit& k_fit(int64_t layer) const { return k_fit_[layer]; }
   // AttentionArgs with the cache fields (k, v, types, strides, codecs, n_head_kv, head
   // dims) of `layer` filled in; the caller sets q, out, token counts and scale.
   AttentionArgs attention_args(int64_t layer) const;
 
  private:
   void init(const KvGeometry& g, const KvCacheOptions& opt);
-  // One side's row (width w) into dst: minus the mean (if any), rotated, encoded.
-  // sink: the f16 sink row to write too (nullptr: the position is not a sink).
-  void encode_side(Backend& be, const float* x, int64_t w, const std::vector<float>& mean, const KvRotation& rot,
-                   const TqCodec* tq, DType t, uint8_t* dst, uint16_t* sink);
+  // One side's row (width w) into dst: minus the mean and in the fit's order and scales (if
+  // any), rotated, encoded. sink: the f16 sink row to write too (nullptr: not a sink).
+  void encode_side(Backend& be, const float* x, int64_t w, const KvKFit& fit, const KvRotation& rot, const TqCodec* tq,
+                   DType t, uint8_t* dst, uint16_t* sink);
+  // Sets layer's K fit from a run's rows k [n][Hkv][Dk] (and queries q [n][H][Dk] or null).
+  void fit_k(int64_t layer, int64_t pos0, int64_t n, const float* k, const float* q);
 
   int64_t rows_for(int64_t n_pos) const;
 
@@ -198,9 +222,9 @@ class KvCache {
   KvRotation k_rot_, v_rot_;
   std::vector<float> rot_buf_;  // store(): one rotated row
   std::vector<AnonMap> k_, v_;  // per layer, n_ctx rows each
-  bool k_mean_on_ = false;
+  bool k_mean_on_ = false, k_order_on_ = false;
   int64_t mean_window_ = 256;
-  std::vector<std::vector<float>> k_mean_;              // per layer [Hkv][Dk] (empty: none yet, or off)
+  std::vector<KvKFit> k_fit_;                           // per layer (empty mean: none yet, or off)
   int64_t n_sink_k_ = 0, n_sink_v_ = 0;                 // sink positions per side (0: none)
   std::vector<std::vector<uint16_t>> k_sink_, v_sink_;  // per layer [n_sink][Hkv][D] f16
 };

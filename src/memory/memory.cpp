@@ -163,7 +163,7 @@ std::vector<int64_t> Memory::seq_checkpoints(int32_t s) const {
 
 size_t SeqSnapshot::bytes() const {
   size_t n = rows.size() + states.size() * sizeof(float);
-  for (const auto& m : k_mean) n += m.size() * sizeof(float);
+  for (const auto& f : k_fit) n += f.bytes();
   for (const auto& [pos, st] : checkpoints) n += st.size() * sizeof(float);
   return n;
 }
@@ -178,7 +178,7 @@ SeqSnapshot Memory::seq_save(int32_t s) const {
   const Sequence& q = seq(s);
   SeqSnapshot snap;
   snap.len = q.len;
-  if (q.kv) q.kv->copy_out(q.len, snap.rows, snap.k_mean);
+  if (q.kv) q.kv->copy_out(q.len, snap.rows, snap.k_fit);
   snap.states = q.states;
   for (const auto& c : q.checkpoints) snap.checkpoints.emplace_back(c.pos, c.states);
   return snap;
@@ -198,7 +198,7 @@ int32_t Memory::seq_restore(const SeqSnapshot& snap, int64_t n) {
     fail("memory: restoring a sequence of ", keep, " positions needs ", add, " bytes; the budget of ",
          opt_.budget_bytes, " bytes has ", opt_.budget_bytes - bytes_used(), " left");
   // Only the first `keep` rows come in; the positions past them are dropped just below.
-  if (q.kv) q.kv->copy_in(snap.rows.data(), snap.len, keep, snap.k_mean);
+  if (q.kv) q.kv->copy_in(snap.rows.data(), snap.len, keep, snap.k_fit);
   const int32_t id = next_id_++;
   seqs_.emplace(id, std::move(q));
   seq_rewind(id, keep);

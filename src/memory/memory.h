@@ -58,7 +58,7 @@ struct MemoryOptions {
 struct SeqSnapshot {
   int64_t len = 0;
   std::vector<uint8_t> rows;                                        // KvCache::copy_out of rows 0..len-1
-  std::vector<std::vector<float>> k_mean;                           // the K means those rows were encoded against
+  std::vector<KvKFit> k_fit;                                        // the K fits those rows were encoded against
   std::vector<float> states;                                        // every recurrent buffer at len
   std::vector<std::pair<int64_t, std::vector<float>>> checkpoints;  // (position, states)
   size_t bytes() const;

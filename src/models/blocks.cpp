@@ -9,11 +9,11 @@ void attend_batch(Backend& be, Memory& mem, const std::vector<BatchRun>& runs, i
   const int64_t slot = mem.kv_slot(layer);
   for (const BatchRun& r : runs) {
     KvCache& kv = mem.kv(r.seq);
-    kv.store_run(be, slot, r.pos0, r.n, k + r.first * Hkv * Dk, v + r.first * Hkv * Dv);
+    kv.store_run(be, slot, r.pos0, r.n, k + r.first * Hkv * Dk, v + r.first * Hkv * Dv, q + r.first * H * Dk);
     AttentionArgs aa = kv.attention_args(slot);  // cache pointers, types, strides, codecs
     // Queries into the K cache's rotated space, the output back from V's (memory/kv_cache.h).
     std::vector<float> q_rot;
-    aa.q = kv.query_for_cache(be, q + r.first * H * Dk, r.n * H * Dk, &q_rot);
+    aa.q = kv.query_for_cache(be, slot, q + r.first * H * Dk, r.n * H * Dk, &q_rot);
     aa.out = out + r.first * H * Dv;
     aa.n_tok = r.n;
     aa.n_head = H;

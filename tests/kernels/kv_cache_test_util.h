@@ -23,7 +23,7 @@ struct KvProblem {
 inline std::vector<float> attend_stored(Backend& be, const KvProblem& p, const KvCache& kv, bool rotate_q = true) {
   std::vector<float> out(static_cast<size_t>(p.N * p.H * p.D)), q_rot;
   AttentionArgs a = kv.attention_args(0);
-  a.q = rotate_q ? kv.query_for_cache(be, p.q.data(), p.N * p.H * p.D, &q_rot) : p.q.data();
+  a.q = rotate_q ? kv.query_for_cache(be, 0, p.q.data(), p.N * p.H * p.D, &q_rot) : p.q.data();
   a.out = out.data();
   a.n_tok = p.N;
   a.n_head = p.H;

@@ -99,7 +99,7 @@ const std::pair<DType, DType> kTypePairs[] = {
     {kKvTq2, kKvTq2},         {kKvTq3, kKvTq3},           {kKvTq4, kKvTq4},           {kKvTq8, kKvTq8},
     {DType::Q8_0, kKvTq4},    {DType::Q8_0, kKvTq3},      {kKvTq4, DType::F16},       {DType::F32, kKvTq2},
     {kKvTq4g, kKvTq4g},       {kKvTq3g, kKvTq3g},         {kKvTq2g, kKvTq2g},         {kKvTq4g, kKvTq3g},
-    {DType::Q8_0, kKvTq4g},   {kKvTq3g, DType::F16},
+    {DType::Q8_0, kKvTq4g},   {kKvTq3g, DType::F16},      {kKvTq3s, kKvTq3},
 };
 
 TEST(AttentionKv, CpuMatchesRefForEveryCodec) {
@@ -110,6 +110,7 @@ TEST(AttentionKv, CpuMatchesRefForEveryCodec) {
       for (auto [kt, vt] : kTypePairs) {
         if ((kt == DType::Q8_0 || kt == DType::Q4_0) && (c.Hkv * c.D) % 32) continue;
         if (kv_type_tq_group(kt) > c.D || kv_type_tq_group(vt) > c.D) continue;  // tqNg needs D >= 32
+        if (kv_type_k_only(kt) && c.D < 2 * kTqGroup) continue;                  // tq3s: D >= 64
         const AttnSetup s = make(c, kt, vt, 11, *ref);
         const double e = nmse(run(*ref, s.args), run(*cpu, s.args));
         EXPECT_LE(e, kTol) << cpu_isa_name(isa) << " K " << kv_type_name(kt) << " V " << kv_type_name(vt)

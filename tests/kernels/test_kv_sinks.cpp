@@ -95,7 +95,7 @@ std::vector<float> attend(Backend& be, const Problem& p, const KvCache& kv, F&& 
   const Case& c = p.c;
   std::vector<float> out(static_cast<size_t>(c.T * c.H * c.D), NAN), q_rot;
   AttentionArgs a = kv.attention_args(0);
-  a.q = kv.query_for_cache(be, p.q.data(), c.T * c.H * c.D, &q_rot);
+  a.q = kv.query_for_cache(be, 0, p.q.data(), c.T * c.H * c.D, &q_rot);
   a.out = out.data();
   a.n_tok = c.T;
   a.n_head = c.H;
@@ -232,7 +232,7 @@ TEST(KvSinks, CopiesKeepTheSinkRowsAndBytesCountThem) {
   fork.copy_prefix(*kv, c.N);
   EXPECT_EQ(attend(*be, p, fork), want);
   std::vector<uint8_t> bytes;
-  std::vector<std::vector<float>> mean;
+  std::vector<KvKFit> mean;
   kv->copy_out(c.N, bytes, mean);
   KvCache back(KvGeometry{1, c.H, c.Hkv, c.D, c.D}, o);
   back.copy_in(bytes.data(), c.N, c.N, mean);
