@@ -1,5 +1,5 @@
 // tests/kernels/test_attn_kernels: the fused attention kernels of backends/cpu/attn_kernels.h
-// (scores and V sums read straight from f16 / q8_0 / q4_0 / tq2..tq8 / tq2g..tq4g heads) at every ISA
+// (scores and V sums read straight from f16 / q8_0 / q4_0 / tq2..tq8 / tq2g..tq4g / tq3s heads) at every ISA
 // level this machine has, against (1) the path they replaced at the same level — decode the
 // head (quant/'s dequantize_row or TqCodec::decode_head_rotated), then Kernels::dot_f32 /
 // axpy_f32 — which they must match bit for bit (attn_kernels.h's contract), and (2) their
@@ -42,8 +42,8 @@ using test::randn;
 // (test_backend_parity.cpp); the negative controls below give > 1e-3.
 constexpr double kTol = 1e-10;
 
-const DType kTypes[] = {DType::F16, DType::Q8_0, DType::Q4_0, kKvTq2,  kKvTq3,
-                        kKvTq4,     kKvTq8,      kKvTq2g,     kKvTq3g, kKvTq4g};
+const DType kTypes[] = {DType::F16, DType::Q8_0, DType::Q4_0, kKvTq2,  kKvTq3, kKvTq4,
+                        kKvTq8,     kKvTq2g,     kKvTq3g,     kKvTq4g, kKvTq3s};
 
 // P positions of one KV head each, stored as the middle head of a 3-head row (so the stride is
 // not the head size and neighbouring heads hold other data), plus the decoded heads.
@@ -57,7 +57,7 @@ struct Heads {
   std::vector<float> gamma;    // P: tq's γ, else 1
 
   const uint8_t* head(int64_t j) const { return bytes.data() + j * stride + head_bytes; }
-  const float* cb() const { return tq ? tq->codebook().data() : nullptr; }
+  const float* cb() const { return tq ? (tq->bits_lo() ? cpu::tq_split_codebook() : tq->codebook().data()) : nullptr; }
 };
 
 Heads make_heads(DType t, int64_t P, int64_t D, uint32_t seed) {
@@ -170,6 +170,7 @@ TEST(AttnKernels, EveryLevelMatchesTheDecodePathBitwise) {
     const AttnKernels& ak = cpu::attn_kernels_for(isa);
     for (DType t : kTypes)
       for (const Shape& sh : kShapes) {
+        if (kv_type_k_only(t) && sh.D < 64) continue;  // tq3s: two halves of >= 32
         const Heads h = make_heads(t, sh.P + 1, sh.D, 3);
         const std::vector<float> q = randn(static_cast<size_t>(sh.G * sh.D), 4);
         const size_t lds = static_cast<size_t>(sh.P + 3);
@@ -200,6 +201,7 @@ TEST(AttnKernels, SimdLevelsMatchTheGenericTwin) {
     for (DType t : kTypes) {
       double worst_s = 0, worst_y = 0;
       for (const Shape& sh : kShapes) {
+        if (kv_type_k_only(t) && sh.D < 64) continue;
         const Heads h = make_heads(t, sh.P, sh.D, 8);
         const std::vector<float> q = randn(static_cast<size_t>(sh.G * sh.D), 9);
         const size_t lds = static_cast<size_t>(sh.P);

@@ -108,7 +108,7 @@ bool fused_enabled() {
 void bind_fused(Side& s, const AttnKernels& ak, const Q8Kernels& q8k) {
   if (s.tq) {
     s.head_bytes = s.tq->head_bytes();
-    s.cb = s.tq->codebook().data();
+    s.cb = s.tq->bits_lo() ? tq_split_codebook() : s.tq->codebook().data();
   } else if (s.type == DType::F32 || s.type == DType::F16 || s.type == DType::BF16) {
     s.head_bytes = static_cast<size_t>(s.D) * (s.type == DType::F32 ? 4 : 2);
   } else if (const auto& tr = dtype_traits(s.type); s.D % tr.block_size == 0) {

@@ -41,8 +41,9 @@ namespace sluice::cpu {
 
 struct AttnKvOps {
   // s[g·lds + j] = γ_j · Σ_i K_j[i]·q[g·D + i] for j < P, g < G; K_j is the head at
-  // k + j·k_stride; γ_j = 1 for f16/q8_0/q4_0. cb: the tq codebook (2^bits floats; unused for
-  // f16/q8_0/q4_0). D must be a multiple of 32.
+  // k + j·k_stride; γ_j = 1 for f16/q8_0/q4_0. cb: the tq codebook (2^bits floats; tq3s: the
+  // 16 centroids of its 4-bit half, then the 4 of its 2-bit half, tq_split_codebook; unused for
+  // f16/q8_0/q4_0). D must be a multiple of 32 (tq3s: of 64).
   void (*scores)(const uint8_t* k, size_t k_stride, int64_t P, const float* q, int64_t G, int64_t D, const float* cb,
                  float* s, size_t lds) = nullptr;
   // y[g·D + i] += Σ_j (a[g·lda + j]·γ_j)·V_j[i] for g < G, positions j < P in order;
@@ -56,7 +57,7 @@ constexpr int64_t kQ8ScoresMaxBlocks = 32;
 
 struct AttnKernels {
   const char* name;  // "generic", "avx2", "avx512"
-  AttnKvOps f16, q8_0, q4_0, tq2, tq3, tq4, tq8, tq2g, tq3g, tq4g;
+  AttnKvOps f16, q8_0, q4_0, tq2, tq3, tq4, tq8, tq2g, tq3g, tq4g, tq3s;
   // A q8_0 K's scores against G query rows quantized to Q8_0 (D/32 blocks each, row g at
   // q + g·D/32): s[g·lds + j] for j < P = the dot Q8Ops::gemm (kernels.h) gives for head j
   // (at k + j·k_stride) as weight row and row g as activation, bit for bit: the same exact
@@ -73,6 +74,9 @@ struct AttnKernels {
   // gemm_f32/axpy_rows_f32; bf16: decoded a head at a time). q8_0's scores are null (above).
   const AttnKvOps* get(DType t) const;
 };
+
+// tq3s's cb (above): tq_group_codebook(4) then tq_group_codebook(2), 20 floats.
+const float* tq_split_codebook();
 
 const AttnKernels& attn_kernels_generic();
 const AttnKernels& attn_kernels_avx2();    // call only if cpu_isa_available(CpuIsa::avx2)

@@ -2,6 +2,8 @@
 // scalar twin the AVX2 and AVX-512 levels are tested against — plus the dispatch. Emulates
 // an 8-lane vector with the generic Kernels' reduction tree and unfused multiply-adds, so its
 // scores equal kernels_generic()'s dot_f32 on the decoded head.
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -127,12 +129,24 @@ struct Simd {
 
 const AttnKvOps* AttnKernels::get(DType t) const {
   const std::pair<DType, const AttnKvOps*> ops[] = {
-      {DType::F16, &f16}, {DType::Q8_0, &q8_0}, {DType::Q4_0, &q4_0}, {kKvTq2, &tq2},   {kKvTq3, &tq3},
-      {kKvTq4, &tq4},     {kKvTq8, &tq8},       {kKvTq2g, &tq2g},     {kKvTq3g, &tq3g}, {kKvTq4g, &tq4g},
+      {DType::F16, &f16}, {DType::Q8_0, &q8_0}, {DType::Q4_0, &q4_0}, {kKvTq2, &tq2},
+      {kKvTq3, &tq3},     {kKvTq4, &tq4},       {kKvTq8, &tq8},       {kKvTq2g, &tq2g},
+      {kKvTq3g, &tq3g},   {kKvTq4g, &tq4g},     {kKvTq3s, &tq3s},
   };
   for (const auto& [type, o] : ops)
     if (type == t) return o->axpy ? o : nullptr;
   return nullptr;
+}
+
+const float* tq_split_codebook() {
+  static const std::array<float, 20> cb = [] {
+    std::array<float, 20> c{};
+    const auto &hi = tq_group_codebook(4), &lo = tq_group_codebook(2);
+    std::copy(hi.begin(), hi.end(), c.begin());
+    std::copy(lo.begin(), lo.end(), c.begin() + 16);
+    return c;
+  }();
+  return cb.data();
 }
 
 const AttnKernels& attn_kernels_generic() { return generic_attn::kAttnTable; }

@@ -38,7 +38,7 @@ struct NoCtx {};
 struct FmtF16 {
   static constexpr bool kGamma = false;
   using Ctx = NoCtx;
-  static Ctx ctx(const float*) { return {}; }
+  static Ctx ctx(const float*, int64_t) { return {}; }
   static V load(const Ctx&, const uint8_t* h, int64_t i) {
     return Simd::load_f16(reinterpret_cast<const uint16_t*>(h) + i);
   }
@@ -50,7 +50,7 @@ struct FmtF16 {
 struct FmtQ8_0 {
   static constexpr bool kGamma = false;
   using Ctx = NoCtx;
-  static Ctx ctx(const float*) { return {}; }
+  static Ctx ctx(const float*, int64_t) { return {}; }
   static V load(const Ctx&, const uint8_t* h, int64_t i) {
     const block_q8_0* b = reinterpret_cast<const block_q8_0*>(h) + i / QK8_0;
     return Simd::mul(Simd::from_i8(b->qs + i % QK8_0), Simd::set1(Simd::half(b->d)));
@@ -64,7 +64,7 @@ struct FmtQ8_0 {
 struct FmtQ4_0 {
   static constexpr bool kGamma = false;
   using Ctx = NoCtx;
-  static Ctx ctx(const float*) { return {}; }
+  static Ctx ctx(const float*, int64_t) { return {}; }
   static V load(const Ctx&, const uint8_t* h, int64_t i) {
     const block_q4_0* b = reinterpret_cast<const block_q4_0*>(h) + i / QK4_0;
     const int e = static_cast<int>(i % QK4_0);
@@ -81,7 +81,7 @@ template <int B>
 struct FmtTq {
   static constexpr bool kGamma = true;
   using Ctx = Simd::Tab;
-  static Ctx ctx(const float* cb) {
+  static Ctx ctx(const float* cb, int64_t = 0) {
     float t16[16];
     for (int k = 0; k < 16; ++k) t16[k] = cb[B < 8 ? k % (1 << B) : k];
     return Simd::tab(t16, cb);
@@ -103,7 +103,7 @@ struct FmtTqG {
   static constexpr bool kGamma = false;
   static constexpr int64_t kGroupBytes = 2 + 32 * B / 8;
   using Ctx = Simd::Tab;
-  static Ctx ctx(const float* cb) { return FmtTq<B>::ctx(cb); }
+  static Ctx ctx(const float* cb, int64_t = 0) { return FmtTq<B>::ctx(cb); }
   static V load(const Ctx& c, const uint8_t* h, int64_t i) {
     const uint8_t* g = h + i / 32 * kGroupBytes;
     uint16_t s;
@@ -112,6 +112,27 @@ struct FmtTqG {
   }
   static float gamma(const uint8_t*) { return 1.0f; }
   static int64_t head_bytes(int64_t D) { return D / 32 * kGroupBytes; }
+};
+
+// tq3s: a split head (kvcodec.h), its first half tq4g groups, its second half tq2g groups; cb
+// holds the 16 4-bit centroids, then the 4 2-bit ones (attn_kernels.h). W lanes never straddle
+// the halves (D/2 is a multiple of 32).
+struct FmtTqS {
+  static constexpr bool kGamma = false;
+  struct Ctx {
+    Simd::Tab hi, lo;
+    int64_t half;
+    int64_t lo_base;  // bytes of the first half
+  };
+  static Ctx ctx(const float* cb, int64_t D) {
+    return {FmtTq<4>::ctx(cb), FmtTq<2>::ctx(cb + 16), D / 2, D / 64 * FmtTqG<4>::kGroupBytes};
+  }
+  static V load(const Ctx& c, const uint8_t* h, int64_t i) {
+    if (i < c.half) return FmtTqG<4>::load(c.hi, h, i);
+    return FmtTqG<2>::load(c.lo, h + c.lo_base, i - c.half);
+  }
+  static float gamma(const uint8_t*) { return 1.0f; }
+  static int64_t head_bytes(int64_t D) { return D / 64 * (FmtTqG<4>::kGroupBytes + FmtTqG<2>::kGroupBytes); }
 };
 
 // Cache rows are [Hkv][D]: one KV head's positions are a row apart, a stride the hardware
@@ -170,7 +191,7 @@ inline void scores_rows(const typename F::Ctx& cx, const uint8_t* k, size_t ks, 
 template <class F>
 void scores(const uint8_t* k, size_t ks, int64_t P, const float* q, int64_t G, int64_t D, const float* cb, float* s,
             size_t lds) {
-  const typename F::Ctx cx = F::ctx(cb);
+  const typename F::Ctx cx = F::ctx(cb, D);
   constexpr int T0 = Simd::kScoreTT;
   int64_t g = 0;
   for (; g + T0 <= G; g += T0) scores_rows<F, T0>(cx, k, ks, P, q + g * D, D, s + g * lds, lds);
@@ -229,7 +250,7 @@ inline void axpy_rows(const typename F::Ctx& cx, const float* a, size_t lda, con
 template <class F>
 void axpy(const float* a, size_t lda, const uint8_t* v, size_t vs, int64_t P, int64_t G, int64_t D, const float* cb,
           float* y) {
-  const typename F::Ctx cx = F::ctx(cb);
+  const typename F::Ctx cx = F::ctx(cb, D);
   constexpr int T0 = Simd::kAxpyTT;
   int64_t g = 0;
   for (; g + T0 <= G; g += T0) axpy_rows<F, T0>(cx, a + g * lda, lda, v, vs, P, D, y + g * D);
@@ -315,6 +336,7 @@ constexpr AttnKernels kAttnTable = {
     .tq2g = attn_ops<FmtTqG<2>>(),
     .tq3g = attn_ops<FmtTqG<3>>(),
     .tq4g = attn_ops<FmtTqG<4>>(),
+    .tq3s = attn_ops<FmtTqS>(),
     .q8_0_scores = kQ8Scores,
     .rotate = rotate,
 };
