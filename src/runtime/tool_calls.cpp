@@ -556,18 +556,23 @@ ToolCallFrame tool_call_frame(ToolCallFormat f, std::string_view name) {
   const std::string n = dump(ojson(std::string(name)));
   switch (f) {
     case ToolCallFormat::none:
-    case ToolCallFormat::hermes:
-      // As Qwen2.5/Qwen3's templates render a call.
-      return {ToolCallFormat::hermes, "<tool_call>\n{\"name\": " + n + ", \"arguments\": ", "}\n</tool_call>"};
-    case ToolCallFormat::llama3: return {f, "{\"name\": " + n + ", \"parameters\": ", "}"};
-    case ToolCallFormat::mistral: return {f, "[TOOL_CALLS][{\"name\": " + n + ", \"arguments\": ", "}]"};
-    case ToolCallFormat::deepseek:
-      return {f,
-              std::string(kDsCallsBegin) + std::string(kDsCallBegin) + "function" + std::string(kDsSep) +
-                  std::string(name) + "\n```json\n",
-              "\n```" + std::string(kDsCallEnd) + std::string(kDsCallsEnd)};
+    case ToolCallFormat::hermes: {
+      // As Qwen2.5/Qwen3's templates render calls: one block each, a newline apart.
+      const std::string open = "<tool_call>\n{\"name\": " + n + ", \"arguments\": ";
+      return {ToolCallFormat::hermes, open, "}\n</tool_call>", "\n" + open, ""};
+    }
+    case ToolCallFormat::llama3: return {f, "{\"name\": " + n + ", \"parameters\": ", "}", "", ""};
+    case ToolCallFormat::mistral: {
+      const std::string call = "{\"name\": " + n + ", \"arguments\": ";
+      return {f, "[TOOL_CALLS][" + call, "}", ", " + call, "]"};
+    }
+    case ToolCallFormat::deepseek: {
+      const std::string call = std::string(kDsCallBegin) + "function" + std::string(kDsSep) + std::string(name) +
+                               "\n```json\n";
+      return {f, std::string(kDsCallsBegin) + call, "\n```" + std::string(kDsCallEnd), call, std::string(kDsCallsEnd)};
+    }
   }
-  return {ToolCallFormat::hermes, "", ""};
+  return {ToolCallFormat::hermes, "", "", "", ""};
 }
 
 ojson with_tools_system_prompt(const ojson& messages, const ojson& tools) {

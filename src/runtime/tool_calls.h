@@ -81,13 +81,18 @@ ParsedOutput parse_model_output(std::string_view text, ToolCallFormat f, const T
 size_t tool_call_start(std::string_view text, ToolCallFormat f);
 
 // A forced call (tool_choice "required" or a named function) as format f writes it: the text
-// before the arguments object and the text after it, so a constrained generation
-// (sampling/json_schema.h FramedJsonTokenFilter) can only spell a call parse_model_output
-// reads back with that name. none has no syntax of its own: it writes hermes' (what
-// ChatML-style models without tool training are closest to, and llama.cpp's generic choice).
+// before the arguments object and the text after it, what starts a further call after it
+// (parallel calls), and what closes the reply's calls, so a constrained generation
+// (sampling/json_schema.h FramedJsonTokenFilter) can only spell calls parse_model_output reads
+// back with those names: before + args + after [+ next + args + after ...] + close. none has
+// no syntax of its own: it writes hermes' (what ChatML-style models without tool training are
+// closest to, and llama.cpp's generic choice). llama3 has no `next` (one JSON call is the
+// whole reply).
 struct ToolCallFrame {
   ToolCallFormat format;  // the syntax written (and to parse with)
   std::string before, after;
+  std::string next;   // the separator and the call's opening for a further call; empty: none
+  std::string close;  // after the last call
 };
 ToolCallFrame tool_call_frame(ToolCallFormat f, std::string_view name);
 

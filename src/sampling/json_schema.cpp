@@ -740,75 +740,135 @@ void JsonTokenFilter::accept(int32_t id) {
 
 FramedJsonTokenFilter::FramedJsonTokenFilter(std::vector<JsonFrame> frames,
                                              std::function<std::string_view(int32_t)> piece,
-                                             std::function<bool(int32_t)> is_end)
-    : frames_(std::move(frames)), piece_(std::move(piece)), is_end_(std::move(is_end)) {
+                                             std::function<bool(int32_t)> is_end, JsonFrameRepeat repeat)
+    : frames_(std::move(frames)), repeat_(std::move(repeat)), piece_(std::move(piece)), is_end_(std::move(is_end)) {
   if (frames_.empty()) fail("framed json constraint: no frames");
-  for (size_t f = 0; f < frames_.size(); ++f) {
+  if (!repeat_.next.empty() && repeat_.next.size() != frames_.size())
+    fail("framed json constraint: ", repeat_.next.size(), " next texts for ", frames_.size(), " frames");
+  for (size_t f = 0; f < frames_.size(); ++f)
     if (!frames_[f].schema) fail("framed json constraint: frame ", f, " has no schema");
-    alts_.push_back({f, frames_[f].prefix.empty() ? 1 : 0, 0, JsonMatcher(*frames_[f].schema)});
+  // One state follows the text only if no candidate text is a prefix of another.
+  auto check = [](const std::vector<const std::string*>& c, const char* what) {
+    for (size_t a = 0; a < c.size(); ++a)
+      for (size_t b = 0; b < c.size(); ++b)
+        if (a != b && c[b]->starts_with(*c[a]))
+          fail("framed json constraint: ", what, " '", *c[a], "' begins '", *c[b], "'");
+  };
+  std::vector<const std::string*> first, later;
+  for (const JsonFrame& f : frames_) first.push_back(&f.prefix);
+  if (!repeat_.close.empty()) later.push_back(&repeat_.close);
+  for (const std::string& n : repeat_.next) {
+    if (n.empty()) fail("framed json constraint: an empty next text");
+    later.push_back(&n);
+  }
+  check(first, "the prefix");
+  check(later, "the text");
+  start_candidates(state_, /*first=*/true);
+}
+
+const std::string& FramedJsonTokenFilter::candidate(const State& st, size_t k) const {
+  if (st.first) return frames_[k].prefix;
+  return k == 0 ? repeat_.close : repeat_.next[k - 1];
+}
+
+size_t FramedJsonTokenFilter::n_candidates(const State& st) const {
+  return st.first ? frames_.size() : 1 + repeat_.next.size();
+}
+
+// Part 0 with every candidate live; a lone empty prefix (the prompt holds all of it) goes
+// straight to its value.
+void FramedJsonTokenFilter::start_candidates(State& st, bool first) const {
+  st.part = 0;
+  st.first = first;
+  st.pos = 0;
+  st.live.assign(n_candidates(st), 1);
+  if (first && frames_.size() == 1 && frames_[0].prefix.empty()) {
+    st.part = 1;
+    st.frame = 0;
+    st.m.emplace(*frames_[0].schema);
   }
 }
 
-bool FramedJsonTokenFilter::feed(Alt& a, std::string_view bytes) const {
-  const JsonFrame& fr = frames_[a.frame];
+bool FramedJsonTokenFilter::feed(State& st, std::string_view bytes) const {
   for (size_t i = 0; i < bytes.size();) {
     const char c = bytes[i];
-    switch (a.part) {
-      case 0:
-        if (fr.prefix[a.pos] != c) return false;
-        if (++a.pos == fr.prefix.size()) {
-          a.part = 1;
-          a.pos = 0;
+    switch (st.part) {
+      case 0: {
+        bool any = false;
+        for (size_t k = 0; k < st.live.size(); ++k) {
+          const std::string& t = candidate(st, k);
+          st.live[k] = st.live[k] && st.pos < t.size() && t[st.pos] == c;
+          any = any || st.live[k];
+        }
+        if (!any) return false;
+        ++st.pos;
+        ++i;
+        for (size_t k = 0; k < st.live.size(); ++k) {
+          if (!st.live[k] || st.pos != candidate(st, k).size()) continue;
+          if (!st.first && k == 0) {  // the close
+            st.part = 4;
+          } else {
+            st.frame = st.first ? k : k - 1;
+            st.part = 1;
+            st.m.emplace(*frames_[st.frame].schema);
+          }
+          st.pos = 0;
+          break;
+        }
+        break;
+      }
+      case 1: {
+        const JsonFrame& fr = frames_[st.frame];
+        if (st.m->complete() && (fr.suffix.empty() || fr.suffix[0] == c)) {
+          st.part = fr.suffix.empty() ? 3 : 2;
+          st.pos = 0;
+          if (st.part == 3) ++st.calls;
+          break;  // c goes to the suffix (or to what follows the frame)
+        }
+        if (!st.m->feed(std::string_view(&c, 1))) return false;
+        ++i;
+        break;
+      }
+      case 2: {
+        const JsonFrame& fr = frames_[st.frame];
+        if (fr.suffix[st.pos] != c) return false;
+        if (++st.pos == fr.suffix.size()) {
+          st.part = 3;
+          ++st.calls;
         }
         ++i;
         break;
-      case 1:
-        if (a.m.complete() && (fr.suffix.empty() || fr.suffix[0] == c)) {
-          a.part = fr.suffix.empty() ? 3 : 2;
-          break;  // c goes to the suffix (or, with none, is one byte too many)
-        }
-        if (!a.m.feed(std::string_view(&c, 1))) return false;
-        ++i;
+      }
+      case 3:  // the close or, where allowed, another frame
+        start_candidates(st, /*first=*/false);
+        if (repeat_.next.empty()) std::fill(st.live.begin() + 1, st.live.end(), 0);
+        if (repeat_.close.empty()) st.live[0] = 0;
         break;
-      case 2:
-        if (fr.suffix[a.pos] != c) return false;
-        if (++a.pos == fr.suffix.size()) a.part = 3;
-        ++i;
-        break;
-      default: return false;  // nothing may follow the frame
+      default: return false;  // nothing may follow the close
     }
   }
   return true;
 }
 
-bool FramedJsonTokenFilter::done(const Alt& a) const {
-  return a.part == 3 || (a.part == 1 && a.m.complete() && frames_[a.frame].suffix.empty());
+bool FramedJsonTokenFilter::done(const State& st) const {
+  if (st.part == 4) return true;
+  if (!repeat_.close.empty()) return false;
+  return st.part == 3 || (st.part == 1 && st.m->complete() && frames_[st.frame].suffix.empty());
 }
 
-bool FramedJsonTokenFilter::complete() const {
-  return std::any_of(alts_.begin(), alts_.end(), [&](const Alt& a) { return done(a); });
-}
+bool FramedJsonTokenFilter::complete() const { return done(state_); }
 
 bool FramedJsonTokenFilter::allowed(int32_t id) const {
   if (is_end_(id)) return complete();
   const std::string_view p = piece_(id);
   if (p.empty()) return false;  // a token with no text would let the generation stall
-  for (const Alt& a : alts_) {
-    // Copy-assigned into the one scratch slot: its matcher's stack keeps its allocation.
-    if (scratch_.empty())
-      scratch_.push_back(a);
-    else
-      scratch_[0] = a;
-    if (feed(scratch_[0], p)) return true;
-  }
-  return false;
+  scratch_ = state_;            // copy-assigned: the scratch's buffers keep their allocations
+  return feed(scratch_, p);
 }
 
 void FramedJsonTokenFilter::accept(int32_t id) {
   if (is_end_(id)) return;
-  const std::string_view p = piece_(id);
-  std::erase_if(alts_, [&](Alt& a) { return !feed(a, p); });
-  if (alts_.empty()) fail("framed json constraint: token ", id, " was accepted but fits no frame");
+  if (!feed(state_, piece_(id))) fail("framed json constraint: token ", id, " was accepted but fits no frame");
 }
 
 }  // namespace sluice

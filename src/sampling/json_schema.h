@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -131,38 +132,57 @@ class JsonTokenFilter final : public TokenFilter {
 };
 
 // Text that must be one of several frames: a fixed prefix, a JSON value its schema accepts, a
-// fixed suffix, then the end of the generation. What a forced tool call is (OpenAI's
+// fixed suffix; then, with JsonFrameRepeat, more frames each started by its `next` text; then
+// the close text and the end of the generation. What a forced tool call is (OpenAI's
 // tool_choice "required" or a named function): the call markup of the model's format around
 // the function's arguments, one frame per function allowed (runtime/tool_calls.h
-// tool_call_frame). Once the value is complete a byte that starts the suffix goes to the
-// suffix (a suffix may start with whitespace the value would also take).
+// tool_call_frame), several calls where "required" allows parallel ones. Once the value is
+// complete a byte that starts the suffix goes to the suffix (a suffix may start with
+// whitespace the value would also take).
 struct JsonFrame {
   std::string prefix;
   std::shared_ptr<const JsonSchema> schema;
   std::string suffix;
 };
+// After a complete frame: next[f] starts another frame f (the separator and that frame's
+// prefix; empty vector: no further frame), close ends the text (may be empty). No `next` may
+// be a prefix of another or of close, nor close of one of them (the text decides which).
+struct JsonFrameRepeat {
+  std::vector<std::string> next;
+  std::string close;
+};
 
 class FramedJsonTokenFilter final : public TokenFilter {
  public:
   FramedJsonTokenFilter(std::vector<JsonFrame> frames, std::function<std::string_view(int32_t)> piece,
-                        std::function<bool(int32_t)> is_end);
+                        std::function<bool(int32_t)> is_end, JsonFrameRepeat repeat = {});
   bool allowed(int32_t id) const override;
   void accept(int32_t id) override;
-  bool complete() const;  // some frame was written to its end
+  bool complete() const;                      // the text may end here: a frame and the close were written
+  int calls() const { return state_.calls; }  // frames written to their end so far
 
  private:
-  struct Alt {
-    size_t frame;
-    int part;    // 0: prefix, 1: the value, 2: suffix, 3: done
-    size_t pos;  // bytes of the prefix / suffix matched
-    JsonMatcher m;
+  // One state (the texts a frame may start with never share a prefix, so one suffices).
+  struct State {
+    int part = 0;            // 0: one of the candidate texts, 1: the value, 2: suffix, 3: a frame done, 4: closed
+    bool first = true;       // part 0: the candidates are the frames' prefixes, else close and next
+    std::vector<char> live;  // part 0: the candidates still matching
+    size_t frame = 0;        // parts 1, 2: the frame
+    size_t pos = 0;          // bytes of the candidate / suffix matched
+    int calls = 0;
+    std::optional<JsonMatcher> m;
   };
-  bool feed(Alt& a, std::string_view bytes) const;
-  bool done(const Alt& a) const;
+  // Candidate k of part 0: first: frames_[k].prefix; else k == 0: close, k >= 1: next[k - 1].
+  const std::string& candidate(const State& st, size_t k) const;
+  size_t n_candidates(const State& st) const;
+  void start_candidates(State& st, bool first) const;
+  bool feed(State& st, std::string_view bytes) const;
+  bool done(const State& st) const;
 
   std::vector<JsonFrame> frames_;
-  std::vector<Alt> alts_;  // the frames the text so far still fits
-  mutable std::vector<Alt> scratch_;
+  JsonFrameRepeat repeat_;
+  State state_;
+  mutable State scratch_;
   std::function<std::string_view(int32_t)> piece_;
   std::function<bool(int32_t)> is_end_;
 };

@@ -232,6 +232,7 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
   const ToolCallFormat request_format = injects_tools(r) ? ToolCallFormat::hermes : tool_format;
   ToolCallFormat call_format = request_format;
   std::vector<JsonFrame> frames;
+  JsonFrameRepeat repeat;  // further calls (parallel ones under "required") and the close
   std::string forced;
   if (chat && !r.forced_tools.empty()) {
     for (const auto& t : r.forced_tools) {
@@ -239,6 +240,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
       call_format = f.format;
       // A prompt that opened the reasoning: close it first, as the template writes it.
       frames.push_back({(opens ? markers.close + "\n\n" : "") + f.before, t.arguments, f.after});
+      if (r.forced_parallel && !f.next.empty()) repeat.next.push_back(f.next);
+      repeat.close = f.close;
     }
     forced = frames[0].prefix;
     for (const JsonFrame& f : frames)
@@ -264,8 +267,8 @@ void HttpServer::Impl::completion(const httplib::Request& req, httplib::Response
     };
   }
   if (!frames.empty()) {
-    job.params.make_filter = [frames = std::move(frames), piece, is_end] {
-      return std::make_unique<FramedJsonTokenFilter>(frames, piece, is_end);
+    job.params.make_filter = [frames = std::move(frames), repeat = std::move(repeat), piece, is_end] {
+      return std::make_unique<FramedJsonTokenFilter>(frames, piece, is_end, repeat);
     };
   }
   // No max_tokens: until the context is full (finish_reason "length"), as OpenAI's API does.

@@ -190,6 +190,8 @@ void parse_tools(const json& body, CompletionRequest& r) {
     const json& f = (*v)[i]["function"];
     const std::string name = f["name"].get<std::string>();
     if (choice == "function" && name != named) continue;
+    for (const auto& t : r.forced_tools)
+      if (t.name == name) bad_field("tools[" + std::to_string(i) + "].function.name", "'" + name + "' is named twice");
     const std::string where = "tools[" + std::to_string(i) + "].function.parameters";
     // No parameters: a function without arguments, called with {} (any object allowed).
     const json* params = field(f, "parameters");
@@ -199,6 +201,12 @@ void parse_tools(const json& body, CompletionRequest& r) {
     r.forced_tools.push_back({name, std::move(schema)});
   }
   if (r.forced_tools.empty()) bad_field("tool_choice", "names the function '" + named + "', which is not in 'tools'");
+  bool parallel = true;
+  if (const json* p = field(body, "parallel_tool_calls")) {
+    if (!p->is_boolean()) bad_field("parallel_tool_calls", std::string("must be a boolean, got ") + type_name(*p));
+    parallel = p->get<bool>();
+  }
+  r.forced_parallel = choice == "required" && parallel;
 }
 
 void parse_prompt(const json& body, CompletionRequest& r, int32_t n_vocab) {

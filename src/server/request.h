@@ -41,6 +41,9 @@ struct CompletionRequest {
     std::shared_ptr<const JsonSchema> arguments;
   };
   std::vector<ForcedTool> forced_tools;
+  // tool_choice "required" with parallel_tool_calls not false (OpenAI's default true): the
+  // forced reply may hold several calls, in the model's syntax for them.
+  bool forced_parallel = false;
   // reasoning_format "none": the reasoning stays inline in the content; "deepseek"/"auto": it
   // goes to reasoning_content. Unset: the server's --reasoning-format.
   std::optional<bool> split_reasoning;

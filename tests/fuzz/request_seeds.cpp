@@ -30,6 +30,9 @@ int main(int argc, char** argv) {
           "b": {"enum": ["x", "y"]}}, "required": ["a"], "additionalProperties": false}}}})",
       R"({"messages": [{"role": "user", "content": "q"}], "response_format": {"type": "json_object"},
           "logit_bias": {}, "user": "u", "ignore_eos": true, "repeat_penalty": 1.1})",
+      R"({"messages": [{"role": "user", "content": "q"}], "tool_choice": "required", "parallel_tool_calls": false,
+          "tools": [{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "b",
+          "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}}}]})",
   };
   int n = 0;
   for (const char* s : seeds) std::ofstream(out / ("seed" + std::to_string(n++) + ".json")) << s;

@@ -156,10 +156,16 @@ def run_checks(client, base):
         check(ok and finish == "tool_calls" and valid_weather(args),
               f"tool_choice get_weather{' (stream)' if stream else ''}: a call whose arguments fit the schema: "
               f"{[(c.function.name, c.function.arguments) for c in calls or []]} finish {finish}")
-    req = chat(client, "What time is it in Tokyo?", tools=ftools, tool_choice="required", max_tokens=128)
+    req = chat(client, "What time is it in Tokyo?", tools=ftools, tool_choice="required", max_tokens=256)
+    calls = req.choices[0].message.tool_calls or []
+    check(len(calls) >= 1 and all(c.function.name in ("get_weather", "get_time") for c in calls),
+          f"tool_choice required: calls of listed functions: {[(c.function.name, c.function.arguments) for c in calls]}")
+    req = chat(client, "What time is it in Tokyo?", tools=ftools, tool_choice="required", max_tokens=128,
+               parallel_tool_calls=False)
     calls = req.choices[0].message.tool_calls or []
     check(len(calls) == 1 and calls[0].function.name in ("get_weather", "get_time"),
-          f"tool_choice required: a call of a listed function: {[(c.function.name, c.function.arguments) for c in calls]}")
+          f"tool_choice required, parallel_tool_calls false: one call of a listed function: "
+          f"{[(c.function.name, c.function.arguments) for c in calls]}")
     auto = chat(client, "What is the weather in Paris?", tools=ftools, tool_choice="auto", max_tokens=64)
     check(not auto.choices[0].message.tool_calls,
           f"control: tool_choice auto gives no call on SmolLM2: {auto.choices[0].message.content!r}")

@@ -462,6 +462,59 @@ TEST_F(ServerHttpTest, ForcedToolChoiceMakesTheReplyACall) {
   EXPECT_GT(named_prompt, required_prompt) << "the whole markup up to the arguments";
 }
 
+// Parallel calls under "required" (hermes syntax, which writes them one block each): the reply
+// may hold several calls, each of a known function with arguments its schema accepts;
+// parallel_tool_calls false keeps it at one (the constraint closes after the first).
+TEST_F(ServerHttpTest, RequiredToolChoiceAllowsParallelCalls) {
+  auto o = test::server_options(1, 2048);
+  o.chat_template = "{# <tool_call> #}{% for m in messages %}{{ m['content'] }} {% endfor %}";
+  test::TestServer s(*m_, *be_, o);
+  const json city = {{"type", "object"},
+                     {"properties", {{"city", {{"enum", {"Paris", "Rome"}}}}}},
+                     {"required", {"city"}},
+                     {"additionalProperties", false}};
+  json req = {{"messages", json::array({{{"role", "user"}, {"content", "Weather in Paris and Rome?"}}})},
+              {"max_tokens", 600},
+              {"temperature", 0},
+              {"tools",
+               json::array({{{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", city}}}},
+                            {{"type", "function"}, {"function", {{"name", "get_time"}, {"parameters", city}}}}})},
+              {"tool_choice", "required"}};
+  auto calls_of = [&](bool parallel, bool stream = false) {
+    req["parallel_tool_calls"] = parallel;
+    req["stream"] = stream;
+    auto r = test::post(s.port(), "/v1/chat/completions", req);
+    EXPECT_EQ(r.status, 200) << r.body;
+    json calls = json::array(), finish;
+    if (!stream) {
+      const json c = r.json()["choices"][0];
+      finish = c["finish_reason"];
+      calls = c["message"].value("tool_calls", json::array());
+    } else {
+      for (const auto& d : test::sse_data(r.body)) {
+        if (d == "[DONE]") continue;
+        const json ch = json::parse(d)["choices"][0];
+        if (ch["delta"].contains("tool_calls")) calls = ch["delta"]["tool_calls"];
+        if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+      }
+    }
+    EXPECT_EQ(finish, "tool_calls") << r.body;
+    for (const auto& call : calls) {
+      const std::string name = call["function"]["name"];
+      EXPECT_TRUE(name == "get_weather" || name == "get_time") << name;
+      const json args = json::parse(call["function"]["arguments"].get<std::string>());
+      EXPECT_TRUE(args.size() == 1 && (args["city"] == "Paris" || args["city"] == "Rome")) << args.dump();
+    }
+    std::printf("[  CALLS   ] parallel_tool_calls %s%s: %zu call(s)\n", parallel ? "true" : "false",
+                stream ? ", stream" : "", calls.size());
+    return calls.size();
+  };
+  EXPECT_EQ(calls_of(false), 1u);
+  const size_t n = calls_of(true);
+  EXPECT_GE(n, 1u);
+  EXPECT_EQ(calls_of(true, /*stream=*/true), n) << "stream and non-stream give the same calls";
+}
+
 // A template that never shows the tools and has no tool syntax of its own: the tools go into a
 // system message (with_tools_system_prompt), so the prompt grows by their JSON and the
 // instructions. The control: a template that renders the tools itself grows by their JSON only.

@@ -124,6 +124,14 @@ TEST(ServerRequest, BadFieldsAreNamed) {
   // A forced call: its tools must be there, the named one among them, and every parameters
   // schema it may have to write enforceable (the 400 names which one).
   EXPECT_EQ(rejected(ok + R"("tool_choice": "required"})", is_chat), "tool_choice");
+  EXPECT_EQ(rejected(ok + R"("tool_choice": "required", "parallel_tool_calls": 1,
+                             "tools": [{"function": {"name": "f"}}]})",
+                     is_chat),
+            "parallel_tool_calls");
+  EXPECT_EQ(rejected(ok + R"("tool_choice": "required", "tools": [{"function": {"name": "f"}},
+                             {"function": {"name": "f"}}]})",
+                     is_chat),
+            "tools[1].function.name");
   EXPECT_EQ(rejected(ok + R"("tool_choice": "required", "tools": []})", is_chat), "tool_choice");
   EXPECT_EQ(rejected(ok + R"("tool_choice": {"type": "function", "function": {"name": "g"}},
     "tools": [{"function": {"name": "f"}}]})",

@@ -388,5 +388,58 @@ TEST(JsonSchema, FramedFilterSpellsOnlyAFrame) {
   EXPECT_GT(finished, 30) << "too few walks finished to say anything";
 }
 
+// Several frames (parallel tool calls): after a complete frame, `next` starts another (here
+// "\n" + its prefix), close (here "]") ends them; the end is allowed only after the close.
+// Negative controls: without `next` a second frame is refused; a frame's bytes after the close
+// are refused; texts that are prefixes of each other are refused at construction.
+TEST(JsonSchema, FramedFilterRepeatsFramesUntilTheClose) {
+  const std::vector<std::string> pieces = {"<a>", "<b>", "{}", "</a>", "</b>", "\n<a>", "\n<b>", "]", "\n", ""};
+  const int32_t eos = static_cast<int32_t>(pieces.size()) - 1;
+  auto frames = [] {
+    std::vector<JsonFrame> f;
+    f.push_back({"<a>", std::make_shared<const JsonSchema>(JsonSchema::any_object()), "</a>"});
+    f.push_back({"<b>", std::make_shared<const JsonSchema>(JsonSchema::any_object()), "</b>"});
+    return f;
+  };
+  auto make = [&](JsonFrameRepeat rep) {
+    return std::make_unique<FramedJsonTokenFilter>(
+        frames(), [&](int32_t id) -> std::string_view { return pieces[static_cast<size_t>(id)]; },
+        [&](int32_t id) { return id == eos; }, std::move(rep));
+  };
+  {
+    auto f = make({{"\n<a>", "\n<b>"}, "]"});
+    for (int32_t id : {0, 2, 3}) f->accept(id);  // <a>{}</a>
+    EXPECT_EQ(f->calls(), 1);
+    EXPECT_FALSE(f->allowed(eos)) << "the close first";
+    EXPECT_TRUE(f->allowed(6)) << "another frame";
+    EXPECT_TRUE(f->allowed(8)) << "the separator alone: a next continues it";
+    EXPECT_FALSE(f->allowed(0)) << "a frame without its separator";
+    for (int32_t id : {6, 2, 4}) f->accept(id);  // \n<b>{}</b>
+    EXPECT_EQ(f->calls(), 2);
+    EXPECT_TRUE(f->allowed(7));
+    f->accept(7);
+    EXPECT_TRUE(f->complete());
+    EXPECT_TRUE(f->allowed(eos));
+    EXPECT_FALSE(f->allowed(5)) << "nothing after the close";
+  }
+  {
+    auto f = make({{"\n<a>", "\n<b>"}, ""});  // no close: the end after any frame
+    for (int32_t id : {1, 2, 4}) f->accept(id);
+    EXPECT_TRUE(f->allowed(eos));
+    EXPECT_TRUE(f->allowed(5));
+    EXPECT_FALSE(f->allowed(7));
+  }
+  {
+    auto f = make({{}, "]"});  // one frame, then the close
+    for (int32_t id : {1, 2, 4}) f->accept(id);
+    EXPECT_FALSE(f->allowed(5)) << "no second frame without next";
+    EXPECT_FALSE(f->allowed(eos));
+    EXPECT_TRUE(f->allowed(7));
+  }
+  EXPECT_THROW(make({{"\n<a>"}, ""}), Error) << "one next per frame";
+  EXPECT_THROW(make({{"\n<a>", "\n<a>x"}, ""}), Error) << "a next that begins another";
+  EXPECT_THROW(make({{"]x", "\n<b>"}, "]"}), Error) << "the close begins a next";
+}
+
 }  // namespace
 }  // namespace sluice

@@ -490,12 +490,26 @@ TEST(ToolCalls, ForcedCallFramesParseBackAsTheCall) {
   for (F f : {F::none, F::hermes, F::llama3, F::mistral, F::deepseek}) {
     const ToolCallFrame fr = tool_call_frame(f, "get_weather");
     EXPECT_EQ(fr.format, f == F::none ? F::hermes : f);
-    const std::string text = fr.before + R"({"city": "Paris", "days": 2})" + fr.after;
+    const std::string text = fr.before + R"({"city": "Paris", "days": 2})" + fr.after + fr.close;
     const ParsedOutput r = parse(text, fr.format);
     ASSERT_EQ(r.tool_calls.size(), 1u) << tool_call_format_name(f) << ": " << text;
     EXPECT_EQ(r.tool_calls[0].name, "get_weather");
     EXPECT_EQ(args_of(r.tool_calls[0]), ojson::parse(R"({"city": "Paris", "days": 2})"));
     EXPECT_EQ(r.content, "") << text;
+    // Parallel calls: a second call of another function after `next` (llama3 has none).
+    if (fr.next.empty()) {
+      EXPECT_EQ(f, F::llama3);
+      continue;
+    }
+    const ToolCallFrame t = tool_call_frame(f, "get_time");
+    const std::string two = fr.before + R"({"city": "Paris"})" + fr.after + t.next + R"({"tz": "UTC"})" + t.after +
+                            t.close;
+    const ParsedOutput r2 = parse(two, fr.format);
+    ASSERT_EQ(r2.tool_calls.size(), 2u) << tool_call_format_name(f) << ": " << two;
+    EXPECT_EQ(r2.tool_calls[0].name, "get_weather");
+    EXPECT_EQ(r2.tool_calls[1].name, "get_time");
+    EXPECT_EQ(args_of(r2.tool_calls[1]), ojson::parse(R"({"tz": "UTC"})"));
+    EXPECT_EQ(r2.content, "") << two;
   }
 }
 
