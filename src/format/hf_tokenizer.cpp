@@ -1,11 +1,15 @@
 // format/hf_tokenizer: a folder's tokenizer.json (byte-level BPE: vocab, merges, added tokens,
-// the pre-tokenizer llama.cpp names), tokenizer_config.json, generation_config.json and chat
-// template as the tokenizer.ggml.* metadata llama.cpp's converter writes.
+// the pre-tokenizer llama.cpp names) or Kimi's tiktoken.model, tokenizer_config.json,
+// generation_config.json and chat template as the tokenizer.ggml.* metadata llama.cpp's
+// converter writes.
+#include <fstream>
 #include <limits>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "core/gpt2_bytes.h"
 #include "format/hf_common.h"
 
 namespace sluice::hf {
@@ -76,9 +80,122 @@ std::string token_field(const json& tc, const char* key) {
   return {};
 }
 
-}  // namespace
+// Standard base64 (tiktoken.model's token field) -> bytes; false if `s` is not base64.
+bool base64_decode(std::string_view s, std::string& out) {
+  auto val = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  out.clear();
+  if (s.empty() || s.size() % 4 != 0) return false;
+  for (size_t i = 0; i < s.size(); i += 4) {
+    const bool last = i + 4 == s.size();
+    const int pad = last ? (s[i + 3] == '=') + (s[i + 2] == '=') : 0;
+    uint32_t w = 0;
+    for (int k = 0; k < 4; ++k) {
+      const int v = k >= 4 - pad ? 0 : val(s[i + k]);
+      if (v < 0) return false;
+      w = w << 6 | static_cast<uint32_t>(v);
+    }
+    out.push_back(static_cast<char>(w >> 16));
+    if (pad < 2) out.push_back(static_cast<char>(w >> 8 & 0xFF));
+    if (pad < 1) out.push_back(static_cast<char>(w & 0xFF));
+  }
+  return true;
+}
 
-void add_tokenizer(const fs::path& dir, const json& config, Kv& kv) {
+// Kimi's tokenizer (tokenization_kimi.py's TikTokenTokenizer): tiktoken.model, one "base64 rank"
+// line per token, ranks 0..N-1, which are the ids; ids N..N+255 are special tokens, named by
+// tokenizer_config.json's added_tokens_decoder, "<|reserved_token_ID|>" where it names none. As
+// byte-level BPE: each token's bytes in GPT-2's map, every split of a token into two tokens a
+// merge, ranked by the token it makes (sluice.tokenizer.tiktoken), Kimi's split pattern.
+void add_tiktoken_vocab(const fs::path& dir, const json& tc, Kv& kv, std::map<std::string, int32_t>& ids) {
+  const fs::path tm = dir / "tiktoken.model";
+  if (!tc.is_object() || tc.value("tokenizer_class", "") != "TikTokenTokenizer")
+    fail(tm.string(),
+         ": a tiktoken vocabulary without tokenizer_config.json's tokenizer_class TikTokenTokenizer "
+         "(Kimi's): its split pattern is not known");
+  std::ifstream in(tm, std::ios::binary);
+  if (!in) fail(tm.string(), ": cannot be read");
+  std::vector<std::string> bytes;  // by rank
+  std::unordered_map<std::string, int32_t> rank_of;
+  std::string line, b;
+  for (int64_t n = 1; std::getline(in, line); ++n) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    const size_t sp = line.find(' ');
+    int64_t rank = -1;
+    try {
+      size_t used = 0;
+      if (sp != std::string::npos) rank = std::stoll(line.substr(sp + 1), &used);
+      if (sp != std::string::npos && used != line.size() - sp - 1) rank = -1;
+    } catch (const std::exception&) {
+      rank = -1;
+    }
+    if (sp == std::string::npos || rank < 0 || !base64_decode(std::string_view(line).substr(0, sp), b))
+      fail(tm.string(), ": line ", n, " is not 'base64 rank'");
+    if (rank != static_cast<int64_t>(bytes.size()))
+      fail(tm.string(), ": line ", n, " has rank ", rank, ", expected ", bytes.size(), " (ranks run 0, 1, 2, ...)");
+    if (!rank_of.emplace(b, static_cast<int32_t>(rank)).second)
+      fail(tm.string(), ": line ", n, ": the token of rank ", rank, " repeats an earlier one");
+    bytes.push_back(b);
+  }
+  if (bytes.size() < 256) fail(tm.string(), ": ", bytes.size(), " tokens, fewer than the 256 single bytes");
+  for (int c = 0; c < 256; ++c)
+    if (!rank_of.count(std::string(1, static_cast<char>(c)))) fail(tm.string(), ": byte ", c, " has no token");
+  std::string gpt2[256];
+  for (int c = 0; c < 256; ++c) gpt2[c] = gpt2_byte_text(c);
+  auto mapped = [&](std::string_view raw) {
+    std::string t;
+    for (unsigned char c : raw) t += gpt2[c];
+    return t;
+  };
+  std::vector<std::string> tokens, merges;
+  std::vector<int32_t> types;
+  for (const std::string& raw : bytes) {
+    tokens.push_back(mapped(raw));
+    types.push_back(1);  // NORMAL
+    for (size_t k = 1; k < raw.size(); ++k)
+      if (rank_of.count(raw.substr(0, k)) && rank_of.count(raw.substr(k)))
+        merges.push_back(mapped(raw.substr(0, k)) + " " + mapped(raw.substr(k)));
+  }
+  std::map<int64_t, std::string> named;
+  if (tc.contains("added_tokens_decoder") && tc["added_tokens_decoder"].is_object())
+    for (const auto& [id, a] : tc["added_tokens_decoder"].items()) {
+      int64_t i = -1;
+      try {
+        i = std::stoll(id);
+      } catch (const std::exception&) {
+      }
+      if (!a.is_object() || !a.contains("content") || !a["content"].is_string() || i < 0)
+        fail((dir / "tokenizer_config.json").string(), ": added_tokens_decoder['", id, "'] is not {\"content\": ...}");
+      named[i] = a["content"].get<std::string>();
+    }
+  const int64_t n_base = static_cast<int64_t>(bytes.size());
+  for (const auto& [i, text] : named)
+    if (i < n_base || i >= n_base + 256)
+      fail((dir / "tokenizer_config.json").string(), ": added token ", i, " ('", text, "') is outside ", n_base, "..",
+           n_base + 255, ", the special ids after tiktoken.model's ", n_base, " tokens");
+  for (int64_t i = n_base; i < n_base + 256; ++i) {
+    const auto it = named.find(i);
+    tokens.push_back(it != named.end() ? it->second : "<|reserved_token_" + std::to_string(i) + "|>");
+    types.push_back(3);  // CONTROL
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) ids.emplace(tokens[i], static_cast<int32_t>(i));
+  kv.emplace_back("tokenizer.ggml.model", str("gpt2"));
+  kv.emplace_back("tokenizer.ggml.pre", str("kimi-k2"));
+  kv.emplace_back("tokenizer.ggml.tokens", str_array(tokens));
+  kv.emplace_back("tokenizer.ggml.token_type", i32_array(types));
+  kv.emplace_back("tokenizer.ggml.merges", str_array(merges));
+  kv.emplace_back("sluice.tokenizer.tiktoken", boolean(true));
+}
+
+// tokenizer.json's vocabulary, merges, pre-tokenizer and normalizer.
+void add_tokenizer_json_vocab(const fs::path& dir, Kv& kv, std::map<std::string, int32_t>& ids) {
   const fs::path tj = dir / "tokenizer.json";
   const json t = read_json(tj, true);
   const json& model = t.value("model", json::object());
@@ -106,7 +223,6 @@ void add_tokenizer(const fs::path& dir, const json& config, Kv& kv) {
   }
   std::vector<std::string> tokens;
   std::vector<int32_t> types;
-  std::map<std::string, int32_t> ids;
   for (const auto& [id, tt] : by_id) {
     if (id != static_cast<int64_t>(tokens.size())) fail(tj.string(), ": token id ", tokens.size(), " is missing");
     ids[tt.first] = static_cast<int32_t>(id);
@@ -161,8 +277,17 @@ void add_tokenizer(const fs::path& dir, const json& config, Kv& kv) {
     kv.emplace_back("tokenizer.ggml.merges", str_array(merges));
   }
   if (!norm.is_null()) kv.emplace_back("sluice.tokenizer.nfc", boolean(true));
+}
 
+}  // namespace
+
+void add_tokenizer(const fs::path& dir, const json& config, Kv& kv) {
   const json tc = read_json(dir / "tokenizer_config.json", false);
+  std::map<std::string, int32_t> ids;  // token text -> id
+  if (!fs::exists(dir / "tokenizer.json") && fs::exists(dir / "tiktoken.model"))
+    add_tiktoken_vocab(dir, tc, kv, ids);
+  else
+    add_tokenizer_json_vocab(dir, kv, ids);
   const json gen = read_json(dir / "generation_config.json", false);
   auto id_of = [&](const std::string& text) -> int64_t {
     auto it = ids.find(text);

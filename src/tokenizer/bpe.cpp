@@ -7,35 +7,13 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/gpt2_bytes.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sluice {
 
 namespace {
-
-// GPT-2's bytes_to_unicode (openai/gpt-2 encoder.py): printable Latin-1 bytes stand for
-// themselves, the other 68 bytes for U+0100.. in byte order. Returns the code point for byte b.
-uint32_t gpt2_byte_to_code_point(int b) {
-  const auto printable = [](int x) {
-    return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF);
-  };
-  if (printable(b)) return static_cast<uint32_t>(b);
-  uint32_t next = 256;
-  for (int x = 0; x < b; ++x) next += printable(x) ? 0 : 1;
-  return next;
-}
-
-std::string utf8_of(uint32_t cp) {  // cp < 0x800 here
-  std::string s;
-  if (cp < 0x80) {
-    s.push_back(static_cast<char>(cp));
-  } else {
-    s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-  return s;
-}
 
 uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
@@ -94,11 +72,13 @@ void Tokenizer::bpe_init() {
     const std::string_view right = std::string_view(line).substr(sp + 1);
     const int32_t l = intern(left), r = intern(right);
     joined.assign(left).append(right);
-    // emplace keeps the first rank of a pair that is listed twice, as llama.cpp's does.
-    m->merges.emplace(pair_key(l, r), BpeModel::Merge{static_cast<int32_t>(rank), intern(joined)});
+    // emplace keeps the first rank of a pair that is listed twice, as llama.cpp's does. A
+    // tiktoken vocabulary ranks a pair by the token it makes (its id), every split of it alike.
+    const int32_t result = intern(joined);
+    m->merges.emplace(pair_key(l, r), BpeModel::Merge{v_.tiktoken ? result : static_cast<int32_t>(rank), result});
   }
   for (int b = 0; b < 256; ++b) {
-    m->byte_text[b] = utf8_of(gpt2_byte_to_code_point(b));
+    m->byte_text[b] = gpt2_byte_text(b);
     m->byte_symbol[b] = find_symbol(m->byte_text[b]);
     const char c = static_cast<char>(b);
     m->raw_byte_token[b] = text_to_token(std::string_view(&c, 1));
@@ -154,8 +134,8 @@ void Tokenizer::bpe_tokenize(std::string_view text, std::vector<int32_t>& out) c
       encoded += m.byte_text[b];
     }
     // llama3-style vocabularies: a word that is a token as a whole is taken as is, even where the
-    // merges would split it differently (HF's ignore_merges).
-    if (m.pre.spec().ignore_merges) {
+    // merges would split it differently (HF's ignore_merges); tiktoken does the same.
+    if (m.pre.spec().ignore_merges || v_.tiktoken) {
       if (const int32_t id = text_to_token(encoded); id >= 0) {
         out.push_back(id);
         continue;

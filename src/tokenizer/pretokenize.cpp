@@ -54,6 +54,15 @@ constexpr const char* kQwen2 =
 constexpr const char* kQwen35 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// Kimi's (tokenization_kimi.py's pat_str, run by tiktoken), with its class intersections
+// [...&&[^\p{Han}]] (which PCRE2 lacks) written as a lookahead before the class, and its
+// case-insensitive contractions kept as (?i:...) as tiktoken's regex folds them.
+constexpr const char* kKimi =
+    R"([\p{Han}]+)"
+    R"(|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // DeepSeek LLM's letter class, from its tokenizer.json: the cased letters (Lu/Ll/Lt) of an older
 // Unicode table, written as escapes because several of them (U+1F7D, U+1FBE, U+2126, U+212A, ...)
 // are NFC singletons that an editor may silently replace.
@@ -158,6 +167,7 @@ const std::vector<PreEntry>& pre_table() {
       add({"chameleon"}, s);
     }
     add({"gpt-4o", "llama4"}, make_spec("gpt4o", {kGpt4o}, false));
+    add({"kimi-k2"}, make_spec("kimi-k2", {kKimi}, false));
     return t;
   }();
   return table;

@@ -69,6 +69,10 @@ struct Vocab {
   // the space prefix only on text that does not start with a space, and with "first" only on
   // text that starts the input. Empty: llama.cpp's SPM rule (every fragment after a special token).
   std::string metaspace;
+  // sluice.tokenizer.tiktoken (a folder's tiktoken.model, Kimi's): merges are every split of each
+  // token into two tokens, and a pair is ranked by the token it makes, so BPE merges the pair of
+  // lowest token id first and takes a word that is a token whole, as tiktoken does.
+  bool tiktoken = false;
   bool nfc = false;  // sluice.tokenizer.nfc (a tokenizer.json NFC normalizer): BPE text between special tokens is
                      // NFC-normalized first, as Hugging Face tokenizers does
 };

@@ -109,6 +109,7 @@ Vocab vocab_from_gguf(const GgufFile& f) {
 
   v.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", v.add_bos);
   v.nfc = f.get_bool_or("sluice.tokenizer.nfc", false);
+  v.tiktoken = f.get_bool_or("sluice.tokenizer.tiktoken", false);
   v.add_eos = f.get_bool_or("tokenizer.ggml.add_eos_token", v.add_eos);
   v.add_space_prefix = f.get_bool_or("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
   v.metaspace = f.get_string_or("sluice.tokenizer.metaspace", "");

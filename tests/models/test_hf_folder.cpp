@@ -20,6 +20,7 @@
 
 #include "backends/backend.h"
 #include "core/error.h"
+#include "format/hf_folder.h"
 #include "format/safetensors.h"
 #include "hf_folder_util.h"
 #include "models/model.h"
@@ -27,6 +28,7 @@
 #include "runtime/session.h"
 #include "sluice/inspect.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace sluice {
 namespace {
@@ -155,6 +157,49 @@ TEST(HfFolderErrors, RefusedByName) {
        }},
   };
   expect_refused(cases, "");
+}
+
+// Kimi's tiktoken.model in place of tokenizer.json: a valid one (the 256 bytes, "ab", "abc")
+// loads; each corruption is refused naming the file and the line or field.
+TEST(HfFolderErrors, TiktokenVocabularyRefusedByName) {
+  // The 256 single bytes in base64, rank = byte, then extra tokens.
+  auto tiktoken = [](const fs::path& d, const std::vector<std::string>& extra_lines, bool with_class = true) {
+    static const char* k64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::ofstream f(d / "tiktoken.model");
+    for (int b = 0; b < 256; ++b) f << k64[b >> 2] << k64[(b & 3) << 4] << "== " << b << "\n";
+    for (const auto& l : extra_lines) f << l << "\n";
+    fs::remove(d / "tokenizer.json");
+    nlohmann::json tc = {{"added_tokens_decoder", {{"258", {{"content", "[EOS]"}, {"special", true}}}}},
+                         {"eos_token", "[EOS]"}};
+    if (with_class) tc["tokenizer_class"] = "TikTokenTokenizer";
+    std::ofstream(d / "tokenizer_config.json") << tc.dump();
+  };
+  {  // the valid one: "ab" (YWI=) rank 256, "abc" (YWJj) 257, [EOS] the third special... 258
+    const std::string dir = broken_folder("tiktoken_ok", [&](const fs::path& d) {
+      tiktoken(d, {"YWI= 256", "YWJj 257"});
+    });
+    const Tokenizer t(vocab_from_gguf(*open_folder_tokenizer(dir)));  // no weights: the llama folder's are 400 rows
+    EXPECT_EQ(t.n_vocab(), 258 + 256);
+    EXPECT_EQ(t.encode("abc", false), std::vector<int32_t>{257});
+    EXPECT_EQ(t.encode("abd", false), (std::vector<int32_t>{256, 'd'}));
+    EXPECT_EQ(t.eos(), 258);
+    EXPECT_EQ(t.token_to_piece(259), "<|reserved_token_259|>");
+  }
+  const FolderEdit cases[] = {
+      {"tiktoken.model: line 257 is not 'base64 rank'", [&](const fs::path& d) { tiktoken(d, {"YWI=256"}); }},
+      {"tiktoken.model: line 257 is not 'base64 rank'", [&](const fs::path& d) { tiktoken(d, {"Y!I= 256"}); }},
+      {"line 257 has rank 300, expected 256", [&](const fs::path& d) { tiktoken(d, {"YWI= 300"}); }},
+      {"line 257: the token of rank 256 repeats an earlier one", [&](const fs::path& d) { tiktoken(d, {"YQ== 256"}); }},
+      {"tokenizer_class TikTokenTokenizer", [&](const fs::path& d) { tiktoken(d, {}, false); }},
+      {"added token 700 ('[X]') is outside 256..511",
+       [&](const fs::path& d) {
+         tiktoken(d, {});
+         edit_json(d / "tokenizer_config.json", [](auto& j) {
+           j["added_tokens_decoder"]["700"] = {{"content", "[X]"}, {"special", true}};
+         });
+       }},
+  };
+  expect_refused(cases, "tiktoken_err");
 }
 
 TEST(HfFolderErrors, Qwen35RefusedByName) {
