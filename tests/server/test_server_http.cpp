@@ -393,6 +393,22 @@ TEST_F(ServerHttpTest, ReasoningGoesToReasoningContentStreamedOrNot) {
 // arguments fitting the schema; the same request with "auto" gives no call (the control). The
 // call's markup up to the arguments is not sampled: it goes into the prompt (more prompt
 // tokens than the "auto" request's; with "required" only the part both functions share).
+// A chat reply's tool_calls (an empty array if none) and finish_reason, whole or streamed.
+std::pair<json, json> reply_calls(const std::string& body, bool stream) {
+  json calls = json::array(), finish;
+  if (!stream) {
+    const json c = json::parse(body)["choices"][0];
+    return {c["message"].value("tool_calls", json::array()), c["finish_reason"]};
+  }
+  for (const auto& d : test::sse_data(body)) {
+    if (d == "[DONE]") continue;
+    const json ch = json::parse(d)["choices"][0];
+    if (ch["delta"].contains("tool_calls")) calls = ch["delta"]["tool_calls"];
+    if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+  }
+  return {calls, finish};
+}
+
 TEST_F(ServerHttpTest, ForcedToolChoiceMakesTheReplyACall) {
   auto o = test::server_options(2, 1024);
   o.chat_template = "{# <|start_header_id|> ipython #}{% for m in messages %}{{ m['content'] }} {% endfor %}";
@@ -421,20 +437,8 @@ TEST_F(ServerHttpTest, ForcedToolChoiceMakesTheReplyACall) {
     req["stream"] = stream;
     auto r = test::post(s.port(), "/v1/chat/completions", req);
     ASSERT_EQ(r.status, 200) << r.body;
-    json calls, finish;
-    if (!stream) {
-      named_prompt = r.json()["usage"]["prompt_tokens"];
-      const json c = r.json()["choices"][0];
-      calls = c["message"].value("tool_calls", json());
-      finish = c["finish_reason"];
-    } else {
-      for (const auto& d : test::sse_data(r.body)) {
-        if (d == "[DONE]") continue;
-        const json ch = json::parse(d)["choices"][0];
-        if (ch["delta"].contains("tool_calls")) calls = ch["delta"]["tool_calls"];
-        if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
-      }
-    }
+    if (!stream) named_prompt = r.json()["usage"]["prompt_tokens"];
+    const auto [calls, finish] = reply_calls(r.body, stream);
     EXPECT_EQ(finish, "tool_calls") << r.body;
     ASSERT_EQ(calls.size(), 1u) << r.body;
     EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
@@ -485,19 +489,7 @@ TEST_F(ServerHttpTest, RequiredToolChoiceAllowsParallelCalls) {
     req["stream"] = stream;
     auto r = test::post(s.port(), "/v1/chat/completions", req);
     EXPECT_EQ(r.status, 200) << r.body;
-    json calls = json::array(), finish;
-    if (!stream) {
-      const json c = r.json()["choices"][0];
-      finish = c["finish_reason"];
-      calls = c["message"].value("tool_calls", json::array());
-    } else {
-      for (const auto& d : test::sse_data(r.body)) {
-        if (d == "[DONE]") continue;
-        const json ch = json::parse(d)["choices"][0];
-        if (ch["delta"].contains("tool_calls")) calls = ch["delta"]["tool_calls"];
-        if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
-      }
-    }
+    const auto [calls, finish] = reply_calls(r.body, stream);
     EXPECT_EQ(finish, "tool_calls") << r.body;
     for (const auto& call : calls) {
       const std::string name = call["function"]["name"];
