@@ -169,21 +169,23 @@ TEST(HfFolderErrors, TiktokenVocabularyRefusedByName) {
     for (int b = 0; b < 256; ++b) f << k64[b >> 2] << k64[(b & 3) << 4] << "== " << b << "\n";
     for (const auto& l : extra_lines) f << l << "\n";
     fs::remove(d / "tokenizer.json");
-    nlohmann::json tc = {{"added_tokens_decoder", {{"258", {{"content", "[EOS]"}, {"special", true}}}}},
+    nlohmann::json tc = {{"added_tokens_decoder", {{"259", {{"content", "[EOS]"}, {"special", true}}}}},
                          {"eos_token", "[EOS]"}};
     if (with_class) tc["tokenizer_class"] = "TikTokenTokenizer";
     std::ofstream(d / "tokenizer_config.json") << tc.dump();
   };
-  {  // the valid one: "ab" (YWI=) rank 256, "abc" (YWJj) 257, [EOS] the third special... 258
+  {  // the valid one: "ab" (YWI=) 256, "abc" (YWJj) 257, "xyz" (eHl6) 258 (no merge makes it), [EOS] 259
     const std::string dir = broken_folder("tiktoken_ok", [&](const fs::path& d) {
-      tiktoken(d, {"YWI= 256", "YWJj 257"});
+      tiktoken(d, {"YWI= 256", "YWJj 257", "eHl6 258"});
     });
     const Tokenizer t(vocab_from_gguf(*open_folder_tokenizer(dir)));  // no weights: the llama folder's are 400 rows
-    EXPECT_EQ(t.n_vocab(), 258 + 256);
+    EXPECT_EQ(t.n_vocab(), 259 + 256);
     EXPECT_EQ(t.encode("abc", false), std::vector<int32_t>{257});
     EXPECT_EQ(t.encode("abd", false), (std::vector<int32_t>{256, 'd'}));
-    EXPECT_EQ(t.eos(), 258);
-    EXPECT_EQ(t.token_to_piece(259), "<|reserved_token_259|>");
+    EXPECT_EQ(t.encode("xyz", false), std::vector<int32_t>{258}) << "a word that is a token is taken whole";
+    EXPECT_EQ(t.encode("xyzx", false), (std::vector<int32_t>{'x', 'y', 'z', 'x'})) << "no merge makes xyz";
+    EXPECT_EQ(t.eos(), 259);
+    EXPECT_EQ(t.token_to_piece(260), "<|reserved_token_260|>");
   }
   const FolderEdit cases[] = {
       {"tiktoken.model: line 257 is not 'base64 rank'", [&](const fs::path& d) { tiktoken(d, {"YWI=256"}); }},
