@@ -256,14 +256,18 @@ void KvCache::fit_k(int64_t layer, int64_t pos0, int64_t n, const float* k, cons
 
 void KvCache::encode_side(Backend& be, const float* x, int64_t w, const KvKFit& fit, const KvRotation& rot,
                           const TqCodec* tq, DType t, uint8_t* dst, uint16_t* sink) {
-  const std::vector<float>& mean = fit.mean;
+  const std::vector<float>& mean = fit.mean;  // a fit with an order always has its mean
   if (!mean.empty() || rot.on()) {
-    rot_buf_.assign(x, x + w);
-    for (size_t i = 0; i < mean.size(); ++i) rot_buf_[i] -= mean[i];
-    if (!fit.order.empty()) {  // heads of Dk into the fit's order, divided by its scales
-      const std::vector<float> c(rot_buf_);
+    if (!fit.order.empty()) {  // heads of Dk into the fit's order, minus the mean, divided by the scales
+      rot_buf_.resize(static_cast<size_t>(w));
       const int64_t D = geo_.head_dim_k;
-      for (int64_t i = 0; i < w; ++i) rot_buf_[i] = c[i - i % D + fit.order[i]] / fit.scale[i];
+      for (int64_t i = 0; i < w; ++i) {
+        const int64_t c = i - i % D + fit.order[i];
+        rot_buf_[i] = (x[c] - mean[c]) / fit.scale[i];
+      }
+    } else {
+      rot_buf_.assign(x, x + w);
+      for (size_t i = 0; i < mean.size(); ++i) rot_buf_[i] -= mean[i];
     }
     if (rot.on()) be.kv_rotate(rot, rot_buf_.data(), w, /*inverse=*/false);
     x = rot_buf_.data();
@@ -310,8 +314,10 @@ const float* KvCache::query_for_cache(Backend& be, int64_t layer, const float* q
                                       std::vector<float>* buf) const {
   const KvKFit& fit = k_fit_[layer];
   if (!k_rot_.on() && fit.order.empty()) return q;
-  buf->assign(q, q + n);
-  if (!fit.order.empty()) {  // each query head as its KV head's keys are stored
+  if (fit.order.empty()) {
+    buf->assign(q, q + n);
+  } else {  // each query head as its KV head's keys are stored
+    buf->resize(static_cast<size_t>(n));
     const int64_t D = geo_.head_dim_k, H = geo_.n_head, G = std::max<int64_t>(1, H / geo_.n_head_kv);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t head = i / D, hk = (head % H) / G, j = hk * D + i % D;
