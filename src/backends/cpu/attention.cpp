@@ -482,8 +482,12 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
     return;
   }
 
-  // A batch of few rows (decode): units (t, hk, s) in that order — one KV head's group of
-  // query heads, one split; unit_begin[t] = first unit of token t. Partials of the rows of
+  // A batch of few rows (decode): units (t, s, hk) in that order — one KV head's group of
+  // query heads, one split; unit_begin[t] = first unit of token t. Split-major: a thread's
+  // consecutive units read the same S cache rows, one KV head each, so the lines two heads
+  // share and the rows' pages are still cached when the next head comes (32K positions,
+  // Hkv 4, D 128, 2 threads, AMD EPYC: 9.5-9.9 -> 8.0 ms per layer for f16, 7.9-8.9 -> 6.6-7.0
+  // for q8_0/q4_0 against head-major units). Partials of the rows of
   // several splits, per (t, h, s): [m, l, acc[Dv]] at part_begin[t] + h·ns + s, folded after.
   std::vector<int64_t> unit_begin(static_cast<size_t>(T + 1), 0), part_begin(static_cast<size_t>(T + 1), 0);
   for (int64_t t = 0; t < T; ++t) {
@@ -510,7 +514,7 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
     float* vbuf = kbuf + Hkv * Dk;
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t t = std::upper_bound(unit_begin.begin(), unit_begin.end(), u) - unit_begin.begin() - 1;
-      const int64_t ns = n_split(t), r = u - unit_begin[t], hk = r / ns, s = r % ns, h0 = hk * G;
+      const int64_t ns = n_split(t), r = u - unit_begin[t], hk = r % Hkv, s = r / Hkv, h0 = hk * G;
       const int64_t nv = n_vis(t);
       if (nv == 0) {
         std::fill(a.out + (t * H + h0) * Dv, a.out + (t * H + h0 + G) * Dv, 0.0f);
