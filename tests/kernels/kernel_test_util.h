@@ -7,8 +7,10 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/attn_kernels.h"
 #include "core/cpu_features.h"
 #include "core/tensor.h"
+#include "kernels/parity_tolerances.h"
 #include "quant/quant.h"
 
 namespace sluice::test {
@@ -61,6 +63,12 @@ inline std::vector<CpuIsa> available_isas() {
   for (CpuIsa i : {CpuIsa::generic, CpuIsa::avx2, CpuIsa::avx512})
     if (cpu_isa_available(i)) v.push_back(i);
   return v;
+}
+
+// The cpu backend's attention against ref at ISA level isa with a V of type v: kTolAttention,
+// or kTolAttentionIntV where that level sums such a V on integers (parity_tolerances.h).
+inline double attention_tol(CpuIsa isa, DType v) {
+  return cpu::attn_kernels_for(isa).axpy_i16(v) ? kTolAttentionIntV : kTolAttention;
 }
 
 }  // namespace sluice::test

@@ -31,6 +31,12 @@ inline constexpr double kTolElementwise = 1e-11;
 // N = 300 positions; observed ≤ 3e-13. 1e-10 follows the matmul headroom policy, and an
 // off-by-one causal limit gives ~3e-3 (AttentionNegativeControlCausalOffByOne).
 inline constexpr double kTolAttention = 1e-10;
+// attention over a q8_0 / q4_0 V at a level whose V sums run on integers (attn_kernels.h's
+// axpy_i16): each weight is rounded to int16 steps of its (query head, block, 64 positions)
+// chunk's largest, off by at most mx/65534. With one dominant position (y ~ mx·v) and 63
+// others at any weight, y's error is ~ sqrt(64)·mx/(65534·sqrt(3))·|v|: NMSE ≲ 64/(3·65534²)
+// ≈ 5e-9; observed ≤ 8e-10 (8-bit weights gave 1e-4, a one-position shift ~1e-3).
+inline constexpr double kTolAttentionIntV = 1e-8;
 // add, get_rows, store_row: exact operations (IEEE add, exact conversions, the same
 // quantize_row), so the tolerance is zero: bitwise equality.
 

@@ -18,6 +18,7 @@
 #include "backends/cpu/attn_kernels.h"
 #include "backends/cpu/kernels.h"
 #include "core/cpu_features.h"
+#include "core/fp16.h"
 #include "kernels/kernel_test_util.h"
 #include "kvcodec/kvcodec.h"
 #include "quant/blocks.h"
@@ -303,6 +304,99 @@ TEST(AttnKernels, Q8ScoresEqualTheQ8GemmBitwise) {
     }
   }
   if (checked == 0) GTEST_SKIP() << "no SIMD level on this CPU: q8_0 scores run on Q8Ops::gemm only";
+}
+
+// Integer V sums (attn_kernels.h's axpy_i16) with weights rounded to `steps` (32767: the
+// contract) per (row, block, 64-position chunk), in double: the precision the contract
+// claims, and with 127 the 8-bit weights it was chosen over (the negative control of its
+// tolerance). A block's element is code·d, so its weight a·d is what is rounded.
+std::vector<float> axpy_rounded(const Heads& h, int64_t P, const std::vector<float>& a, size_t lda, int64_t G,
+                                std::vector<float> y, double steps) {
+  const size_t bb = h.type == DType::Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+  auto scale = [&](int64_t j, int64_t b) {
+    uint16_t d;
+    std::memcpy(&d, h.head(j) + b * bb, 2);
+    return static_cast<double>(fp16_to_fp32(d));
+  };
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t b = 0; b < h.D / 32; ++b)
+      for (int64_t j0 = 0; j0 < P; j0 += cpu::kAxpyI16Chunk) {
+        const int64_t j1 = std::min(P, j0 + cpu::kAxpyI16Chunk);
+        double mx = 0;
+        for (int64_t j = j0; j < j1; ++j) mx = std::max(mx, std::fabs(a[g * lda + j] * scale(j, b)));
+        if (mx == 0) continue;
+        for (int64_t j = j0; j < j1; ++j) {
+          const double d = scale(j, b);
+          if (d == 0) continue;
+          const double wq = std::nearbyint(a[g * lda + j] * d / mx * steps) * mx / steps;  // ≈ a·d
+          for (int64_t i = 0; i < 32; ++i)
+            y[g * h.D + b * 32 + i] += static_cast<float>(wq / d * h.dec[j * h.D + b * 32 + i]);
+        }
+      }
+  return y;
+}
+
+// attn_kernels.h's integer V sums: every level that has them gives the generic twin's bits
+// (P over the 64-position chunk, G with partial 8-row passes, odd P for the pair tail), they
+// are within kTolAttentionIntV of the float decode path, and negative controls: a one-position
+// shift, a changed code byte, and weights rounded to 8 bits instead of 16 (which the
+// tolerance must reject).
+TEST(AttnKernels, IntegerVSumsEqualTheirTwinBitwise) {
+  const AttnKernels& gen = cpu::attn_kernels_generic();
+  const Kernels& kg = cpu::kernels_generic();
+  int checked = 0;
+  for (DType t : {DType::Q8_0, DType::Q4_0}) {
+    ASSERT_NE(gen.axpy_i16(t), nullptr) << kv_type_name(t);
+    double worst = 0;
+    for (const Shape& sh : kShapes) {
+      const Heads h = make_heads(t, sh.P + 1, sh.D, 31);
+      const size_t lds = static_cast<size_t>(sh.P + 3);
+      std::vector<float> a = randn(static_cast<size_t>(sh.G) * lds, 32, 0.3f);
+      for (float& x : a) x = std::exp(x);  // softmax weights: positive, one block can dominate
+      if (sh.G > 1)
+        for (int64_t j = 0; j < sh.P; ++j) a[j] = 0.0f;  // a row adding nothing (mx = 0)
+      const std::vector<float> y0 = randn(static_cast<size_t>(sh.G * sh.D), 33);
+      std::vector<float> want = y0;
+      gen.axpy_i16(t)(a.data(), lds, h.head(0), h.stride, sh.P, sh.G, sh.D, want.data());
+      const double e = nmse(axpy_ref(kg, h, sh.P, a, lds, sh.G, y0), want);
+      worst = std::max(worst, e);
+      EXPECT_LE(e, kTolAttentionIntV) << kv_type_name(t) << " P=" << sh.P << " G=" << sh.G;
+      for (CpuIsa isa : available_isas()) {
+        const cpu::AttnAxpyI16 f = cpu::attn_kernels_for(isa).axpy_i16(t);
+        if (!f || isa == CpuIsa::generic) continue;
+        std::vector<float> got = y0;
+        f(a.data(), lds, h.head(0), h.stride, sh.P, sh.G, sh.D, got.data());
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), got.size() * sizeof(float)))
+            << cpu_isa_name(isa) << " " << kv_type_name(t) << " P=" << sh.P << " G=" << sh.G << " D=" << sh.D;
+        ++checked;
+      }
+    }
+    std::printf("[  NMSE    ] integer V sums %-5s vs the float decode path: %.3g\n",
+                std::string(kv_type_name(t)).c_str(), worst);
+    // Negative controls (P = 64, G = 8, D = 128, best level).
+    const cpu::AttnAxpyI16 f = cpu::attn_kernels_for(available_isas().back()).axpy_i16(t);
+    const cpu::AttnAxpyI16 fz = f ? f : gen.axpy_i16(t);
+    Heads h = make_heads(t, 65, 128, 34);
+    std::vector<float> a = randn(8 * 64, 35, 1.0f);
+    for (float& x : a) x = std::exp(2.0f * x);
+    const std::vector<float> y0(8 * 128, 0.0f);
+    const auto ref = axpy_ref(kg, h, 64, a, 64, 8, y0);
+    std::vector<float> y = y0;
+    fz(a.data(), 64, h.head(0), h.stride, 64, 8, 128, y.data());
+    EXPECT_LE(nmse(ref, y), kTolAttentionIntV) << kv_type_name(t);
+    std::vector<float> ys = y0;
+    fz(a.data(), 64, h.head(1), h.stride, 64, 8, 128, ys.data());
+    EXPECT_GT(nmse(ref, ys), 1e-3) << kv_type_name(t) << ": a shifted position went unseen";
+    EXPECT_GT(nmse(ref, axpy_rounded(h, 64, a, 64, 8, y0, 127.0)), kTolAttentionIntV)
+        << kv_type_name(t) << ": 8-bit weights pass the 16-bit tolerance";
+    EXPECT_LE(nmse(ref, axpy_rounded(h, 64, a, 64, 8, y0, 32767.0)), kTolAttentionIntV) << kv_type_name(t);
+    uint8_t* p7 = const_cast<uint8_t*>(h.head(7)) + 2 + 5;  // block 0, a code byte of position 7
+    *p7 ^= 0x33;
+    std::vector<float> yc = y0;
+    fz(a.data(), 64, h.head(0), h.stride, 64, 8, 128, yc.data());
+    EXPECT_NE(0, std::memcmp(y.data(), yc.data(), y.size() * sizeof(float))) << kv_type_name(t);
+  }
+  if (checked == 0) std::printf("[  SKIP    ] no SIMD level with integer V sums on this CPU: the twin alone\n");
 }
 
 TEST(AttnKernels, TypesWithoutFusedOps) {

@@ -71,6 +71,8 @@ struct Side {
   const Q8Ops* q8 = nullptr;
   void (*quantize_q8)(const float* x, void* y, int64_t n) = nullptr;
   decltype(AttnKernels::q8_0_scores) q8_scores = nullptr;
+  // q8_0 / q4_0 V: its sums on integers (attn_kernels.h's axpy_i16), where the level has them.
+  AttnAxpyI16 axpy_i16 = nullptr;
 };
 
 struct Ctx {
@@ -103,9 +105,19 @@ bool fused_enabled() {
   return on;
 }
 
+// SLUICE_CPU_ATTN_V_I16=0 keeps a q8_0 / q4_0 V's sums in float (the fused axpy): an A/B
+// switch for benchmarks and KLD runs, read once.
+bool v_i16_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("SLUICE_CPU_ATTN_V_I16");
+    return !(e && std::string_view(e) == "0");
+  }();
+  return on;
+}
+
 // head_bytes is also what the block prefetch fetches (0 = nothing: a head that is not whole
-// blocks).
-void bind_fused(Side& s, const AttnKernels& ak, const Q8Kernels& q8k) {
+// blocks). is_v: the V side, which may take the int8 sums.
+void bind_fused(Side& s, const AttnKernels& ak, const Q8Kernels& q8k, bool is_v) {
   if (s.tq) {
     s.head_bytes = s.tq->head_bytes();
     s.cb = s.tq->bits_lo() ? tq_split_codebook() : s.tq->codebook().data();
@@ -122,6 +134,7 @@ void bind_fused(Side& s, const AttnKernels& ak, const Q8Kernels& q8k) {
     s.quantize_q8 = q8k.quantize_q8_0;
     if (s.ops && s.D <= 32 * kQ8ScoresMaxBlocks) s.q8_scores = ak.q8_0_scores;
   }
+  if (is_v && s.ops && s.D <= 32 * kQ8ScoresMaxBlocks && v_i16_enabled()) s.axpy_i16 = ak.axpy_i16(s.type);
 }
 
 // Head hk of a block-quantized (or bf16) cache row of Hkv·D elements, decoded to float.
@@ -164,34 +177,44 @@ struct Scratch {
   }
 };
 thread_local Scratch<float> tl_scratch;
-thread_local Scratch<uint8_t> tl_q8;  // block_scores' quantized query rows
+thread_local Scratch<uint8_t> tl_q8;  // the query rows quantized for a q8_0 K (quantize_query)
+
+// Bytes of one query row quantized to Q8_0 for a q8_0 K of head dim Dk.
+size_t q8_row_bytes(int64_t Dk) { return static_cast<size_t>(Dk / QK8_0) * sizeof(block_q8_0); }
+
+// The n query rows q (Dk each) quantized to Q8_0 when the cache's K is scored on int8
+// (Side::q8), in tl_q8; else null. Once per work unit, not per block: every block of the
+// unit scores the same rows (per block it was ~7% of a 32K-position decode's attention).
+const uint8_t* quantize_query(const Side& ks, const float* q, int64_t n) {
+  if (!ks.q8) return nullptr;
+  const size_t qb = q8_row_bytes(ks.D);
+  uint8_t* qq = tl_q8.get(static_cast<size_t>(n) * qb);
+  for (int64_t r = 0; r < n; ++r) {
+    if (ks.quantize_q8)
+      ks.quantize_q8(q + r * ks.D, qq + r * qb, ks.D);
+    else
+      quantize_row(DType::Q8_0, q + r * ks.D, qq + r * qb, ks.D);
+  }
+  return qq;
+}
 
 // One block [p0, p0 + nb) of KV head hk's positions against G query rows (q: G rows of Dk,
 // already rotated when K is tq): score[g·B + j] = q_g · k_(p0+j) (q8_0 K: q_g as its Q8_0
-// quantization, on int8 — Side::q8). Each score is the same dot
+// quantization qq, quantize_query's, on int8 — Side::q8). Each score is the same dot
 // product whatever G, nb or the other rows (attn_kernels.h's contract; Kernels' gemm_f32 /
 // dot_f32 likewise), so rows may share a call.
-void block_scores(const Ctx& c, const float* q, int64_t G, int64_t hk, int64_t p0, int64_t nb, float* score,
-                  float* kbuf) {
+void block_scores(const Ctx& c, const float* q, const uint8_t* qq, int64_t G, int64_t hk, int64_t p0, int64_t nb,
+                  float* score, float* kbuf) {
   const Kernels& k = c.k;
   const int64_t Dk = c.ks.D, Hkv = c.a.n_head_kv, B = kAttnBlock;
   const uint8_t* k0 = c.ks.base + p0 * c.ks.row_bytes;
   prefetch_heads(c.vs.base + p0 * c.vs.row_bytes + hk * c.vs.head_bytes, c.vs.row_bytes, nb, c.vs.head_bytes);
   if (c.ks.q8) {
-    // The G query rows quantized per call (G·Dk elements against nb·G dot products of Dk).
-    const size_t qb = static_cast<size_t>(Dk / QK8_0) * sizeof(block_q8_0);
-    uint8_t* qq = tl_q8.get(static_cast<size_t>(G) * qb);
-    for (int64_t g = 0; g < G; ++g) {
-      if (c.ks.quantize_q8)
-        c.ks.quantize_q8(q + g * Dk, qq + g * qb, Dk);
-      else
-        quantize_row(DType::Q8_0, q + g * Dk, qq + g * qb, Dk);
-    }
     if (c.ks.q8_scores)
       c.ks.q8_scores(k0 + hk * c.ks.head_bytes, c.ks.row_bytes, nb, reinterpret_cast<const block_q8_0*>(qq), G, Dk,
                      score, B);
     else
-      c.ks.q8->gemm(k0 + hk * c.ks.head_bytes, c.ks.row_bytes, nb, qq, qb, G, Dk, score, B);
+      c.ks.q8->gemm(k0 + hk * c.ks.head_bytes, c.ks.row_bytes, nb, qq, q8_row_bytes(Dk), G, Dk, score, B);
   } else if (c.ks.ops && c.ks.ops->scores) {
     c.ks.ops->scores(k0 + hk * c.ks.head_bytes, c.ks.row_bytes, nb, q, G, Dk, c.ks.cb, score, B);
   } else if (c.ks.tq) {
@@ -232,7 +255,9 @@ void block_axpy(const Ctx& c, const float* score, int64_t G, int64_t hk, int64_t
   const Kernels& k = c.k;
   const int64_t Dv = c.vs.D, Hkv = c.a.n_head_kv, B = kAttnBlock;
   const uint8_t* v0 = c.vs.base + p0 * c.vs.row_bytes;
-  if (c.vs.ops) {
+  if (c.vs.axpy_i16) {
+    c.vs.axpy_i16(score, B, v0 + hk * c.vs.head_bytes, c.vs.row_bytes, nb, G, Dv, acc);
+  } else if (c.vs.ops) {
     c.vs.ops->axpy(score, B, v0 + hk * c.vs.head_bytes, c.vs.row_bytes, nb, G, Dv, c.vs.cb, acc);
   } else if (c.vs.tq) {
     const size_t hb = c.vs.tq->head_bytes();
@@ -258,12 +283,12 @@ void block_axpy(const Ctx& c, const float* score, int64_t G, int64_t hk, int64_t
 
 // The G query heads of one KV head against positions [p_begin, p_end) of KV head hk, in
 // blocks of kAttnBlock from p_begin, continuing the online softmax in (acc, m, l).
-void attend_group(const Ctx& c, const float* q, int64_t G, int64_t hk, int64_t p_begin, int64_t p_end, float* score,
-                  float* acc, float* kbuf, float* vbuf, float* m, float* l) {
+void attend_group(const Ctx& c, const float* q, const uint8_t* qq, int64_t G, int64_t hk, int64_t p_begin,
+                  int64_t p_end, float* score, float* acc, float* kbuf, float* vbuf, float* m, float* l) {
   const int64_t Dv = c.vs.D, B = kAttnBlock;
   for (int64_t p0 = p_begin; p0 < p_end; p0 += B) {
     const int64_t nb = std::min(B, p_end - p0);
-    block_scores(c, q, G, hk, p0, nb, score, kbuf);
+    block_scores(c, q, qq, G, hk, p0, nb, score, kbuf);
     for (int64_t g = 0; g < G; ++g) block_softmax(c.k, c.a.scale, score + g * B, nb, acc + g * Dv, Dv, m[g], l[g]);
     block_axpy(c, score, G, hk, p0, nb, acc, vbuf);
   }
@@ -318,6 +343,7 @@ void attend_tile(const Pieces& pc, const float* q, int64_t t0, int64_t nt, const
   for (; i0 < nt && nv[i0] == 0; ++i0)
     for (int64_t g = 0; g < G; ++g) std::fill(out_row(i0, g), out_row(i0, g) + Dv, 0.0f);
   if (i0 == nt) return;
+  const uint8_t* qq = quantize_query(c.ks, q, nt * G);
   std::fill(w.row_acc + i0 * G * Dv, w.row_acc + nt * G * Dv, 0.0f);
   std::fill(w.row_m + i0 * G, w.row_m + nt * G, -std::numeric_limits<float>::infinity());
   std::fill(w.row_l + i0 * G, w.row_l + nt * G, 0.0f);
@@ -339,7 +365,8 @@ void attend_tile(const Pieces& pc, const float* q, int64_t t0, int64_t nt, const
         int64_t ib = ia;  // the first token still inside this block
         while (row_end(ib) <= p0) ++ib;
         const int64_t nb_max = std::min(B, e - p0);
-        block_scores(cc, q + ib * G * Dk, (nt - ib) * G, hk, p0, nb_max, w.score, w.kbuf);
+        block_scores(cc, q + ib * G * Dk, qq ? qq + ib * G * q8_row_bytes(Dk) : nullptr, (nt - ib) * G, hk, p0, nb_max,
+                     w.score, w.kbuf);
         int64_t full = nt;  // the first token that takes the whole block (all after it do)
         for (int64_t i = ib; i < nt; ++i) {
           const int64_t nb = std::min(B, row_end(i) - p0);
@@ -418,13 +445,13 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
         {a.v_type, static_cast<const uint8_t*>(a.v), a.v_row_bytes, a.v_tq, Dv}};
   const AttnKernels& ak = attn_kernels_for(k.isa);
   const Q8Kernels& q8k = q8_kernels_for(k.isa);
-  bind_fused(c.ks, ak, q8k);
-  bind_fused(c.vs, ak, q8k);
+  bind_fused(c.ks, ak, q8k, false);
+  bind_fused(c.vs, ak, q8k, true);
   // The sink rows as f16 sides (AttentionArgs::k_sink): Ctxs for positions below n_sink_k
   // and/or n_sink_v; attend_group's choices of kernel look only at the Side.
   auto sink_side = [&](const uint16_t* rows, int64_t D) {
     Side sd{DType::F16, reinterpret_cast<const uint8_t*>(rows), static_cast<size_t>(Hkv * D) * 2, nullptr, D};
-    bind_fused(sd, ak, q8k);
+    bind_fused(sd, ak, q8k, false);  // f16: no int8 sums
     return sd;
   };
   if ((a.n_sink_k > 0 && !a.k_sink) || (a.n_sink_v > 0 && !a.v_sink)) fail("attention: sink positions without rows");
@@ -529,11 +556,12 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
       std::fill(acc, acc + G * Dv, 0.0f);
       std::fill(m, m + G, -std::numeric_limits<float>::infinity());
       std::fill(l, l + G, 0.0f);
+      const uint8_t* qq = quantize_query(c.ks, q, G);
       int64_t p = s * S;
       for (const int64_t cut : {pc.cut[0], pc.cut[1], p_end}) {
         const int64_t e = std::min(cut, p_end);
         if (e <= p) continue;
-        attend_group(pc.at(p), q, G, hk, p, e, score, acc, kbuf, vbuf, m, l);
+        attend_group(pc.at(p), q, qq, G, hk, p, e, score, acc, kbuf, vbuf, m, l);
         p = e;
       }
       for (int64_t g = 0; g < G; ++g) {

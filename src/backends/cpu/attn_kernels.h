@@ -55,6 +55,27 @@ struct AttnKvOps {
 // The most blocks per head q8_0_scores takes (heads up to 1024 elements).
 constexpr int64_t kQ8ScoresMaxBlocks = 32;
 
+// A q8_0 or q4_0 V's sum on integers (AttnKernels::q8_0_axpy_i16 / q4_0_axpy_i16): what
+// AttnKvOps::axpy computes, y[g·D + i] += Σ_j a[g·lda + j]·V_j[i], with the weights rounded to
+// int16 so that the products are VNNI's (vpdpwssd: 2 positions of 16 elements per
+// instruction, on the stored codes, instead of one float FMA per element and position after
+// a decode). The rounding: positions in chunks of kAxpyI16Chunk from the call's first, and per
+// chunk, query row g and block b (elements 32b .. 32b+31):
+//   w_j = a[g·lda + j]·d_(j,b)          (float product; d the block's fp16 scale)
+//   mx  = max_j |w_j|; if !(mx >= kAxpyI16MinScale) the block adds nothing
+//   q_j = nearbyint(w_j·(32767/mx))     (32767/mx and the product rounded to float)
+//   S_i = Σ_j q_j·c_(j,i), Z = Σ_j q_j  (exact int32; c the stored code: the q4_0 nibble
+//         0..15, the q8_0 byte -127..127)
+//   y_i = fma(float(S_i - o·Z), mx/32767, y_i)   (o = 8 for q4_0, 0 for q8_0)
+// Each weight is off by at most mx/65534: with 8-bit weights instead (vpdpbusd, twice the
+// positions per instruction) SmolLM2's KLD grew 2-4% on a q4_0 V and 32% on a q8_0 V, so
+// 16 bits. Every level that has it gives the same bits (exact integers, the same single
+// float roundings).
+constexpr int64_t kAxpyI16Chunk = 64;
+constexpr float kAxpyI16MinScale = 1e-30f;  // 32767/mx stays finite; smaller weights are 0
+using AttnAxpyI16 = void (*)(const float* a, size_t lda, const uint8_t* v, size_t v_stride, int64_t P, int64_t G,
+                             int64_t D, float* y);
+
 struct AttnKernels {
   const char* name;  // "generic", "avx2", "avx512"
   AttnKvOps f16, q8_0, q4_0, tq2, tq3, tq4, tq8, tq2g, tq3g, tq4g, tq3s;
@@ -70,6 +91,11 @@ struct AttnKernels {
   // R = H_B·diag(s)·scale, or R^T·x = diag(s)·H_B·x·scale when inverse (s null: all 1; scale
   // = 1/sqrt(B)). The butterflies of kvcodec's fwht, same pairs in the same order, in float.
   void (*rotate)(float* x, int64_t n, int64_t B, const float* s, bool inverse, float scale) = nullptr;
+  // The V sums on integers (above; D a multiple of 32, at most 32·kQ8ScoresMaxBlocks), or
+  // null at a level without them. The generic level's is the scalar twin; AVX-512's runs
+  // vpdpwssd (the twin where the CPU lacks VNNI); AVX2 has none (float V sums).
+  AttnAxpyI16 q8_0_axpy_i16 = nullptr, q4_0_axpy_i16 = nullptr;
+  AttnAxpyI16 axpy_i16(DType t) const;
   // The ops for a KV type (kvcodec.h ids), or nullptr (f32: read in place by Kernels'
   // gemm_f32/axpy_rows_f32; bf16: decoded a head at a time). q8_0's scores are null (above).
   const AttnKvOps* get(DType t) const;

@@ -4,6 +4,7 @@
 // scores equal kernels_generic()'s dot_f32 on the decoded head.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +21,45 @@ namespace generic_attn {
 constexpr const char* kAttnName = "generic";
 // q8_0 K scores: Q8Ops::gemm's scalar twin (attn_kernels.h).
 constexpr decltype(AttnKernels::q8_0_scores) kQ8Scores = nullptr;
+
+// attn_kernels.h's V sum on integers, as its contract states it, one element at a time: the
+// twin of AVX-512's vpdpwssd kernel (attn_v_i16_impl.h).
+template <bool kQ4>
+void axpy_i16(const float* a, size_t lda, const uint8_t* v, size_t vs, int64_t P, int64_t G, int64_t D, float* y) {
+  const int64_t nb = D / 32;
+  const size_t bb = kQ4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+  constexpr int32_t kOff = kQ4 ? 8 : 0;
+  auto code = [&](int64_t j, int64_t b, int64_t i) -> int32_t {
+    const uint8_t* qs = v + static_cast<size_t>(j) * vs + static_cast<size_t>(b) * bb + 2;
+    if constexpr (kQ4) return i < 16 ? qs[i] & 0xF : qs[i - 16] >> 4;
+    return static_cast<int8_t>(qs[i]);
+  };
+  for (int64_t j0 = 0; j0 < P; j0 += kAxpyI16Chunk) {
+    const int64_t np = std::min(kAxpyI16Chunk, P - j0);
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t b = 0; b < nb; ++b) {
+        float w[kAxpyI16Chunk];
+        float mx = 0.0f;
+        for (int64_t j = 0; j < np; ++j) {
+          uint16_t d;
+          std::memcpy(&d, v + static_cast<size_t>(j0 + j) * vs + static_cast<size_t>(b) * bb, 2);
+          w[j] = a[g * lda + j0 + j] * fp16_to_fp32(d);
+          mx = std::max(mx, std::fabs(w[j]));
+        }
+        if (!(mx >= kAxpyI16MinScale)) continue;
+        const float inv = 32767.0f / mx, sc = mx / 32767.0f;
+        int32_t S[32] = {}, Z = 0;
+        for (int64_t j = 0; j < np; ++j) {
+          const auto q = static_cast<int32_t>(std::clamp(std::nearbyint(w[j] * inv), -32767.0f, 32767.0f));
+          Z += q;
+          for (int64_t i = 0; i < 32; ++i) S[i] += q * code(j0 + j, b, i);
+        }
+        float* yb = y + g * D + b * 32;
+        for (int64_t i = 0; i < 32; ++i) yb[i] = std::fma(static_cast<float>(S[i] - kOff * Z), sc, yb[i]);
+      }
+  }
+}
+constexpr AttnAxpyI16 kAxpyI16Q8 = axpy_i16<false>, kAxpyI16Q4 = axpy_i16<true>;
 
 // All 65536 halves decoded once (256 KiB), as kernels_generic.cpp does for its f16 loads: a
 // table load instead of a bit-fiddling call per element (the call made the f16 cache 1.5x
@@ -136,6 +176,10 @@ const AttnKvOps* AttnKernels::get(DType t) const {
   for (const auto& [type, o] : ops)
     if (type == t) return o->axpy ? o : nullptr;
   return nullptr;
+}
+
+AttnAxpyI16 AttnKernels::axpy_i16(DType t) const {
+  return t == DType::Q8_0 ? q8_0_axpy_i16 : t == DType::Q4_0 ? q4_0_axpy_i16 : nullptr;
 }
 
 const float* tq_split_codebook() {

@@ -1,6 +1,7 @@
 // backends/cpu/attn_kernels_impl: the bodies of attn_kernels.h, written once against a
 // `Simd` struct and included by each attn_kernels_<isa>.cpp inside its own namespace, after
-// it has defined Simd and kQ8Scores (its AttnKernels::q8_0_scores, or nullptr) (so this file
+// it has defined Simd, kQ8Scores (its AttnKernels::q8_0_scores, or nullptr) and kAxpyI16Q8 /
+// kAxpyI16Q4 (its q8_0_axpy_i16 / q4_0_axpy_i16, or nullptr) (so this file
 // includes nothing: the includer provides <cstring>, <cstdint>, attn_kernels.h and
 // quant/blocks.h).
 //
@@ -339,4 +340,6 @@ constexpr AttnKernels kAttnTable = {
     .tq3s = attn_ops<FmtTqS>(),
     .q8_0_scores = kQ8Scores,
     .rotate = rotate,
+    .q8_0_axpy_i16 = kAxpyI16Q8,
+    .q4_0_axpy_i16 = kAxpyI16Q4,
 };
