@@ -461,9 +461,9 @@ TEST(BackendParity, Attention) {
       for (auto& [isa, cpu] : be.cpu) {
         const double e = track(key("attention", str_cat(dtype_name(kt), "/", dtype_name(vt)), isa),
                                nmse(yr, run_attention(*cpu, d.args)));
-        EXPECT_LE(e, kTolAttention) << cpu_isa_name(isa) << " T=" << c.T << " H=" << c.H << " Hkv=" << c.Hkv
-                                    << " D=" << c.D << " N=" << c.N << " pos0=" << c.pos0 << " k=" << dtype_name(kt)
-                                    << " v=" << dtype_name(vt);
+        EXPECT_LE(e, test::attention_tol(isa, vt))
+            << cpu_isa_name(isa) << " T=" << c.T << " H=" << c.H << " Hkv=" << c.Hkv << " D=" << c.D << " N=" << c.N
+            << " pos0=" << c.pos0 << " k=" << dtype_name(kt) << " v=" << dtype_name(vt);
       }
     }
   }
