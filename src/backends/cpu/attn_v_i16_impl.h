@@ -104,7 +104,9 @@ void vi16_rows(const float* a, size_t lda, const uint8_t* v, size_t vs, int64_t 
 template <bool kQ4>
 void vi16_axpy(const float* a, size_t lda, const uint8_t* v, size_t vs, int64_t P, int64_t G, int64_t D, float* y) {
   constexpr size_t kBlock = kQ4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
-  const int64_t nb = D / 32, hb = nb * static_cast<int64_t>(kBlock);
+  // No prefetch here: attention.cpp's block_scores asks for each block's V heads before its
+  // scores, and a second stream for the next chunk cost ~7% of a 32K-position layer.
+  const int64_t nb = D / 32;
   alignas(64) float dv[kQ8ScoresMaxBlocks * kAxpyI16Chunk];  // [b][j]: the blocks' scales, zeros past np
   for (int64_t j0 = 0; j0 < P; j0 += kAxpyI16Chunk) {
     const int64_t np = P - j0 < kAxpyI16Chunk ? P - j0 : kAxpyI16Chunk;
@@ -115,7 +117,6 @@ void vi16_axpy(const float* a, size_t lda, const uint8_t* v, size_t vs, int64_t 
         if (j < np) std::memcpy(&d, vc + j * vs + b * kBlock, 2);
         dv[b * kAxpyI16Chunk + j] = _cvtsh_ss(d);
       }
-    for (int64_t j = 0; j < np; ++j) prefetch_head(vc + (j + kAxpyI16Chunk) * vs, hb);
     int64_t g = 0;
     for (; g + 8 <= G; g += 8) vi16_rows<kQ4, 8>(a + g * lda + j0, lda, vc, vs, np, nb, D, dv, y + g * D);
     const float* ar = a + g * lda + j0;
