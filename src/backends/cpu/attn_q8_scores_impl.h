@@ -1,6 +1,7 @@
-// backends/cpu/attn_q8_scores_impl: AttnKernels::q8_0_scores (attn_kernels.h) with 256-bit
-// integer vectors, included by attn_kernels_avx2.cpp and attn_kernels_avx512.cpp inside their
-// namespaces (the includer provides <immintrin.h>, attn_kernels.h and quant/blocks.h).
+// backends/cpu/attn_q8_scores_impl: AttnKernels::q8_0_scores (attn_kernels.h) with integer
+// vectors, included by attn_kernels_avx2.cpp (256-bit, q8_0_scores_hadd) and
+// attn_kernels_avx512.cpp (also the VNNI kernel, 512-bit) inside their namespaces (the
+// includer provides <immintrin.h>, attn_kernels.h and quant/blocks.h).
 //
 // Why not Q8Ops::gemm itself: it dots one K head with up to 4 query rows at a time, reducing
 // each (head, row) pair's four block sums horizontally, and at a decode's 8 query rows of one
@@ -14,7 +15,8 @@
 //     bytes of K broadcast to every lane adds 4 products to each row's lane, and 8 of them
 //     (one per 4-byte group of the block) leave the block sums. vpdpbusd multiplies unsigned
 //     by signed bytes, so the query goes in with +128 and 128·Σk is taken off again, Σk per
-//     position and block computed once per call.
+//     position and block computed once per call. Two positions share each 512-bit vpdpbusd
+//     (lanes 0..7 and 8..15, q8s_pairs_vnni).
 //
 // Arithmetic: per position and block b, the exact int32 sum S_b = Σ k·q, then, as
 // kernels_q8_impl.h's Dot32 orders it (so the result is Q8Ops::gemm's, bit for bit),
