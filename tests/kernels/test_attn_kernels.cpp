@@ -336,17 +336,17 @@ std::vector<float> axpy_rounded(const Heads& h, int64_t P, const std::vector<flo
   return y;
 }
 
-// attn_kernels.h's integer V sums: every level that has them gives the generic twin's bits
+// attn_kernels.h's integer V sums: every level that has them gives the scalar twin's bits
 // (P over the 64-position chunk, G with partial 8-row passes, odd P for the pair tail), they
 // are within kTolAttentionIntV of the float decode path, and negative controls: a one-position
 // shift, a changed code byte, and weights rounded to 8 bits instead of 16 (which the
 // tolerance must reject).
 TEST(AttnKernels, IntegerVSumsEqualTheirTwinBitwise) {
-  const AttnKernels& gen = cpu::attn_kernels_generic();
   const Kernels& kg = cpu::kernels_generic();
   int checked = 0;
   for (DType t : {DType::Q8_0, DType::Q4_0}) {
-    ASSERT_NE(gen.axpy_i16(t), nullptr) << kv_type_name(t);
+    const cpu::AttnAxpyI16 twin = cpu::attn_axpy_i16_twin(t);
+    ASSERT_NE(twin, nullptr) << kv_type_name(t);
     double worst = 0;
     for (const Shape& sh : kShapes) {
       const Heads h = make_heads(t, sh.P + 1, sh.D, 31);
@@ -357,13 +357,13 @@ TEST(AttnKernels, IntegerVSumsEqualTheirTwinBitwise) {
         for (int64_t j = 0; j < sh.P; ++j) a[j] = 0.0f;  // a row adding nothing (mx = 0)
       const std::vector<float> y0 = randn(static_cast<size_t>(sh.G * sh.D), 33);
       std::vector<float> want = y0;
-      gen.axpy_i16(t)(a.data(), lds, h.head(0), h.stride, sh.P, sh.G, sh.D, want.data());
+      twin(a.data(), lds, h.head(0), h.stride, sh.P, sh.G, sh.D, want.data());
       const double e = nmse(axpy_ref(kg, h, sh.P, a, lds, sh.G, y0), want);
       worst = std::max(worst, e);
       EXPECT_LE(e, kTolAttentionIntV) << kv_type_name(t) << " P=" << sh.P << " G=" << sh.G;
       for (CpuIsa isa : available_isas()) {
         const cpu::AttnAxpyI16 f = cpu::attn_kernels_for(isa).axpy_i16(t);
-        if (!f || isa == CpuIsa::generic) continue;
+        if (!f) continue;
         std::vector<float> got = y0;
         f(a.data(), lds, h.head(0), h.stride, sh.P, sh.G, sh.D, got.data());
         EXPECT_EQ(0, std::memcmp(want.data(), got.data(), got.size() * sizeof(float)))
@@ -375,7 +375,7 @@ TEST(AttnKernels, IntegerVSumsEqualTheirTwinBitwise) {
                 std::string(kv_type_name(t)).c_str(), worst);
     // Negative controls (P = 64, G = 8, D = 128, best level).
     const cpu::AttnAxpyI16 f = cpu::attn_kernels_for(available_isas().back()).axpy_i16(t);
-    const cpu::AttnAxpyI16 fz = f ? f : gen.axpy_i16(t);
+    const cpu::AttnAxpyI16 fz = f ? f : twin;
     Heads h = make_heads(t, 65, 128, 34);
     std::vector<float> a = randn(8 * 64, 35, 1.0f);
     for (float& x : a) x = std::exp(2.0f * x);

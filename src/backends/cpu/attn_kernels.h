@@ -92,14 +92,20 @@ struct AttnKernels {
   // = 1/sqrt(B)). The butterflies of kvcodec's fwht, same pairs in the same order, in float.
   void (*rotate)(float* x, int64_t n, int64_t B, const float* s, bool inverse, float scale) = nullptr;
   // The V sums on integers (above; D a multiple of 32, at most 32·kQ8ScoresMaxBlocks), or
-  // null at a level without them. The generic level's is the scalar twin; AVX-512's runs
-  // vpdpwssd (the twin where the CPU lacks VNNI); AVX2 has none (float V sums).
+  // null at a level without them: AVX-512's run vpdpwssd and need VNNI (axpy_i16 asks the
+  // CPU); AVX2 and generic keep float V sums (without a multiply-accumulate of int16 pairs the
+  // integers save nothing: the scalar twin is 2.6x slower than the generic float sums).
   AttnAxpyI16 q8_0_axpy_i16 = nullptr, q4_0_axpy_i16 = nullptr;
+  bool axpy_i16_needs_vnni = false;
   AttnAxpyI16 axpy_i16(DType t) const;
   // The ops for a KV type (kvcodec.h ids), or nullptr (f32: read in place by Kernels'
   // gemm_f32/axpy_rows_f32; bf16: decoded a head at a time). q8_0's scores are null (above).
   const AttnKvOps* get(DType t) const;
 };
+
+// The scalar twin of the integer V sums (the contract above, one element at a time), for
+// q8_0 or q4_0 (null otherwise): what every level's axpy_i16 must equal bit for bit.
+AttnAxpyI16 attn_axpy_i16_twin(DType t);
 
 // tq3s's cb (above): tq_group_codebook(4) then tq_group_codebook(2), 20 floats.
 const float* tq_split_codebook();

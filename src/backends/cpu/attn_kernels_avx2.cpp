@@ -22,6 +22,7 @@ void q8_0_scores(const uint8_t* k, size_t ks, int64_t P, const block_q8_0* q, in
 constexpr decltype(AttnKernels::q8_0_scores) kQ8Scores = q8_0_scores;
 // No int8 V sums at this level (attn_kernels.h): its V sums are float.
 constexpr AttnAxpyI16 kAxpyI16Q8 = nullptr, kAxpyI16Q4 = nullptr;
+constexpr bool kAxpyI16NeedsVnni = false;
 
 struct Simd {
   static constexpr int W = 8;

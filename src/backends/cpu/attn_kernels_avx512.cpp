@@ -29,6 +29,7 @@ constexpr decltype(AttnKernels::q8_0_scores) kQ8Scores = q8_0_scores;
 void axpy_i16_q8(const float* a, size_t lda, const uint8_t* v, size_t vs, int64_t P, int64_t G, int64_t D, float* y);
 void axpy_i16_q4(const float* a, size_t lda, const uint8_t* v, size_t vs, int64_t P, int64_t G, int64_t D, float* y);
 constexpr AttnAxpyI16 kAxpyI16Q8 = axpy_i16_q8, kAxpyI16Q4 = axpy_i16_q4;
+constexpr bool kAxpyI16NeedsVnni = true;  // vpdpwssd
 
 struct Simd {
   static constexpr int W = 16;
@@ -141,15 +142,13 @@ void q8_0_scores(const uint8_t* k, size_t ks, int64_t P, const block_q8_0* q, in
   vnni ? q8_0_scores_vnni(k, ks, P, q, G, D, s, lds) : q8_0_scores_hadd(k, ks, P, q, G, D, s, lds);
 }
 
-// The integer V sums with vpdpwssd where the CPU has AVX-512 VNNI, else their scalar twin (the
-// same bits, slowly: AVX-512 without VNNI is Skylake-X, not a target of this level's tuning).
+// The integer V sums with vpdpwssd: AttnKernels::axpy_i16 gives them out only where the CPU
+// has AVX-512 VNNI (axpy_i16_needs_vnni).
 void axpy_i16_q8(const float* a, size_t lda, const uint8_t* v, size_t vs, int64_t P, int64_t G, int64_t D, float* y) {
-  static const bool vnni = cpu_features().avx512vnni;
-  vnni ? vi16_axpy<false>(a, lda, v, vs, P, G, D, y) : attn_kernels_generic().q8_0_axpy_i16(a, lda, v, vs, P, G, D, y);
+  vi16_axpy<false>(a, lda, v, vs, P, G, D, y);
 }
 void axpy_i16_q4(const float* a, size_t lda, const uint8_t* v, size_t vs, int64_t P, int64_t G, int64_t D, float* y) {
-  static const bool vnni = cpu_features().avx512vnni;
-  vnni ? vi16_axpy<true>(a, lda, v, vs, P, G, D, y) : attn_kernels_generic().q4_0_axpy_i16(a, lda, v, vs, P, G, D, y);
+  vi16_axpy<true>(a, lda, v, vs, P, G, D, y);
 }
 
 }  // namespace avx512_attn

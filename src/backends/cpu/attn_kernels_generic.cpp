@@ -23,7 +23,7 @@ constexpr const char* kAttnName = "generic";
 constexpr decltype(AttnKernels::q8_0_scores) kQ8Scores = nullptr;
 
 // attn_kernels.h's V sum on integers, as its contract states it, one element at a time: the
-// twin of AVX-512's vpdpwssd kernel (attn_v_i16_impl.h).
+// twin of AVX-512's vpdpwssd kernel (attn_v_i16_impl.h); not this level's V sum (float).
 template <bool kQ4>
 void axpy_i16(const float* a, size_t lda, const uint8_t* v, size_t vs, int64_t P, int64_t G, int64_t D, float* y) {
   const int64_t nb = D / 32;
@@ -59,7 +59,8 @@ void axpy_i16(const float* a, size_t lda, const uint8_t* v, size_t vs, int64_t P
       }
   }
 }
-constexpr AttnAxpyI16 kAxpyI16Q8 = axpy_i16<false>, kAxpyI16Q4 = axpy_i16<true>;
+constexpr AttnAxpyI16 kAxpyI16Q8 = nullptr, kAxpyI16Q4 = nullptr;  // float V sums here (attn_kernels.h)
+constexpr bool kAxpyI16NeedsVnni = false;
 
 // All 65536 halves decoded once (256 KiB), as kernels_generic.cpp does for its f16 loads: a
 // table load instead of a bit-fiddling call per element (the call made the f16 cache 1.5x
@@ -179,7 +180,12 @@ const AttnKvOps* AttnKernels::get(DType t) const {
 }
 
 AttnAxpyI16 AttnKernels::axpy_i16(DType t) const {
+  if (axpy_i16_needs_vnni && !cpu_features().avx512vnni) return nullptr;
   return t == DType::Q8_0 ? q8_0_axpy_i16 : t == DType::Q4_0 ? q4_0_axpy_i16 : nullptr;
+}
+
+AttnAxpyI16 attn_axpy_i16_twin(DType t) {
+  return t == DType::Q8_0 ? generic_attn::axpy_i16<false> : t == DType::Q4_0 ? generic_attn::axpy_i16<true> : nullptr;
 }
 
 const float* tq_split_codebook() {

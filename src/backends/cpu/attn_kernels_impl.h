@@ -1,7 +1,7 @@
 // backends/cpu/attn_kernels_impl: the bodies of attn_kernels.h, written once against a
 // `Simd` struct and included by each attn_kernels_<isa>.cpp inside its own namespace, after
 // it has defined Simd, kQ8Scores (its AttnKernels::q8_0_scores, or nullptr) and kAxpyI16Q8 /
-// kAxpyI16Q4 (its q8_0_axpy_i16 / q4_0_axpy_i16, or nullptr) (so this file
+// kAxpyI16Q4 (its q8_0_axpy_i16 / q4_0_axpy_i16, or nullptr) with kAxpyI16NeedsVnni (so this file
 // includes nothing: the includer provides <cstring>, <cstdint>, attn_kernels.h and
 // quant/blocks.h).
 //
@@ -342,4 +342,5 @@ constexpr AttnKernels kAttnTable = {
     .rotate = rotate,
     .q8_0_axpy_i16 = kAxpyI16Q8,
     .q4_0_axpy_i16 = kAxpyI16Q4,
+    .axpy_i16_needs_vnni = kAxpyI16NeedsVnni,
 };

@@ -202,8 +202,8 @@ inline void q8s_pairs_vnni(const block_q8_0* const kb[2 * NP], const uint32_t* q
     for (int c = 0; c < 8; ++c) {
       const __m512i qv = _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(qb + 8 * c)));
       for (int r = 0; r < NP; ++r)
-        acc[r][c & 1] =
-            _mm512_dpbusd_epi32(acc[r][c & 1], qv, q8s_bcast4_pair(kb[2 * r][b].qs + 4 * c, kb[2 * r + 1][b].qs + 4 * c));
+        acc[r][c & 1] = _mm512_dpbusd_epi32(acc[r][c & 1], qv,
+                                            q8s_bcast4_pair(kb[2 * r][b].qs + 4 * c, kb[2 * r + 1][b].qs + 4 * c));
     }
     const __m512 dqb = _mm512_broadcast_f32x8(_mm256_load_ps(dq + b * 8));
     for (int r = 0; r < NP; ++r) {
@@ -259,7 +259,8 @@ inline void q8_0_scores_vnni(const uint8_t* k, size_t ks, int64_t P, const block
         }
       };
       int64_t j = 0;
-      for (; j + 2 * kQ8ScoresPairs <= np; j += 2 * kQ8ScoresPairs) run.template operator()<kQ8ScoresPairs>(j, 2 * kQ8ScoresPairs);
+      for (; j + 2 * kQ8ScoresPairs <= np; j += 2 * kQ8ScoresPairs)
+        run.template operator()<kQ8ScoresPairs>(j, 2 * kQ8ScoresPairs);
       for (; j < np; j += 2) run.template operator()<1>(j, np - j < 2 ? np - j : 2);
     }
   }
