@@ -97,26 +97,25 @@ struct Pieces {
 // (so a q8_0/q4_0 head is whole blocks; every tq head dim >= 32 is a power of two).
 // SLUICE_CPU_ATTN_FUSED=0 turns the fused kernels off (the per-head decode path and
 // Kernels' gemm_f16/axpy_rows_f16 run instead): an A/B switch for benchmarks, read once.
+// An A/B switch: false when the environment sets `name` to 0.
+bool env_switch_on(const char* name) {
+  const char* e = std::getenv(name);
+  return !(e && std::string_view(e) == "0");
+}
 bool fused_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("SLUICE_CPU_ATTN_FUSED");
-    return !(e && std::string_view(e) == "0");
-  }();
+  static const bool on = env_switch_on("SLUICE_CPU_ATTN_FUSED");
   return on;
 }
 
 // SLUICE_CPU_ATTN_V_I16=0 keeps a q8_0 / q4_0 V's sums in float (the fused axpy): an A/B
 // switch for benchmarks and KLD runs, read once.
 bool v_i16_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("SLUICE_CPU_ATTN_V_I16");
-    return !(e && std::string_view(e) == "0");
-  }();
+  static const bool on = env_switch_on("SLUICE_CPU_ATTN_V_I16");
   return on;
 }
 
 // head_bytes is also what the block prefetch fetches (0 = nothing: a head that is not whole
-// blocks). is_v: the V side, which may take the int8 sums.
+// blocks). is_v: the V side, which may take the integer sums.
 void bind_fused(Side& s, const AttnKernels& ak, const Q8Kernels& q8k, bool is_v) {
   if (s.tq) {
     s.head_bytes = s.tq->head_bytes();
@@ -451,7 +450,7 @@ void attention(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, co
   // and/or n_sink_v; attend_group's choices of kernel look only at the Side.
   auto sink_side = [&](const uint16_t* rows, int64_t D) {
     Side sd{DType::F16, reinterpret_cast<const uint8_t*>(rows), static_cast<size_t>(Hkv * D) * 2, nullptr, D};
-    bind_fused(sd, ak, q8k, false);  // f16: no int8 sums
+    bind_fused(sd, ak, q8k, false);  // f16: no integer sums
     return sd;
   };
   if ((a.n_sink_k > 0 && !a.k_sink) || (a.n_sink_v > 0 && !a.v_sink)) fail("attention: sink positions without rows");

@@ -141,25 +141,9 @@ inline void q8s_k_sums(const uint8_t* k, size_t ks, int64_t P, int64_t nb, int32
 // containers in an ISA file: attn_kernels_impl.h says why).
 constexpr int64_t kQ8ScoresChunk = 64;
 
-// Row h's sum of block b (kb: the head's blocks; qb: block b's 8 transposed vectors; corr:
-// 128·Σk of the block) in lane h, as float.
-// Two chains of 4 vpdpbusd (exact int32 sums, so the split costs nothing in precision): one
-// chain of 8 was latency-bound.
-// 4 bytes at p broadcast to every lane straight from memory (vpbroadcastd m32): through a
-// general register (memcpy to an int) it cost a slow register-to-vector move per vpdpbusd.
+// 4 bytes broadcast straight from memory (vpbroadcastd m32): through a general register
+// (memcpy to an int) it cost a slow register-to-vector move per vpdpbusd.
 using q8s_u32 = uint32_t __attribute__((may_alias, aligned(1)));
-inline __m256i q8s_bcast4(const void* p) {
-  return _mm256_set1_epi32(static_cast<int>(*static_cast<const q8s_u32*>(p)));
-}
-
-// ncorr: -128·Σk of the block.
-inline __m256 q8s_block_vnni(const block_q8_0& kb, const uint32_t* qb, const int32_t* ncorr) {
-  __m256i acc[2] = {q8s_bcast4(ncorr), _mm256_setzero_si256()};
-  for (int c = 0; c < 8; ++c)
-    acc[c & 1] = _mm256_dpbusd_epi32(acc[c & 1], _mm256_load_si256(reinterpret_cast<const __m256i*>(qb + 8 * c)),
-                                     q8s_bcast4(kb.qs + 4 * c));
-  return _mm256_cvtepi32_ps(_mm256_add_epi32(acc[0], acc[1]));
-}
 
 // s[h·lds] = lane h of r for h < ng.
 template <int NG>
@@ -170,7 +154,7 @@ inline void q8s_store(__m256 r, float* s, size_t lds, int ng) {
   for (int h = 0; h < n; ++h) s[h * lds] = t[h];
 }
 
-// The 32-bit value at p (a) broadcast to lanes 0..7 and at q (b) to lanes 8..15.
+// The 32-bit value at p broadcast to lanes 0..7 and at q to lanes 8..15.
 inline __m512i q8s_bcast4_pair(const void* p, const void* q) {
   return _mm512_mask_set1_epi32(_mm512_set1_epi32(static_cast<int>(*static_cast<const q8s_u32*>(p))), 0xFF00,
                                 static_cast<int>(*static_cast<const q8s_u32*>(q)));

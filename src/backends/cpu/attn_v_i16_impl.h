@@ -1,7 +1,6 @@
 // backends/cpu/attn_v_i16_impl: attn_kernels.h's V sums on integers (q8_0_axpy_i16 /
 // q4_0_axpy_i16) with AVX-512 VNNI, included by attn_kernels_avx512.cpp inside its namespace
-// (the includer provides <immintrin.h>, <cstring>, attn_kernels.h, quant/blocks.h and
-// prefetch_head).
+// (the includer provides <immintrin.h>, <cstring>, attn_kernels.h and quant/blocks.h).
 //
 // Why: at 32K positions a 4-bit V's float sum cost what an f16 V's does (a decode to float,
 // then one FMA per element, query head and position), so the smaller cache bought little
