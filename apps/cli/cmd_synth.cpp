@@ -23,11 +23,11 @@ struct SynthArgs {
   bool quiet = false;
 };
 
-// --tokenizer default: ../shared/models/stories260K.gguf relative to the repository, found
-// from the working directory (the repo root) or from any directory above the binary (it may
-// sit at build-x/sluice or build/release/sluice inside the repo).
-std::string default_tokenizer(std::vector<std::string>* tried) {
-  const std::string rel = "../shared/models/stories260K.gguf";
+// --tokenizer default: ../shared/models/stories260K.gguf for a GGUF, tests/data/hf/qwen3 (a
+// 400-token byte-level BPE folder) for an MLX folder, relative to the repository, found from the
+// working directory (the repo root) or from any directory above the binary (it may sit at
+// build-x/sluice or build/release/sluice inside the repo).
+std::string default_tokenizer(const std::string& rel, std::vector<std::string>* tried) {
   std::vector<fs::path> cands = {fs::path(rel)};
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
@@ -115,13 +115,15 @@ int run(const SynthArgs& a) {
   if (a.output.empty()) fail("synth: -o/--output is required");
   SynthConfig opt = a.opt;
   if (opt.tokenizer.empty()) {
+    const bool mlx = opt.format == "mlx";
+    const std::string rel = mlx ? "tests/data/hf/qwen3" : "../shared/models/stories260K.gguf";
     std::vector<std::string> tried;
-    opt.tokenizer = default_tokenizer(&tried);
+    opt.tokenizer = default_tokenizer(rel, &tried);
     if (opt.tokenizer.empty()) {
       std::string t;
       for (const auto& x : tried) t += (t.empty() ? "" : ", ") + x;
-      fail("synth: default tokenizer ../shared/models/stories260K.gguf not found (tried ", t,
-           "); pass --tokenizer FILE with any GGUF that has tokenizer.ggml.* keys");
+      fail("synth: default tokenizer ", rel, " not found (tried ", t, "); pass --tokenizer ",
+           mlx ? "DIR, a model folder with tokenizer.json" : "FILE with any GGUF that has tokenizer.ggml.* keys");
     }
   }
   auto bar = std::make_shared<ProgressBar>();
@@ -163,7 +165,11 @@ CommandRunner add_synth_command(CLI::App& app) {
       "reads those channels with weight 1+X and the others with 1-X; and the query side (attn_q, attn_q_b or the q norm)\n"
       "is scaled by 1-0.75X so attention averages the context more evenly. At X=1 routing follows the attention context,\n"
       "which moves slowly along the sequence, so consecutive tokens reuse experts (tiny presets, seed 1: 70-82% of a token's\n"
-      "experts were the previous token's, vs 24-25% at X=0 and 27-29% at X=0.5). X=0 (default) is the plain model.");
+      "experts were the previous token's, vs 24-25% at X=0 and 27-29% at X=0.5). X=0 (default) is the plain model.\n"
+      "--format mlx writes the same seed's weights as the folder mlx_lm.convert would (config.json, model.safetensors\n"
+      "under mlx-lm's names, the tokenizer folder's files): --type q4 is MLX affine 4-bit in groups of --group-size with\n"
+      "the routers at 8 bits, --type f32 loads to the GGUF's logits. Every architecture but olmoe; deepseek2 needs a\n"
+      "sigmoid-routed preset (tiny-v3), bailingmoe3 a layer count mlx-lm's MLA rule agrees with.");
   cmd->add_option(
       "--arch", o.arch,
       "llama | mixtral | qwen3 | qwen3moe | olmoe | deepseek2 | qwen35moe | qwen3next | kimi-linear | bailingmoe3 "
@@ -171,12 +177,22 @@ CommandRunner add_synth_command(CLI::App& app) {
   cmd->add_option("--preset", o.preset, "tiny, or a full-size shape (see --list-presets)")->capture_default_str();
   cmd->add_option("--layers", o.layers, "override the preset's layer count");
   cmd->add_option("--vocab", o.vocab, "override the vocabulary size (pads the tokenizer with unused tokens)");
-  cmd->add_option("--type", o.type, "f32 | f16 | q8_0 | q4_0 | q4_k | q6_k | q4_k_m")->capture_default_str();
-  cmd->add_option("-o,--output", args->output, "GGUF file to write");
+  cmd->add_option(
+         "--type", o.type,
+         "f32 | f16 | q8_0 | q4_0 | q4_k | q6_k | q4_k_m; with --format mlx f32 | f16 | bf16 | q2 | q3 | q4 | q5 | q6 | q8")
+      ->capture_default_str();
+  cmd->add_option("--format", o.format,
+                  "gguf (one file, llama.cpp's layout) | mlx (a folder as mlx_lm.convert writes it)")
+      ->check(CLI::IsMember({"gguf", "mlx"}))
+      ->capture_default_str();
+  cmd->add_option("--group-size", o.group_size, "--format mlx: the affine quantization's group (32, 64, 128)")
+      ->capture_default_str();
+  cmd->add_option("-o,--output", args->output, "GGUF file (or, with --format mlx, folder) to write");
   cmd->add_option("--seed", o.seed, "weight seed")->capture_default_str();
   cmd->add_option(
       "--tokenizer", o.tokenizer,
-      "GGUF whose tokenizer.* keys are copied (default ../shared/models/stories260K.gguf, relative to the repo)");
+      "GGUF whose tokenizer.* keys are copied (default ../shared/models/stories260K.gguf, relative to the repo); with "
+      "--format mlx a folder whose tokenizer files are copied (default tests/data/hf/qwen3)");
   cmd->add_option("--routing-locality", o.routing_locality, "0..1: make consecutive tokens reuse experts (see below)")
       ->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "threads for generation and quantization (0 = all cores)")

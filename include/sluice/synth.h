@@ -36,9 +36,13 @@ struct SynthConfig {
   std::string preset = "tiny";
   int64_t layers = 0;        // > 0: override n_layer
   int64_t vocab = 0;         // > 0: override n_vocab (must be >= the tokenizer's size)
-  std::string type = "f16";  // one of synth_types()
+  std::string type = "f16";  // one of synth_types(); for a folder f32, f16, bf16 or q2..q8 (MLX bits)
+  // "gguf": one GGUF file in llama.cpp's layout; "mlx": a folder as mlx_lm.convert writes it
+  // (config.json, model.safetensors, the tokenizer files of `tokenizer`, then a folder).
+  std::string format = "gguf";
+  int group_size = 64;  // mlx: the affine quantization's group (32, 64, 128)
   uint64_t seed = 1;
-  std::string tokenizer{};        // GGUF whose tokenizer.* keys are copied (required)
+  std::string tokenizer{};        // GGUF whose tokenizer.* keys are copied, or (mlx) a folder with tokenizer.json
   float routing_locality = 0.0f;  // 0..1: consecutive tokens reuse experts
   int threads = 0;                // <= 0: all cores
   // Benchmark models: each large quantized matrix encodes a pool of rows for real and builds
@@ -59,7 +63,7 @@ struct SynthSummary {
   std::vector<std::pair<std::string, int>> type_counts;  // "q4_K" -> tensors, by name
 };
 
-// Writes the model to `path`; throws Error (tokenizer missing, bad options, I/O failure: a
+// Writes the model to `path` (a file, or the folder for format "mlx"); throws Error (tokenizer missing, bad options, I/O failure: a
 // partly written file is removed).
 SynthSummary synth(const SynthConfig& cfg, const std::string& path);
 

@@ -1,6 +1,7 @@
 // api/synth: sluice/synth.h over synth/.
 #include "sluice/synth.h"
 
+#include "core/error.h"
 #include "synth/synth.h"
 
 namespace sluice {
@@ -30,7 +31,8 @@ std::vector<SynthPreset> synth_preset_table() {
 std::vector<std::string> synth_types() { return synth_type_names(); }
 
 SynthSummary synth(const SynthConfig& c, const std::string& path) {
-  const SynthResult r = synth_write(c, path);
+  if (c.format != "gguf" && c.format != "mlx") fail("synth: format '", c.format, "' is not gguf or mlx");
+  const SynthResult r = c.format == "mlx" ? synth_write_mlx(c, path) : synth_write(c, path);
   SynthSummary s;
   s.arch = r.shape.arch;
   s.preset = r.shape.preset;

@@ -96,6 +96,11 @@ FolderConfig read_folder_config(const fs::path& dir, const json& top, const json
 // tokenizer.json (byte-level BPE), tokenizer_config.json, generation_config.json and the chat
 // template of folder dir as tokenizer.ggml.* metadata (hf_tokenizer.cpp).
 void add_tokenizer(const fs::path& dir, const json& config, Kv& kv);
+// A vocab_size above the tokenizer's count (Qwen's checkpoints round their embedding up past
+// the tokens: 151936 rows for 151669 tokens) pads tokenizer.ggml.tokens to it with "[PAD<id>]"
+// tokens of type UNUSED, scores 0, as llama.cpp's converter does, so the embedding's rows and
+// the vocabulary agree; the model never produces or renders them.
+void pad_vocab(Kv& kv, int64_t vocab_size);
 
 // The name without MLX's language-model prefixes.
 std::string strip_prefix(std::string n);

@@ -407,6 +407,9 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
   const bool tied = c.contains("tie_word_embeddings") && c["tie_word_embeddings"].is_boolean() &&
                     c["tie_word_embeddings"].get<bool>();
   add_tokenizer(dir, top, kv);
+  if (c.contains("vocab_size") && c["vocab_size"].is_number_integer() && c["vocab_size"].get<int64_t>() > 0 &&
+      c["vocab_size"].get<int64_t>() <= int64_t{1} << 24)
+    pad_vocab(kv, c["vocab_size"].get<int64_t>());
 
   // The weights: one file, or the shards the index names.
   auto owned = std::make_shared<Owned>();

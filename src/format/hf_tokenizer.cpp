@@ -330,4 +330,20 @@ void add_tokenizer(const fs::path& dir, const json& config, Kv& kv) {
   if (!tmpl.empty()) kv.emplace_back("tokenizer.chat_template", str(tmpl));
 }
 
+void pad_vocab(Kv& kv, int64_t vocab_size) {
+  auto array = [&](const char* key) -> GgufArray* {
+    for (auto& [k, v] : kv)
+      if (k == key && v.type == GgufType::ARRAY) return std::get<std::shared_ptr<GgufArray>>(v.v).get();
+    return nullptr;
+  };
+  GgufArray* tokens = array("tokenizer.ggml.tokens");
+  if (!tokens || static_cast<int64_t>(tokens->items.size()) >= vocab_size) return;
+  GgufArray *types = array("tokenizer.ggml.token_type"), *scores = array("tokenizer.ggml.scores");
+  for (int64_t id = static_cast<int64_t>(tokens->items.size()); id < vocab_size; ++id) {
+    tokens->items.push_back(str("[PAD" + std::to_string(id) + "]"));
+    if (types) types->items.push_back(GgufValue{GgufType::INT32, int32_t{5}});  // UNUSED
+    if (scores) scores->items.push_back(GgufValue{GgufType::FLOAT32, 0.0f});
+  }
+}
+
 }  // namespace sluice::hf

@@ -76,3 +76,34 @@ class SafetensorsFile {
 };
 
 }  // namespace sluice
+
+namespace sluice {
+
+// The writer (`sluice synth --format mlx`): every tensor declared first (name, dtype, shape, in
+// file order), then begin() writes the header with the offsets, write() appends each tensor's
+// bytes in declaration order (in as many pieces as the caller likes), and finish() checks that
+// every byte was written and closes the file. A file not finished is removed (a partial
+// safetensors is not a valid file). Errors name the file and the tensor.
+class SafetensorsWriter {
+ public:
+  ~SafetensorsWriter();
+  void add(const std::string& name, StDtype dtype, std::vector<int64_t> shape);
+  void begin(const std::string& path, const std::map<std::string, std::string>& metadata = {});
+  void write(const void* data, size_t n);  // the next bytes of the tensor being written
+  void finish();
+
+ private:
+  struct Entry {
+    std::string name;
+    StDtype dtype;
+    std::vector<int64_t> shape;
+    size_t nbytes;
+  };
+  void put(const void* data, size_t n);
+  std::vector<Entry> entries_;
+  std::string path_;
+  int fd_ = -1;
+  size_t total_ = 0, written_ = 0;  // data bytes declared / written
+};
+
+}  // namespace sluice

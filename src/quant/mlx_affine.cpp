@@ -1,6 +1,7 @@
 // quant/mlx_affine: the reference dequantizer of MLX's affine format.
 #include "quant/mlx_affine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -81,6 +82,43 @@ void mlx_affine_dequantize_row_f32(const MlxAffineFormat& f, const uint32_t* cod
     const int64_t g = i / f.group_size;
     out[i] = static_cast<float>(code_at(codes, f.bits, i)) * scale_at(f.scale_type, scales, g) +
              scale_at(f.scale_type, biases, g);
+  }
+}
+
+void mlx_affine_quantize_row(const MlxAffineFormat& f, const float* x, int64_t n, uint32_t* codes, void* scales,
+                             void* biases) {
+  mlx_affine_check(f, n);
+  const int top = (1 << f.bits) - 1;
+  std::memset(codes, 0, static_cast<size_t>(mlx_affine_row_words(f, n)) * 4);
+  // fp16-exact first, then the stored type: bf16 keeps an fp16 value of normal range exactly.
+  auto stored = [&](float v) { return to_scale_type(f.scale_type, fp16_to_fp32(fp32_to_fp16(v))); };
+  auto put = [&](void* p, int64_t i, float v) {
+    if (f.scale_type == DType::F32) return std::memcpy(static_cast<uint8_t*>(p) + 4 * i, &v, 4), void();
+    const uint16_t h = f.scale_type == DType::F16 ? fp32_to_fp16(v) : fp32_to_bf16(v);
+    std::memcpy(static_cast<uint8_t*>(p) + 2 * i, &h, 2);
+  };
+  for (int64_t g = 0; g < n / f.group_size; ++g) {
+    const float* xg = x + g * f.group_size;
+    float lo = xg[0], hi = xg[0];
+    for (int64_t i = 1; i < f.group_size; ++i) lo = std::min(lo, xg[i]), hi = std::max(hi, xg[i]);
+    // Rounded so that [bias, bias + top·scale] still covers [lo, hi]: the bias down and the scale
+    // up where rounding to nearest went the other way (a few steps at most).
+    float bias = stored(lo), scale = stored((hi - lo) / static_cast<float>(top));
+    // Steps from below an fp16 ulp, doubling: the first one that rounds elsewhere is the
+    // neighbouring value.
+    for (float step = 1.0f / 4096; bias > lo && step < 1; step *= 2)
+      bias = stored(bias - std::abs(bias) * step - 1e-30f);
+    for (float step = 1.0f / 4096; bias + scale * static_cast<float>(top) < hi && step < 1; step *= 2)
+      scale = stored(scale * (1.0f + step));
+    put(scales, g, scale);
+    put(biases, g, bias);
+    for (int64_t i = 0; i < f.group_size; ++i) {
+      const float q = scale > 0 ? std::nearbyint((xg[i] - bias) / scale) : 0.0f;
+      const uint64_t code = static_cast<uint64_t>(std::clamp(q, 0.0f, static_cast<float>(top)));
+      const int64_t bit = (g * f.group_size + i) * f.bits, word = bit / 32, shift = bit % 32;
+      codes[word] |= static_cast<uint32_t>(code << shift);
+      if (shift + f.bits > 32) codes[word + 1] |= static_cast<uint32_t>(code >> (32 - shift));
+    }
   }
 }
 

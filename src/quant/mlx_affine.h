@@ -45,6 +45,16 @@ void mlx_affine_dequantize_row(const MlxAffineFormat& f, const uint32_t* codes, 
 void mlx_affine_dequantize_row_f32(const MlxAffineFormat& f, const uint32_t* codes, const void* scales,
                                    const void* biases, int64_t n, float* out);
 
+// The encoder (`sluice synth --format mlx`): one row of n floats into codes [row_words], scales
+// and biases [n / group_size] of f. Per group scale = (max - min) / (2^bits - 1) and bias = min,
+// each rounded to an fp16 value and then stored in f.scale_type (so the folder loader repacks the
+// groups exactly; the bias rounded down and the scale up where needed, so [min, max] stays inside
+// the code range), codes round((x - bias) / scale) clamped to it. Not mx.quantize's
+// choice of scale and bias (MLX moves one edge so that 0 is exact); any codes decode through
+// mlx_affine_dequantize_row, which is all a folder means. |x - decoded| <= stored scale / 2.
+void mlx_affine_quantize_row(const MlxAffineFormat& f, const float* x, int64_t n, uint32_t* codes, void* scales,
+                             void* biases);
+
 // The block type that holds groups of f exactly: Q4_1 for 2, 3 and 4 bits, Q5_1 for 5, Q8_A for
 // 6 and 8 (no GGUF type has an offset and 6+ bit codes); nullopt for a group size that is not a
 // multiple of 32.

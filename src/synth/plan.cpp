@@ -7,6 +7,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "quant/quant.h"
+#include "synth/rng.h"
 
 namespace sluice::synth_plan {
 namespace {
@@ -308,6 +310,33 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& typ
     }
   }
   return out;
+}
+
+void fill_rows(const TensorPlan& t, uint64_t key, int64_t r0, int64_t r1, float* row, uint8_t* dst, size_t row_bytes) {
+  const int64_t ne0 = t.ne[0], ne1 = t.ne.size() > 1 ? t.ne[1] : 1;
+  const TensorInit& in = t.init;
+  for (int64_t r = r0; r < r1; ++r) {
+    if (in.uniform) {
+      uniform_fill(key, static_cast<uint64_t>(r) * static_cast<uint64_t>(ne0), row, ne0);
+      for (int64_t c = 0; c < ne0; ++c) row[c] = in.lo + (in.hi - in.lo) * row[c];
+      quantize_row(t.type, row, dst + static_cast<size_t>(r - r0) * row_bytes, ne0);
+      continue;
+    }
+    gauss_fill(key, static_cast<uint64_t>(r) * static_cast<uint64_t>(ne0), row, ne0);
+    if (in.zero_rows_from >= 0 && r >= in.zero_rows_from) {
+      std::fill(row, row + ne0, 0.0f);
+    } else if (in.ctx_begin < 0) {
+      for (int64_t c = 0; c < ne0; ++c) row[c] = in.mean + in.std * row[c];
+    } else {
+      // Routing locality: columns and rows in the context channels scale differently.
+      const float rs = (r % ne1) >= in.ctx_begin ? in.row_scale_ctx : 1.0f;
+      for (int64_t c = 0; c < ne0; ++c) {
+        const float cs = c >= in.ctx_begin ? in.col_scale_ctx : in.col_scale;
+        row[c] = in.mean + in.std * rs * cs * row[c];
+      }
+    }
+    quantize_row(t.type, row, dst + static_cast<size_t>(r - r0) * row_bytes, ne0);
+  }
 }
 
 }  // namespace sluice::synth_plan

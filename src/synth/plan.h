@@ -46,4 +46,9 @@ struct TensorPlan {
 std::vector<TensorPlan> plan_tensors(const SynthShape& s, const std::string& type, float routing_locality,
                                      int64_t n_real_vocab);
 
+// Rows [r0, r1) of `t` (row r counts across ne[1..3]) drawn as TensorInit says, encoded in t.type
+// into dst (row_bytes apart); `row` is ne[0] floats of scratch. The values depend only on (key,
+// row, column), so a GGUF and an MLX folder of one seed hold the same weights.
+void fill_rows(const TensorPlan& t, uint64_t key, int64_t r0, int64_t r1, float* row, uint8_t* dst, size_t row_bytes);
+
 }  // namespace sluice::synth_plan

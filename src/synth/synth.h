@@ -180,4 +180,11 @@ DType synth_tensor_type(std::string_view type, std::string_view name, const std:
 // file is removed).
 SynthResult synth_write(const SynthOptions& opt, const std::string& path);
 
+// The same model (the same seed's weights) as the folder mlx_lm.convert would write for it
+// (synth/mlx_folder.cpp): config.json, model.safetensors (opt.type f32 / f16 / bf16, or q2..q8:
+// MLX affine with opt.group_size, routers at 8 bits), the tokenizer files of the folder
+// opt.tokenizer. Every architecture the folder loader reads (not olmoe); Throws Error naming
+// what cannot be written.
+SynthResult synth_write_mlx(const SynthOptions& opt, const std::string& dir);
+
 }  // namespace sluice

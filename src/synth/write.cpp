@@ -215,35 +215,6 @@ void copy_tokenizer(GgufWriter& w, const GgufFile& src, int64_t n_vocab) {
 // K-quant speed, and a chunk still splits into many rows per thread.
 int64_t rows_per_chunk(int64_t ne0) { return std::max<int64_t>(1, (int64_t{4} << 20) / ne0); }
 
-// Generates and encodes rows [r0, r1) of tensor `t` into dst (row-major, row_bytes apart).
-void fill_rows(const synth_plan::TensorPlan& t, uint64_t key, int64_t r0, int64_t r1, float* row, uint8_t* dst,
-               size_t row_bytes) {
-  const int64_t ne0 = t.ne[0], ne1 = t.ne.size() > 1 ? t.ne[1] : 1;
-  const synth_plan::TensorInit& in = t.init;
-  for (int64_t r = r0; r < r1; ++r) {
-    if (in.uniform) {
-      synth_plan::uniform_fill(key, static_cast<uint64_t>(r) * static_cast<uint64_t>(ne0), row, ne0);
-      for (int64_t c = 0; c < ne0; ++c) row[c] = in.lo + (in.hi - in.lo) * row[c];
-      quantize_row(t.type, row, dst + static_cast<size_t>(r - r0) * row_bytes, ne0);
-      continue;
-    }
-    synth_plan::gauss_fill(key, static_cast<uint64_t>(r) * static_cast<uint64_t>(ne0), row, ne0);
-    if (in.zero_rows_from >= 0 && r >= in.zero_rows_from) {
-      std::fill(row, row + ne0, 0.0f);
-    } else if (in.ctx_begin < 0) {
-      for (int64_t c = 0; c < ne0; ++c) row[c] = in.mean + in.std * row[c];
-    } else {
-      // Routing locality: columns and rows in the context channels scale differently.
-      const float rs = (r % ne1) >= in.ctx_begin ? in.row_scale_ctx : 1.0f;
-      for (int64_t c = 0; c < ne0; ++c) {
-        const float cs = c >= in.ctx_begin ? in.col_scale_ctx : in.col_scale;
-        row[c] = in.mean + in.std * rs * cs * row[c];
-      }
-    }
-    quantize_row(t.type, row, dst + static_cast<size_t>(r - r0) * row_bytes, ne0);
-  }
-}
-
 // --fast: a pool of kPoolRows encoded rows per row class (plain rows, and the routing-locality
 // context rows when the tensor has them), and every other row assembled block by block from
 // the pool block of the same column position (so column scaling is kept) and the same row
@@ -275,7 +246,7 @@ BlockPool make_block_pool(const synth_plan::TensorPlan& t, uint64_t key, size_t 
   for (int c = 0; c < (has_ctx_rows(t) ? 2 : 1); ++c) {
     const int64_t r0 = c == 0 ? 0 : t.init.ctx_begin;
     p.rows[c].resize(row_bytes * kPoolRows);
-    fill_rows(t, key, r0, r0 + kPoolRows, row, p.rows[c].data(), row_bytes);
+    synth_plan::fill_rows(t, key, r0, r0 + kPoolRows, row, p.rows[c].data(), row_bytes);
   }
   return p;
 }
@@ -391,7 +362,7 @@ SynthResult synth_write(const SynthOptions& opt, const std::string& path) {
         if (pooled) return pool_rows(t, bp, key, c0 + b, c0 + e, dst, row_bytes);
         auto& row = scratch[static_cast<size_t>(th)];
         row.resize(static_cast<size_t>(ne0));
-        fill_rows(t, key, c0 + b, c0 + e, row.data(), dst, row_bytes);
+        synth_plan::fill_rows(t, key, c0 + b, c0 + e, row.data(), dst, row_bytes);
       });
       done += static_cast<uint64_t>(c1 - c0) * row_bytes;
       report(static_cast<int>(i), t.name, false);

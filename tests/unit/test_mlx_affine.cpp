@@ -7,7 +7,10 @@
 // dequantizer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -278,6 +281,117 @@ TEST(Safetensors, RefusesHostileHeadersNamingWhatIsWrong) {
     EXPECT_NE(err.find(want), std::string::npos) << "want '" << want << "', got: " << err;
     EXPECT_NE(err.find("x.safetensors"), std::string::npos) << err;
   }
+}
+
+
+// The encoder (`sluice synth --format mlx`): every element decodes within half a step of itself
+// (the step being the group's stored scale), every
+// group's codes reach 0 and the top code within one (the range is used), and the scales and biases are fp16
+// values, so the folder loader repacks the rows exactly. Negative control: decoding the same
+// codes at one bit fewer is far off.
+TEST(MlxAffine, QuantizesWithinHalfAStepAndRepacks) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  for (int bits : {2, 3, 4, 5, 6, 8}) {
+    for (int group : {32, 64, 128}) {
+      for (DType st : {DType::BF16, DType::F16, DType::F32}) {
+        const MlxAffineFormat f{bits, group, st};
+        const int64_t n = 256, ng = n / group;
+        std::vector<float> x(n), back(n);
+        for (float& v : x) v = nd(rng);
+        std::fill(x.begin() + group, x.begin() + 2 * group, 0.0f);  // a constant group: scale 0
+        const size_t ss = st == DType::F32 ? 4 : 2;
+        std::vector<uint32_t> codes(static_cast<size_t>(mlx_affine_row_words(f, n)));
+        std::vector<uint8_t> sc(ng * ss), bi(ng * ss);
+        mlx_affine_quantize_row(f, x.data(), n, codes.data(), sc.data(), bi.data());
+        mlx_affine_dequantize_row_f32(f, codes.data(), sc.data(), bi.data(), n, back.data());
+        const std::string what = std::to_string(bits) + " bits, group " + std::to_string(group) + " " +
+                                 std::string(dtype_name(st));
+        for (int64_t g = 0; g < ng; ++g) {
+          float scale, lo = x[g * group], hi = lo;
+          for (int64_t i = 0; i < group; ++i) lo = std::min(lo, x[g * group + i]), hi = std::max(hi, x[g * group + i]);
+          if (st == DType::F32) {
+            std::memcpy(&scale, sc.data() + 4 * g, 4);
+          } else {
+            uint16_t h;
+            std::memcpy(&h, sc.data() + 2 * g, 2);
+            scale = st == DType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+          }
+          const float tol = 0.5f * scale * (1 + 1e-5f) + 1e-7f;
+          for (int64_t i = 0; i < group; ++i)
+            ASSERT_LE(std::abs(back[g * group + i] - x[g * group + i]), tol) << what << " group " << g << " elem " << i;
+          if (hi > lo) {
+            int64_t qmin = 255, qmax = 0;
+            for (int64_t i = 0; i < group; ++i) {
+              const int64_t bit = (g * group + i) * bits;
+              const uint64_t two = codes[bit / 32] |
+                                   (bit / 32 + 1 < int64_t(codes.size()) ? uint64_t(codes[bit / 32 + 1]) << 32 : 0);
+              const int64_t q = int64_t((two >> (bit % 32)) & ((1u << bits) - 1));
+              qmin = std::min(qmin, q), qmax = std::max(qmax, q);
+            }
+            // The range is used: code 0 and the top one, give or take one where the stored bias or
+            // scale moved by a bf16 step (near a whole code at 8 bits).
+            EXPECT_LE(qmin, 1) << what;
+            EXPECT_GE(qmax, (1 << bits) - 2) << what;
+          }
+        }
+        if (const auto type = mlx_affine_repack_type(f)) {
+          std::vector<uint8_t> blocks(dtype_row_bytes(*type, n));
+          EXPECT_TRUE(mlx_affine_repack_row(f, *type, codes.data(), sc.data(), bi.data(), n, blocks.data())) << what;
+        }
+        if (bits > 2) {  // negative control: the codes read at one bit fewer
+          const MlxAffineFormat wrong{bits - 1, group, st};
+          std::vector<float> off(n);
+          mlx_affine_dequantize_row_f32(wrong, codes.data(), sc.data(), bi.data(), n, off.data());
+          double err = 0;
+          for (int64_t i = 0; i < n; ++i) err = std::max(err, double(std::abs(off[i] - x[i])));
+          EXPECT_GT(err, 0.01) << what;
+        }
+      }
+    }
+  }
+}
+
+// The writer: what it writes the reader takes back (names, dtypes, shapes, bytes, metadata), and
+// a writer destroyed before finish() leaves no file behind; writing past the declared bytes or
+// finishing short fails naming the tensor.
+TEST(Safetensors, WriterRoundTripsThroughTheReader) {
+  const std::string path = ::testing::TempDir() + "/sluice_writer_test.safetensors";
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6};
+  const std::vector<uint32_t> b = {7, 8};
+  {
+    SafetensorsWriter w;
+    w.add("layer.a", StDtype::F32, {2, 3});
+    w.add("layer.b", StDtype::U32, {1, 2});
+    w.begin(path, {{"format", "mlx"}});
+    w.write(a.data(), 8);  // in pieces
+    w.write(reinterpret_cast<const uint8_t*>(a.data()) + 8, 16);
+    w.write(b.data(), 8);
+    EXPECT_THROW(w.write(b.data(), 1), Error);
+    w.finish();
+  }
+  const SafetensorsFile f(path);
+  EXPECT_EQ(f.metadata().at("format"), "mlx");
+  ASSERT_EQ(f.tensors().size(), 2u);
+  const StTensor* ta = f.find("layer.a");
+  ASSERT_TRUE(ta);
+  EXPECT_EQ(ta->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(std::memcmp(ta->data, a.data(), 24), 0);
+  EXPECT_EQ(f.find("layer.b")->dtype, StDtype::U32);
+  EXPECT_EQ(std::memcmp(f.find("layer.b")->data, b.data(), 8), 0);
+  {
+    SafetensorsWriter w;
+    w.add("x", StDtype::F32, {4});
+    w.begin(path);
+    w.write(a.data(), 4);
+    try {
+      w.finish();
+      ADD_FAILURE() << "finish() with 4 of 16 bytes written";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'x' incomplete"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(path)) << "an unfinished file was left behind";
 }
 
 }  // namespace
