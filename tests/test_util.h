@@ -2,10 +2,13 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -30,6 +33,23 @@ inline std::vector<float> read_f32_file(const std::string& path) {
   in.seekg(0);
   in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
   return v;
+}
+
+// A fresh directory for this test binary run (mkdtemp under the system temp dir), removed at
+// exit: tests that write models put them here.
+inline const std::filesystem::path& scratch_dir() {
+  static const std::filesystem::path dir = [] {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "sluice_test_XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    return std::filesystem::path(tmpl);
+  }();
+  static const struct Cleanup {
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup;
+  return dir;
 }
 
 inline std::string read_text_file(const std::string& path) {

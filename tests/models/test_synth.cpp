@@ -35,21 +35,7 @@ const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378, 432, 383, 286, 261,
 
 std::string tokenizer_path() { return test::shared_dir() + "/models/stories260K.gguf"; }
 
-// A fresh directory per test binary run, removed at exit.
-const fs::path& tmp_dir() {
-  static const fs::path dir = [] {
-    std::string tmpl = (fs::temp_directory_path() / "sluice_synth_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    return fs::path(tmpl);
-  }();
-  static const struct Cleanup {
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup;
-  return dir;
-}
+const fs::path& tmp_dir() { return test::scratch_dir(); }
 
 struct Tiny {
   std::string arch, preset;

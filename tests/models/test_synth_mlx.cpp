@@ -39,20 +39,7 @@ int32_t argmax_real(std::span<const float> l) {
   return static_cast<int32_t>(std::max_element(l.begin(), l.begin() + kReal) - l.begin());
 }
 
-const fs::path& tmp_dir() {
-  static const fs::path dir = [] {
-    std::string tmpl = (fs::temp_directory_path() / "sluice_synth_mlx_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    return fs::path(tmpl);
-  }();
-  static const struct Cleanup {
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup;
-  return dir;
-}
+const fs::path& tmp_dir() { return test::scratch_dir(); }
 
 struct Case {
   std::string arch, preset;
