@@ -13,6 +13,13 @@ base model's tolerance). Seeded, so the file is the same on every run.
 
   .venv/bin/python scripts/golden/make_gguf_lora.py tests/data/lora-gguf/stories260K-lora.gguf
   .venv/bin/python scripts/golden/make_gguf_lora.py tests/data/lora-gguf/stories260K-lora-f32.gguf --f32
+  .venv/bin/python scripts/golden/make_gguf_lora.py tests/data/lora-gguf/qwen3moe-lora-experts.gguf --experts
+
+--experts: an adapter for ../shared/golden/qwen3moe/model.gguf (qwen3moe: n_embd 256, 2 layers, 8
+experts of 64) on the stacked experts, as llama.cpp's build_lora_mm_id reads them: per adapted
+NAME = blk.L.ffn_{gate,up,down}_exps.weight, NAME.lora_a ggml [in, r, E] and NAME.lora_b
+[r, out, E] (expert e's A and B are slice e), F32, rank 8, alpha 16; plus a 2-D pair on
+blk.0.attn_q.weight.
 
 The golden beside it is llama.cpp's (scripts/golden/llama_logits.cpp with the adapter as its
 fifth argument; the README there has the commands).
@@ -25,7 +32,31 @@ import numpy as np
 N_LAYER, N_EMBD, N_FF, N_KV, N_VOCAB, RANK = 5, 64, 172, 32, 512, 8
 
 
+def experts(out):
+    e_embd, e_ff, n_exp = 256, 64, 8
+    rng = np.random.default_rng(3005)
+    w = gguf.GGUFWriter(out, "qwen3moe")
+    w.add_type("adapter")
+    w.add_string("adapter.type", "lora")
+    w.add_float32("adapter.lora.alpha", 16.0)
+    w.add_tensor("blk.0.attn_q.weight.lora_a", (0.1 * rng.standard_normal((RANK, e_embd))).astype(np.float32))
+    w.add_tensor("blk.0.attn_q.weight.lora_b", (0.1 * rng.standard_normal((e_embd, RANK))).astype(np.float32))
+    for l in range(2):
+        for name, n_in, n_out in ((f"blk.{l}.ffn_gate_exps.weight", e_embd, e_ff),
+                                  (f"blk.{l}.ffn_up_exps.weight", e_embd, e_ff),
+                                  (f"blk.{l}.ffn_down_exps.weight", e_ff, e_embd)):
+            # numpy [E, r, in] is ggml [in, r, E]; [E, out, r] is [r, out, E].
+            w.add_tensor(name + ".lora_a", (0.1 * rng.standard_normal((n_exp, RANK, n_in))).astype(np.float32))
+            w.add_tensor(name + ".lora_b", (0.1 * rng.standard_normal((n_exp, n_out, RANK))).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main():
+    if "--experts" in sys.argv:
+        return experts(sys.argv[1])
     out, all_f32 = sys.argv[1], "--f32" in sys.argv
     rng = np.random.default_rng(260)
     w = gguf.GGUFWriter(out, "llama")

@@ -157,9 +157,17 @@ LoraSummary apply_gguf_adapter(GgufFile& f, const std::string& path, float user_
     if (name == "token_embd.weight") fail(path, ": '", name, "': adapters on the embeddings are not supported");
     const TensorView* w = f.find_tensor(name);
     if (!w) fail(path, ": '", name, "' adapts a tensor ", f.path(), " does not have");
-    if (p.a->n_dims != 2 || p.b->n_dims != 2 || w->n_dims != 2)
-      fail(path, ": '", name, "': LoRA factors and their tensor must be 2-D (adapters on stacked experts are not ",
-           "supported)");
+    // Stacked experts (llama.cpp's build_lora_mm_id): lora_a [in, r, E] and lora_b [r, out, E],
+    // expert e's factors slice e of each.
+    const bool experts = w->n_dims == 3 && name.ends_with("_exps.weight");
+    const int dims = experts ? 3 : 2;
+    if (p.a->n_dims != dims || p.b->n_dims != dims || (w->n_dims != 2 && !experts))
+      fail(path, ": '", name, "': LoRA factors must be 2-D on a matrix, 3-D on stacked experts (factors ", p.a->n_dims,
+           "-D and ", p.b->n_dims, "-D, tensor ", w->n_dims, "-D)");
+    if (experts && (p.a->ne[2] != w->ne[2] || p.b->ne[2] != w->ne[2]))
+      fail(path, ": '", name, "': factors for ", p.a->ne[2], " / ", p.b->ne[2], " experts, the tensor has ", w->ne[2]);
+    if (experts && merge)
+      fail(path, ": '", name, "': --lora-merge on experts is not supported (run-time adapters are)");
     const int64_t in = p.a->ne[0], r = p.a->ne[1], out = p.b->ne[1];
     if (p.b->ne[0] != r)
       fail(path, ": '", name, "': lora_a is [", in, ", ", r, "] but lora_b is [", p.b->ne[0], ", ", out,
@@ -173,15 +181,21 @@ LoraSummary apply_gguf_adapter(GgufFile& f, const std::string& path, float user_
     merges.push_back({w, p.a, p.b});
     sum.rank = std::max(sum.rank, r);
   }
-  auto rows_f32 = [](const TensorView& t) {
-    std::vector<float> x(static_cast<size_t>(t.ne[0] * t.ne[1]));
-    for (int64_t i = 0; i < t.ne[1]; ++i) dequantize_row(t.type, t.row(i), x.data() + i * t.ne[0], t.ne[0]);
+  // Rows [first, first + n) of t as f32.
+  auto rows_f32 = [](const TensorView& t, int64_t first, int64_t n) {
+    std::vector<float> x(static_cast<size_t>(t.ne[0] * n));
+    for (int64_t i = 0; i < n; ++i) dequantize_row(t.type, t.row(first + i), x.data() + i * t.ne[0], t.ne[0]);
     return x;
   };
   for (const Merge& m : merges) {
-    const int64_t r = m.a->ne[1];
+    const int64_t r = m.a->ne[1], out = m.b->ne[1];
     const float scale = alpha != 0.0f ? user_scale * alpha / static_cast<float>(r) : user_scale;
-    apply_update(f, *m.base, rows_f32(*m.a), rows_f32(*m.b), r, scale, merge);
+    if (m.base->n_dims == 3) {
+      for (int64_t e = 0; e < m.base->ne[2]; ++e)
+        apply_update(f, *m.base, rows_f32(*m.a, e * r, r), rows_f32(*m.b, e * out, out), r, scale, false, e);
+    } else {
+      apply_update(f, *m.base, rows_f32(*m.a, 0, r), rows_f32(*m.b, 0, out), r, scale, merge);
+    }
     ++sum.n_tensors;
   }
   if (alpha != 0.0f) sum.scale = user_scale * alpha / static_cast<float>(sum.rank);

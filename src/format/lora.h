@@ -2,7 +2,8 @@
 // multiplying the adapter's own), applied at run time (y = W·x + scale·B·(A·x): the factors
 // attached to the adapted tensors, TensorView::lora, added by Backend::matmul; the base weights
 // stay as the file has them) or, with --lora-merge, merged in memory. PATH is a llama.cpp LoRA GGUF (general.type "adapter",
-// adapter.lora.alpha, NAME.lora_a [in, r] and NAME.lora_b [r, out] per adapted tensor NAME;
+// adapter.lora.alpha, NAME.lora_a [in, r] and NAME.lora_b [r, out] per adapted tensor NAME, or
+// [in, r, E] and [r, out, E] on stacked experts, expert e's factors being slice e;
 // llama.cpp adds SCALE·alpha/r·B·(A·x), SCALE without alpha; any tensor type dequantize_row
 // reads), or an MLX-LM adapter folder, what `mlx_lm.lora` writes: adapter_config.json
 // (fine_tune_type "lora", lora_parameters.scale) and adapters.safetensors with, per adapted
@@ -13,8 +14,8 @@
 //
 // Checked before any merge: the config's fields, pairs complete (no lora_a without its lora_b),
 // ranks equal within a pair, in/out equal to the base tensor's, dtypes float; what is not
-// supported is refused by name (DoRA, full fine-tunes, adapters on embeddings or on stacked
-// experts). Errors name the adapter's file and tensor.
+// supported is refused by name (DoRA, full fine-tunes, adapters on embeddings, --lora-merge on
+// stacked experts). Errors name the adapter's file and tensor.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -115,6 +115,54 @@ TEST(LoraGguf, F16AndQ8_0FactorsAreDecodedExactly) {
   }
 }
 
+// An adapter on the stacked experts (lora_a [in, r, E], lora_b [r, out, E], as llama.cpp's
+// build_lora_mm_id reads them) and on one attn_q, on ../shared/golden/qwen3moe (F16): within
+// that golden's tolerance (0.03, tests/models/test_goldens.cpp) of llama.cpp with the adapter,
+// and the same 32 greedy tokens (min margin 0.087). Negative controls: the base alone, and the
+// adapter without its expert factors, miss the golden; --lora-merge is refused on experts.
+TEST(LoraGguf, ExpertFactorsMatchLlamaCpp) {
+  SLUICE_REQUIRE_SHARED();
+  const Golden g = read_golden("golden-experts");
+  const std::string moe = test::shared_dir() + "/golden/qwen3moe/model.gguf",
+                    ad = data_dir() + "/qwen3moe-lora-experts.gguf";
+  auto with = [&](const std::string& path) {
+    ModelOptions o;
+    o.lora = {path};
+    return Model::load(moe, o);
+  };
+  auto m = with(ad);
+  EXPECT_EQ(m->lora_summary(), "lora: 7 tensors adapted at run time (rank 8, scale 2)");
+  for (const char* backend : {"ref", "cpu", "cpu-exact"}) {
+    auto be = make_backend(backend, 2);
+    const double d = max_diff(prompt_logits(*m, *be, g.prompt), g.logits);
+    std::printf("[ experts lora ] %s: max |dlogit| vs llama.cpp %.4f\n", backend, d);
+    EXPECT_LT(d, 0.03) << backend;
+    EXPECT_EQ(greedy(*m, *be, g.prompt, g.generated.size()), g.generated) << backend;
+  }
+  auto be = make_backend("cpu", 2);
+  EXPECT_GT(max_diff(prompt_logits(*Model::load(moe), *be, g.prompt), g.logits), 0.3);
+  // The adapter's attn_q pair alone.
+  const GgufFile full(ad);
+  GgufWriter w;
+  for (const auto& [key, v] : full.metadata()) w.set(key, v);
+  for (const TensorView& t : full.tensors())
+    if (t.name.find("_exps.") == std::string::npos)
+      w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes);
+  const std::string attn_only = (test::scratch_dir() / "attn-only.gguf").string();
+  w.write(attn_only);
+  EXPECT_EQ(with(attn_only)->lora_summary(), "lora: 1 tensor adapted at run time (rank 8, scale 2)");
+  EXPECT_GT(max_diff(prompt_logits(*with(attn_only), *be, g.prompt), g.logits), 0.3);
+  ModelOptions merged;
+  merged.lora = {ad};
+  merged.lora_merge = true;
+  try {
+    Model::load(moe, merged);
+    ADD_FAILURE() << "--lora-merge on experts was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--lora-merge on experts is not supported"), std::string::npos) << e.what();
+  }
+}
+
 // Adapters at run time leave the experts alone, so a model whose experts stream from disk takes
 // them as the resident one does: an adapter on every layer's attn_q of the MoE stories260K
 // gives the same logits with the experts resident or streamed, and not the base's.
