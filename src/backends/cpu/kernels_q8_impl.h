@@ -161,6 +161,7 @@ using LegacyQ5_1 = LegacyCodes<block_q5_1, 0, true>;
 struct Q8Unpack_q8_0 {
   using Block = block_q8_0;
   static constexpr bool kMin = false;
+  static constexpr bool kNarrow = false;  // |value| <= 127: maddubs pairs up to 32258
 #if SLUICE_Q8_SIMD
   static __m256i bytes(const Block& b) { return q8_load(b.qs); }
 #endif
@@ -171,6 +172,7 @@ template <class C>
 struct Q8Unpack_offset {
   using Block = typename C::Block;
   static constexpr bool kMin = false;
+  static constexpr bool kNarrow = true;  // |c - off| <= 16
 #if SLUICE_Q8_SIMD
   static __m256i bytes(const Block& b) { return _mm256_sub_epi8(C::codes(b), _mm256_set1_epi8(C::kOff)); }
 #endif
@@ -182,6 +184,7 @@ struct Q8Unpack_min {
   using Block = typename C::Block;
   static constexpr bool kMin = true;
   static constexpr bool kWide = C::kWide;
+  static constexpr bool kNarrow = !C::kWide;  // c <= 31
 #if SLUICE_Q8_SIMD
   static __m256i bytes(const Block& b) { return C::codes(b); }
 #endif
@@ -215,6 +218,14 @@ inline __m128i q8_sum4x8(const __m256i v[4]) {
   const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
   return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
+// The same four sums from four blocks' maddubs pairs p (16 int16 each) where every |pair| <= 7874
+// (codes of at most 5 bits, |c| <= 31, times |a| <= 127): two rounds of 16-bit pair sums stay
+// below 2^15 (4·7874), so one madd finishes them: three instructions fewer than a madd per block.
+inline __m128i q8_sum4x16(const __m256i p[4]) {
+  const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
+  const __m256i s = _mm256_madd_epi16(h, _mm256_set1_epi16(1));
+  return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
 // The fp16 fields at byte offset `off` of blocks x[0..nk) as floats (0 past nk).
 template <class Block>
 inline __m128 q8_half4(const Block* x, int nk, size_t off) {
@@ -244,6 +255,9 @@ struct Dot32 {
     else
       return false;
   }();
+  // Without dpbusd, 4- and 5-bit codes sum their maddubs pairs in 16 bits (q8_sum4x16); the
+  // integer sums, and so the results, are the same.
+  static constexpr bool kPairs16 = V::kNarrow && !SLUICE_Q8_VNNI;
   // Blocks i..i+NK of the row into lanes 0..NK (NK < 4: the row's last group; the other
   // lanes keep their sums).
   template <int NK>
@@ -265,13 +279,15 @@ struct Dot32 {
           continue;
         }
         const __m256i aq = q8_load(a[t].q[i + k].qs);
-        if constexpr (kWideSigned)
+        if constexpr (kPairs16)  // maddubs pairs only; q8_sum4x16 sums them
+          v[k] = V::kMin ? _mm256_maddubs_epi16(xv[k], aq) : _mm256_maddubs_epi16(ux[k], _mm256_sign_epi8(aq, xv[k]));
+        else if constexpr (kWideSigned)
           v[k] = q8_dot_us(ux[k], _mm256_sign_epi8(aq, xv[k]));
         else
           v[k] = V::kMin ? q8_dot_us(xv[k], aq) : q8_dot_us(ux[k], _mm256_sign_epi8(aq, xv[k]));
       }
       const __m128 da = _mm_loadu_ps(a[t].d + i);
-      __m128i si = q8_sum4x8(v);
+      __m128i si = kPairs16 ? q8_sum4x16(v) : q8_sum4x8(v);
       // Σ c·a = Σ (c − 128)·a + 128·Σa (Σa exact in its float; the padding lanes hold 0).
       if constexpr (kWideSigned) si = _mm_add_epi32(si, _mm_slli_epi32(_mm_cvtps_epi32(_mm_loadu_ps(a[t].sa + i)), 7));
       __m128 r = _mm_fmadd_ps(_mm_cvtepi32_ps(si), _mm_mul_ps(dx, da), acc[t]);
