@@ -130,21 +130,29 @@ TEST_F(SpeculativeSmolLM2, StaleDraftRowsChangeTheContinuation) {
   EXPECT_NE(greedy(false), greedy(true));
 }
 
-// A draft model: SmolLM2 drafting for itself agrees with itself on nearly every draft, so the
-// output is plain greedy's in a few steps; a draft with another vocabulary is refused.
+// A draft model: SmolLM2 drafting for itself agrees with itself on every draft (a token's
+// logits are the same bits in any batch), so the output is plain greedy's in a few steps; a
+// draft with another vocabulary is refused. ignore_eos: drafts past an end-of-turn token count
+// as drafted and not kept, so where the reply ends among the steps (which moves with the ISA's
+// float rounding in the norms and activations) would move the ratio; without it every draft
+// lies inside the 40 tokens.
 TEST_F(SpeculativeSmolLM2, DraftModelGivesPlainTokens) {
   auto draft = Model::load(path);
   Session s(*model, *be, kv);
   GenerateParams gp;
   gp.n_predict = 40;
   gp.sampler.temp = 0;
+  gp.ignore_eos = true;
   const std::string prompt = "<|im_start|>user\nWrite one sentence about the sea.<|im_end|>\n<|im_start|>assistant\n";
   const Outcome a = plain(s, prompt, gp);
   ModelDrafter d(*model, *draft, *be, kv);
   Outcome b;
   b.st = run_speculative(s, prompt, gp, d, 6, {}, &b.spec);
   EXPECT_EQ(a.st.tokens, b.st.tokens);
-  EXPECT_GT(b.spec.acceptance(), 0.8) << b.spec.accepted << " of " << b.spec.drafted;
+  std::printf("[ self-draft ] %lld of %lld drafts kept\n", static_cast<long long>(b.spec.accepted),
+              static_cast<long long>(b.spec.drafted));
+  EXPECT_GT(b.spec.drafted, 20);
+  EXPECT_EQ(b.spec.accepted, b.spec.drafted) << "a self-draft was rejected: a token's logits moved with its batch";
   // The drafter's cache follows the target across runs (a second prompt reuses nothing wrongly).
   const Outcome c = plain(s, rewrite_prompt(), gp);
   Outcome e;
