@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "format/mapped_file.h"
 
 namespace sluice {
 
@@ -118,20 +119,10 @@ struct GgufWriter::Impl {
   }
 
   void write_all(const void* data, size_t n) {
-    const auto* p = static_cast<const uint8_t*>(data);
-    while (n > 0) {
-      // Linux caps one write at ~2 GiB; loop for partial writes and EINTR.
-      ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        io_fail("write", errno);
-      }
-      if (w == 0) io_fail("write", ENOSPC);  // no progress: treat as a full device
-      p += w;
-      n -= static_cast<size_t>(w);
-      file_pos += static_cast<uint64_t>(w);
-    }
+    if (const int err = write_fully(fd, data, n)) io_fail("write", err);
+    file_pos += n;
   }
+
 
   void pad_to(uint64_t target) {
     static const uint8_t zeros[256] = {};

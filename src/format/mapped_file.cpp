@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -34,6 +35,19 @@ const uint8_t* map_file_readonly(int fd, size_t size, const std::string& path) {
   void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (p == MAP_FAILED) fail(path, ": cannot mmap ", size, " bytes: ", std::strerror(errno));
   return static_cast<const uint8_t*>(p);
+}
+
+int write_fully(int fd, const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return errno;
+    if (w == 0) return ENOSPC;  // no progress: treat as a full device
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return 0;
 }
 
 }  // namespace sluice

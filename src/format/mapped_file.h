@@ -1,5 +1,6 @@
 // format/mapped_file: opening a model file and mapping it read-only, the same way for every
-// format reader (gguf.cpp, safetensors.cpp), with errors that name the path.
+// format reader (gguf.cpp, safetensors.cpp), with errors that name the path; and the one
+// write-everything loop of the format writers (gguf_writer.cpp, safetensors_writer.cpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -14,5 +15,8 @@ int open_regular_file(const std::string& path, size_t* size);
 // mapping). A file truncated by another process while mapped raises SIGBUS on a read past its
 // new end; nothing in-process can guard against that. Throws sluice::Error naming the path.
 const uint8_t* map_file_readonly(int fd, size_t size, const std::string& path);
+// Writes all n bytes to fd, looping over partial writes (Linux caps one at ~2 GiB) and EINTR.
+// Returns 0, or the errno of the failure (ENOSPC for a write that makes no progress).
+int write_fully(int fd, const void* data, size_t n);
 
 }  // namespace sluice

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "format/mapped_file.h"
 #include "format/safetensors.h"
 
 namespace sluice {
@@ -34,14 +35,7 @@ void SafetensorsWriter::add(const std::string& name, StDtype dtype, std::vector<
 }
 
 void SafetensorsWriter::put(const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t{1} << 30));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail(path_, ": write failed: ", std::strerror(errno));
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
+  if (const int err = write_fully(fd_, data, n)) fail(path_, ": write failed: ", std::strerror(err));
 }
 
 void SafetensorsWriter::begin(const std::string& path, const std::map<std::string, std::string>& metadata) {
