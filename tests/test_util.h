@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -33,6 +34,13 @@ inline std::vector<float> read_f32_file(const std::string& path) {
   in.seekg(0);
   in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
   return v;
+}
+
+// A gtest name part (parameterized test names): every character outside [A-Za-z0-9] becomes '_'.
+inline std::string test_name_part(std::string n) {
+  for (char& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
 }
 
 // A fresh directory for this test binary run (mkdtemp under the system temp dir), removed at

@@ -120,10 +120,7 @@ struct BatchCase {
 void PrintTo(const BatchCase& c, std::ostream* os) { *os << c.model << " on " << c.backend; }
 
 std::string case_name(const ::testing::TestParamInfo<BatchCase>& info) {
-  std::string n = info.param.model.substr(0, info.param.model.rfind('/')) + "_" + info.param.backend;
-  for (char& c : n)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return n;
+  return test::test_name_part(info.param.model.substr(0, info.param.model.rfind('/')) + "_" + info.param.backend);
 }
 
 class MultiSequence : public ::testing::TestWithParam<BatchCase> {

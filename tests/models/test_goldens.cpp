@@ -29,6 +29,7 @@ namespace {
 
 using nlohmann::json;
 using test::shared_dir;
+using test::test_name_part;
 
 struct GoldenCase {
   std::string dir;     // under ../shared/golden
@@ -86,13 +87,6 @@ std::vector<GoldenParam> on_backends(const std::vector<GoldenCase>& cases, const
   for (const auto& c : cases)
     for (const auto& b : backends) out.push_back({c, b});
   return out;
-}
-
-// A gtest name part: every character outside [A-Za-z0-9] becomes '_'.
-std::string test_name_part(std::string n) {
-  for (char& c : n)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return n;
 }
 
 class Golden : public ::testing::TestWithParam<GoldenParam> {};

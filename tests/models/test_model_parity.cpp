@@ -42,12 +42,7 @@ INSTANTIATE_TEST_SUITE_P(Goldens, ModelParity,
                                            "golden/qwen3moe-Q4_K_M/model.gguf", "golden/mixtral/model.gguf",
                                            "golden/olmoe/model.gguf", "golden/deepseek2/model.gguf",
                                            "models/stories260K-moe8top4-dup.gguf"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return test::test_name_part(info.param); });
 
 // Negative control 1: the test model uses the wrong RoPE pair layout. The comparison must
 // let everything before RoPE pass and flag the rotated queries of layer 0 first.

@@ -171,10 +171,7 @@ std::vector<RepoGoldenCase> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Hybrids, RepoGolden, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<RepoGoldenCase>& i) {
-                           std::string n = i.param.name + "_" + i.param.backend;
-                           for (char& c : n)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return n;
+                           return test::test_name_part(i.param.name + "_" + i.param.backend);
                          });
 
 }  // namespace

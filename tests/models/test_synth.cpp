@@ -159,12 +159,8 @@ TEST_P(SynthTiny, LoadsRunsAndIsNonDegenerate) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, SynthTiny, ::testing::ValuesIn(kTinies), [](const auto& info) {
-  std::string s = tiny_name(info.param);
-  for (char& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return s;
-});
+INSTANTIATE_TEST_SUITE_P(Presets, SynthTiny, ::testing::ValuesIn(kTinies),
+                         [](const auto& info) { return test::test_name_part(tiny_name(info.param)); });
 
 // (b) Same seed -> byte-identical file, whatever the thread count; another seed -> different
 // weights (same size and header layout).

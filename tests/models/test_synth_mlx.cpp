@@ -150,12 +150,8 @@ TEST_P(SynthMlx, FolderIsTheGgufModel) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Arches, SynthMlx, ::testing::ValuesIn(kCases), [](const auto& info) {
-  std::string s = case_name(info.param);
-  for (char& ch : s)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return s;
-});
+INSTANTIATE_TEST_SUITE_P(Arches, SynthMlx, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return test::test_name_part(case_name(info.param)); });
 
 // Negative control for a convention the writer inverts: the same Llama folder read with
 // rope_traditional (mlx-lm's switch for checkpoints whose Q/K are NOT in rotate-half order) is
