@@ -855,8 +855,9 @@ inline void q8_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t a
 #define SLUICE_Q8_Q4_K_TILE \
   { q4_K_tile_bytes, q4_K_tile_pack, q8_tile_gemm_scalar<Q4KTile, block_q8_K, QK_K, k4_tile_step<Q4KTile>> }
 #else
+// Without VNNI: the 256-bit tiles (kernels_q8_tiles_avx2.h).
 #define SLUICE_Q8_Q4_K_TILE \
-  {}
+  { q4_K_tile_bytes, q4_K_tile_pack_256, q8_tile_gemm_256<Q4KTile, K4Tile256<Q4KTile>> }
 #endif
 
 // ---- Q5_K prefill tiles ------------------------------------------------------------------
@@ -995,8 +996,9 @@ inline float k4_tile_step(const Tile& b, const block_q8_K& a, int64_t r, float a
 #define SLUICE_Q8_Q5_K_TILE \
   { q5_K_tile_bytes, q5_K_tile_pack, q8_tile_gemm_scalar<Q5KTile, block_q8_K, QK_K, k4_tile_step<Q5KTile>> }
 #else
+// Without VNNI: the 256-bit tiles (kernels_q8_tiles_avx2.h).
 #define SLUICE_Q8_Q5_K_TILE \
-  {}
+  { q5_K_tile_bytes, q5_K_tile_pack_256, q8_tile_gemm_256<Q5KTile, K4Tile256<Q5KTile>> }
 #endif
 
 // ---- Q6_K prefill tiles ------------------------------------------------------------------
@@ -1144,8 +1146,9 @@ inline float q6_K_tile_step(const Q6KTile& b, const block_q8_K& a, int64_t r, fl
 #define SLUICE_Q8_Q6_K_TILE \
   { q6_K_tile_bytes, q6_K_tile_pack, q8_tile_gemm_scalar<Q6KTile, block_q8_K, QK_K, q6_K_tile_step> }
 #else
+// Without VNNI: the 256-bit tiles (kernels_q8_tiles_avx2.h).
 #define SLUICE_Q8_Q6_K_TILE \
-  {}
+  { q6_K_tile_bytes, q6_K_tile_pack_256, q8_tile_gemm_256<Q6KTile, Q6KTile256> }
 #endif
 
 // ---- Q8_0 prefill tiles ------------------------------------------------------------------
@@ -1503,9 +1506,95 @@ inline void q8_quantize_q8_0_512(const float* x, void* yv, int64_t n) {
   }
 }
 #define SLUICE_Q8_QUANTIZE_Q8_0 q8_quantize_q8_0_512
+#elif SLUICE_Q8_SIMD
+// The same two quantizers with 8 lanes (the same operations, so the same bytes): AVX2 has no
+// saturating 32->8 narrow, so two saturating packs and a lane permute put 32 quants in order.
+inline __m256i q8_narrow32(__m256i q0, __m256i q1, __m256i q2, __m256i q3) {
+  const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+  return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+inline int32_t q8_hsum_epi32(__m256i v) {
+  const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+  return _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 1)));
+}
+inline __m256 q8_abs_ps(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+inline float q8_hmax_ps(__m256 v) {
+  const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  return _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+}
+
+inline void q8_quantize_q8_K_256(const float* x, void* yv, int64_t n) {
+  auto* y = static_cast<block_q8_K*>(yv);
+  for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
+    __m256 v[32];
+    __m256 amaxv = _mm256_setzero_ps();
+    for (int k = 0; k < 32; ++k) {
+      v[k] = _mm256_loadu_ps(x + 8 * k);
+      amaxv = _mm256_max_ps(amaxv, q8_abs_ps(v[k]));
+    }
+    const float amax = q8_hmax_ps(amaxv);
+    if (amax == 0.0f) {
+      __builtin_memset(&y[i], 0, sizeof y[i]);
+      continue;
+    }
+    float max = 0;
+    for (int k = 0; k < 32; ++k) {
+      const int m = _mm256_movemask_ps(_mm256_cmp_ps(q8_abs_ps(v[k]), _mm256_set1_ps(amax), _CMP_EQ_OQ));
+      if (m) {
+        max = x[8 * k + __builtin_ctz(static_cast<unsigned>(m))];
+        break;
+      }
+    }
+    const float iscale = -127.f / max;
+    const __m256 is = _mm256_set1_ps(iscale);
+    for (int k = 0; k < 8; ++k) {  // 32 quants, two bsums of 16
+      __m256i q[4];
+      for (int e = 0; e < 4; ++e) q[e] = _mm256_cvtps_epi32(_mm256_mul_ps(is, v[4 * k + e]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs + 32 * k), q8_narrow32(q[0], q[1], q[2], q[3]));
+      y[i].bsums[2 * k] = static_cast<int16_t>(q8_hsum_epi32(_mm256_add_epi32(q[0], q[1])));
+      y[i].bsums[2 * k + 1] = static_cast<int16_t>(q8_hsum_epi32(_mm256_add_epi32(q[2], q[3])));
+    }
+    y[i].d = 1 / iscale;
+  }
+}
+#define SLUICE_Q8_QUANTIZE_Q8_K q8_quantize_q8_K_256
+
+inline void q8_quantize_q8_0_256(const float* x, void* yv, int64_t n) {
+  auto* y = static_cast<block_q8_0*>(yv);
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+  for (int64_t i = 0; i < n / QK8_0; ++i, x += QK8_0) {
+    __m256 v[4];
+    __m256 amaxv = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm256_loadu_ps(x + 8 * k);
+      amaxv = _mm256_max_ps(amaxv, q8_abs_ps(v[k]));
+    }
+    const float amax = q8_hmax_ps(amaxv);
+    const float d = amax / 127;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = static_cast<uint16_t>(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m256 idv = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) {  // roundf: truncate, then away from zero where |v − t| ≥ 0.5
+      const __m256 s = _mm256_mul_ps(v[k], idv);
+      const __m256 t = _mm256_round_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __m256 up = _mm256_cmp_ps(q8_abs_ps(_mm256_sub_ps(s, t)), half, _CMP_GE_OQ);
+      const __m256 r = _mm256_add_ps(t, _mm256_and_ps(up, _mm256_or_ps(one, _mm256_and_ps(s, sign))));
+      q[k] = _mm256_cvtps_epi32(r);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs), q8_narrow32(q[0], q[1], q[2], q[3]));
+  }
+}
+#define SLUICE_Q8_QUANTIZE_Q8_0 q8_quantize_q8_0_256
 #else
 #define SLUICE_Q8_QUANTIZE_Q8_K nullptr
 #define SLUICE_Q8_QUANTIZE_Q8_0 nullptr
+#endif
+
+#if SLUICE_Q8_SIMD && !SLUICE_Q8_VNNI
+#include "backends/cpu/kernels_q8_tiles_avx2.h"
 #endif
 
 constexpr Q8Kernels q8_table(const char* name) {

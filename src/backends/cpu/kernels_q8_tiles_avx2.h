@@ -1,0 +1,321 @@
+// backends/cpu/kernels_q8_tiles_avx2: the prefill tiles (kernels.h, Q8TileOps) of Q4_K, Q5_K
+// and Q6_K for levels without VNNI (AVX2, and AVX-512 without VNNI), on the tile layouts and
+// scalar packs of kernels_q8_impl.h. Included by kernels_q8_impl.h inside its namespace when
+// SLUICE_Q8_SIMD && !SLUICE_Q8_VNNI; includes nothing itself.
+//
+// Why tiles pay without vpdpbusd: a row dot spends per 32 weights a maddubs, a madd by the
+// sub-block scale and an add, plus the nibble unpacking and a horizontal sum per row, for
+// every token. A 256-bit tile vector holds 4 inputs of 8 rows, so a vpmaddubsw gives 8 rows'
+// pair sums at once; the pairs of a whole 32-input sub-block are added in 16 bits (exact:
+// Q4_K 16 products of ≤ 15·127 per lane, Q5_K and Q6_K split so that a lane never passes
+// 2^15 − 1), and ONE vpmaddwd by the row's scale (held twice per 32-bit lane) closes the
+// sub-block: about 9 multiplies per 256 multiply-adds instead of 16, no horizontal sums, and
+// the unpacked weights are reused by every token of the pass.
+//
+// Numerics: the same exact int32 sums per super-block and the same fused multiply-adds as the
+// scalar twins (k4_tile_step, q6_K_tile_step), so the results are bitwise theirs. A tile's 16
+// rows run as two halves of 8 (one vector each); a half past nr is skipped.
+
+inline __m256i q8_bcst32_256(const void* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+// A per-row scale for vpmaddwd: the 16-bit value in both halves of each 32-bit lane.
+inline __m256i q8_pair16(__m256i v32) {
+  return _mm256_or_si256(_mm256_and_si256(v32, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v32, 16));
+}
+
+// ---- packs: the bytes of the scalar packs (q4_K_tile_pack, q5_K_tile_pack, q6_K_tile_pack) ----
+
+// in[r] = words 0..7 of row r; out[k] = word k of rows 0..7 (unpacks, then 128-bit halves).
+inline void q8_transpose8_epi32(const __m256i in[8], __m256i out[8]) {
+  __m256i t[8], u[8];
+  for (int m = 0; m < 4; ++m) {
+    t[2 * m] = _mm256_unpacklo_epi32(in[2 * m], in[2 * m + 1]);
+    t[2 * m + 1] = _mm256_unpackhi_epi32(in[2 * m], in[2 * m + 1]);
+  }
+  // u[4q + e], 128-bit half L: word 4L + e of rows 4q..4q+3.
+  for (int q = 0; q < 2; ++q)
+    for (int h = 0; h < 2; ++h) {
+      u[4 * q + 2 * h] = _mm256_unpacklo_epi64(t[4 * q + h], t[4 * q + 2 + h]);
+      u[4 * q + 2 * h + 1] = _mm256_unpackhi_epi64(t[4 * q + h], t[4 * q + 2 + h]);
+    }
+  for (int e = 0; e < 4; ++e) {
+    out[e] = _mm256_permute2x128_si256(u[e], u[4 + e], 0x20);
+    out[4 + e] = _mm256_permute2x128_si256(u[e], u[4 + e], 0x31);
+  }
+}
+
+// The n_words (8 or 16) 4-byte words at byte `off` of nr ≤ 16 rows, transposed into
+// dst[k][r] (rows ≥ nr are zero).
+inline void q8_pack_words_256(const uint8_t* w, size_t row_bytes, int64_t nr, size_t off, int n_words,
+                              uint32_t (*dst)[kQ8TileRows]) {
+  for (int rh = 0; rh < 2; ++rh)
+    for (int wh = 0; wh < n_words / 8; ++wh) {
+      __m256i in[8], out[8];
+      for (int r = 0; r < 8; ++r) {
+        const int64_t row = 8 * rh + r;
+        in[r] = row < nr ? q8_load(w + row * row_bytes + off + 32 * wh) : _mm256_setzero_si256();
+      }
+      q8_transpose8_epi32(in, out);
+      for (int k = 0; k < 8; ++k) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst[8 * wh + k] + 8 * rh), out[k]);
+    }
+}
+
+// Words 0..3 of the 16 bytes at byte `off` of rows 8h..8h+7 (0 past nr): w[k] lane r = word k of row 8h + r.
+inline void q8_rows_words4_256(const uint8_t* w, size_t row_bytes, int64_t nr, size_t off, int h, __m256i wk[4]) {
+  auto row = [&](int r) {
+    const int64_t rr = 8 * h + r;
+    return rr < nr ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + rr * row_bytes + off)) : _mm_setzero_si128();
+  };
+  __m256i y[4];
+  for (int r = 0; r < 4; ++r) y[r] = _mm256_set_m128i(row(r + 4), row(r));
+  const __m256i t0 = _mm256_unpacklo_epi32(y[0], y[1]), t1 = _mm256_unpackhi_epi32(y[0], y[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(y[2], y[3]), t3 = _mm256_unpackhi_epi32(y[2], y[3]);
+  wk[0] = _mm256_unpacklo_epi64(t0, t2);
+  wk[1] = _mm256_unpackhi_epi64(t0, t2);
+  wk[2] = _mm256_unpacklo_epi64(t1, t3);
+  wk[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+// Byte k of each 32-bit lane, as 8 bytes at dst.
+inline void q8_store_lane_byte(__m256i v, int k, uint8_t* dst) {
+  const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
+                                        0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i b = _mm256_shuffle_epi8(_mm256_srli_epi32(v, 8 * k), pick);
+  const __m256i p = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm256_castsi256_si128(p));
+}
+// The fp16 in the low 16 bits of each lane, as 8 floats.
+inline __m256 q8_lane_half_256(__m256i v) {
+  const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+  return _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1)));
+}
+
+// d, dmin, the scales and the mins of the q4_K/q5_K super-block at byte o of nr rows (both
+// blocks start with d, dmin, scales[12]) into a tile's fields: q8_scales_mins_k4 lane-parallel.
+template <class Tile>
+inline void q8_k4_tile_scales_256(const uint8_t* wb, size_t row_bytes, int64_t nr, size_t o, Tile& b) {
+  const __m256i k3f = _mm256_set1_epi32(0x3f3f3f3f), k0f = _mm256_set1_epi32(0x0f0f0f0f),
+                k03 = _mm256_set1_epi32(0x03030303), kff = _mm256_set1_epi32(0xFF);
+  for (int h = 0; h < 2; ++h) {
+    __m256i u[4];  // d | dmin << 16, then the three words of scales
+    q8_rows_words4_256(wb, row_bytes, nr, o, h, u);
+    const __m256i s_lo = _mm256_and_si256(u[1], k3f), m_lo = _mm256_and_si256(u[2], k3f);
+    const __m256i s_hi = _mm256_or_si256(_mm256_and_si256(u[3], k0f),
+                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u[1], 6), k03), 4));
+    const __m256i m_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u[3], 4), k0f),
+                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u[2], 6), k03), 4));
+    for (int j = 0; j < 8; ++j) {
+      q8_store_lane_byte(j < 4 ? s_lo : s_hi, j % 4, b.sc[j] + 8 * h);
+      const __m256i m = _mm256_and_si256(_mm256_srli_epi32(j < 4 ? m_lo : m_hi, 8 * (j % 4)), kff);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(b.m2[j] + 8 * h), _mm256_or_si256(m, _mm256_slli_epi32(m, 16)));
+    }
+    _mm256_storeu_ps(b.d + 8 * h, q8_lane_half_256(u[0]));
+    _mm256_storeu_ps(b.dmin + 8 * h, q8_lane_half_256(_mm256_srli_epi32(u[0], 16)));
+  }
+}
+
+inline void q4_K_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  auto* T = reinterpret_cast<Q4KTile*>(tile);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const size_t o = static_cast<size_t>(i) * sizeof(block_q4_K);
+    q8_pack_words_256(wb, row_bytes, nr, o + offsetof(block_q4_K, qs), 32, T[i].qs);
+    q8_k4_tile_scales_256(wb, row_bytes, nr, o, T[i]);
+  }
+}
+
+inline void q5_K_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  auto* T = reinterpret_cast<Q5KTile*>(tile);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const size_t o = static_cast<size_t>(i) * sizeof(block_q5_K);
+    q8_pack_words_256(wb, row_bytes, nr, o + offsetof(block_q5_K, qs), 32, T[i].qs);
+    q8_pack_words_256(wb, row_bytes, nr, o + offsetof(block_q5_K, qh), 8, T[i].qh);
+    q8_k4_tile_scales_256(wb, row_bytes, nr, o, T[i]);
+  }
+}
+
+inline void q6_K_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  auto* T = reinterpret_cast<Q6KTile*>(tile);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    Q6KTile& b = T[i];
+    const size_t o = static_cast<size_t>(i) * sizeof(block_q6_K);
+    q8_pack_words_256(wb, row_bytes, nr, o + offsetof(block_q6_K, ql), 32, b.ql);
+    q8_pack_words_256(wb, row_bytes, nr, o + offsetof(block_q6_K, qh), 16, b.qh);
+    for (int h = 0; h < 2; ++h) {
+      __m256i g[4];  // the 16 scales: word k holds scales 4k..4k+3
+      q8_rows_words4_256(wb, row_bytes, nr, o + offsetof(block_q6_K, scales), h, g);
+      for (int k = 0; k < 16; ++k) q8_store_lane_byte(g[k / 4], k % 4, reinterpret_cast<uint8_t*>(b.sc[k]) + 8 * h);
+      // 32·scale as int16: byte k % 4 of the word, sign-extended by a shift pair, times 32.
+      auto x32 = [&](int k) {
+        return _mm256_slli_epi32(_mm256_srai_epi32(_mm256_slli_epi32(g[k / 4], 24 - 8 * (k % 4)), 24), 5);
+      };
+      for (int k = 0; k < 8; ++k)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(b.sc2[k] + 8 * h),
+                            _mm256_or_si256(_mm256_and_si256(x32(2 * k), _mm256_set1_epi32(0xFFFF)),
+                                            _mm256_slli_epi32(x32(2 * k + 1), 16)));
+    }
+    for (int64_t r = 0; r < kQ8TileRows; ++r)
+      b.d[r] = r < nr ? q8_half(reinterpret_cast<const block_q6_K*>(wb + r * row_bytes + o)->d) : 0.0f;
+  }
+}
+
+// ---- kernels --------------------------------------------------------------------------------
+// Each super-block's 64 weight vectors of one half (8 rows × 4 inputs each) are unpacked once
+// per call into an L1 buffer, with its sub-block scales as vpmaddwd operands; then every
+// token of the chunk runs against the buffer, two tokens at a time so that each weight load
+// feeds two vpmaddubsw. Without VNNI the 16 ymm registers cannot hold a sub-block's unpacked
+// vectors plus several tokens' sums (the compiler spilled both, ~25 multiply-adds per cycle);
+// from L1, loads are what it takes (three per cycle).
+
+struct Tile256Buf {
+  __m256i w[64];   // K4: sub-block j = w[8j..8j+7]; Q6_K: the 32-element group (hh, p) = w[8(4hh + p)..]
+  __m256i sc[16];  // per-row scales, twice per 32-bit lane: K4 sub-block j = sc[j]; Q6_K 16-input sub-block s = sc[s]
+  __m256 d, dmin;
+};
+
+// The Q4_K / Q5_K tiles: codes ≤ 15 add 8 maddubs in one 16-bit run, Q5_K's ≤ 31 two runs of 4.
+template <class Tile>
+struct K4Tile256 {
+  static constexpr bool kHighBit = requires(const Tile& t) { t.qh; };
+  static void unpack(const Tile& b, int h, Tile256Buf& u) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m10 = _mm256_set1_epi8(0x10);
+    for (int j = 0; j < 8; ++j) {  // sub-block j: chunk j/2, low (even j) or high nibbles
+      for (int g = 0; g < 8; ++g) {
+        const __m256i raw = q8_load(b.qs[8 * (j / 2) + g] + 8 * h);
+        __m256i v = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+        if constexpr (kHighBit) {
+          const __m256i q = q8_load(b.qh[g] + 8 * h);
+          const __m256i hb = j < 4 ? _mm256_slli_epi16(q, 4 - j) : j == 4 ? q : _mm256_srli_epi16(q, j - 4);
+          v = _mm256_or_si256(v, _mm256_and_si256(hb, m10));
+        }
+        u.w[8 * j + g] = v;
+      }
+      u.sc[j] = q8_pair16(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.sc[j] + 8 * h))));
+    }
+    u.d = _mm256_loadu_ps(b.d + 8 * h);
+    u.dmin = _mm256_loadu_ps(b.dmin + 8 * h);
+  }
+  // NT (1 or 2) tokens' super-block: acc[t] after it, as k4_tile_step.
+  template <int NT>
+  static void tokens(const Tile& b, int h, const Tile256Buf& u, const block_q8_K* const a[NT], __m256 acc[NT]) {
+    __m256i sumi[NT];
+    for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+    constexpr int kRun = kHighBit ? 4 : 8;
+    for (int j = 0; j < 8; ++j)
+      for (int g0 = 0; g0 < 8; g0 += kRun) {
+        __m256i s[NT];
+        for (int g = g0; g < g0 + kRun; ++g) {
+          const __m256i w = u.w[8 * j + g];
+          for (int t = 0; t < NT; ++t) {
+            const __m256i p = _mm256_maddubs_epi16(w, q8_bcst32_256(a[t]->qs + 32 * j + 4 * g));
+            s[t] = g == g0 ? p : _mm256_add_epi16(s[t], p);
+          }
+        }
+        for (int t = 0; t < NT; ++t) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(s[t], u.sc[j]));
+      }
+    for (int t = 0; t < NT; ++t) {
+      __m256i mins = _mm256_setzero_si256();
+      for (int j = 0; j < 8; ++j)
+        mins = _mm256_add_epi32(mins, _mm256_madd_epi16(q8_load(b.m2[j] + 8 * h), q8_bcst32_256(a[t]->bsums + 2 * j)));
+      const __m256 ad = _mm256_set1_ps(a[t]->d);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_mul_ps(u.d, ad), acc[t]);
+      acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(u.dmin, ad), acc[t]);
+    }
+  }
+};
+
+// The Q6_K tiles: codes ≤ 63, so two maddubs per 16-bit run (≤ 4·63·127), two runs per
+// 16-input sub-block; the -32 offset by vpmaddwd of sc2 with the bsum pairs, as q6_K_tile_step.
+struct Q6KTile256 {
+  static void unpack(const Q6KTile& b, int h, Tile256Buf& u) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+    for (int hh = 0; hh < 2; ++hh)
+      for (int p = 0; p < 4; ++p)
+        for (int g = 0; g < 8; ++g) {
+          const __m256i l = q8_load(b.ql[16 * hh + 8 * (p & 1) + g] + 8 * h);
+          const __m256i lo = _mm256_and_si256(p < 2 ? l : _mm256_srli_epi16(l, 4), m4);
+          const __m256i qh = q8_load(b.qh[8 * hh + g] + 8 * h);
+          // bits 2p, 2p+1 of each byte to bits 4, 5 (16-bit shifts; the mask drops what crossed bytes)
+          const __m256i hb = p == 0   ? _mm256_slli_epi16(qh, 4)
+                             : p == 1 ? _mm256_slli_epi16(qh, 2)
+                             : p == 2 ? qh
+                                      : _mm256_srli_epi16(qh, 2);
+          u.w[8 * (4 * hh + p) + g] = _mm256_or_si256(lo, _mm256_and_si256(hb, m30));
+        }
+    for (int s = 0; s < 16; ++s)
+      u.sc[s] = q8_pair16(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.sc[s] + 8 * h))));
+    u.d = _mm256_loadu_ps(b.d + 8 * h);
+  }
+  template <int NT>
+  static void tokens(const Q6KTile& b, int h, const Tile256Buf& u, const block_q8_K* const a[NT], __m256 acc[NT]) {
+    __m256i sumi[NT];
+    for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+    for (int q = 0; q < 8; ++q)  // group (hh, p) = (q / 4, q % 4): inputs 32q..32q+31, sub-blocks 2q, 2q + 1
+      for (int g0 = 0; g0 < 8; g0 += 2) {
+        __m256i s[NT];
+        for (int g = g0; g < g0 + 2; ++g) {
+          const __m256i w = u.w[8 * q + g];
+          for (int t = 0; t < NT; ++t) {
+            const __m256i p = _mm256_maddubs_epi16(w, q8_bcst32_256(a[t]->qs + 32 * q + 4 * g));
+            s[t] = g == g0 ? p : _mm256_add_epi16(s[t], p);
+          }
+        }
+        for (int t = 0; t < NT; ++t) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(s[t], u.sc[2 * q + g0 / 4]));
+      }
+    for (int t = 0; t < NT; ++t) {
+      __m256i offs = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k)
+        offs = _mm256_add_epi32(offs, _mm256_madd_epi16(q8_load(b.sc2[k] + 8 * h), q8_bcst32_256(a[t]->bsums + 2 * k)));
+      const __m256 sf = _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t], offs));
+      acc[t] = _mm256_fmadd_ps(sf, _mm256_mul_ps(u.d, _mm256_set1_ps(a[t]->d)), acc[t]);
+    }
+  }
+};
+
+// Q8TileOps::gemm: tokens in chunks of kChunk (their accumulators in an L1 buffer); per chunk
+// and half of 8 rows that holds any of the nr, each super-block is unpacked once (Kind::unpack)
+// and run against the chunk's tokens in pairs, then a single one.
+template <class Tile, class Kind>
+inline void q8_tile_gemm_256(const uint8_t* tile, int64_t n, const void* a, size_t astride, const int32_t*,
+                             int64_t n_tok, float* y, size_t ldy, int64_t nr) {
+  constexpr int64_t kChunk = 64;
+  const auto* T = reinterpret_cast<const Tile*>(tile);
+  const auto* ab = static_cast<const uint8_t*>(a);
+  const int64_t nb = n / QK_K;
+  Tile256Buf u;
+  __m256 acc[kChunk];
+  for (int64_t t0 = 0; t0 < n_tok; t0 += kChunk) {
+    const int64_t nt = std::min(kChunk, n_tok - t0);
+    for (int h = 0; h < 2 && 8 * h < nr; ++h) {
+      for (int64_t t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
+      auto act = [&](int64_t t) { return reinterpret_cast<const block_q8_K*>(ab + (t0 + t) * astride); };
+      for (int64_t i = 0; i < nb; ++i) {
+        Kind::unpack(T[i], h, u);
+        int64_t t = 0;
+        for (; t + 2 <= nt; t += 2) {
+          const block_q8_K* const at[2] = {act(t) + i, act(t + 1) + i};
+          Kind::template tokens<2>(T[i], h, u, at, acc + t);
+        }
+        if (t < nt) {
+          const block_q8_K* const at[1] = {act(t) + i};
+          Kind::template tokens<1>(T[i], h, u, at, acc + t);
+        }
+      }
+      const int64_t rows = std::min<int64_t>(8, nr - 8 * h);
+      for (int64_t t = 0; t < nt; ++t) {
+        float* yt = y + (t0 + t) * ldy + 8 * h;
+        if (rows == 8) {
+          _mm256_storeu_ps(yt, acc[t]);
+        } else {
+          alignas(32) float part[8];
+          _mm256_store_ps(part, acc[t]);
+          for (int64_t r = 0; r < rows; ++r) yt[r] = part[r];
+        }
+      }
+    }
+  }
+}
