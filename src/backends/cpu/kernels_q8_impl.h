@@ -205,8 +205,27 @@ struct Q8Act32 {
   const float* sa;
 };
 inline int64_t q8_pad4(int64_t nb) { return (nb + 3) & ~int64_t{3}; }
+#if SLUICE_Q8_SIMD
+inline __m128i q8_sum4x16(const __m256i p[4]);
+template <class Block, bool kMin>
+inline void q8_dm4(const Block* x, __m128& dx, __m128& mx);
+#endif
+// Per call of a row unit (16 rows at decode), so four blocks at a time where the level has
+// vectors: the scalar loop cost a fifth of a 576-input Q4_1 row unit.
 inline void q8_act32(const block_q8_0* a, int64_t nb, bool sums, float* d, float* sa) {
-  for (int64_t i = 0; i < q8_pad4(nb); ++i) {
+  int64_t i0 = 0;
+#if SLUICE_Q8_SIMD
+  for (; i0 + 4 <= nb; i0 += 4) {
+    __m128 dv, unused;
+    q8_dm4<block_q8_0, false>(a + i0, dv, unused);
+    _mm_storeu_ps(d + i0, dv);
+    if (!sums) continue;
+    __m256i p[4];  // Σ of 32 quants: byte pairs by maddubs with 1 (|pair| ≤ 254), then q8_sum4x16
+    for (int k = 0; k < 4; ++k) p[k] = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q8_load(a[i0 + k].qs));
+    _mm_storeu_ps(sa + i0, _mm_cvtepi32_ps(q8_sum4x16(p)));
+  }
+#endif
+  for (int64_t i = i0; i < q8_pad4(nb); ++i) {
     d[i] = i < nb ? q8_half(a[i].d) : 0.0f;
     if (sums) sa[i] = i < nb ? static_cast<float>(q8_0_quant_sum(a[i])) : 0.0f;
   }
@@ -236,6 +255,25 @@ inline __m128 q8_half4(const Block* x, int nk, size_t off) {
     h |= static_cast<uint64_t>(v) << (16 * k);
   }
   return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(h)));
+}
+// d (and m) of four whole blocks from one 32-bit load each (every block here starts with d,
+// then m where it has one): the word's two halves converted together and split by shuffles,
+// instead of q8_half4's 16-bit gathers (a third of a decode row dot's instructions).
+template <class Block, bool kMin>
+inline void q8_dm4(const Block* x, __m128& dx, __m128& mx) {
+  static_assert(offsetof(Block, d) == 0 && sizeof(Block) >= 4);
+  uint32_t w[4];
+  for (int k = 0; k < 4; ++k) __builtin_memcpy(&w[k], x + k, 4);
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  if constexpr (kMin) {
+    static_assert(offsetof(Block, m) == 2);
+    const __m256 f = _mm256_cvtph_ps(v);  // d0 m0 d1 m1 | d2 m2 d3 m3
+    const __m128 lo = _mm256_castps256_ps128(f), hi = _mm256_extractf128_ps(f, 1);
+    dx = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
+    mx = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
+  } else {
+    dx = _mm_cvtph_ps(_mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1)));
+  }
 }
 // (L_0 + L_2) + (L_1 + L_3).
 inline float q8_sum_lanes4(__m128 l) {
@@ -268,9 +306,13 @@ struct Dot32 {
       if constexpr (kWideSigned) xv[k] = _mm256_xor_si256(xv[k], _mm256_set1_epi8(static_cast<char>(0x80)));  // c − 128
       ux[k] = _mm256_sign_epi8(xv[k], xv[k]);  // |v| ≤ 128: 128·127·2 fits maddubs' int16
     }
-    const __m128 dx = q8_half4(x + i, NK, offsetof(Block, d));
-    __m128 mx = _mm_setzero_ps();
-    if constexpr (V::kMin) mx = q8_half4(x + i, NK, offsetof(Block, m));
+    __m128 dx, mx = _mm_setzero_ps();
+    if constexpr (NK == 4) {
+      q8_dm4<Block, V::kMin>(x + i, dx, mx);
+    } else {
+      dx = q8_half4(x + i, NK, offsetof(Block, d));
+      if constexpr (V::kMin) mx = q8_half4(x + i, NK, offsetof(Block, m));
+    }
     for (int t = 0; t < NT; ++t) {
       __m256i v[4];
       for (int k = 0; k < 4; ++k) {
