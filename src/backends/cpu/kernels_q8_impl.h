@@ -114,6 +114,7 @@ struct LegacyCodes {
   static constexpr int kOff = Off;
   static constexpr bool kMin = Off == 0;
   static constexpr bool kWide = false;  // codes ≤ 31
+  static constexpr bool kFive = Five;
   static int code(const Block& b, int j) {
     int c = j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4;
     if constexpr (Five) c |= static_cast<int>((q8_qh32(b.qh) >> j) & 1) << 4;
@@ -1429,8 +1430,8 @@ inline float legacy_tile_step(const QLegacyTile& b, const block_q8_0& a, int64_t
 #define SLUICE_Q8_LEGACY_TILE(C) \
   { legacy_tile_bytes, legacy_tile_pack<C>, q8_tile_gemm_scalar<QLegacyTile, block_q8_0, 32, legacy_tile_step<C>, 4> }
 #else
-#define SLUICE_Q8_LEGACY_TILE(C) \
-  {}
+// Without VNNI: the 256-bit tiles of the 4- and 5-bit codes (kernels_q8_tiles_avx2.h).
+#define SLUICE_Q8_LEGACY_TILE(C) legacy_tile_ops_256<C>()
 #endif
 
 // Rows outside, tokens inside, up to kNT tokens per weight pass: a weight row (≤ a few KiB)

@@ -1,5 +1,5 @@
-// backends/cpu/kernels_q8_tiles_avx2: the prefill tiles (kernels.h, Q8TileOps) of Q4_K, Q5_K
-// and Q6_K for levels without VNNI (AVX2, and AVX-512 without VNNI), on the tile layouts and
+// backends/cpu/kernels_q8_tiles_avx2: the prefill tiles (kernels.h, Q8TileOps) of Q4_K, Q5_K,
+// Q6_K, Q4_0, Q4_1, Q5_0 and Q5_1 for levels without VNNI (AVX2, and AVX-512 without VNNI), on the tile layouts and
 // scalar packs of kernels_q8_impl.h. Included by kernels_q8_impl.h inside its namespace when
 // SLUICE_Q8_SIMD && !SLUICE_Q8_VNNI; includes nothing itself.
 //
@@ -318,4 +318,131 @@ inline void q8_tile_gemm_256(const uint8_t* tile, int64_t n, const void* a, size
       }
     }
   }
+}
+
+// ---- Q4_0 / Q4_1 / Q5_0 / Q5_1 tiles (QLegacyTile: codes already unpacked) -------------------
+// Per block and token: the 8 code vectors against the block's activations, maddubs pairs
+// added in 16 bits (4-bit codes: one run of 8; 5-bit: two runs of 4), one vpmaddwd by 1, then
+// the four-lane float order of the 32-block types (legacy_tile_step): block i into lane i % 4.
+// Codes of 8 bits (Q8_0, Q8_A) would saturate vpmaddubsw's pairs: those keep the row path.
+
+template <class C>
+inline void legacy_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  using Block = typename C::Block;
+  auto* T = reinterpret_cast<QLegacyTile*>(tile);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  for (int64_t i = 0; i < n / 32; ++i) {
+    const size_t o = static_cast<size_t>(i) * sizeof(Block);
+    for (int rh = 0; rh < 2; ++rh) {
+      __m256i in[8], out[8];
+      for (int r = 0; r < 8; ++r) {
+        const int64_t row = 8 * rh + r;
+        in[r] = row < nr ? C::codes(*reinterpret_cast<const Block*>(wb + row * row_bytes + o)) : _mm256_setzero_si256();
+      }
+      q8_transpose8_epi32(in, out);
+      for (int k = 0; k < 8; ++k) _mm256_storeu_si256(reinterpret_cast<__m256i*>(T[i].qs[k] + 8 * rh), out[k]);
+    }
+    for (int64_t r = 0; r < kQ8TileRows; ++r) {
+      const auto* x = reinterpret_cast<const Block*>(wb + r * row_bytes + o);
+      T[i].d[r] = r < nr ? q8_half(x->d) : 0.0f;
+      if constexpr (C::kMin)
+        T[i].m[r] = r < nr ? q8_half(x->m) : 0.0f;
+      else
+        T[i].m[r] = 0.0f;
+    }
+  }
+}
+
+template <class C>
+struct LegacyTile256 {
+  // Tokens t0..t0+NT-1 (NT 1 or 2) against block i of rows 8h..8h+7: lane i % 4 of acc.
+  template <int NT>
+  static void block(const QLegacyTile& b, int64_t i, int h, const block_q8_0* const a[NT], const int32_t* const sa[NT],
+                    __m256 (*acc)[4]) {
+    constexpr int kRun = C::kFive ? 4 : 8;  // 8·2·15·127 < 2^15; 5 bits: 4·2·31·127
+    __m256i s[NT];
+    for (int g0 = 0; g0 < 8; g0 += kRun) {
+      __m256i r[NT];
+      for (int g = g0; g < g0 + kRun; ++g) {
+        const __m256i wv = q8_load(b.qs[g] + 8 * h);
+        for (int t = 0; t < NT; ++t) {
+          const __m256i p = _mm256_maddubs_epi16(wv, q8_bcst32_256(a[t]->qs + 4 * g));
+          r[t] = g == g0 ? p : _mm256_add_epi16(r[t], p);
+        }
+      }
+      for (int t = 0; t < NT; ++t) {
+        const __m256i m = _mm256_madd_epi16(r[t], _mm256_set1_epi16(1));
+        s[t] = g0 == 0 ? m : _mm256_add_epi32(s[t], m);
+      }
+    }
+    const __m256 dv = _mm256_loadu_ps(b.d + 8 * h);
+    for (int t = 0; t < NT; ++t) {
+      const __m256 da = _mm256_set1_ps(q8_half(a[t]->d));
+      __m256& l = acc[t][i % 4];
+      if constexpr (C::kMin) {
+        l = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(dv, da), l);
+        l = _mm256_fmadd_ps(_mm256_set1_ps(static_cast<float>(*sa[t])), _mm256_mul_ps(_mm256_loadu_ps(b.m + 8 * h), da),
+                            l);
+      } else {
+        const __m256 sf = _mm256_cvtepi32_ps(_mm256_sub_epi32(s[t], _mm256_set1_epi32(C::kOff * *sa[t])));
+        l = _mm256_fmadd_ps(sf, _mm256_mul_ps(dv, da), l);
+      }
+    }
+  }
+};
+
+// Q8TileOps::gemm of the legacy tiles: as q8_tile_gemm_256, four accumulators per token.
+template <class C>
+inline void legacy_tile_gemm_256(const uint8_t* tile, int64_t n, const void* a, size_t astride, const int32_t* sums,
+                                 int64_t n_tok, float* y, size_t ldy, int64_t nr) {
+  constexpr int64_t kChunk = 32;
+  const auto* T = reinterpret_cast<const QLegacyTile*>(tile);
+  const auto* ab = static_cast<const uint8_t*>(a);
+  const int64_t nb = n / 32;
+  __m256 acc[kChunk][4];
+  for (int64_t t0 = 0; t0 < n_tok; t0 += kChunk) {
+    const int64_t nt = std::min(kChunk, n_tok - t0);
+    auto act = [&](int64_t t) { return reinterpret_cast<const block_q8_0*>(ab + (t0 + t) * astride); };
+    auto sum = [&](int64_t t) { return sums + (t0 + t) * nb; };
+    for (int h = 0; h < 2 && 8 * h < nr; ++h) {
+      for (int64_t t = 0; t < nt; ++t)
+        for (auto& l : acc[t]) l = _mm256_setzero_ps();
+      for (int64_t i = 0; i < nb; ++i) {
+        int64_t t = 0;
+        for (; t + 2 <= nt; t += 2) {
+          const block_q8_0* const at[2] = {act(t) + i, act(t + 1) + i};
+          const int32_t* const st[2] = {sum(t) + i, sum(t + 1) + i};
+          LegacyTile256<C>::template block<2>(T[i], i, h, at, st, acc + t);
+        }
+        if (t < nt) {
+          const block_q8_0* const at[1] = {act(t) + i};
+          const int32_t* const st[1] = {sum(t) + i};
+          LegacyTile256<C>::template block<1>(T[i], i, h, at, st, acc + t);
+        }
+      }
+      const int64_t rows = std::min<int64_t>(8, nr - 8 * h);
+      for (int64_t t = 0; t < nt; ++t) {
+        const __m256 v = _mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][2]), _mm256_add_ps(acc[t][1], acc[t][3]));
+        float* yt = y + (t0 + t) * ldy + 8 * h;
+        if (rows == 8) {
+          _mm256_storeu_ps(yt, v);
+        } else {
+          alignas(32) float part[8];
+          _mm256_store_ps(part, v);
+          for (int64_t r = 0; r < rows; ++r) yt[r] = part[r];
+        }
+      }
+    }
+  }
+}
+
+template <class C>
+constexpr Q8TileOps legacy_tile_ops_256() {
+  if constexpr (C::kWide)
+    return {};
+  else
+    return {.bytes = legacy_tile_bytes,
+            .pack = legacy_tile_pack_256<C>,
+            .gemm = legacy_tile_gemm_256<C>,
+            .act_sums = true};
 }
