@@ -231,19 +231,18 @@ class CpuBackend final : public Backend {
     });
   }
 
-  // moe_ffn_token's three phases for a small batch: every token row quantized once; the gate
-  // and up rows of all experts for their tokens as one parallel job; h = silu(g) ⊙ u and its
-  // quantization; then the output rows, each unit running every expert's down rows for that
-  // expert's tokens and adding them to out expert by expert in the order given. The int8 row
-  // kernel computes each (row, token) product as matmul's row path does, so for batches
-  // below the tile size this is bitwise Backend::moe_ffn_batch; otherwise it is that default.
+  // moe_ffn_token's three phases for a batch: every token row quantized once; the gate and up
+  // rows of all experts for their tokens as one parallel job; h = silu(g) ⊙ u and its
+  // quantization, in parallel; then the output rows, each unit running every expert's down rows
+  // for that expert's tokens and adding them to out expert by expert in the order given. An
+  // expert's rows take the prefill tiles (packed 16 rows at a time, from row multiples of 16)
+  // when matmul would, i.e. from q8_tile_min_tokens_ tokens, else the int8 row kernel, which
+  // computes each (row, token) product as matmul's row path does: so this is bitwise
+  // Backend::moe_ffn_batch (a matmul per expert), without its serial gathers, activation
+  // quantized once per expert instead of twice, and six parallel jobs per expert (the pool's
+  // wake-ups cost more than the work at 16 tokens per expert: Qwen3.5-MoE's 256 experts, pp512).
   void moe_ffn_batch(std::span<const FfnExpertRows> ex, const float* x, float* out, int64_t n_tok, int64_t E) override {
-    // The default runs a matmul per expert over that expert's tokens, which takes the tiles from
-    // q8_tile_min_tokens_ tokens: while every expert has fewer (a few sequences decoding, each
-    // expert serving one or two of their tokens) the fused row path computes the same bits.
-    int64_t most = 0;
-    for (const FfnExpertRows& e : ex) most = std::max(most, e.n);
-    if (ex.empty() || (q8_tiles_ && most >= q8_tile_min_tokens_)) return Backend::moe_ffn_batch(ex, x, out, n_tok, E);
+    if (ex.empty()) return Backend::moe_ffn_batch(ex, x, out, n_tok, E);
     const TensorView &g0 = *ex[0].gate, &u0 = *ex[0].up, &d0 = *ex[0].down;
     const int64_t F = g0.ne[1], n = static_cast<int64_t>(ex.size());
     const cpu::Q8Ops *qg = q8_op(g0), *qu = q8_op(u0), *qd = q8_op(d0);
@@ -253,50 +252,94 @@ class CpuBackend final : public Backend {
                 e.gate->ne[0] == E && e.gate->ne[1] == F && e.up->ne[0] == E && e.up->ne[1] == F &&
                 e.down->ne[0] == F && e.down->ne[1] == E;
     if (!fusable) return Backend::moe_ffn_batch(ex, x, out, n_tok, E);
+    // Whether expert j's rows of op take matmul's tiles; the AMX tiles (gemm_rows, activations
+    // repacked per matmul) stay with the default.
+    auto tiled = [&](const cpu::Q8Ops* op, int64_t m) {
+      return q8_tiles_ && op->tile.any() && m >= q8_tile_min_tokens_;
+    };
+    for (const FfnExpertRows& e : ex)
+      for (const cpu::Q8Ops* op : {qg, qu, qd})
+        if (tiled(op, e.n) && !op->tile.gemm) return Backend::moe_ffn_batch(ex, x, out, n_tok, E);
     // Row i of expert j is row first[j] + i of every per-row buffer below.
     std::vector<int64_t> first(static_cast<size_t>(n) + 1, 0);
-    for (int64_t j = 0; j < n; ++j) first[j + 1] = first[j] + ex[j].n;
+    int64_t most = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      first[j + 1] = first[j] + ex[j].n;
+      most = std::max(most, ex[j].n);
+    }
     const int64_t rows = first[n];
     const size_t xb = dtype_row_bytes(qg->act, E), hb = dtype_row_bytes(qd->act, F);
     moe_act_.resize(xb * static_cast<size_t>(n_tok + rows) + hb * static_cast<size_t>(rows));
     uint8_t *xq = moe_act_.data(), *xr = xq + xb * static_cast<size_t>(n_tok),
             *hq = xr + xb * static_cast<size_t>(rows);
-    for (int64_t t = 0; t < n_tok; ++t) quantize_act(qg->act, x + t * E, xq + static_cast<size_t>(t) * xb, E);
-    for (int64_t j = 0; j < n; ++j)  // each expert's token rows side by side, as the kernel reads them
-      for (int64_t i = 0; i < ex[j].n; ++i)
-        std::copy_n(xq + static_cast<size_t>(ex[j].tokens[i]) * xb, xb, xr + static_cast<size_t>(first[j] + i) * xb);
+    // The 32-block tiles' activation sums (Q8TileOps::act_sums), per row: E/32 of x, F/32 of h.
+    const bool xsums = qg->tile.act_sums || qu->tile.act_sums, hsums = qd->tile.act_sums;
+    moe_sums_.resize(static_cast<size_t>(rows * ((xsums ? E / 32 : 0) + (hsums ? F / 32 : 0))));
+    int32_t* xs = moe_sums_.data();
+    int32_t* hs = xsums ? xs + rows * (E / 32) : xs;
+    auto block_sums = [](const uint8_t* q, int64_t nb, int32_t* dst) {
+      for (int64_t i = 0; i < nb; ++i) dst[i] = cpu::q8_0_quant_sum(reinterpret_cast<const block_q8_0*>(q)[i]);
+    };
+    run(n_tok, n_tok * E * 4, [&](int64_t t0, int64_t t1, int) {
+      for (int64_t t = t0; t < t1; ++t) quantize_act(qg->act, x + t * E, xq + static_cast<size_t>(t) * xb, E);
+    });
+    for (int64_t j = 0; j < n; ++j)  // each expert's token rows side by side, as the kernels read them
+      for (int64_t i = 0; i < ex[j].n; ++i) {
+        const int64_t r = first[j] + i;
+        std::copy_n(xq + static_cast<size_t>(ex[j].tokens[i]) * xb, xb, xr + static_cast<size_t>(r) * xb);
+        if (xsums) block_sums(xr + static_cast<size_t>(r) * xb, E / 32, xs + r * (E / 32));
+      }
     moe_gu_.resize(static_cast<size_t>(2 * rows * F));
     float *g = moe_gu_.data(), *u = g + rows * F;
+    // Rows [r0, r0 + nr) of w times expert j's m activation rows a (sums: their block sums), into
+    // y[t·ldy + r], by the tiles (16 rows per pack into `tile`, the thread's) or the row kernel.
+    auto tile_bytes = [](const cpu::Q8Ops* op, int64_t n_in) {
+      return op->tile.bytes ? (op->tile.bytes(n_in) + 63) / 64 * 64 : size_t{0};
+    };
+    auto rows_of = [&](const cpu::Q8Ops& op, const TensorView& w, int64_t r0, int64_t nr, const uint8_t* a, size_t ab,
+                       const int32_t* sums, int64_t m, int64_t n_in, float* y, size_t ldy, uint8_t* tile) {
+      const auto* wr = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * w.row_bytes();
+      if (!tiled(&op, m)) return op.gemm(wr, w.row_bytes(), nr, a, ab, m, n_in, y, ldy);
+      for (int64_t s = 0; s < nr; s += cpu::kQ8TileRows) {
+        const int64_t ns = std::min(cpu::kQ8TileRows, nr - s);
+        op.tile.pack(wr + static_cast<size_t>(s) * w.row_bytes(), w.row_bytes(), ns, n_in, tile);
+        op.tile.gemm(tile, n_in, a, ab, op.tile.act_sums ? sums : nullptr, m, y + s, ldy, ns);
+      }
+    };
 
     const int64_t B = kQ8RowsDecode, nbF = (F + B - 1) / B;
-    run(2 * n * nbF, 2 * rows * F * E, [&](int64_t i0, int64_t i1, int) {
+    run(2 * n * nbF, 2 * rows * F * E, [&](int64_t i0, int64_t i1, int th) {
+      uint8_t* tile = scratch_aligned(th, std::max(tile_bytes(qg, E), tile_bytes(qu, E)));
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t j = i / (2 * nbF), rem = i % (2 * nbF), r0 = (rem % nbF) * B, nr = std::min(B, F - r0);
-        const TensorView& w = rem >= nbF ? *ex[j].up : *ex[j].gate;
-        const cpu::Q8Ops& op = rem >= nbF ? *qu : *qg;
-        float* y = (rem >= nbF ? u : g) + first[j] * F + r0;
-        op.gemm(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * w.row_bytes(), w.row_bytes(), nr,
-                xr + static_cast<size_t>(first[j]) * xb, xb, ex[j].n, E, y, static_cast<size_t>(F));
+        const bool is_up = rem >= nbF;
+        rows_of(is_up ? *qu : *qg, is_up ? *ex[j].up : *ex[j].gate, r0, nr, xr + static_cast<size_t>(first[j]) * xb, xb,
+                xsums ? xs + first[j] * (E / 32) : nullptr, ex[j].n, E, (is_up ? u : g) + first[j] * F + r0,
+                static_cast<size_t>(F), tile);
       }
     });
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t r = first[j]; r < first[j + 1]; ++r) {
+    run(rows, rows * F * 8, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t j = std::upper_bound(first.begin(), first.end(), r) - first.begin() - 1;
         swiglu(g + r * F, u + r * F, g + r * F, F, ex[static_cast<size_t>(j)].limit);
         quantize_act(qd->act, g + r * F, hq + static_cast<size_t>(r) * hb, F);
+        if (hsums) block_sums(hq + static_cast<size_t>(r) * hb, F / 32, hs + r * (F / 32));
       }
+    });
     int64_t B3 = B;
     while (B3 < kMoeDownRows && E / (2 * B3) >= 4 * pool_.size()) B3 *= 2;
     const int64_t nbE = (E + B3 - 1) / B3;
     std::fill(out, out + n_tok * E, 0.0f);
     run(nbE, rows * E * F, [&](int64_t i0, int64_t i1, int th) {
-      float* y = reinterpret_cast<float*>(
-          scratch_aligned(th, static_cast<size_t>(most * kMoeDownRows) * sizeof(float)));
+      // The thread's scratch: the pack tile, then y.
+      const size_t tb = tile_bytes(qd, F);
+      uint8_t* tile = scratch_aligned(th, tb + static_cast<size_t>(most * kMoeDownRows) * sizeof(float));
+      float* y = reinterpret_cast<float*>(tile + tb);
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t r0 = i * B3, nr = std::min(B3, E - r0);
         for (int64_t j = 0; j < n; ++j) {
-          const TensorView& w = *ex[j].down;
-          qd->gemm(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * w.row_bytes(), w.row_bytes(), nr,
-                   hq + static_cast<size_t>(first[j]) * hb, hb, ex[j].n, F, y, static_cast<size_t>(nr));
+          rows_of(*qd, *ex[j].down, r0, nr, hq + static_cast<size_t>(first[j]) * hb, hb,
+                  hsums ? hs + first[j] * (F / 32) : nullptr, ex[j].n, F, y, static_cast<size_t>(nr), tile);
           for (int64_t t = 0; t < ex[j].n; ++t) {
             float* o = out + ex[j].tokens[t] * E + r0;
             const float wt = ex[j].weights[t];
@@ -569,6 +612,7 @@ class CpuBackend final : public Backend {
   int64_t q8_tile_min_tokens_;               // CpuBackendOptions::q8_tile_min_tokens
   bool q8_legacy_;                           // CpuBackendOptions::q8_legacy_types
   std::vector<uint8_t> act_;                 // quantized activations of the current int8 matmul
+  std::vector<int32_t> moe_sums_;            // moe_ffn_batch's activation block sums
   std::vector<uint8_t> act_tiles_;           // the same, repacked by Q8TileOps::act_pack (AMX)
   std::vector<int32_t> act_sums_;            // their block sums, for Q8TileOps::act_sums
   std::vector<uint8_t> moe_act_;             // moe_ffn_token: x and the k hidden rows, quantized
