@@ -900,7 +900,7 @@ inline void q8_tile_gemm(const uint8_t* tile, int64_t n, const void* a, size_t a
 #else
 // Without VNNI: the 256-bit tiles (kernels_q8_tiles_avx2.h).
 #define SLUICE_Q8_Q4_K_TILE \
-  { q4_K_tile_bytes, q4_K_tile_pack_256, q8_tile_gemm_256<Q4KTile, K4Tile256<Q4KTile>> }
+  { q4_K_tile_bytes, k4_tile_pack_256<Q4KTile, block_q4_K>, q8_tile_gemm_256<Q4KTile, K4Tile256<Q4KTile>> }
 #endif
 
 // ---- Q5_K prefill tiles ------------------------------------------------------------------
@@ -1041,7 +1041,7 @@ inline float k4_tile_step(const Tile& b, const block_q8_K& a, int64_t r, float a
 #else
 // Without VNNI: the 256-bit tiles (kernels_q8_tiles_avx2.h).
 #define SLUICE_Q8_Q5_K_TILE \
-  { q5_K_tile_bytes, q5_K_tile_pack_256, q8_tile_gemm_256<Q5KTile, K4Tile256<Q5KTile>> }
+  { q5_K_tile_bytes, k4_tile_pack_256<Q5KTile, block_q5_K>, q8_tile_gemm_256<Q5KTile, K4Tile256<Q5KTile>> }
 #endif
 
 // ---- Q6_K prefill tiles ------------------------------------------------------------------

@@ -116,23 +116,15 @@ inline void q8_k4_tile_scales_256(const uint8_t* wb, size_t row_bytes, int64_t n
   }
 }
 
-inline void q4_K_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
-  auto* T = reinterpret_cast<Q4KTile*>(tile);
+// The Q4_K and Q5_K packs (Q5_K's qh words too).
+template <class Tile, class Block>
+inline void k4_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  auto* T = reinterpret_cast<Tile*>(tile);
   const auto* wb = static_cast<const uint8_t*>(w);
   for (int64_t i = 0; i < n / QK_K; ++i) {
-    const size_t o = static_cast<size_t>(i) * sizeof(block_q4_K);
-    q8_pack_words_256(wb, row_bytes, nr, o + offsetof(block_q4_K, qs), 32, T[i].qs);
-    q8_k4_tile_scales_256(wb, row_bytes, nr, o, T[i]);
-  }
-}
-
-inline void q5_K_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
-  auto* T = reinterpret_cast<Q5KTile*>(tile);
-  const auto* wb = static_cast<const uint8_t*>(w);
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    const size_t o = static_cast<size_t>(i) * sizeof(block_q5_K);
-    q8_pack_words_256(wb, row_bytes, nr, o + offsetof(block_q5_K, qs), 32, T[i].qs);
-    q8_pack_words_256(wb, row_bytes, nr, o + offsetof(block_q5_K, qh), 8, T[i].qh);
+    const size_t o = static_cast<size_t>(i) * sizeof(Block);
+    q8_pack_words_256(wb, row_bytes, nr, o + offsetof(Block, qs), 32, T[i].qs);
+    if constexpr (requires { T[i].qh; }) q8_pack_words_256(wb, row_bytes, nr, o + offsetof(Block, qh), 8, T[i].qh);
     q8_k4_tile_scales_256(wb, row_bytes, nr, o, T[i]);
   }
 }
