@@ -199,13 +199,12 @@ struct K4Tile256 {
     constexpr int kRun = kHighBit ? 4 : 8;
     for (int j = 0; j < 8; ++j)
       for (int g0 = 0; g0 < 8; g0 += kRun) {
-        __m256i s[NT];
+        __m256i s[NT];  // zero-initialized: GCC's -Wmaybe-uninitialized cannot see the g == g0 pattern
+        for (int t = 0; t < NT; ++t) s[t] = _mm256_setzero_si256();
         for (int g = g0; g < g0 + kRun; ++g) {
           const __m256i w = u.w[8 * j + g];
-          for (int t = 0; t < NT; ++t) {
-            const __m256i p = _mm256_maddubs_epi16(w, q8_bcst32_256(a[t]->qs + 32 * j + 4 * g));
-            s[t] = g == g0 ? p : _mm256_add_epi16(s[t], p);
-          }
+          for (int t = 0; t < NT; ++t)
+            s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(w, q8_bcst32_256(a[t]->qs + 32 * j + 4 * g)));
         }
         for (int t = 0; t < NT; ++t) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(s[t], u.sc[j]));
       }
@@ -249,12 +248,11 @@ struct Q6KTile256 {
     for (int q = 0; q < 8; ++q)  // group (hh, p) = (q / 4, q % 4): inputs 32q..32q+31, sub-blocks 2q, 2q + 1
       for (int g0 = 0; g0 < 8; g0 += 2) {
         __m256i s[NT];
+        for (int t = 0; t < NT; ++t) s[t] = _mm256_setzero_si256();
         for (int g = g0; g < g0 + 2; ++g) {
           const __m256i w = u.w[8 * q + g];
-          for (int t = 0; t < NT; ++t) {
-            const __m256i p = _mm256_maddubs_epi16(w, q8_bcst32_256(a[t]->qs + 32 * q + 4 * g));
-            s[t] = g == g0 ? p : _mm256_add_epi16(s[t], p);
-          }
+          for (int t = 0; t < NT; ++t)
+            s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(w, q8_bcst32_256(a[t]->qs + 32 * q + 4 * g)));
         }
         for (int t = 0; t < NT; ++t) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(s[t], u.sc[2 * q + g0 / 4]));
       }
@@ -353,19 +351,16 @@ struct LegacyTile256 {
                     __m256 (*acc)[4]) {
     constexpr int kRun = C::kFive ? 4 : 8;  // 8·2·15·127 < 2^15; 5 bits: 4·2·31·127
     __m256i s[NT];
+    for (int t = 0; t < NT; ++t) s[t] = _mm256_setzero_si256();
     for (int g0 = 0; g0 < 8; g0 += kRun) {
       __m256i r[NT];
+      for (int t = 0; t < NT; ++t) r[t] = _mm256_setzero_si256();
       for (int g = g0; g < g0 + kRun; ++g) {
         const __m256i wv = q8_load(b.qs[g] + 8 * h);
-        for (int t = 0; t < NT; ++t) {
-          const __m256i p = _mm256_maddubs_epi16(wv, q8_bcst32_256(a[t]->qs + 4 * g));
-          r[t] = g == g0 ? p : _mm256_add_epi16(r[t], p);
-        }
+        for (int t = 0; t < NT; ++t)
+          r[t] = _mm256_add_epi16(r[t], _mm256_maddubs_epi16(wv, q8_bcst32_256(a[t]->qs + 4 * g)));
       }
-      for (int t = 0; t < NT; ++t) {
-        const __m256i m = _mm256_madd_epi16(r[t], _mm256_set1_epi16(1));
-        s[t] = g0 == 0 ? m : _mm256_add_epi32(s[t], m);
-      }
+      for (int t = 0; t < NT; ++t) s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(r[t], _mm256_set1_epi16(1)));
     }
     const __m256 dv = _mm256_loadu_ps(b.d + 8 * h);
     for (int t = 0; t < NT; ++t) {
