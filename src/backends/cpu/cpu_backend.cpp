@@ -238,8 +238,9 @@ class CpuBackend final : public Backend {
   // expert's rows take the prefill tiles (packed 16 rows at a time, from row multiples of 16)
   // when matmul would, i.e. from q8_tile_min_tokens_ tokens, else the int8 row kernel, which
   // computes each (row, token) product as matmul's row path does: so this is bitwise
-  // Backend::moe_ffn_batch (a matmul per expert), without its serial gathers, activation
-  // quantized once per expert instead of twice, and six parallel jobs per expert (the pool's
+  // Backend::moe_ffn_batch (a matmul per expert), gathering quantized rows (a quarter of its
+  // float gathers, still on the calling thread) instead of quantizing each expert's rows twice,
+  // and without its six parallel jobs per expert (the pool's
   // wake-ups cost more than the work at 16 tokens per expert: Qwen3.5-MoE's 256 experts, pp512).
   void moe_ffn_batch(std::span<const FfnExpertRows> ex, const float* x, float* out, int64_t n_tok, int64_t E) override {
     if (ex.empty()) return Backend::moe_ffn_batch(ex, x, out, n_tok, E);
