@@ -256,7 +256,7 @@ TEST(KvSinks, smollm2SinkRowCutsTheKld) {
   auto model = Model::load(path);
   auto be = make_backend("cpu", 2);
   const std::string text = test::read_text_file(test::shared_dir() + "/corpus/stories-sampled.txt");
-  const std::string base = (std::filesystem::temp_directory_path() / "sluice_test_kv_sinks_base.bin").string();
+  const std::string base = (test::scratch_dir() / "sluice_test_kv_sinks_base.bin").string();
   PerplexityOptions o;
   o.n_ctx = 128;
   o.n_chunks = 1;

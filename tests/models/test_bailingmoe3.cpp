@@ -109,7 +109,7 @@ TEST(BailingMoe3, ReadsClampsAndSectionsAndRefusesWhatItCannotRun) {
     extra(w);
     for (const auto& t : in.tensors())
       w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes);
-    const std::string path = (std::filesystem::temp_directory_path() / "sluice_bailingmoe3_variant.gguf").string();
+    const std::string path = (test::scratch_dir() / "sluice_bailingmoe3_variant.gguf").string();
     w.write(path);
     std::unique_ptr<Model> m;
     try {
@@ -186,7 +186,7 @@ TEST(BailingMoe3, NextNBlocksAreNotRun) {
     w.add_tensor("blk.5.nextn.eh_proj.weight", DType::F32, {2 * E, E}, eh.data(), eh.size() * sizeof(float));
     for (const char* n : {"blk.5.nextn.enorm.weight", "blk.5.nextn.hnorm.weight", "blk.5.layer_output_norm.weight"})
       w.add_tensor(n, DType::F32, {E}, ones.data(), ones.size() * sizeof(float));
-    const std::string path = (std::filesystem::temp_directory_path() /
+    const std::string path = (test::scratch_dir() /
                               (declare_nextn ? "sluice_b3_mtp.gguf" : "sluice_b3_six.gguf"))
                                  .string();
     w.write(path);

@@ -69,7 +69,7 @@ TEST(Cli, EvalMatchesGoldenGreedyAndLogits) {
   auto greedy = nlohmann::json::parse(test::read_text_file(g + "/greedy32.json"));
   std::string ids;
   for (int t : input["tokens"]) ids += (ids.empty() ? "" : ",") + std::to_string(t);
-  const std::string logits = std::filesystem::temp_directory_path() / "sluice_cli_eval_logits.bin";
+  const std::string logits = test::scratch_dir() / "sluice_cli_eval_logits.bin";
   int rc = 0;
   std::string out = test::run_command(kCli + " eval -m " + g + "/model.gguf --tokens " + ids +
                                           " --greedy 32 --logits " + logits,
@@ -99,7 +99,7 @@ TEST(Cli, InspectListsTensorsAndHparams) {
 }
 
 TEST(Cli, BadFileGivesClearError) {
-  const std::string bad = std::filesystem::temp_directory_path() / "sluice_cli_bad.gguf";
+  const std::string bad = test::scratch_dir() / "sluice_cli_bad.gguf";
   {
     std::ofstream f(bad, std::ios::binary);
     f << "GGUF\x03";  // truncated header

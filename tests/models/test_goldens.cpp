@@ -494,7 +494,7 @@ TEST(GoldenRealNegative, smollm2WithNeoxRopeFailsKldAndGreedy) {
 // to the temp file `name`; returns its path.
 std::string write_kld_base(const Model& model, Backend& be, const char* name) {
   const std::string text = test::read_text_file(shared_dir() + "/corpus/stories-sampled.txt");
-  const std::string base = (std::filesystem::temp_directory_path() / name).string();
+  const std::string base = (test::scratch_dir() / name).string();
   PerplexityOptions o;
   o.n_ctx = 128;
   o.n_chunks = 1;

@@ -78,7 +78,7 @@ TEST(KimiLinear, ConverterVariantsGiveTheSameLogits) {
     if (t.name.find("ssm_a") != std::string::npos) ne.pop_back();
     w.add_tensor(t.name, t.type, ne, t.data, t.nbytes);
   }
-  const std::string path = (std::filesystem::temp_directory_path() / "sluice_kimi_linear_variant.gguf").string();
+  const std::string path = (test::scratch_dir() / "sluice_kimi_linear_variant.gguf").string();
   w.write(path);
   auto a = Model::load(kGolden + "/model.gguf");
   auto b = Model::load(path);

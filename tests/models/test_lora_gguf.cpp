@@ -169,7 +169,7 @@ TEST(LoraGguf, ExpertFactorsMatchLlamaCpp) {
 TEST(LoraGguf, StreamedExpertsTakeAnAdapterAtRunTime) {
   SLUICE_REQUIRE_SHARED();
   const std::string moe = test::shared_dir() + "/models/stories260K-moe4-split.gguf";
-  const std::string dir = (std::filesystem::temp_directory_path() / "sluice_lora_stream").string();
+  const std::string dir = (test::scratch_dir() / "sluice_lora_stream").string();
   std::filesystem::create_directories(dir);
   const GgufFile f(moe);
   const int64_t n = f.tensor("blk.0.attn_q.weight").ne[0], r = 4;
@@ -206,7 +206,7 @@ TEST(LoraGguf, StreamedExpertsTakeAnAdapterAtRunTime) {
 // Broken adapters are refused by name, before anything is merged.
 TEST(LoraGguf, BrokenAdaptersAreRefusedByName) {
   SLUICE_REQUIRE_SHARED();
-  const std::string dir = (std::filesystem::temp_directory_path() / "sluice_lora_gguf").string();
+  const std::string dir = (test::scratch_dir() / "sluice_lora_gguf").string();
   std::filesystem::create_directories(dir);
   const std::vector<float> a(8 * 64, 0.01f), b(64 * 8, 0.01f);
   struct Case {

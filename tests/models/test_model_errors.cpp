@@ -29,7 +29,7 @@ std::string rewrite_stories(const std::string& name, const std::function<void(Gg
     std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
     w.add_tensor(t.name, t.type, ne, t.data, t.nbytes);
   }
-  const std::string path = (fs::temp_directory_path() / ("sluice_model_err_" + name + ".gguf")).string();
+  const std::string path = (test::scratch_dir() / ("sluice_model_err_" + name + ".gguf")).string();
   w.write(path);
   return path;
 }

@@ -48,7 +48,7 @@ std::string golden_model(const std::string& name) {
   for (const auto& [k, v] : u32s.items()) w.set_u32(k, v.get<uint32_t>());
   for (const auto& t : in.tensors())
     w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes);
-  const std::string path = (std::filesystem::temp_directory_path() / ("sluice_golden_" + name + ".gguf")).string();
+  const std::string path = (test::scratch_dir() / ("sluice_golden_" + name + ".gguf")).string();
   w.write(path);
   return path;
 }

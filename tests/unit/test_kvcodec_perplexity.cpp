@@ -73,7 +73,7 @@ TEST(Perplexity, KldAgainstItselfIsZeroAndCodecsArePositive) {
   auto model = Model::load(shared_dir() + "/models/stories260K.gguf");
   auto be = make_backend("cpu", 2);
   const auto tokens = corpus_tokens(*model);
-  const std::string base = (std::filesystem::temp_directory_path() / "sluice_test_kld_base.bin").string();
+  const std::string base = (test::scratch_dir() / "sluice_test_kld_base.bin").string();
   PerplexityOptions o;
   o.n_ctx = 64;
   o.n_chunks = 8;  // 8·31 = 248 scored tokens
@@ -119,7 +119,7 @@ TEST(Perplexity, RejectsBadBaseFile) {
   SLUICE_REQUIRE_SHARED();
   auto model = Model::load(shared_dir() + "/models/stories260K.gguf");
   auto be = make_backend("cpu", 1);
-  const std::string bad = (std::filesystem::temp_directory_path() / "sluice_test_kld_bad.bin").string();
+  const std::string bad = (test::scratch_dir() / "sluice_test_kld_bad.bin").string();
   std::ofstream(bad, std::ios::binary) << "_logits_\x40";
   PerplexityOptions k;
   k.kld_in = bad;
@@ -152,7 +152,7 @@ TEST(Perplexity, ModelParityWithCompressedCaches) {
 TEST(Perplexity, CliPrintsPplAndKldBlock) {
   SLUICE_REQUIRE_SHARED();
   const std::string cli = SLUICE_CLI_PATH, m = shared_dir() + "/models/stories260K.gguf";
-  const std::string base = (std::filesystem::temp_directory_path() / "sluice_test_cli_kld.bin").string();
+  const std::string base = (test::scratch_dir() / "sluice_test_cli_kld.bin").string();
   int st = 0;
   std::string out = test::run_command(cli + " perplexity -m " + m + " -f " + shared_dir() +
                                           "/corpus/stories-sampled.txt --ctx 64 --chunks 6 -t 1 --kld-base " + base +
