@@ -11,7 +11,7 @@
 namespace sluice {
 namespace {
 constexpr int64_t QK_K = 256;
-constexpr std::array<DTypeTraits, 21> kTraits = {{
+constexpr std::array<DTypeTraits, 23> kTraits = {{
     {DType::F32, "f32", 1, 4, false},
     {DType::F16, "f16", 1, 2, false},
     {DType::Q4_0, "q4_0", 32, 2 + 16, true},
@@ -26,6 +26,8 @@ constexpr std::array<DTypeTraits, 21> kTraits = {{
     {DType::Q5_K, "q5_K", QK_K, 2 + 2 + 12 + QK_K / 8 + QK_K / 2, true},
     {DType::Q6_K, "q6_K", QK_K, QK_K / 2 + QK_K / 4 + QK_K / 16 + 2, true},
     {DType::Q8_K, "q8_K", QK_K, 4 + QK_K + QK_K / 16 * 2, true},
+    {DType::IQ4_NL, "iq4_nl", 32, 2 + 16, true},
+    {DType::IQ4_XS, "iq4_xs", QK_K, 2 + 2 + QK_K / 64 + QK_K / 2, true},
     {DType::I8, "i8", 1, 1, false},
     {DType::I16, "i16", 1, 2, false},
     {DType::I32, "i32", 1, 4, false},

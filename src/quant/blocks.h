@@ -122,6 +122,29 @@ struct block_q8_K {
   int16_t bsums[QK_K / 16];
 };
 
+// The 16 levels of the non-linear 4-bit types (ggml's kvalues_iq4nl): denser near zero,
+// where trained weights are.
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// x[j] = d * kIq4nlValues[nibble_j], nibbles ordered as in q4_0.
+struct block_iq4_nl {
+  uint16_t d;
+  uint8_t qs[QK4_0 / 2];
+};
+
+// 8 sub-blocks of 32 with 6-bit scales ls (stored +32): x = d * (ls - 32) * kIq4nlValues[nibble];
+// ls of sub-block s: low 4 bits from nibble s%2 of scales_l[s/2], high 2 bits from bits
+// 2s..2s+1 of scales_h (iq4_xs_scale). Sub-block s's nibbles are qs[16s..16s+16), ordered as q4_0.
+struct block_iq4_xs {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[QK_K / 64];
+  uint8_t qs[QK_K / 2];
+};
+inline int iq4_xs_scale(const block_iq4_xs& b, int s) {
+  return ((b.scales_l[s / 2] >> 4 * (s % 2)) & 0xF) | (((b.scales_h >> 2 * s) & 3) << 4);
+}
+
 static_assert(sizeof(block_q4_0) == 18);
 static_assert(sizeof(block_q4_1) == 20);
 static_assert(sizeof(block_q5_0) == 22);
@@ -133,6 +156,8 @@ static_assert(sizeof(block_q4_K) == 144);
 static_assert(sizeof(block_q5_K) == 176);
 static_assert(sizeof(block_q6_K) == 210);
 static_assert(sizeof(block_q8_K) == 292);
+static_assert(sizeof(block_iq4_nl) == 18);
+static_assert(sizeof(block_iq4_xs) == 136);
 
 // Unpack the 6-bit scale and min of sub-block j (0..7) of a q4_K/q5_K block.
 // Bytes 0..3: scales 0..3 in bits 0..5, top 2 bits of scales 4..7 in bits 6..7.

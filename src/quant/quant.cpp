@@ -3,7 +3,8 @@
 // own Q8_A, in their style). Each
 // routine mirrors ggml-quants.c's quantize_row_*_ref / dequantize_row_* operation for
 // operation (same float expression order, same casts), because the goal is byte-identical
-// output, not merely a good quantizer. The K-quants live in quant_k.cpp.
+// output, not merely a good quantizer. The K-quants live in quant_k.cpp, IQ4_NL/IQ4_XS in
+// quant_iq4.cpp.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -240,7 +241,9 @@ bool quant_supported(DType t) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
-    case DType::Q8_K: return true;
+    case DType::Q8_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS: return true;
     default: return false;
   }
 }
@@ -285,6 +288,8 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::Q5_K: return dequantize_q5_K(static_cast<const block_q5_K*>(src), dst, n);
     case DType::Q6_K: return dequantize_q6_K(static_cast<const block_q6_K*>(src), dst, n);
     case DType::Q8_K: return dequantize_q8_K(static_cast<const block_q8_K*>(src), dst, n);
+    case DType::IQ4_NL: return dequantize_iq4_nl(static_cast<const block_iq4_nl*>(src), dst, n);
+    case DType::IQ4_XS: return dequantize_iq4_xs(static_cast<const block_iq4_xs*>(src), dst, n);
     default: break;  // unreachable: check_row rejected it
   }
 }
@@ -315,6 +320,8 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::Q5_K: return quantize_q5_K(src, static_cast<block_q5_K*>(dst), n);
     case DType::Q6_K: return quantize_q6_K(src, static_cast<block_q6_K*>(dst), n);
     case DType::Q8_K: return quantize_q8_K(src, static_cast<block_q8_K*>(dst), n);
+    case DType::IQ4_NL: return quantize_iq4_nl(src, static_cast<block_iq4_nl*>(dst), n);
+    case DType::IQ4_XS: return quantize_iq4_xs(src, static_cast<block_iq4_xs*>(dst), n);
     default: break;
   }
 }

@@ -56,4 +56,9 @@ void quantize_q5_K(const float* x, block_q5_K* y, int64_t n);
 void quantize_q6_K(const float* x, block_q6_K* y, int64_t n);
 void quantize_q8_K(const float* x, block_q8_K* y, int64_t n);
 
+void dequantize_iq4_nl(const block_iq4_nl* x, float* y, int64_t n);
+void dequantize_iq4_xs(const block_iq4_xs* x, float* y, int64_t n);
+void quantize_iq4_nl(const float* x, block_iq4_nl* y, int64_t n);
+void quantize_iq4_xs(const float* x, block_iq4_xs* y, int64_t n);
+
 }  // namespace sluice::quant_detail

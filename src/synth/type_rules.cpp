@@ -36,7 +36,8 @@ DType fallback(DType t, int64_t ne0) {
     case DType::Q4_K: f = DType::Q5_0; break;
     case DType::Q5_K: f = DType::Q5_1; break;
     case DType::Q6_K: f = DType::Q8_0; break;
-    default: f = DType::F16; break;  // Q4_0/Q8_0: llama.cpp refuses; F16 keeps the file writable
+    case DType::IQ4_XS: f = DType::IQ4_NL; break;
+    default: f = DType::F16; break;  // Q4_0/Q8_0/IQ4_NL: no smaller block; F16 as llama.cpp
   }
   if (ne0 % dtype_traits(f).block_size != 0) f = DType::F16;
   return f;
@@ -58,6 +59,8 @@ DType synth_tensor_type(std::string_view type, std::string_view name, const std:
   if (type == "q4_0") return fallback(DType::Q4_0, ne[0]);
   if (type == "q4_k") return fallback(DType::Q4_K, ne[0]);
   if (type == "q6_k") return fallback(DType::Q6_K, ne[0]);
+  if (type == "iq4_nl") return fallback(DType::IQ4_NL, ne[0]);
+  if (type == "iq4_xs") return fallback(DType::IQ4_XS, ne[0]);
   if (type != "q4_k_m") fail("synth: unknown type '", type, "'");
 
   // LLAMA_FTYPE_MOSTLY_Q4_K_M. Counters in llama.cpp (i_attention_wv, i_ffn_down) walk the

@@ -31,6 +31,8 @@ uint32_t ftype_of(const std::string& type) {
   if (type == "q4_k") return 14;
   if (type == "q4_k_m") return 15;
   if (type == "q6_k") return 18;
+  if (type == "iq4_nl") return 25;
+  if (type == "iq4_xs") return 30;
   fail("synth: unknown type '", type, "'");
 }
 

@@ -83,9 +83,9 @@ std::vector<float> run_matmul(Backend& b, const TensorView& w, const std::vector
   return y;
 }
 
-const DType kAllWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                                 DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_A, DType::Q2_K,
-                                 DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kAllWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16,   DType::Q8_0,  DType::Q4_0, DType::Q4_1,
+                                 DType::Q5_0, DType::Q5_1, DType::Q8_A,   DType::Q2_K,  DType::Q3_K, DType::Q4_K,
+                                 DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
 
 // ---- matmul ----------------------------------------------------------------------------
 
@@ -142,8 +142,9 @@ TEST(BackendParity, MatmulNegativeControlPerturbedRow) {
 TEST(BackendParity, MatmulBatchInvariant) {
   for (CpuIsa isa : available_isas()) {
     auto cpu = make_cpu_backend(2, isa);
-    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                    DType::Q8_A, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (DType t :
+         {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_A,
+          DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS}) {
       if (!quant_supported(t)) continue;
       Weights w(t, 512, 37, 5);
       const int64_t T = 7;

@@ -94,6 +94,8 @@ TEST(CudaDecoders, BitExactWithQuantForEveryWeightType) {
   check_type<DType::Q5_K>(rng);
   check_type<DType::Q6_K>(rng);
   check_type<DType::Q8_K>(rng);
+  check_type<DType::IQ4_NL>(rng);
+  check_type<DType::IQ4_XS>(rng);
 }
 
 TEST(CudaDecoders, KvElementLoadsBitExact) {

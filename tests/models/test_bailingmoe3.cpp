@@ -186,9 +186,8 @@ TEST(BailingMoe3, NextNBlocksAreNotRun) {
     w.add_tensor("blk.5.nextn.eh_proj.weight", DType::F32, {2 * E, E}, eh.data(), eh.size() * sizeof(float));
     for (const char* n : {"blk.5.nextn.enorm.weight", "blk.5.nextn.hnorm.weight", "blk.5.layer_output_norm.weight"})
       w.add_tensor(n, DType::F32, {E}, ones.data(), ones.size() * sizeof(float));
-    const std::string path = (test::scratch_dir() /
-                              (declare_nextn ? "sluice_b3_mtp.gguf" : "sluice_b3_six.gguf"))
-                                 .string();
+    const std::string path =
+        (test::scratch_dir() / (declare_nextn ? "sluice_b3_mtp.gguf" : "sluice_b3_six.gguf")).string();
     w.write(path);
     return path;
   };

@@ -76,8 +76,9 @@ int64_t first_bit_mismatch(const float* a, const float* b, size_t n) {
   return -1;
 }
 
-const std::vector<DType> kQuantTypes = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q8_A,
-                                        DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K};
+const std::vector<DType> kQuantTypes = {DType::Q4_0, DType::Q4_1, DType::Q5_0,   DType::Q5_1,  DType::Q8_0,
+                                        DType::Q8_A, DType::Q2_K, DType::Q3_K,   DType::Q4_K,  DType::Q5_K,
+                                        DType::Q6_K, DType::Q8_K, DType::IQ4_NL, DType::IQ4_XS};
 
 // ======================================================================================
 // fp16 / bf16
@@ -426,6 +427,37 @@ TEST(QuantBlocks, Q3_KAndQ2_K) {
   }
 }
 
+// IQ4_NL: d·level[nibble]; IQ4_XS: the same per sub-block with d·(ls − 32), ls's low 4 bits
+// from scales_l's nibbles and high 2 from scales_h.
+TEST(QuantBlocks, Iq4NlAndIq4Xs) {
+  const int levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  block_iq4_nl a{};
+  a.d = 0x3800;  // 0.5
+  for (int j = 0; j < 16; ++j) a.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  const auto ya = dequant(DType::IQ4_NL, as_bytes(a), 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(ya[j], 0.5f * levels[j]) << j;
+    EXPECT_EQ(ya[j + 16], 0.5f * levels[15 - j]) << j;
+  }
+  block_iq4_xs b{};
+  b.d = 0x3c00;  // 1.0
+  // ls: sub-block s gets 32 + (s − 4)·3 (from 20 to 41): low nibbles and high bits by hand.
+  int ls[8];
+  for (int s = 0; s < 8; ++s) {
+    ls[s] = 32 + (s - 4) * 3;
+    b.scales_l[s / 2] = static_cast<uint8_t>(b.scales_l[s / 2] | ((ls[s] & 0xF) << (s % 2 ? 4 : 0)));
+    b.scales_h = static_cast<uint16_t>(b.scales_h | ((ls[s] >> 4) << (2 * s)));
+  }
+  for (int j = 0; j < 128; ++j) b.qs[j] = static_cast<uint8_t>((j % 16) | ((j * 7 % 16) << 4));
+  const auto yb = dequant(DType::IQ4_XS, as_bytes(b), 256);
+  for (int e = 0; e < 256; ++e) {
+    const int s = e / 32, j = e % 32;
+    const uint8_t q = b.qs[16 * s + j % 16];
+    const int code = j < 16 ? q & 0xF : q >> 4;
+    ASSERT_EQ(yb[e], float(ls[s] - 32) * levels[code]) << e;
+  }
+}
+
 TEST(QuantBlocks, Q8_K) {
   block_q8_K b{};
   b.d = 0.1f;
@@ -520,6 +552,8 @@ RmseBound rmse_bound(DType t) {
     case DType::Q4_0: return {0.14, 0.24};     // 4-bit:  laplace 0.106,  outliers 0.183
     case DType::Q4_1: return {0.12, 0.145};    // 4-bit:  laplace 0.091,  outliers 0.110
     case DType::Q4_K: return {0.11, 0.135};    // 4-bit:  laplace 0.084,  outliers 0.102
+    case DType::IQ4_NL: return {0.115, 0.18};  // 4-bit, non-linear levels: laplace 0.0875, outliers 0.136
+    case DType::IQ4_XS: return {0.115, 0.18};  // the same over 6-bit sub-scales: laplace 0.0881, outliers 0.136
     case DType::Q3_K: return {0.23, 0.24};     // 3-bit:  laplace 0.174,  outliers 0.185
     case DType::Q2_K: return {0.45, 0.45};     // 2-bit:  laplace 0.346,  outliers 0.233
     default: return {0, 0};
@@ -729,7 +763,9 @@ TEST(QuantOracle, RandomBlocksDecodeIdentically) {
     switch (t) {
       case DType::Q4_0:
       case DType::Q5_0:
-      case DType::Q8_0: halves = {0}; break;
+      case DType::Q8_0:
+      case DType::IQ4_NL:
+      case DType::IQ4_XS: halves = {0}; break;
       case DType::Q4_1:
       case DType::Q5_1:
       case DType::Q8_A:
@@ -858,6 +894,55 @@ TEST(QuantOracle, RequantizingGoldenSourcesReproducesLlamaQuantize) {
   for (const auto& [tn, st] : stats)
     std::printf("  [requantize] %s: %lld blocks, %lld differ from llama-quantize\n", tn.c_str(), (long long)st.first,
                 (long long)st.second);
+}
+
+// IQ4_NL and IQ4_XS, which gguf-py cannot encode: ggml's own encoders (quantize_iq4_nl /
+// quantize_iq4_xs without an importance matrix, as llama-quantize runs them) on a fixed input,
+// stored by scripts/golden/make_iq4_golden.sh. Our bytes must be theirs. Negative control: the
+// scale without ggml's least-squares refinement and trial scales (the nearest levels for
+// d = max/−127) must differ from them in many blocks, or the golden would not test the search.
+TEST(QuantOracle, Iq4MatchesGgml) {
+  const std::string dir = std::string(SLUICE_SOURCE_DIR) + "/tests/data/iq4/";
+  const std::vector<float> x = test::read_f32_file(dir + "input.f32");
+  ASSERT_EQ(x.size(), 32u * 256) << dir + "input.f32";
+  for (DType t : {DType::IQ4_NL, DType::IQ4_XS}) {
+    const auto want = read_bytes(dir + std::string(dtype_name(t)) + ".bin");
+    const auto got = quant(t, x);
+    ASSERT_EQ(got.size(), want.size()) << dtype_name(t);
+    const size_t bb = dtype_traits(t).block_bytes;
+    int64_t diff = 0;
+    for (size_t b = 0; b < got.size() / bb; ++b)
+      if (std::memcmp(got.data() + b * bb, want.data() + b * bb, bb) != 0) {
+        if (diff++ == 0) ADD_FAILURE() << dtype_name(t) << ": block " << b << " differs from ggml's";
+      }
+    EXPECT_EQ(diff, 0) << dtype_name(t) << ": " << diff << " of " << got.size() / bb << " blocks differ";
+  }
+  const auto want = read_bytes(dir + "iq4_nl.bin");
+  std::vector<block_iq4_nl> naive(x.size() / 32);
+  const int8_t* lv = kIq4nlValues;
+  for (size_t b = 0; b < naive.size(); ++b) {
+    const float* xb = x.data() + 32 * b;
+    float max = 0;
+    for (int j = 0; j < 32; ++j)
+      if (std::fabs(xb[j]) > std::fabs(max)) max = xb[j];
+    const float d = max / lv[0], id = d != 0 ? 1 / d : 0.f;
+    naive[b].d = fp32_to_fp16(d);
+    uint8_t L[32];
+    for (int j = 0; j < 32; ++j) {
+      int best = 0;
+      for (int l = 1; l < 16; ++l)
+        if (std::fabs(id * xb[j] - lv[l]) < std::fabs(id * xb[j] - lv[best])) best = l;
+      L[j] = static_cast<uint8_t>(best);
+    }
+    for (int j = 0; j < 16; ++j) naive[b].qs[j] = static_cast<uint8_t>(L[j] | (L[j + 16] << 4));
+  }
+  int64_t naive_diff = 0;
+  for (size_t b = 0; b < naive.size(); ++b)
+    if (std::memcmp(&naive[b], want.data() + b * sizeof(block_iq4_nl), sizeof(block_iq4_nl)) != 0) ++naive_diff;
+  EXPECT_GT(naive_diff, int64_t(naive.size() / 4))
+      << "the unrefined scale matches ggml's bytes: the golden is too weak";
+  std::printf("  [iq4 negative control] unrefined IQ4_NL scale: %lld of %zu blocks differ from ggml's\n",
+              (long long)naive_diff, naive.size());
 }
 
 }  // namespace

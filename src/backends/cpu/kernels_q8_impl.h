@@ -1,5 +1,5 @@
 // backends/cpu/kernels_q8_impl: int8 dot products of quantized weight rows with activations
-// quantized once per token (Q8_K for Q4_K/Q5_K/Q6_K, Q8_0 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0), the scheme of
+// quantized once per token (Q8_K for Q4_K/Q5_K/Q6_K/IQ4_XS, Q8_0 for the 32-blocks), the scheme of
 // ggml's ggml_vec_dot_<w>_<act>. Included inside its own namespace by kernels_generic.cpp
 // (scalar), kernels_avx2.cpp and kernels_avx512.cpp (256-bit integer SIMD), which define
 //   SLUICE_Q8_SIMD  0: scalar code, the twin of the SIMD code; 1: AVX2 intrinsics
@@ -196,6 +196,24 @@ using Q8Unpack_q5_0 = Q8Unpack_offset<LegacyQ5_0>;
 using Q8Unpack_q4_1 = Q8Unpack_min<LegacyQ4_1>;
 using Q8Unpack_q5_1 = Q8Unpack_min<LegacyQ5_1>;
 using Q8Unpack_q8_a = Q8Unpack_min<AffineQ8Codes>;
+
+#if SLUICE_Q8_SIMD
+// kIq4nlValues in both 128-bit lanes: one byte shuffle by 4-bit codes gives their levels.
+inline __m256i q8_iq4_levels() {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+}
+#endif
+// IQ4_NL: x = d·kIq4nlValues[c], the 4-bit codes c in Q4_0's layout; the levels are signed
+// bytes (|v| <= 127), so they take the signed route like Q8_0's quants.
+struct Q8Unpack_iq4_nl {
+  using Block = block_iq4_nl;
+  static constexpr bool kMin = false;
+  static constexpr bool kNarrow = false;
+#if SLUICE_Q8_SIMD
+  static __m256i bytes(const Block& b) { return _mm256_shuffle_epi8(q8_iq4_levels(), q8_nibbles32(b.qs)); }
+#endif
+  static int value(const Block& b, int j) { return kIq4nlValues[j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4]; }
+};
 
 // One token's Q8_0 activations with what every weight row needs of them, computed once per
 // token and call: d_a per block as float and, for the min types, Σa per block as float (exact),
@@ -647,6 +665,79 @@ inline void q8_dot_q6_K(const void* w, const uint8_t* act, size_t astride, int64
             }
             sumi += x[i].scales[8 * h + 2 * p + half] * s;
           }
+      sum += a[i].d * q8_half(x[i].d) * static_cast<float>(sumi);
+    }
+    out[t * ostride] = sum;
+  }
+#endif
+}
+
+// ---- IQ4_XS · Q8_K: x = d·(ls_s − 32)·kIq4nlValues[c] per sub-block s of 32 (qs[16s..16s+16) in
+// Q4_0's nibble order), so dot = d·d_a·Σ_s (ls_s − 32)·Σ v·a, an exact int32 sum
+// (8·32·(32·127·127) < 2^31). The levels are signed: |v|·sign(a, v) by maddubs, then one madd
+// by the sub-block's scale, as the K-quants.
+#if SLUICE_Q8_SIMD
+// ls_s − 32 of the eight sub-blocks as int16 lanes. Lane s takes scales_l[s/2] (× 16 on even
+// lanes, then >> 4: its low or high nibble) and bits 2s, 2s+1 of scales_h (shifted to the top
+// of the lane by a multiply, then down by 14).
+inline __m128i q8_iq4_xs_scales(const block_iq4_xs& b) {
+  uint32_t sl;
+  __builtin_memcpy(&sl, b.scales_l, 4);
+  const __m128i lb = _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(sl)),
+                                      _mm_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1));
+  const __m128i lo = _mm_and_si128(_mm_srli_epi16(_mm_mullo_epi16(lb, _mm_setr_epi16(16, 1, 16, 1, 16, 1, 16, 1)), 4),
+                                   _mm_set1_epi16(0xF));
+  const __m128i hi =
+      _mm_srli_epi16(_mm_mullo_epi16(_mm_set1_epi16(static_cast<int16_t>(b.scales_h)),
+                                     _mm_setr_epi16(1 << 14, 1 << 12, 1 << 10, 1 << 8, 1 << 6, 1 << 4, 1 << 2, 1)),
+                     14);
+  return _mm_sub_epi16(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi16(32));
+}
+#endif
+template <int NT>
+inline void q8_dot_iq4_xs(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
+  const auto* x = static_cast<const block_iq4_xs*>(w);
+#if SLUICE_Q8_SIMD
+  const __m256i levels = q8_iq4_levels();
+  __m256i pick[8];  // int16 lane s of a 128-bit lane to all eight
+  for (int s = 0; s < 8; ++s) pick[s] = _mm256_set1_epi16(static_cast<int16_t>((2 * s + 1) << 8 | 2 * s));
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m256i sc = _mm256_broadcastsi128_si256(q8_iq4_xs_scales(x[i]));
+    const block_q8_K* a[NT];
+    __m256i sumi[NT];
+    for (int t = 0; t < NT; ++t) {
+      a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
+      sumi[t] = _mm256_setzero_si256();
+    }
+    for (int s = 0; s < 8; ++s) {
+      const __m256i v = _mm256_shuffle_epi8(levels, q8_nibbles32(x[i].qs + 16 * s));
+      const __m256i u = _mm256_sign_epi8(v, v);
+      const __m256i scs = _mm256_shuffle_epi8(sc, pick[s]);
+      for (int t = 0; t < NT; ++t) {
+        const __m256i p = _mm256_maddubs_epi16(u, _mm256_sign_epi8(q8_load(a[t]->qs + 32 * s), v));
+        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, scs));
+      }
+    }
+    const float xd = q8_half(x[i].d);
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * xd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]);
+#else
+  for (int t = 0; t < NT; ++t) {
+    const auto* a = reinterpret_cast<const block_q8_K*>(act + t * astride);
+    float sum = 0;
+    for (int64_t i = 0; i < nb; ++i) {
+      int32_t sumi = 0;
+      for (int s = 0; s < 8; ++s) {
+        const uint8_t* qs = x[i].qs + 16 * s;
+        int32_t ss = 0;
+        for (int j = 0; j < 16; ++j)
+          ss += kIq4nlValues[qs[j] & 0xF] * a[i].qs[32 * s + j] + kIq4nlValues[qs[j] >> 4] * a[i].qs[32 * s + 16 + j];
+        sumi += (iq4_xs_scale(x[i], s) - 32) * ss;
+      }
       sum += a[i].d * q8_half(x[i].d) * static_cast<float>(sumi);
     }
     out[t * ostride] = sum;
@@ -1477,6 +1568,7 @@ void q8_gemm(const void* w, size_t row_bytes, int64_t n_rows, const void* act, s
   };
 SLUICE_Q8_DOT(q4_K)
 SLUICE_Q8_DOT(q5_K)
+SLUICE_Q8_DOT(iq4_xs)
 #undef SLUICE_Q8_DOT
 template <int NT>
 struct Dot_q6_K {
@@ -1652,6 +1744,8 @@ constexpr Q8Kernels q8_table(const char* name) {
       .q4_K = {DType::Q8_K, q8_gemm<Dot_q4_K, QK_K>, SLUICE_Q8_Q4_K_TILE},
       .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, SLUICE_Q8_Q5_K_TILE},
       .q6_K = {DType::Q8_K, q8_gemm<Dot_q6_K, QK_K>, SLUICE_Q8_Q6_K_TILE},
+      .iq4_nl = {DType::Q8_0, q8_gemm32<Q8Unpack_iq4_nl>, {}},
+      .iq4_xs = {DType::Q8_K, q8_gemm<Dot_iq4_xs, QK_K>, {}},
       .quantize_q8_K = SLUICE_Q8_QUANTIZE_Q8_K,
       .quantize_q8_0 = SLUICE_Q8_QUANTIZE_Q8_0,
   };

@@ -1,6 +1,6 @@
 // backends/cuda/common: device helpers shared by the .cu files — fp16/bf16 loads, warp sums,
 // and the block decoders of every weight type, mirroring quant/'s reference dequantizers
-// (quant.cpp, quant_k.cpp) operation for operation so a decoded value is bit-identical to
+// (quant.cpp, quant_k.cpp, quant_iq4.cpp) operation for operation so a decoded value is bit-identical to
 // dequantize_row's.
 //
 // Bit-exactness: nvcc contracts a*b - c into an FMA by default (one rounding instead of two),
@@ -127,6 +127,27 @@ template <>
 struct QBlock<DType::Q8_K> {
   static constexpr int QK = 256, BB = 292;
 };
+template <>
+struct QBlock<DType::IQ4_NL> {
+  static constexpr int QK = 32, BB = 18;
+};
+template <>
+struct QBlock<DType::IQ4_XS> {
+  static constexpr int QK = 256, BB = 136;
+};
+
+// kIq4nlValues (quant/blocks.h) as the bytes of two words: device code cannot index a host
+// array, and a __constant__ copy would be one more symbol per translation unit.
+constexpr uint64_t kIq4LevelsLo = 0xF6EADDCFBFAD9881ull, kIq4LevelsHi = 0x7159453526190D01ull;
+constexpr bool iq4_level_words_match() {
+  for (int c = 0; c < 16; ++c)
+    if (static_cast<int8_t>((c < 8 ? kIq4LevelsLo : kIq4LevelsHi) >> (8 * (c & 7))) != kIq4nlValues[c]) return false;
+  return true;
+}
+static_assert(iq4_level_words_match());
+SLUICE_DEV float iq4_level(int c) {
+  return static_cast<float>(static_cast<int8_t>((c < 8 ? kIq4LevelsLo : kIq4LevelsHi) >> (8 * (c & 7))));
+}
 
 // The 4-bit element j (0..31) of a q4_0/q4_1/q5 block's qs: low nibbles hold 0..15, high 16..31.
 SLUICE_DEV int nib32(const uint8_t* qs, int j) { return j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4); }
@@ -231,6 +252,16 @@ SLUICE_DEV void dequant8(const uint8_t* b, int j8, float* y) {
       const int q = ((quad >= 2 ? (low >> 4) : (low & 0xF)) | (((qh[l] >> (2 * quad)) & 3) << 4)) - 32;
       y[k] = __fmul_rn(__fmul_rn(d, static_cast<float>(scales[is + 2 * quad])), static_cast<float>(q));
     }
+  } else if constexpr (T == DType::IQ4_NL) {  // d | qs[16]; x = d * level[q]
+    const float d = ld_f16(b);
+    SLUICE_UNROLL
+    for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(d, iq4_level(nib32(b + 2, e0 + k)));
+  } else if constexpr (T == DType::IQ4_XS) {  // d | scales_h | scales_l[4] | qs[128]; x = d*(ls-32) * level[q]
+    const int s = e0 / 32;
+    const int ls = ((b[4 + s / 2] >> (4 * (s % 2))) & 0xF) | (((ld_u16(b + 2) >> (2 * s)) & 3) << 4);
+    const float dl = __fmul_rn(ld_f16(b), static_cast<float>(ls - 32));
+    SLUICE_UNROLL
+    for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(dl, iq4_level(nib32(b + 8 + 16 * s, (e0 + k) % 32)));
   } else if constexpr (T == DType::Q8_K) {  // d (float) | qs[256] int8 | bsums[16]
     const float d = __uint_as_float(ld_u32(b));
     SLUICE_UNROLL

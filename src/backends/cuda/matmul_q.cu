@@ -246,6 +246,8 @@ bool dispatch_weight_type(DType t, F&& f) {
     case DType::Q5_K: f.template operator()<DType::Q5_K>(); return true;
     case DType::Q6_K: f.template operator()<DType::Q6_K>(); return true;
     case DType::Q8_K: f.template operator()<DType::Q8_K>(); return true;
+    case DType::IQ4_NL: f.template operator()<DType::IQ4_NL>(); return true;
+    case DType::IQ4_XS: f.template operator()<DType::IQ4_XS>(); return true;
     default: return false;
   }
 }
