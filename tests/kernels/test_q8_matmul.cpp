@@ -88,8 +88,8 @@ std::vector<float> requantize(const std::vector<float>& x, int64_t n_in, DType a
   return out;
 }
 
-const DType kQ8Types[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,   DType::Q8_A,  DType::Q8_0,
-                          DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
+const DType kQ8Types[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_A,   DType::Q8_0,  DType::Q4_K,
+                          DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS};
 
 TEST(Q8Matmul, AgainstRefTightAndLoose) {
   auto ref = make_ref_backend();

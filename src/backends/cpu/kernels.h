@@ -173,7 +173,7 @@ struct Q8Ops {
 
 struct Q8Kernels {
   const char* name;  // "generic", "avx2", "avx512", "avx512-vnni"
-  Q8Ops q4_0, q4_1, q5_0, q5_1, q8_a, q8_0, q4_K, q5_K, q6_K, iq4_nl, iq4_xs;
+  Q8Ops q4_0, q4_1, q5_0, q5_1, q8_a, q8_0, q4_K, q5_K, q6_K, q2_K, q3_K, iq4_nl, iq4_xs;
   // quantize_row(Q8_K, x, y, n) with vectors: the same bytes for finite x (tested); null = use
   // quantize_row. Prefill quantizes each token once per matmul, 3 times per routed expert.
   void (*quantize_q8_K)(const float* x, void* y, int64_t n) = nullptr;
@@ -191,6 +191,8 @@ struct Q8Kernels {
       case DType::Q4_K: q = &q4_K; break;
       case DType::Q5_K: q = &q5_K; break;
       case DType::Q6_K: q = &q6_K; break;
+      case DType::Q2_K: q = &q2_K; break;
+      case DType::Q3_K: q = &q3_K; break;
       case DType::IQ4_NL: q = &iq4_nl; break;
       case DType::IQ4_XS: q = &iq4_xs; break;
       default: break;

@@ -1,5 +1,5 @@
 // backends/cpu/kernels_q8_impl: int8 dot products of quantized weight rows with activations
-// quantized once per token (Q8_K for Q4_K/Q5_K/Q6_K/IQ4_XS, Q8_0 for the 32-blocks), the scheme of
+// quantized once per token (Q8_K for the 256-blocks, Q8_0 for the 32-blocks), the scheme of
 // ggml's ggml_vec_dot_<w>_<act>. Included inside its own namespace by kernels_generic.cpp
 // (scalar), kernels_avx2.cpp and kernels_avx512.cpp (256-bit integer SIMD), which define
 //   SLUICE_Q8_SIMD  0: scalar code, the twin of the SIMD code; 1: AVX2 intrinsics
@@ -670,6 +670,121 @@ inline void q8_dot_q6_K(const void* w, const uint8_t* act, size_t astride, int64
     out[t * ostride] = sum;
   }
 #endif
+}
+
+// ---- Q2_K / Q3_K · Q8_K: 16 sub-blocks of 16, the 2-bit planes laid out as Q6_K's low nibbles
+// (per 128-element half h, element 128h + 32p + l is bits 2p, 2p+1 of qs[32h + l]), so one
+// loop serves both, with Q6_K's scale picks (sub-block 8h + 2p for l < 16, 8h + 2p + 1 above).
+// Q2_K: x = d·sc_s·q − dmin·m_s (4-bit sc, m), so dot = d·Σ_s sc_s·Σ q·a − dmin·Σ_s m_s·bsums_s.
+// Q3_K: x = d·(sc_s − 32)·(q − 4) with q = the two plane bits | the hmask bit << 2 (bit 4h + p of
+// hmask[l]), so dot = d·(Σ_s sc'_s·Σ q·a − 4·Σ_s sc'_s·bsums_s). All exact int32 sums
+// (|Σ| ≤ 16·32·16·7·127 < 2^31); maddubs pairs ≤ 7·127·2.
+// The sixteen 6-bit scales of a Q3_K block as stored (0..63; the value is 32 less): bytes 0-7 give
+// the low nibbles of scales 0-7 (low) and 8-15 (high), bytes 8-11 the top 2 bits (scale j: bits
+// 2(j/4) of byte 8 + j%4), regrouped four at a time in 32-bit words.
+inline void q8_q3_K_scales(const uint8_t* s, uint8_t* out) {
+  uint32_t w[3], r[4];
+  __builtin_memcpy(w, s, 12);
+  constexpr uint32_t lo4 = 0x0F0F0F0F, lo2 = 0x03030303;
+  r[0] = (w[0] & lo4) | ((w[2] & lo2) << 4);
+  r[1] = (w[1] & lo4) | (((w[2] >> 2) & lo2) << 4);
+  r[2] = ((w[0] >> 4) & lo4) | (((w[2] >> 4) & lo2) << 4);
+  r[3] = ((w[1] >> 4) & lo4) | (((w[2] >> 6) & lo2) << 4);
+  __builtin_memcpy(out, r, 16);
+}
+template <bool kQ3, class Block, int NT>
+inline void q8_dot_q23_K(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
+  const auto* x = static_cast<const Block*>(w);
+#if SLUICE_Q8_SIMD
+  const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+  __m256i pick[4];  // as q8_dot_q6_K's
+  for (int p = 0; p < 4; ++p)
+    pick[p] = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>((4 * p + 3) << 8 | (4 * p + 2))),
+                               _mm_set1_epi16(static_cast<int16_t>((4 * p + 1) << 8 | 4 * p)));
+  __m256 acc[NT], accm[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    __m256i sc16, m16 = _mm256_setzero_si256();
+    if constexpr (kQ3) {
+      uint8_t sc[16];
+      q8_q3_K_scales(x[i].scales, sc);
+      sc16 = _mm256_cvtepi8_epi16(
+          _mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)), _mm_set1_epi8(32)));
+    } else {
+      const __m128i sb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
+      sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(0xF)));
+      m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0xF)));
+    }
+    const __m256i sch[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11)};
+    const block_q8_K* a[NT];
+    __m256i sumi[NT], mins[NT];
+    for (int t = 0; t < NT; ++t) {
+      a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
+      // Q3_K: the −4 offset, 4·Σ_s sc'_s·bsums_s; Q2_K: Σ_s m_s·bsums_s (m16 is 0 for Q3_K).
+      const __m256i sb = _mm256_madd_epi16(q8_load(a[t]->bsums), kQ3 ? sc16 : m16);
+      sumi[t] = kQ3 ? _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sb, 2)) : _mm256_setzero_si256();
+      mins[t] = sb;
+    }
+    __m256i hm = _mm256_setzero_si256();
+    if constexpr (kQ3) hm = q8_load(x[i].hmask);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qv = q8_load(x[i].qs + 32 * h);
+      for (int p = 0; p < 4; ++p) {
+        __m256i q = _mm256_and_si256(_mm256_srli_epi16(qv, 2 * p), m3);
+        if constexpr (kQ3)
+          q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + p), m1), 2));
+        const __m256i scv = _mm256_shuffle_epi8(sch[h], pick[p]);
+        for (int t = 0; t < NT; ++t) {
+          const __m256i prod = _mm256_maddubs_epi16(q, q8_load(a[t]->qs + 128 * h + 32 * p));
+          sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(prod, scv));
+        }
+      }
+    }
+    const float xd = q8_half(x[i].d);
+    for (int t = 0; t < NT; ++t) {
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * xd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+      if constexpr (!kQ3)
+        accm[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * q8_half(x[i].dmin)), _mm256_cvtepi32_ps(mins[t]), accm[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * ostride] = kQ3 ? q8_hsum(acc[t]) : q8_hsum(acc[t]) - q8_hsum(accm[t]);
+#else
+  for (int t = 0; t < NT; ++t) {
+    const auto* a = reinterpret_cast<const block_q8_K*>(act + t * astride);
+    float sum = 0, summ = 0;
+    for (int64_t i = 0; i < nb; ++i) {
+      uint8_t sc3[16];
+      if constexpr (kQ3) q8_q3_K_scales(x[i].scales, sc3);
+      int32_t sumi = 0, mins = 0;
+      for (int s = 0; s < 16; ++s) {
+        int32_t ss = 0;
+        for (int e = 16 * s; e < 16 * s + 16; ++e) {
+          const int h = e / 128, p = (e % 128) / 32, l = e % 32;
+          int q = (x[i].qs[32 * h + l] >> (2 * p)) & 3;
+          if constexpr (kQ3) q = q + 4 * ((x[i].hmask[l] >> (4 * h + p)) & 1) - 4;
+          ss += q * a[i].qs[e];
+        }
+        if constexpr (kQ3) {
+          sumi += (sc3[s] - 32) * ss;
+        } else {
+          sumi += (x[i].scales[s] & 0xF) * ss;
+          mins += (x[i].scales[s] >> 4) * a[i].bsums[s];
+        }
+      }
+      sum += a[i].d * q8_half(x[i].d) * static_cast<float>(sumi);
+      if constexpr (!kQ3) summ += a[i].d * q8_half(x[i].dmin) * static_cast<float>(mins);
+    }
+    out[t * ostride] = sum - summ;
+  }
+#endif
+}
+template <int NT>
+inline void q8_dot_q2_K(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
+  q8_dot_q23_K<false, block_q2_K, NT>(w, act, astride, nb, out, ostride);
+}
+template <int NT>
+inline void q8_dot_q3_K(const void* w, const uint8_t* act, size_t astride, int64_t nb, float* out, size_t ostride) {
+  q8_dot_q23_K<true, block_q3_K, NT>(w, act, astride, nb, out, ostride);
 }
 
 // ---- IQ4_XS · Q8_K: x = d·(ls_s − 32)·kIq4nlValues[c] per sub-block s of 32 (qs[16s..16s+16) in
@@ -1569,6 +1684,8 @@ void q8_gemm(const void* w, size_t row_bytes, int64_t n_rows, const void* act, s
 SLUICE_Q8_DOT(q4_K)
 SLUICE_Q8_DOT(q5_K)
 SLUICE_Q8_DOT(iq4_xs)
+SLUICE_Q8_DOT(q2_K)
+SLUICE_Q8_DOT(q3_K)
 #undef SLUICE_Q8_DOT
 template <int NT>
 struct Dot_q6_K {
@@ -1744,6 +1861,8 @@ constexpr Q8Kernels q8_table(const char* name) {
       .q4_K = {DType::Q8_K, q8_gemm<Dot_q4_K, QK_K>, SLUICE_Q8_Q4_K_TILE},
       .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, SLUICE_Q8_Q5_K_TILE},
       .q6_K = {DType::Q8_K, q8_gemm<Dot_q6_K, QK_K>, SLUICE_Q8_Q6_K_TILE},
+      .q2_K = {DType::Q8_K, q8_gemm<Dot_q2_K, QK_K>, {}},
+      .q3_K = {DType::Q8_K, q8_gemm<Dot_q3_K, QK_K>, {}},
       .iq4_nl = {DType::Q8_0, q8_gemm32<Q8Unpack_iq4_nl>, {}},
       .iq4_xs = {DType::Q8_K, q8_gemm<Dot_iq4_xs, QK_K>, {}},
       .quantize_q8_K = SLUICE_Q8_QUANTIZE_Q8_K,
