@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/golden/make_goldens.sh: remakes the goldens under tests/data/golden (qwen3next,
-# qwen35, deepseek2-yarn, qwen3-yarn) and the GGUF LoRA golden under tests/data/lora-gguf with llama.cpp. Not run by CI: llama.cpp takes ~15 minutes to build on 2 cores.
+# qwen35, deepseek2-yarn, qwen3-yarn, qwen3moe-iq4_xs) and the GGUF LoRA golden under tests/data/lora-gguf with llama.cpp. Not run by CI: llama.cpp takes ~15 minutes to build on 2 cores.
 #
 #   LLAMA_SRC: a llama.cpp source tree (the one vendored in llama-cpp-python 0.3.36 from PyPI,
 #              commit 0c1e57098bba43ac29e6e3b677cdceebdd22334f: `pip download --no-deps
@@ -39,6 +39,15 @@ for n in deepseek2-yarn qwen3-yarn; do
   "$tool" "$work/$n.gguf" "tests/data/golden/$n" 32 "$prompt" 2>/dev/null
   echo "$n: min greedy margin $(min_margin "tests/data/golden/$n/greedy.json")"
 done
+
+# The IQ4 golden (tests/data/golden/qwen3moe-iq4_xs): the shared qwen3moe quantized by llama-quantize
+# (its build dir must hold llama-quantize: target llama-quantize).
+q=tests/data/golden/qwen3moe-iq4_xs
+mkdir -p "$q"
+"$(find "$LLAMA_BUILD" -name llama-quantize -type f | head -1)" --pure --allow-requantize \
+  ../shared/golden/qwen3moe/model.gguf "$q/model.gguf" IQ4_XS >/dev/null 2>&1
+"$tool" "$q/model.gguf" "$q" 32 "$prompt" 2>/dev/null
+echo "qwen3moe-iq4_xs: min greedy margin $(min_margin "$q/greedy.json")"
 
 # The GGUF LoRA golden (tests/data/lora-gguf): stories260K with make_gguf_lora.py's adapter
 # applied by llama.cpp (llama_set_adapters_lora, scale 1), the same prompt.

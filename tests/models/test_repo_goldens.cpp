@@ -1,7 +1,8 @@
 // tests/models/test_repo_goldens: goldens this project made with llama.cpp for architectures
 // ../shared/golden does not cover (tests/data/golden/<arch>/, each with a README naming the
 // llama.cpp commit and the commands). The same rules as the shared F16 goldens: all prompt
-// logits in one batch within max |Δlogit| 0.03 and RMS 0.005, the argmax equal wherever the
+// logits in one batch within max |Δlogit| 0.03 and RMS 0.005 (0.35 and 0.06 for llama.cpp-quantized
+// weights, as the shared quantized goldens), the argmax equal wherever the
 // golden's top-2 margin is at least 0.05, and the greedy continuation (each token decoded
 // alone) equal up to its first step with a margin under 0.05.
 #include <gtest/gtest.h>
@@ -96,8 +97,11 @@ TEST_P(RepoGolden, MatchesLlamaCpp) {
   }
   const double rms = std::sqrt(sum2 / ref.size());
   std::printf("[ %s / %s ] max |Δlogit| %.5f  rms %.6f\n", name.c_str(), backend.c_str(), mx, rms);
-  EXPECT_LE(mx, 0.03);
-  EXPECT_LE(rms, 0.005);
+  // llama.cpp-quantized weights: ../shared/golden's rule for its quantized variants (llama.cpp
+  // multiplies them with activations quantized to Q8; the ref backend keeps floats).
+  const bool quantized = name.find("-iq4") != std::string::npos;
+  EXPECT_LE(mx, quantized ? 0.35 : 0.03);
+  EXPECT_LE(rms, quantized ? 0.06 : 0.005);
   for (size_t t = 0; t < ids.size(); ++t) {
     const auto want = std::span<const float>(ref).subspan(t * V, V);
     if (top2_margin(want) < 0.05f) continue;
@@ -163,8 +167,8 @@ TEST(RepoGoldenNegative, YarnWithoutRampOrMagnitudeFails) {
 
 std::vector<RepoGoldenCase> cases() {
   std::vector<RepoGoldenCase> v;
-  for (const char* n :
-       {"qwen3next", "qwen35", "kimi-linear", "bailingmoe3", "bailingmoe3-clamp", "deepseek2-yarn", "qwen3-yarn"})
+  for (const char* n : {"qwen3next", "qwen35", "kimi-linear", "bailingmoe3", "bailingmoe3-clamp", "deepseek2-yarn",
+                        "qwen3-yarn", "qwen3moe-iq4_xs"})
     for (const char* b : {"ref", "cpu", "cpu-exact", "cuda"}) v.push_back({n, b});
   return v;
 }

@@ -713,8 +713,10 @@ TEST(QuantOracle, GoldenModelsDecodeIdentically) {
   SLUICE_REQUIRE_SHARED();
   SLUICE_REQUIRE_ORACLE();
   std::map<std::string, int64_t> checked;  // type name -> elements compared
-  for (const char* m : {"llama_dense-Q4_K_M", "qwen3moe-Q4_K_M", "llama_dense-Q8_0", "qwen3moe-Q8_0", "llama_dense"}) {
-    const std::string path = test::shared_dir() + "/golden/" + m + "/model.gguf";
+  for (const std::string m :
+       std::vector<std::string>{"llama_dense-Q4_K_M", "qwen3moe-Q4_K_M", "llama_dense-Q8_0", "qwen3moe-Q8_0",
+                                "llama_dense", std::string(SLUICE_SOURCE_DIR) + "/tests/data/golden/qwen3moe-iq4_xs"}) {
+    const std::string path = (m[0] == '/' ? m : test::shared_dir() + "/golden/" + m) + "/model.gguf";
     if (!fs::exists(path)) {
       ADD_FAILURE() << "missing " << path;
       continue;
@@ -732,7 +734,7 @@ TEST(QuantOracle, GoldenModelsDecodeIdentically) {
       checked[std::string(dtype_name(t.type))] += t.n;
     }
   }
-  for (const char* tn : {"q4_K", "q5_K", "q6_K", "q5_0", "q8_0", "f16", "f32"})
+  for (const char* tn : {"q4_K", "q5_K", "q6_K", "q5_0", "q8_0", "iq4_xs", "iq4_nl", "f16", "f32"})
     EXPECT_GT(checked[tn], 0) << "no " << tn << " tensor seen in the golden models";
   for (const auto& [tn, n] : checked)
     std::printf("  [golden decode] %s: %lld elements bit-identical\n", tn.c_str(), (long long)n);
@@ -859,14 +861,19 @@ TEST(QuantOracle, QuantizeMatchesGgufPy) {
 TEST(QuantOracle, RequantizingGoldenSourcesReproducesLlamaQuantize) {
   SLUICE_REQUIRE_SHARED();
   SLUICE_REQUIRE_ORACLE();
-  const std::pair<const char*, const char*> pairs[] = {{"llama_dense", "llama_dense-Q4_K_M"},
+  // tests/data/golden/qwen3moe-iq4_xs: `llama-quantize --pure` IQ4_XS (IQ4_NL where 256 does not
+  // divide a row) of the shared qwen3moe, by the llama.cpp of tests/data/golden/README.md.
+  const std::string shared = test::shared_dir() + "/golden/",
+                    repo = std::string(SLUICE_SOURCE_DIR) + "/tests/data/golden/";
+  const std::pair<std::string, std::string> pairs[] = {{"llama_dense", "llama_dense-Q4_K_M"},
                                                        {"llama_dense", "llama_dense-Q8_0"},
                                                        {"qwen3moe", "qwen3moe-Q4_K_M"},
-                                                       {"qwen3moe", "qwen3moe-Q8_0"}};
+                                                       {"qwen3moe", "qwen3moe-Q8_0"},
+                                                       {"qwen3moe", repo + "qwen3moe-iq4_xs"}};
   std::map<std::string, std::pair<int64_t, int64_t>> stats;  // type -> (blocks, differing blocks)
   for (const auto& [src_name, dst_name] : pairs) {
-    const auto& src = oracle_dump_gguf(test::shared_dir() + "/golden/" + src_name + "/model.gguf");
-    const auto& dst = oracle_dump_gguf(test::shared_dir() + "/golden/" + dst_name + "/model.gguf");
+    const auto& src = oracle_dump_gguf(shared + src_name + "/model.gguf");
+    const auto& dst = oracle_dump_gguf((dst_name[0] == '/' ? dst_name : shared + dst_name) + "/model.gguf");
     ASSERT_FALSE(src.empty());
     ASSERT_FALSE(dst.empty());
     std::map<std::string, const OracleTensor*> by_name;
@@ -894,6 +901,8 @@ TEST(QuantOracle, RequantizingGoldenSourcesReproducesLlamaQuantize) {
   for (const auto& [tn, st] : stats)
     std::printf("  [requantize] %s: %lld blocks, %lld differ from llama-quantize\n", tn.c_str(), (long long)st.first,
                 (long long)st.second);
+  for (const char* tn : {"q4_K", "q6_K", "q8_0", "iq4_xs", "iq4_nl"})
+    EXPECT_GT(stats[tn].first, 0) << "no " << tn << " tensor was compared";
 }
 
 // IQ4_NL and IQ4_XS, which gguf-py cannot encode: ggml's own encoders (quantize_iq4_nl /
