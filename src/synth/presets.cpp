@@ -324,8 +324,8 @@ const std::vector<SynthShape>& synth_presets() {
 }
 
 const std::vector<std::string>& synth_type_names() {
-  static const std::vector<std::string> names = {"f32",  "f16",    "q8_0",   "q4_0",  "q4_k",
-                                                 "q6_k", "q4_k_m", "iq4_nl", "iq4_xs"};
+  static const std::vector<std::string> names = {"f32",  "f16",  "q8_0",   "q4_0",   "q2_k",  "q3_k",
+                                                 "q4_k", "q6_k", "q4_k_m", "iq4_nl", "iq4_xs"};
   return names;
 }
 

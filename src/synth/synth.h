@@ -125,14 +125,14 @@ SynthShape synth_resolve_shape(const SynthOptions& opt, int64_t tokenizer_vocab)
 // `n_expert` experts written with output type `type` (a synth_type_names() entry):
 //  - 1-D tensors, *_norm.weight, biases and ffn_gate_inp routers stay F32 (llama.cpp never
 //    quantizes them, and Sluice's ops read them as floats);
-//  - f32/f16: every other tensor in that type; q8_0, q4_0, q4_k, q6_k, iq4_nl, iq4_xs: every
-//    other tensor in that type, as `llama-quantize --pure` does;
+//  - f32/f16: every other tensor in that type; q8_0, q4_0, q2_k, q3_k, q4_k, q6_k, iq4_nl,
+//    iq4_xs: every other tensor in that type, as `llama-quantize --pure` does;
 //  - q4_k_m: llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M rule (src/llama-quant.cpp,
 //    llama_tensor_get_type_impl): Q4_K, except output.weight Q6_K; attn_v and every ffn_down*
 //    Q6_K in the layers use_more_bits picks (the first and last eighth of the layers and every
 //    third one between); with exactly 8 experts attn_v and attn_k Q8_0 and attn_output Q5_K;
 //  - then llama.cpp's fallback for rows that are not a whole number of blocks
-//    (tensor_type_fallback): Q4_K -> Q5_0, Q6_K -> Q8_0, Q5_K -> Q5_1, IQ4_XS -> IQ4_NL, and F16 when even that
+//    (tensor_type_fallback): Q2_K, Q3_K -> Q4_0, Q4_K -> Q5_0, Q6_K -> Q8_0, Q5_K -> Q5_1, IQ4_XS -> IQ4_NL, and F16 when even that
 //    block (32) does not divide the row; output.weight falls back to Q8_0 directly. Q4_0/Q8_0
 //    rows that 32 does not divide become F16 (llama.cpp has no fallback for them and refuses).
 //  - ssm_conv1d.weight (Mamba / Gated DeltaNet conv taps) stays F32 in every type: llama-quantize

@@ -37,6 +37,8 @@ DType fallback(DType t, int64_t ne0) {
     case DType::Q5_K: f = DType::Q5_1; break;
     case DType::Q6_K: f = DType::Q8_0; break;
     case DType::IQ4_XS: f = DType::IQ4_NL; break;
+    case DType::Q2_K:
+    case DType::Q3_K: f = DType::Q4_0; break;
     default: f = DType::F16; break;  // Q4_0/Q8_0/IQ4_NL: no smaller block; F16 as llama.cpp
   }
   if (ne0 % dtype_traits(f).block_size != 0) f = DType::F16;
@@ -57,6 +59,8 @@ DType synth_tensor_type(std::string_view type, std::string_view name, const std:
   if (type == "f16") return DType::F16;
   if (type == "q8_0") return fallback(DType::Q8_0, ne[0]);
   if (type == "q4_0") return fallback(DType::Q4_0, ne[0]);
+  if (type == "q2_k") return fallback(DType::Q2_K, ne[0]);
+  if (type == "q3_k") return fallback(DType::Q3_K, ne[0]);
   if (type == "q4_k") return fallback(DType::Q4_K, ne[0]);
   if (type == "q6_k") return fallback(DType::Q6_K, ne[0]);
   if (type == "iq4_nl") return fallback(DType::IQ4_NL, ne[0]);

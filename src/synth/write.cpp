@@ -22,12 +22,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // general.file_type: llama.cpp's llama_ftype of the mix (informational for loaders). The pure
-// K types have no ftype of their own; q4_k is reported as MOSTLY_Q4_K_S (14), q6_k as Q6_K (18).
+// K types have no ftype of their own; q3_k is reported as MOSTLY_Q3_K_S (11), q4_k as MOSTLY_Q4_K_S
+// (14), q6_k as Q6_K (18).
 uint32_t ftype_of(const std::string& type) {
   if (type == "f32") return 0;
   if (type == "f16") return 1;
   if (type == "q4_0") return 2;
   if (type == "q8_0") return 7;
+  if (type == "q2_k") return 10;
+  if (type == "q3_k") return 11;
   if (type == "q4_k") return 14;
   if (type == "q4_k_m") return 15;
   if (type == "q6_k") return 18;

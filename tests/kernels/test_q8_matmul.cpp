@@ -228,7 +228,7 @@ TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
       }
     }
   }
-  EXPECT_EQ(tiled_types, 9) << "Q4_0, Q4_1, Q5_0, Q5_1, Q8_A, Q8_0, Q4_K, Q5_K and Q6_K have tiles";
+  EXPECT_EQ(tiled_types, 10) << "Q4_0, Q4_1, Q5_0, Q5_1, Q8_A, Q8_0, IQ4_NL, Q4_K, Q5_K and Q6_K have tiles";
   // Without VNNI (kernels_q8_tiles_avx2.h) every type but the 8-bit codes (whose vpmaddubsw
   // pairs would saturate) has tiles, so the loop above compared them with the twin.
   if (cpu_isa_available(CpuIsa::avx2)) {

@@ -289,6 +289,11 @@ TEST(Synth, Q4KMTypesMatchLlamaQuantize) {
   // Fallbacks: rows that 256 does not divide.
   EXPECT_EQ(synth_tensor_type("q4_k", "blk.0.attn_q.weight", {128, 128}, 2, 0), DType::Q5_0);
   EXPECT_EQ(synth_tensor_type("q6_k", "blk.0.attn_q.weight", {128, 128}, 2, 0), DType::Q8_0);
+  EXPECT_EQ(synth_tensor_type("q3_k", "blk.0.attn_q.weight", {128, 128}, 2, 0), DType::Q4_0);
+  EXPECT_EQ(synth_tensor_type("q2_k", "blk.0.attn_q.weight", {256, 128}, 2, 0), DType::Q2_K);
+  EXPECT_EQ(synth_tensor_type("iq4_xs", "blk.0.attn_q.weight", {128, 128}, 2, 0), DType::IQ4_NL);
+  EXPECT_EQ(synth_tensor_type("iq4_xs", "blk.0.attn_q.weight", {256, 128}, 2, 0), DType::IQ4_XS);
+  EXPECT_EQ(synth_tensor_type("iq4_nl", "blk.0.attn_q.weight", {48, 128}, 2, 0), DType::F16);
   EXPECT_EQ(synth_tensor_type("q4_k_m", "output.weight", {128, 512}, 2, 0), DType::Q8_0);
   EXPECT_EQ(synth_tensor_type("q8_0", "blk.0.attn_q.weight", {48, 128}, 2, 0), DType::F16);
   EXPECT_EQ(synth_tensor_type("q4_k_m", "blk.0.ffn_gate_inp.weight", {256, 8}, 2, 8), DType::F32);
@@ -707,8 +712,8 @@ TEST(Synth, ClearErrors) {
   expect_error(a, "unknown architecture 'gpt5'");
   a = o, a.arch = "llama", a.preset = "huge";
   expect_error(a, "unknown preset 'huge'");
-  a = o, a.arch = "llama", a.type = "q3_k";
-  expect_error(a, "unknown type 'q3_k'");
+  a = o, a.arch = "llama", a.type = "iq2_xxs";
+  expect_error(a, "unknown type 'iq2_xxs'");
   a = o, a.arch = "olmoe", a.preset = "qwen3-30b-a3b";
   expect_error(a, "is a qwen3moe model");
   a = o, a.preset = "tiny";  // tiny exists for every arch

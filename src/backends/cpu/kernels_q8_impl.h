@@ -203,16 +203,31 @@ inline __m256i q8_iq4_levels() {
   return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
 }
 #endif
-// IQ4_NL: x = d·kIq4nlValues[c], the 4-bit codes c in Q4_0's layout; the levels are signed
-// bytes (|v| <= 127), so they take the signed route like Q8_0's quants.
+// IQ4_NL: x = d·kIq4nlValues[q], the 4-bit q in Q4_0's layout. As codes (the prefill tiles), the
+// level + 128 (unsigned, like Q8_0's quants in its tile): kOff 128, kWide (above 127: no maddubs
+// tiles). The row dots take the levels themselves, signed (|v| <= 127), like Q8_0's quants.
+struct Iq4NlCodes {
+  using Block = block_iq4_nl;
+  static constexpr int kOff = 128;
+  static constexpr bool kMin = false;
+  static constexpr bool kWide = true;
+  static constexpr bool kFive = false;
+  static int code(const Block& b, int j) { return kIq4nlValues[j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4] + 128; }
+#if SLUICE_Q8_SIMD
+  static __m256i levels(const Block& b) { return _mm256_shuffle_epi8(q8_iq4_levels(), q8_nibbles32(b.qs)); }
+  static __m256i codes(const Block& b) {
+    return _mm256_xor_si256(levels(b), _mm256_set1_epi8(static_cast<char>(0x80)));
+  }
+#endif
+};
 struct Q8Unpack_iq4_nl {
   using Block = block_iq4_nl;
   static constexpr bool kMin = false;
   static constexpr bool kNarrow = false;
 #if SLUICE_Q8_SIMD
-  static __m256i bytes(const Block& b) { return _mm256_shuffle_epi8(q8_iq4_levels(), q8_nibbles32(b.qs)); }
+  static __m256i bytes(const Block& b) { return Iq4NlCodes::levels(b); }
 #endif
-  static int value(const Block& b, int j) { return kIq4nlValues[j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4]; }
+  static int value(const Block& b, int j) { return Iq4NlCodes::code(b, j) - 128; }
 };
 
 // One token's Q8_0 activations with what every weight row needs of them, computed once per
@@ -1554,11 +1569,11 @@ inline float q8_0_tile_step(const Q80Tile& b, const block_q8_0& a, int64_t r, fl
   {}
 #endif
 
-// ---- Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_A prefill tiles ---------------------------------------
+// ---- Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_A / IQ4_NL prefill tiles ------------------------------
 // The Q8_0 tile's layout with each weight's unsigned code c (4, 5 or 8 bits) in place of the
 // quant: qs[g][r] is word g (elements 4g..4g+3) of row r's 32 codes, so vpdpbusd takes them as
 // its unsigned operand. Per block, with s = Σ c·a and Σa exact int32 sums, into lane i mod 4,
-//   Q4_0, Q5_0 (x = d·(c − off), off 8 or 16):  L = fma(s − off·Σa, d·d_a, L)
+//   Q4_0, Q5_0, IQ4_NL (x = d·(c − off), off 8, 16, 128):  L = fma(s − off·Σa, d·d_a, L)
 //   Q4_1, Q5_1, Q8_A (x = d·c + m):             L = fma(s, d·d_a, L); L = fma(Σa, m·d_a, L)
 // (m is unused for the first two): the row path's (Dot32) exact sums and float operations, so
 // tiles and rows agree bitwise.
@@ -1863,7 +1878,7 @@ constexpr Q8Kernels q8_table(const char* name) {
       .q6_K = {DType::Q8_K, q8_gemm<Dot_q6_K, QK_K>, SLUICE_Q8_Q6_K_TILE},
       .q2_K = {DType::Q8_K, q8_gemm<Dot_q2_K, QK_K>, {}},
       .q3_K = {DType::Q8_K, q8_gemm<Dot_q3_K, QK_K>, {}},
-      .iq4_nl = {DType::Q8_0, q8_gemm32<Q8Unpack_iq4_nl>, {}},
+      .iq4_nl = {DType::Q8_0, q8_gemm32<Q8Unpack_iq4_nl>, SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<Iq4NlCodes>)},
       .iq4_xs = {DType::Q8_K, q8_gemm<Dot_iq4_xs, QK_K>, {}},
       .quantize_q8_K = SLUICE_Q8_QUANTIZE_Q8_K,
       .quantize_q8_0 = SLUICE_Q8_QUANTIZE_Q8_0,
