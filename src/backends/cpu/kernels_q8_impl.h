@@ -138,6 +138,7 @@ struct AffineQ8Codes {
   static constexpr int kOff = 0;
   static constexpr bool kMin = true;
   static constexpr bool kWide = true;
+  static constexpr bool kFive = false;
   static int code(const Block& b, int j) { return b.qs[j]; }
 #if SLUICE_Q8_SIMD
   static __m256i codes(const Block& b) { return q8_load(b.qs); }
