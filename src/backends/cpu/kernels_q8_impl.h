@@ -1429,6 +1429,63 @@ inline float q6_K_tile_step(const Q6KTile& b, const block_q8_K& a, int64_t r, fl
   { q6_K_tile_bytes, q6_K_tile_pack_256, q8_tile_gemm_256<Q6KTile, Q6KTile256> }
 #endif
 
+// ---- IQ4_XS prefill tiles -----------------------------------------------------------------
+// One packed super-block of 16 rows: qs[w][r] is word w of row r's qs as stored (word 4s + g of
+// sub-block s: its elements 4g..4g+3 in the low nibbles, 16 + 4g.. in the high), sc[s][r] its
+// scale ls − 32, d[r] its fp16 d as float. Per super-block and row, with the exact int32
+//   sumi = Σ_s sc_s·Σ_k level(q_k)·a_k:   acc = fma(sumi, d·d_a, acc)
+// (the row dots add the same sums in 8 lanes: equal to float rounding). The AVX2 tiles
+// (kernels_q8_tiles_avx2.h) and this scalar twin are bitwise equal; the VNNI level keeps rows.
+struct QIq4XsTile {
+  uint32_t qs[32][kQ8TileRows];
+  int8_t sc[8][kQ8TileRows];
+  float d[kQ8TileRows];
+};
+static_assert(sizeof(QIq4XsTile) % 64 == 0, "tiles are read as 64-byte vectors");
+inline size_t iq4_xs_tile_bytes(int64_t n) { return static_cast<size_t>(n / QK_K) * sizeof(QIq4XsTile); }
+// The scales and d of super-block i of nr rows (zero past nr), shared by both packs.
+inline void iq4_xs_tile_scales(const uint8_t* wb, size_t row_bytes, int64_t nr, int64_t i, QIq4XsTile& b) {
+  for (int64_t r = 0; r < kQ8TileRows; ++r) {
+    const auto* x = reinterpret_cast<const block_iq4_xs*>(wb + r * row_bytes) + i;
+    for (int sb = 0; sb < 8; ++sb) b.sc[sb][r] = static_cast<int8_t>(r < nr ? iq4_xs_scale(*x, sb) - 32 : 0);
+    b.d[r] = r < nr ? q8_half(x->d) : 0.0f;
+  }
+}
+inline void iq4_xs_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  auto* T = reinterpret_cast<QIq4XsTile*>(tile);
+  __builtin_memset(tile, 0, iq4_xs_tile_bytes(n));
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    for (int64_t r = 0; r < nr; ++r) {
+      const auto* x = reinterpret_cast<const block_iq4_xs*>(wb + r * row_bytes) + i;
+      for (int k = 0; k < 32; ++k) __builtin_memcpy(&T[i].qs[k][r], x->qs + 4 * k, 4);
+    }
+    iq4_xs_tile_scales(wb, row_bytes, nr, i, T[i]);
+  }
+}
+#if !SLUICE_Q8_SIMD
+inline float iq4_xs_tile_step(const QIq4XsTile& b, const block_q8_K& a, int64_t r, float acc) {
+  int32_t sumi = 0;
+  for (int sb = 0; sb < 8; ++sb) {
+    int32_t ss = 0;
+    for (int k = 0; k < 16; ++k) {
+      const uint8_t q = reinterpret_cast<const uint8_t*>(&b.qs[4 * sb + k / 4][r])[k % 4];
+      ss += kIq4nlValues[q & 0xF] * a.qs[32 * sb + k] + kIq4nlValues[q >> 4] * a.qs[32 * sb + 16 + k];
+    }
+    sumi += b.sc[sb][r] * ss;
+  }
+  return std::fma(static_cast<float>(sumi), b.d[r] * a.d, acc);
+}
+#define SLUICE_Q8_IQ4_XS_TILE \
+  { iq4_xs_tile_bytes, iq4_xs_tile_pack, q8_tile_gemm_scalar<QIq4XsTile, block_q8_K, QK_K, iq4_xs_tile_step> }
+#elif SLUICE_Q8_VNNI
+#define SLUICE_Q8_IQ4_XS_TILE \
+  {}
+#else
+#define SLUICE_Q8_IQ4_XS_TILE \
+  { iq4_xs_tile_bytes, iq4_xs_tile_pack_256, q8_tile_gemm_256<QIq4XsTile, Iq4XsTile256> }
+#endif
+
 // ---- Q8_0 prefill tiles ------------------------------------------------------------------
 // One 32-element block of 16 rows: qs[g][r] is word g of row r's quants with 128 added to
 // each byte (q ^ 0x80), so vpdpbusd can take them as its unsigned operand; the dot then
@@ -1893,7 +1950,7 @@ constexpr Q8Kernels q8_table(const char* name) {
       .q2_K = {DType::Q8_K, q8_gemm<Dot_q2_K, QK_K>, {}},
       .q3_K = {DType::Q8_K, q8_gemm<Dot_q3_K, QK_K>, {}},
       .iq4_nl = {DType::Q8_0, q8_gemm32<Q8Unpack_iq4_nl>, SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<Iq4NlCodes>)},
-      .iq4_xs = {DType::Q8_K, q8_gemm<Dot_iq4_xs, QK_K>, {}},
+      .iq4_xs = {DType::Q8_K, q8_gemm<Dot_iq4_xs, QK_K>, SLUICE_Q8_IQ4_XS_TILE},
       .quantize_q8_K = SLUICE_Q8_QUANTIZE_Q8_K,
       .quantize_q8_0 = SLUICE_Q8_QUANTIZE_Q8_0,
   };
@@ -1901,6 +1958,7 @@ constexpr Q8Kernels q8_table(const char* name) {
 #undef SLUICE_Q8_Q4_K_TILE
 #undef SLUICE_Q8_Q5_K_TILE
 #undef SLUICE_Q8_Q6_K_TILE
+#undef SLUICE_Q8_IQ4_XS_TILE
 #undef SLUICE_Q8_Q8_0_TILE
 #undef SLUICE_Q8_LEGACY_TILE
 #undef SLUICE_Q8_QUANTIZE_Q8_K

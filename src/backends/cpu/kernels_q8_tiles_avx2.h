@@ -1,5 +1,5 @@
 // backends/cpu/kernels_q8_tiles_avx2: the prefill tiles (kernels.h, Q8TileOps) of Q4_K, Q5_K,
-// Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, Q8_A and IQ4_NL for levels without VNNI (AVX2, and AVX-512 without VNNI), on the tile layouts and
+// Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, Q8_A, IQ4_NL and IQ4_XS for levels without VNNI (AVX2, and AVX-512 without VNNI), on the tile layouts and
 // scalar packs of kernels_q8_impl.h. Included by kernels_q8_impl.h inside its namespace when
 // SLUICE_Q8_SIMD && !SLUICE_Q8_VNNI; includes nothing itself.
 //
@@ -265,6 +265,50 @@ struct Q6KTile256 {
     }
   }
 };
+
+// The IQ4_XS tiles: levels are signed (|v| ≤ 127), so per vector and token the sign trick and one
+// vpmaddwd by the sub-block's scale (pairs ≤ 2·127·127 leave no room for 16-bit runs); the buffer
+// holds the levels (one byte shuffle of the codes at unpack), as iq4_xs_tile_step.
+struct Iq4XsTile256 {
+  static void unpack(const QIq4XsTile& b, int h, Tile256Buf& u) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), levels = q8_iq4_levels();
+    for (int sb = 0; sb < 8; ++sb) {
+      for (int g = 0; g < 4; ++g) {
+        const __m256i raw = q8_load(b.qs[4 * sb + g] + 8 * h);
+        u.w[8 * sb + g] = _mm256_shuffle_epi8(levels, _mm256_and_si256(raw, m4));
+        u.w[8 * sb + 4 + g] = _mm256_shuffle_epi8(levels, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+      }
+      u.sc[sb] = q8_pair16(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.sc[sb] + 8 * h))));
+    }
+    u.d = _mm256_loadu_ps(b.d + 8 * h);
+  }
+  template <int NT>
+  static void tokens(const QIq4XsTile&, int, const Tile256Buf& u, const block_q8_K* const a[NT], __m256 acc[NT]) {
+    __m256i sumi[NT];
+    for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+    for (int sb = 0; sb < 8; ++sb)
+      for (int g = 0; g < 8; ++g) {
+        const __m256i w = u.w[8 * sb + g], uw = _mm256_sign_epi8(w, w);
+        for (int t = 0; t < NT; ++t) {
+          const __m256i av = _mm256_sign_epi8(q8_bcst32_256(a[t]->qs + 32 * sb + 4 * g), w);
+          sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(uw, av), u.sc[sb]));
+        }
+      }
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_mul_ps(u.d, _mm256_set1_ps(a[t]->d)), acc[t]);
+  }
+};
+// iq4_xs_tile_pack's bytes: the qs words transposed 8 rows at a time.
+inline void iq4_xs_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  auto* T = reinterpret_cast<QIq4XsTile*>(tile);
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const size_t o = static_cast<size_t>(i) * sizeof(block_iq4_xs) + offsetof(block_iq4_xs, qs);
+    q8_pack_words_256(wb, row_bytes, nr, o, 16, T[i].qs);
+    q8_pack_words_256(wb, row_bytes, nr, o + 64, 16, T[i].qs + 16);
+    iq4_xs_tile_scales(wb, row_bytes, nr, i, T[i]);
+  }
+}
 
 // Q8TileOps::gemm: tokens in chunks of kChunk (their accumulators in an L1 buffer); per chunk
 // and half of 8 rows that holds any of the nr, each super-block is unpacked once (Kind::unpack)
