@@ -440,6 +440,16 @@ void q8_gemm32(const void* w, size_t row_bytes, int64_t n_rows, const void* act,
   }
 }
 
+#if SLUICE_Q8_SIMD
+// The super-block types' float step: each token's exact super-block sum into its 8 float lanes,
+// acc += (d_a·d)·sumi.
+template <int NT>
+inline void q8_acc_superblock(__m256 acc[NT], const __m256i sumi[NT], const block_q8_K* const a[NT], float xd) {
+  for (int t = 0; t < NT; ++t)
+    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * xd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+}
+#endif
+
 // ---- Q4_K / Q5_K · Q8_K: x = (d·sc)·q - dmin·m per sub-block of 32, so
 // dot = d·Σ_j sc_j·Σ q·a - dmin·Σ_j m_j·(bsums[2j] + bsums[2j+1]). Chunk c of 64 elements
 // is the low nibbles (sub-block 2c) then the high nibbles (2c+1) of qs[32c..32c+32]; Q5_K's
@@ -507,8 +517,7 @@ inline void q8_dot_k4(const void* w, const uint8_t* act, size_t astride, int64_t
         sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
       }
     }
-    for (int t = 0; t < NT; ++t)
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * xd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+    q8_acc_superblock<NT>(acc, sumi, a, xd);
 #else
     for (int t = 0; t < NT; ++t) {
       int32_t sumi = 0;
@@ -657,9 +666,7 @@ inline void q8_dot_q6_K(const void* w, const uint8_t* act, size_t astride, int64
         }
       }
     }
-    const float xd = q8_half(x[i].d);
-    for (int t = 0; t < NT; ++t)
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * xd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+    q8_acc_superblock<NT>(acc, sumi, a, q8_half(x[i].d));
   }
   for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]);
 #else
@@ -769,9 +776,8 @@ inline void q8_dot_q23_K(const void* w, const uint8_t* act, size_t astride, int6
         }
       }
     }
-    const float xd = q8_half(x[i].d);
+    q8_acc_superblock<NT>(acc, sumi, a, q8_half(x[i].d));
     for (int t = 0; t < NT; ++t) {
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * xd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
       if constexpr (!kQ3)
         accm[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * q8_half(x[i].dmin)), _mm256_cvtepi32_ps(mins[t]), accm[t]);
     }
@@ -864,9 +870,7 @@ inline void q8_dot_iq4_xs(const void* w, const uint8_t* act, size_t astride, int
         sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, scs));
       }
     }
-    const float xd = q8_half(x[i].d);
-    for (int t = 0; t < NT; ++t)
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * xd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+    q8_acc_superblock<NT>(acc, sumi, a, q8_half(x[i].d));
   }
   for (int t = 0; t < NT; ++t) out[t * ostride] = q8_hsum(acc[t]);
 #else
