@@ -713,7 +713,7 @@ TEST(QuantOracle, GoldenModelsDecodeIdentically) {
   SLUICE_REQUIRE_SHARED();
   SLUICE_REQUIRE_ORACLE();
   std::map<std::string, int64_t> checked;  // type name -> elements compared
-  for (const std::string m :
+  for (const std::string& m :
        std::vector<std::string>{"llama_dense-Q4_K_M", "qwen3moe-Q4_K_M", "llama_dense-Q8_0", "qwen3moe-Q8_0",
                                 "llama_dense", std::string(SLUICE_SOURCE_DIR) + "/tests/data/golden/qwen3moe-iq4_xs"}) {
     const std::string path = (m[0] == '/' ? m : test::shared_dir() + "/golden/" + m) + "/model.gguf";
