@@ -179,7 +179,7 @@ CommandRunner add_synth_command(CLI::App& app) {
   cmd->add_option("--vocab", o.vocab, "override the vocabulary size (pads the tokenizer with unused tokens)");
   cmd->add_option(
          "--type", o.type,
-         "f32 | f16 | q8_0 | q4_0 | q4_k | q6_k | q4_k_m; with --format mlx f32 | f16 | bf16 | q2 | q3 | q4 | q5 | q6 | q8")
+         "f32 | f16 | q8_0 | q4_0 | q4_k | q6_k | q4_k_m | q2_k | q3_k | iq4_nl | iq4_xs; with --format mlx f32 | f16 | bf16 | q2 | q3 | q4 | q5 | q6 | q8")
       ->capture_default_str();
   cmd->add_option("--format", o.format,
                   "gguf (one file, llama.cpp's layout) | mlx (a folder as mlx_lm.convert writes it)")

@@ -47,6 +47,27 @@ namespace {
 bool before(const TokenCandidate& a, const TokenCandidate& b) {
   return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
 }
+
+// Drops, in one pass, entries that cannot be among the k first of the sorted order: a buffer at
+// the front collects every entry not below the running threshold, and when it fills, a
+// selection keeps its k first and raises the threshold to the k-th's logit (an entry below it
+// is after k kept ones). Most of a vocabulary is then one compare per entry.
+void drop_below_top(std::vector<TokenCandidate>& d, size_t k) {
+  const size_t cap = 4 * k + 64;
+  float threshold = -std::numeric_limits<float>::infinity();
+  size_t w = 0;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (d[i].logit < threshold) continue;
+    d[w++] = d[i];
+    if (w == cap) {
+      std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(k - 1),
+                       d.begin() + static_cast<std::ptrdiff_t>(w), before);
+      threshold = d[k - 1].logit;
+      w = k;
+    }
+  }
+  d.erase(d.begin() + static_cast<std::ptrdiff_t>(w), d.end());
+}
 }  // namespace
 
 void Candidates::sort_desc() {
@@ -58,14 +79,33 @@ void Candidates::sort_desc() {
 void Candidates::keep_top(size_t k) {
   if (k >= data.size()) return sort_desc();
   if (!sorted) {
-    // O(n) selection, then a sort of the k kept: over a 151k vocabulary at k = 40 this is
-    // ~20x faster than sorting everything, and (the order being total) the same result.
+    // A threshold pass, a selection, then a sort of the k kept: over a 151k vocabulary at
+    // k = 40 ~0.1 ms instead of a ~15 ms sort, and (the order being total) the same result.
+    if (k > 0 && data.size() > 8 * k + 512) drop_below_top(data, k);
     std::nth_element(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(k), data.end(), before);
     std::sort(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(k), before);
     sorted = true;
   }
   // Shrinking with erase, not resize: GCC 12 -O3 -Warray-bounds misreads resize's grow path.
   data.erase(data.begin() + static_cast<std::ptrdiff_t>(k), data.end());
+}
+
+void Candidates::sort_range(size_t from, size_t to) {
+  const auto b = data.begin();
+  if (to < data.size())
+    std::nth_element(b + static_cast<std::ptrdiff_t>(from), b + static_cast<std::ptrdiff_t>(to), data.end(), before);
+  std::sort(b + static_cast<std::ptrdiff_t>(from), b + static_cast<std::ptrdiff_t>(to), before);
+}
+
+bool Candidates::exp_sum(double& max_logit, double& sum) const {
+  if (data.empty()) return false;
+  float m = data[0].logit;
+  for (const auto& t : data) m = std::max(m, t.logit);
+  if (!std::isfinite(m)) return false;
+  max_logit = m;
+  sum = 0.0;
+  for (const auto& t : data) sum += std::exp(static_cast<double>(t.logit) - max_logit);
+  return true;
 }
 
 void Candidates::softmax() {
@@ -101,13 +141,24 @@ bool PenaltiesStage::active() const {
 
 void PenaltiesStage::apply(Candidates& c) {
   if (!active() || counts_.empty()) return;
-  for (auto& t : c.data) {
-    const auto it = counts_.find(t.id);
-    if (it == counts_.end()) continue;
-    const int count = it->second;
+  auto penalize = [&](TokenCandidate& t, int count) {
     // Dividing a negative logit would raise it; multiplying pushes it further down instead.
     t.logit = t.logit <= 0.0f ? t.logit * repeat_ : t.logit / repeat_;
     t.logit -= static_cast<float>(count) * frequency_ + presence_;
+  };
+  // The chain's first stage sees the row in id order: each counted token is then found by
+  // index, not by a hash lookup per vocabulary entry.
+  bool by_index = true;
+  for (const auto& [id, count] : counts_)
+    by_index = by_index && id >= 0 && static_cast<size_t>(id) < c.data.size() &&
+               c.data[static_cast<size_t>(id)].id == id;
+  if (by_index) {
+    for (const auto& [id, count] : counts_) penalize(c.data[static_cast<size_t>(id)], count);
+  } else {
+    for (auto& t : c.data) {
+      const auto it = counts_.find(t.id);
+      if (it != counts_.end()) penalize(t, it->second);
+    }
   }
   c.sorted = false;
 }
@@ -135,17 +186,11 @@ void TopKStage::apply(Candidates& c) {
 
 void TopPStage::apply(Candidates& c) {
   if (p_ >= 1.0f || c.data.empty()) return;
-  c.softmax();
   double cum = 0.0;
-  size_t keep = c.data.size();
-  for (size_t i = 0; i < c.data.size(); ++i) {
-    cum += c.data[i].p;
-    if (cum >= p_) {  // min_keep = 1 is implied: i + 1 >= 1
-      keep = i + 1;
-      break;
-    }
-  }
-  c.data.erase(c.data.begin() + static_cast<std::ptrdiff_t>(keep), c.data.end());
+  // min_keep = 1 is implied: the stop index i keeps i + 1 >= 1 entries.
+  const size_t stop = c.walk_sorted([&](size_t i) { return (cum += c.data[i].p) >= p_; });
+  if (stop < c.data.size()) c.data.erase(c.data.begin() + static_cast<std::ptrdiff_t>(stop + 1), c.data.end());
+  c.sorted = true;
 }
 
 void MinPStage::apply(Candidates& c) {
@@ -220,15 +265,12 @@ int32_t Sampler::sample_unfiltered(const float* logits, int32_t n_vocab) {
   }
 
   for (auto& s : stages_) s->apply(cur_);
-  cur_.softmax();
   // Inverse-CDF draw over the kept entries, highest probability first. If rounding leaves the
   // running sum just below u, the last entry is taken.
   const double u = rng_.next_double();
   double cum = 0.0;
-  for (const auto& t : cur_.data) {
-    cum += t.p;
-    if (u < cum) return t.id;
-  }
+  const size_t pick = cur_.walk_sorted([&](size_t i) { return u < (cum += cur_.data[i].p); });
+  if (pick < cur_.data.size()) return cur_.data[pick].id;
   // The last entry that has any probability (a masked -inf entry at the end has none).
   for (auto it = cur_.data.rbegin(); it != cur_.data.rend(); ++it)
     if (it->p > 0) return it->id;

@@ -2,6 +2,8 @@
 // token id: penalties -> top_k -> top_p -> min_p -> temperature -> dist, with the semantics of
 // llama.cpp's llama_sampler_* stages (src/llama-sampling.cpp), and greedy argmax for temp <= 0.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -57,7 +59,46 @@ struct Candidates {
   void keep_top(size_t k);
   // p = softmax(logit) over the current entries, computed in double and stored as float. Sorts.
   void softmax();
+  // Walks the entries in sorted order with p = softmax(logit) over ALL current entries (what
+  // softmax() then a loop would see), sorting only as far as the walk goes: visit(i) sees
+  // data[0, i] sorted, their p set, and returns true to stop there. Returns the index it stopped
+  // at, or data.size() (everything sorted then). Over a 151k vocabulary a nucleus of a few
+  // hundred entries costs a selection instead of a full sort; p past the stop is stale there.
+  // Up to kWalkFullSortMax entries it is softmax() and a loop: every p set.
+  static constexpr size_t kWalkFullSortMax = 4096;
+  template <class Visit>
+  size_t walk_sorted(Visit&& visit);
+
+ private:
+  // Makes data[from, to) the next entries of the sorted order, sorted, given data[0, from) are.
+  void sort_range(size_t from, size_t to);
+  // The largest logit and the sum of exp(logit - max) over all entries, in double; false when
+  // the largest logit is not finite (softmax() has the rule for that).
+  bool exp_sum(double& max_logit, double& sum) const;
 };
+
+template <class Visit>
+size_t Candidates::walk_sorted(Visit&& visit) {
+  double max_logit = 0, sum = 0;
+  if (sorted || data.size() <= kWalkFullSortMax || !exp_sum(max_logit, sum)) {
+    softmax();
+    for (size_t i = 0; i < data.size(); ++i)
+      if (visit(i)) return i;
+    return data.size();
+  }
+  size_t done = 0;  // data[0, done) are sorted
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (i == done) {
+      const size_t next = std::min(data.size(), std::max<size_t>(256, 4 * done));
+      sort_range(done, next);
+      done = next;
+    }
+    data[i].p = static_cast<float>(std::exp(static_cast<double>(data[i].logit) - max_logit) / sum);
+    if (visit(i)) return i;
+  }
+  sorted = true;
+  return data.size();
+}
 
 // One stage of the chain. accept()/reset() let stateful stages (penalties) track history.
 class SamplerStage {
@@ -161,7 +202,8 @@ class Sampler {
 
   const SamplerParams& params() const { return params_; }
   // The candidates left after the last sample()'s filtering stages, with p normalized over them
-  // (empty after a greedy sample). For tests and logprob reporting.
+  // (empty after a greedy sample; over Candidates::kWalkFullSortMax of them, p only as far as
+  // the draw walked). For tests and logprob reporting.
   const Candidates& last_candidates() const { return cur_; }
 
  private:

@@ -202,6 +202,66 @@ TEST(SamplingTopP, KeepsSmallestPrefixReachingP) {
   for (int32_t id : {1, 2, 3}) EXPECT_GT(h.count(id), 0u) << id;
 }
 
+// The full-sort reference of the nucleus and the draw: every entry sorted (descending logit,
+// ties by id), p in double over all of them, then the running sums.
+std::vector<int32_t> sorted_ids(const std::vector<float>& l) {
+  std::vector<int32_t> ids(l.size());
+  for (size_t i = 0; i < l.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+  return ids;
+}
+
+// Over a vocabulary-sized row (where the nucleus and the draw sort only as far as they walk),
+// the kept set and the drawn tokens equal the full-sort reference's, for nuclei of one entry to
+// thousands, with ties; and a draw's u picks the entry whose running sum first passes it.
+TEST(SamplingTopP, PartialWalkEqualsFullSortOnAVocabulary) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  std::vector<float> l(151936);
+  for (float sigma : {0.5f, 3.0f, 12.0f}) {
+    for (auto& v : l) v = std::round(n01(rng) * sigma * 8.0f) / 8.0f;  // coarse: ties everywhere
+    const auto ids = sorted_ids(l);
+    const auto p = softmax(l);
+    for (float top_p : {0.05f, 0.5f, 0.9f, 0.999f}) {
+      double cum = 0;
+      size_t keep = ids.size();
+      for (size_t i = 0; i < ids.size(); ++i)
+        if ((cum += static_cast<float>(p[static_cast<size_t>(ids[i])])) >= top_p) {
+          keep = i + 1;
+          break;
+        }
+      Candidates c = make(l);
+      TopPStage(top_p).apply(c);
+      ASSERT_EQ(c.data.size(), keep) << "sigma " << sigma << " top_p " << top_p;
+      EXPECT_TRUE(c.sorted);
+      for (size_t i = 0; i < keep; ++i) ASSERT_EQ(c.data[i].id, ids[i]) << i;
+    }
+    // The draw with every filter off walks the whole row: the same u gives the reference's pick.
+    Sampler s(plain(5));
+    Rng r(5);
+    for (int d = 0; d < 20; ++d) {
+      const double u = r.next_double();
+      double cum = 0;
+      int32_t want = ids.back();
+      for (int32_t id : ids)
+        if (u < (cum += static_cast<float>(p[static_cast<size_t>(id)]))) {
+          want = id;
+          break;
+        }
+      ASSERT_EQ(s.sample(l.data(), static_cast<int32_t>(l.size())), want) << "sigma " << sigma << " draw " << d;
+    }
+  }
+  // Negative control: the reference's cut moves when one entry of the nucleus is dropped.
+  for (auto& v : l) v = n01(rng) * 3.0f;
+  Candidates c = make(l);
+  TopPStage(0.5f).apply(c);
+  std::vector<float> l2 = l;
+  l2[static_cast<size_t>(c.data[0].id)] = -1e9f;
+  Candidates c2 = make(l2);
+  TopPStage(0.5f).apply(c2);
+  EXPECT_NE(c.data.size(), c2.data.size());
+}
+
 TEST(SamplingMinP, KeepsProbsAboveFractionOfMax) {
   // probs 0.4, 0.3, 0.2, 0.1 -> min_p 0.5 keeps p >= 0.2: ids with 0.4, 0.3, 0.2.
   const std::vector<float> l = {std::log(0.1f), std::log(0.4f), std::log(0.2f), std::log(0.3f)};
@@ -258,6 +318,11 @@ TEST(SamplingPenalties, ChangeLogitsByDocumentedAmount) {
   EXPECT_FLOAT_EQ(c.data[1].logit, 4.0f / 2 - 2 * 0.5f - 0.25f);   // positive: divided; count 2
   EXPECT_FLOAT_EQ(c.data[2].logit, -1.0f * 2 - 1 * 0.5f - 0.25f);  // negative: multiplied; count 1
   EXPECT_FLOAT_EQ(c.data[3].logit, 0.0f);
+  // Entries out of id order (the lookup path): the same logits per id.
+  Candidates shuffled = make({3.0f, 4.0f, -1.0f, 0.0f});
+  std::reverse(shuffled.data.begin(), shuffled.data.end());
+  pen.apply(shuffled);
+  for (const auto& t : shuffled.data) EXPECT_EQ(t.logit, c.data[static_cast<size_t>(t.id)].logit) << t.id;
   // Window: with last_n = 2 the first "1" falls out, so count(1) = 1.
   PenaltiesStage win(2, 1.0f, 1.0f, 0.0f);
   for (int32_t t : {1, 1, 2}) win.accept(t);
