@@ -11,6 +11,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/backend.h"
@@ -155,6 +156,41 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DeltaRule,
                                   std::to_string(i.param.Hv) + "_D" + std::to_string(i.param.Dk) + "x" +
                                   std::to_string(i.param.Dv) + (i.param.per_channel ? "_kda" : "_gdn");
                          });
+
+// Kernels::matmul_acc_f32 (the chunked rule's products) on every level against a float64 product
+// added to C's entries, at shapes with row and column tails and strided operands; negative
+// control: B read transposed.
+TEST(MatmulAccF32, EveryLevelMatchesFloat64) {
+  for (CpuIsa isa : test::available_isas()) {
+    const cpu::Kernels& k = cpu::kernels_for(isa);
+    for (auto [m, n, kd] : {std::tuple<int64_t, int64_t, int64_t>{64, 128, 128}, {7, 37, 5}, {13, 16, 64}, {1, 3, 1}}) {
+      const size_t lda = static_cast<size_t>(kd + 3), ldb = static_cast<size_t>(n + 5),
+                   ldc = static_cast<size_t>(n + 2);
+      const std::vector<float> a = randn(static_cast<size_t>(m) * lda, 31),
+                               b = randn(static_cast<size_t>(kd) * ldb, 32);
+      const std::vector<float> c = randn(static_cast<size_t>(m) * ldc, 33);
+      std::vector<float> want = c, bad = c;  // the padding past n stays as it was
+      auto product = [&](bool transposed, std::vector<float>& out) {
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double acc = c[static_cast<size_t>(i) * ldc + j];
+            for (int64_t p = 0; p < kd; ++p)
+              acc += static_cast<double>(a[static_cast<size_t>(i) * lda + p]) *
+                     b[transposed ? static_cast<size_t>(j % kd) * ldb + p % n : static_cast<size_t>(p) * ldb + j];
+            out[static_cast<size_t>(i) * ldc + j] = static_cast<float>(acc);
+          }
+      };
+      product(false, want);
+      product(true, bad);
+      std::vector<float> got = c;
+      k.matmul_acc_f32(a.data(), lda, b.data(), ldb, got.data(), ldc, m, n, kd);
+      EXPECT_LE(nmse(want, got), 1e-12) << cpu_isa_name(isa) << " " << m << "x" << n << "x" << kd;
+      if (kd > 1) {
+        EXPECT_GT(nmse(want, bad), 1e-3) << "negative control " << m << "x" << n << "x" << kd;
+      }
+    }
+  }
+}
 
 TEST(DeltaRuleChunk, NegativeControlChunkWithoutEnteringState) {
   // A chunk that starts from a zero state instead of the carried one must be caught.

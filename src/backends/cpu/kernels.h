@@ -62,6 +62,12 @@ struct Kernels {
   // element: bitwise the same as n_rows axpy calls, but y stays in registers.
   void (*axpy_rows_f32)(const float* a, const float* x, size_t ldx, int64_t n_rows, float* y, int64_t n);
   void (*axpy_rows_f16)(const float* a, const uint16_t* x, size_t ldx, int64_t n_rows, float* y, int64_t n);
+  // C[i·ldc + j] += Σ_p A[i·lda + p]·B[p·ldb + j] for i < m, j < n, p < k: a row-major product
+  // accumulated into C, each element's sum fused-multiply-added in increasing p from C's value
+  // (so a C zeroed first gets exactly that sum). For the small dense products of the chunked
+  // delta rule; a block of C rows × columns stays in registers while B's rows stream past.
+  void (*matmul_acc_f32)(const float* a, size_t lda, const float* b, size_t ldb, float* c, size_t ldc, int64_t m,
+                         int64_t n, int64_t k);
   // Conversions (F16 rounds to nearest even, as F16C and quant/'s fp32_to_fp16).
   void (*f16_to_f32)(const uint16_t* x, float* y, int64_t n);
   void (*f32_to_f16)(const float* x, uint16_t* y, int64_t n);

@@ -170,6 +170,52 @@ void axpy_rows_f16(const float* a, const uint16_t* x, size_t ldx, int64_t n_rows
   axpy_rows<LoadF16>(a, x, ldx, n_rows, y, n);
 }
 
+// matmul_acc_f32: R rows × NV vectors of C in registers; per p, NV loads of B's row p and one
+// broadcast of A[i][p] per row. Columns past the last whole vector go element by element.
+template <int R, int NV>
+inline void matmul_acc_block(const float* a, size_t lda, const float* b, size_t ldb, float* c, size_t ldc, int64_t k) {
+  V acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = Simd::load(c + r * ldc + v * W);
+  for (int64_t p = 0; p < k; ++p) {
+    V bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = Simd::load(b + p * ldb + v * W);
+    for (int r = 0; r < R; ++r) {
+      const V av = Simd::set1(a[r * lda + p]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = Simd::fma(av, bv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) Simd::store(c + r * ldc + v * W, acc[r][v]);
+}
+
+template <int NV>
+inline void matmul_acc_cols(const float* a, size_t lda, const float* b, size_t ldb, float* c, size_t ldc, int64_t m,
+                            int64_t k) {
+  constexpr int R = 6;  // 12 accumulators at NV = 2: two FMAs per cycle through a 4-6 cycle latency
+  int64_t i = 0;
+  for (; i + R <= m; i += R) matmul_acc_block<R, NV>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, k);
+  for (; i + 2 <= m; i += 2) matmul_acc_block<2, NV>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, k);
+  for (; i < m; ++i) matmul_acc_block<1, NV>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, k);
+}
+
+void matmul_acc_f32(const float* a, size_t lda, const float* b, size_t ldb, float* c, size_t ldc, int64_t m, int64_t n,
+                    int64_t k) {
+  int64_t j = 0;
+  for (; j + 2 * W <= n; j += 2 * W) matmul_acc_cols<2>(a, lda, b + j, ldb, c + j, ldc, m, k);
+  for (; j + W <= n; j += W) matmul_acc_cols<1>(a, lda, b + j, ldb, c + j, ldc, m, k);
+  // The last columns (callers pad to whole vectors to stay off this path): one lane of the
+  // level's own fma, so a column's sums do not depend on where it falls.
+  for (; j < n; ++j)
+    for (int64_t i = 0; i < m; ++i) {
+      float lane[W];
+      V acc = Simd::set1(c[i * ldc + j]);
+      for (int64_t p = 0; p < k; ++p) acc = Simd::fma(Simd::set1(a[i * lda + p]), Simd::set1(b[p * ldb + j]), acc);
+      Simd::store(lane, acc);
+      c[i * ldc + j] = lane[0];
+    }
+}
+
 void f16_to_f32(const uint16_t* x, float* y, int64_t n) {
   for_each_vec(n, [&](int64_t i, int64_t k) {
     storen(y + i, k == W ? Simd::load_f16(x + i) : load_tail<LoadF16>(x + i, k), k);
@@ -529,6 +575,7 @@ constexpr Kernels kTable = {
     .axpy_f16 = axpy_f16,
     .axpy_rows_f32 = axpy_rows_f32,
     .axpy_rows_f16 = axpy_rows_f16,
+    .matmul_acc_f32 = matmul_acc_f32,
     .f16_to_f32 = f16_to_f32,
     .f32_to_f16 = f32_to_f16,
     .bf16_to_f32 = bf16_to_f32,

@@ -9,8 +9,9 @@
 //   u_t = β_t (v_t − e^{γ_t} S0·k_t) − Σ_{s<t} β_t e^{γ_t−γ_s} (k_t·k_s) u_s   (forward substitution)
 //   o_t = e^{γ_t} S0·q_t + Σ_{s≤t} e^{γ_t−γ_s} (q_t·k_s) u_s
 //   S_n = e^{γ_n} S0 + Σ_s e^{γ_n−γ_s} u_s k_sᵀ
-// so S is read three times per chunk instead of twice per token. Every exponent is ≤ 0
-// (γ is non-increasing), so nothing overflows.
+// so S is read three times per chunk instead of twice per token, and every step is a dense
+// product on whole vectors (chunk_pass). Every exponent is ≤ 0 (γ is non-increasing), so
+// nothing overflows.
 #include "backends/cpu/linear_attn.h"
 
 #include <algorithm>
@@ -65,54 +66,107 @@ void recurrence(const Kernels& kk, const HeadIo& io, float* S, int64_t t0, int64
   }
 }
 
-// Scratch of one thread's chunked pass.
+// Scratch of one thread's chunked pass. Matrices over the chunk's tokens have rows of np
+// floats (the chunk length rounded up to whole vector pairs, zero past it), so their products
+// run on whole vectors.
 struct ChunkScratch {
-  std::vector<float> gam, sk, sq, U, coef, kk, qk, decay;
-  void size(int64_t n, int64_t Dv) {
-    gam.resize(n), sk.resize(n * Dv), sq.resize(n * Dv), U.resize(n * Dv), coef.resize(n);
-    kk.resize(n * n), qk.resize(n * n), decay.resize(n);
+  int64_t np = 0;
+  std::vector<float> st, gam, kc, qc, kt, kk, qk, tri, rhs, u, row;
+  void size(int64_t n, int64_t Dk, int64_t Dv, int lanes) {
+    np = (n + 2 * lanes - 1) / (2 * lanes) * (2 * lanes);
+    st.resize(static_cast<size_t>(Dk * Dv)), gam.resize(n), kt.resize(static_cast<size_t>(Dk * np));
+    kc.resize(static_cast<size_t>(n * Dk)), qc.resize(kc.size());
+    kk.resize(static_cast<size_t>(n * np)), qk.resize(kk.size()), tri.resize(kk.size());
+    rhs.resize(static_cast<size_t>(n * Dv)), u.resize(rhs.size()), row.resize(static_cast<size_t>(np));
   }
 };
 
-// Tokens [t0, t0 + n) of one head in the chunked form (scalar decay).
-void chunk_pass(const Kernels& kk, const HeadIo& io, float* S, int64_t t0, int64_t n, ChunkScratch& c) {
+// y[j·ldy + r] = x[r·cols + j]: 16 × 16 tiles, so that neither side walks a column of a
+// power-of-two stride through one cache set.
+void transpose(const float* x, int64_t rows, int64_t cols, size_t ldy, float* y) {
+  constexpr int64_t B = 16;
+  for (int64_t r0 = 0; r0 < rows; r0 += B)
+    for (int64_t j0 = 0; j0 < cols; j0 += B)
+      for (int64_t r = r0; r < std::min(rows, r0 + B); ++r)
+        for (int64_t j = j0; j < std::min(cols, j0 + B); ++j) y[j * static_cast<int64_t>(ldy) + r] = x[r * cols + j];
+}
+
+// Tokens [t0, t0 + n) of one head in the chunked form (scalar decay), as dense products
+// (Kernels::matmul_acc_f32) on ST = Sᵀ [Dk][Dv], the head's state transposed for the pass:
+//   SK = K·ST, SQ = Q·ST [n][Dv]; KK = K·Kᵀ, QK = Q·Kᵀ [n][n]; E[t][s] = e^{γ_t−γ_s} (s ≤ t);
+//   the forward substitution as U = T·R with T = (I + A)⁻¹, A[t][s] = β_t E[t][s] KK[t][s]
+//   (s < t; T unit lower triangular, built row by row), R[t] = β_t (v_t − e^{γ_t} SK[t]);
+//   O = e^{γ} SQ + M·U, M[t][s] = E[t][s] QK[t][s] (s ≤ t); ST ← e^{γ_n} ST + Kᵀ·(E[n][s] U[s]).
+void chunk_pass(const Kernels& kk, const HeadIo& io, float* ST, int64_t t0, int64_t n, ChunkScratch& c) {
   const DeltaRuleArgs& a = io.a;
-  const int64_t Dk = a.dim_k, Dv = a.dim_v;
+  const int64_t Dk = a.dim_k, Dv = a.dim_v, np = c.np;
+  const size_t ldo = static_cast<size_t>(a.n_head_v * Dv);
   double acc = 0;
   for (int64_t t = 0; t < n; ++t) c.gam[t] = static_cast<float>(acc += io.g(t0 + t));
-  // The chunk's products as tiled matrix products (each entry one dot, kernels.h): S0·k_t and
-  // S0·q_t [n][Dv], and every k_t·k_s and q_t·k_s [n][n] (only s <= t is used).
-  const size_t ldk = static_cast<size_t>(a.qk_stride);
-  kk.gemm_f32(S, Dk, Dv, io.k(t0), ldk, n, Dk, c.sk.data(), Dv);
-  kk.gemm_f32(S, Dk, Dv, io.q(t0), ldk, n, Dk, c.sq.data(), Dv);
-  kk.gemm_f32(io.k(t0), ldk, n, io.k(t0), ldk, n, Dk, c.kk.data(), n);  // kk[t][s] = k_s·k_t
-  kk.gemm_f32(io.k(t0), ldk, n, io.q(t0), ldk, n, Dk, c.qk.data(), n);  // qk[t][s] = k_s·q_t
+  // The chunk's k and q rows packed: the model's rows lie a power of two of bytes apart, so
+  // reading a column of them would hit one cache set.
+  float *kc = c.kc.data(), *qc = c.qc.data();
   for (int64_t t = 0; t < n; ++t) {
+    std::copy_n(io.k(t0 + t), Dk, kc + t * Dk);
+    std::copy_n(io.q(t0 + t), Dk, qc + t * Dk);
+  }
+  const size_t ld = static_cast<size_t>(Dk), ldv = static_cast<size_t>(Dv), ldn = static_cast<size_t>(np);
+  float* sk = c.rhs.data();  // SK, then R in place
+  std::fill_n(sk, n * Dv, 0.0f);
+  kk.matmul_acc_f32(kc, ld, ST, ldv, sk, ldv, n, Dv, Dk);
+  for (int64_t t = 0; t < n; ++t) std::fill_n(io.out(t0 + t), Dv, 0.0f);
+  kk.matmul_acc_f32(qc, ld, ST, ldv, io.out(t0), ldo, n, Dv, Dk);
+  std::fill(c.kt.begin(), c.kt.end(), 0.0f);
+  transpose(kc, n, Dk, ldn, c.kt.data());
+  // Only s <= t of KK and QK is used: rows in blocks of 8 stop at their last column's vector pair.
+  const int64_t pair = 2 * kk.lanes;
+  std::fill(c.kk.begin(), c.kk.end(), 0.0f);
+  std::fill(c.qk.begin(), c.qk.end(), 0.0f);
+  for (int64_t r0 = 0; r0 < n; r0 += 8) {
+    const int64_t r1 = std::min(n, r0 + 8), cols = std::min(np, (r1 + pair - 1) / pair * pair);
+    kk.matmul_acc_f32(kc + r0 * Dk, ld, c.kt.data(), ldn, c.kk.data() + r0 * np, ldn, r1 - r0, cols, Dk);
+    kk.matmul_acc_f32(qc + r0 * Dk, ld, c.kt.data(), ldn, c.qk.data() + r0 * np, ldn, r1 - r0, cols, Dk);
+  }
+  std::fill(c.tri.begin(), c.tri.end(), 0.0f);
+  float* row = c.row.data();
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t s = 0; s <= t; ++s) row[s] = -c.gam[s];
+    kk.exp_sub_sum(row, -c.gam[t], t + 1);  // row[s] = E[t][s]
+    float* at = c.kk.data() + t * np;       // KK[t] becomes −A[t], the coefficients of T's row
+    const float beta = io.beta(t0 + t);
+    for (int64_t s = 0; s < t; ++s) at[s] = -beta * row[s] * at[s];
+    float* tt = c.tri.data() + t * np;
+    if (t > 0) kk.axpy_rows_f32(at, c.tri.data(), static_cast<size_t>(np), t, tt, t);
+    tt[t] = 1.0f;
+    float* mt = c.qk.data() + t * np;
+    for (int64_t s = 0; s <= t; ++s) mt[s] *= row[s];
+    std::fill(mt + t + 1, mt + np, 0.0f);
     const float* v = io.v(t0 + t);
-    const float beta = io.beta(t0 + t), e = std::exp(c.gam[t]);
-    float* ut = c.U.data() + t * Dv;
-    for (int64_t i = 0; i < Dv; ++i) ut[i] = beta * (v[i] - e * c.sk[t * Dv + i]);
-    for (int64_t s = 0; s < t; ++s) c.coef[s] = -beta * std::exp(c.gam[t] - c.gam[s]) * c.kk[t * n + s];
-    if (t > 0) kk.axpy_rows_f32(c.coef.data(), c.U.data(), static_cast<size_t>(Dv), t, ut, Dv);
+    const float e = std::exp(c.gam[t]);
+    float* rt = sk + t * Dv;
+    for (int64_t i = 0; i < Dv; ++i) rt[i] = beta * (v[i] - e * rt[i]);
   }
-  for (int64_t t = 0; t < n; ++t) {
-    float* o = io.out(t0 + t);
-    kk.scale_mul(c.sq.data() + t * Dv, std::exp(c.gam[t]), nullptr, o, Dv);
-    for (int64_t s = 0; s <= t; ++s) c.coef[s] = std::exp(c.gam[t] - c.gam[s]) * c.qk[t * n + s];
-    kk.axpy_rows_f32(c.coef.data(), c.U.data(), static_cast<size_t>(Dv), t + 1, o, Dv);
-    kk.scale_mul(o, a.scale, nullptr, o, Dv);
+  // U = T·R and O += M·U, 8 rows at a time: T and M are zero past the diagonal, so a block of
+  // rows needs only the first r1 entries of each.
+  std::fill(c.u.begin(), c.u.end(), 0.0f);
+  for (int64_t t = 0; t < n; ++t) kk.scale_mul(io.out(t0 + t), std::exp(c.gam[t]), nullptr, io.out(t0 + t), Dv);
+  for (int64_t r0 = 0; r0 < n; r0 += 8) {
+    const int64_t r1 = std::min(n, r0 + 8);
+    kk.matmul_acc_f32(c.tri.data() + r0 * np, static_cast<size_t>(np), sk, static_cast<size_t>(Dv),
+                      c.u.data() + r0 * Dv, static_cast<size_t>(Dv), r1 - r0, Dv, r1);
   }
-  // The state leaving the chunk: row i gets Σ_s e^{γ_n−γ_s} u_s[i] k_s.
-  const float e_n = std::exp(c.gam[n - 1]);
-  std::vector<float>& w = c.coef;
-  std::vector<float>& decay = c.decay;
-  for (int64_t s = 0; s < n; ++s) decay[s] = std::exp(c.gam[n - 1] - c.gam[s]);
-  for (int64_t i = 0; i < Dv; ++i) {
-    float* row = S + i * Dk;
-    kk.scale_mul(row, e_n, nullptr, row, Dk);
-    for (int64_t s = 0; s < n; ++s) w[s] = decay[s] * c.U[s * Dv + i];
-    kk.axpy_rows_f32(w.data(), io.k(t0), ldk, n, row, Dk);
+  for (int64_t r0 = 0; r0 < n; r0 += 8) {
+    const int64_t r1 = std::min(n, r0 + 8);
+    kk.matmul_acc_f32(c.qk.data() + r0 * np, static_cast<size_t>(np), c.u.data(), static_cast<size_t>(Dv),
+                      io.out(t0 + r0), ldo, r1 - r0, Dv, r1);
   }
+  for (int64_t t = 0; t < n; ++t) kk.scale_mul(io.out(t0 + t), a.scale, nullptr, io.out(t0 + t), Dv);
+  // The state leaving the chunk: ST ← e^{γ_n} ST + Kᵀ·W, W[s] = e^{γ_n−γ_s} u_s (R's rows reused).
+  for (int64_t s = 0; s < n; ++s) row[s] = -c.gam[s];
+  kk.exp_sub_sum(row, -c.gam[n - 1], n);
+  for (int64_t s = 0; s < n; ++s) kk.scale_mul(c.u.data() + s * Dv, row[s], nullptr, sk + s * Dv, Dv);
+  kk.scale_mul(ST, std::exp(c.gam[n - 1]), nullptr, ST, Dk * Dv);
+  kk.matmul_acc_f32(c.kt.data(), ldn, sk, ldv, ST, ldv, Dk, Dv, n);
 }
 
 }  // namespace
@@ -125,7 +179,7 @@ void delta_rule(const Kernels& kk, ThreadPool& pool, int64_t min_parallel_work, 
   auto body = [&](int64_t h0, int64_t h1, int) {
     std::vector<float> u(Dv), d(Dk);
     ChunkScratch c;
-    if (chunked) c.size(std::min(chunk, T), Dv);
+    if (chunked) c.size(std::min(chunk, T), Dk, Dv, kk.lanes);
     for (int64_t h = h0; h < h1; ++h) {
       const HeadIo io{a, h, a.key_head(h)};
       float* S = a.state + h * Dv * Dk;
@@ -133,7 +187,9 @@ void delta_rule(const Kernels& kk, ThreadPool& pool, int64_t min_parallel_work, 
         recurrence(kk, io, S, 0, T, u.data(), d.data());
         continue;
       }
-      for (int64_t t0 = 0; t0 < T; t0 += chunk) chunk_pass(kk, io, S, t0, std::min(chunk, T - t0), c);
+      transpose(S, Dv, Dk, static_cast<size_t>(Dv), c.st.data());
+      for (int64_t t0 = 0; t0 < T; t0 += chunk) chunk_pass(kk, io, c.st.data(), t0, std::min(chunk, T - t0), c);
+      transpose(c.st.data(), Dk, Dv, static_cast<size_t>(Dk), S);
     }
   };
   const int64_t work = 4 * T * Hv * Dv * Dk;
