@@ -150,7 +150,7 @@ TEST_P(DeltaRule, NegativeControlGroupedHeadMapping) {
 INSTANTIATE_TEST_SUITE_P(Shapes, DeltaRule,
                          ::testing::Values(DeltaCase{1, 2, 4, 32, 32, false}, DeltaCase{150, 2, 4, 32, 32, false},
                                            DeltaCase{70, 1, 2, 128, 128, false}, DeltaCase{40, 2, 2, 32, 16, true},
-                                           DeltaCase{9, 2, 4, 32, 32, false}),
+                                           DeltaCase{150, 1, 2, 64, 64, true}, DeltaCase{9, 2, 4, 32, 32, false}),
                          [](const ::testing::TestParamInfo<DeltaCase>& i) {
                            return "T" + std::to_string(i.param.T) + "_Hk" + std::to_string(i.param.Hk) + "_Hv" +
                                   std::to_string(i.param.Hv) + "_D" + std::to_string(i.param.Dk) + "x" +
@@ -190,6 +190,28 @@ TEST(MatmulAccF32, EveryLevelMatchesFloat64) {
       }
     }
   }
+}
+
+// The per-channel chunks cut where a channel's cumulative log-decay passes -30, and a token that
+// alone passes it goes by the recurrence: decays of -12 and -45 in some channels (a channel
+// that forgets everything) against the float64 recurrence.
+TEST(DeltaRuleChunk, PerChannelStrongDecaysCutTheChunks) {
+  const DeltaCase c{100, 1, 2, 32, 32, true};
+  DeltaData d(c, 16);
+  for (int64_t t = 0; t < c.T; ++t)
+    for (int64_t h = 0; h < c.Hv; ++h) {
+      float* g = d.g.data() + (t * c.Hv + h) * c.Dk;
+      if (t % 7 == 3) g[t % c.Dk] = -12.0f;
+      if (t % 23 == 5) g[(t + 3) % c.Dk] = -45.0f;
+    }
+  auto ref = make_backend("ref");
+  const std::vector<float> want = run(*ref, c, d);
+  const cpu::Kernels& k = cpu::kernels_for(cpu_isa_select());
+  ThreadPool pool(2);
+  std::vector<float> st = d.state, out(static_cast<size_t>(c.T * c.Hv * c.Dv));
+  cpu::delta_rule(k, pool, 0, d.args(c, st.data(), out.data(), 0, c.T), 64);
+  out.insert(out.end(), st.begin(), st.end());
+  EXPECT_LE(nmse(want, out), kTolDelta);
 }
 
 TEST(DeltaRuleChunk, NegativeControlChunkWithoutEnteringState) {

@@ -68,16 +68,18 @@ void recurrence(const Kernels& kk, const HeadIo& io, float* S, int64_t t0, int64
 
 // Scratch of one thread's chunked pass. Matrices over the chunk's tokens have rows of np
 // floats (the chunk length rounded up to whole vector pairs, zero past it), so their products
-// run on whole vectors.
+// run on whole vectors. gam: γ_t (scalar decay) or Γ_t[j] (per channel, [n][Dk]).
 struct ChunkScratch {
   int64_t np = 0;
-  std::vector<float> st, gam, kc, qc, kt, kk, qk, tri, rhs, u, row;
-  void size(int64_t n, int64_t Dk, int64_t Dv, int lanes) {
+  std::vector<float> st, gam, kc, qc, kh, kt, kk, qk, tri, rhs, u, row;
+  std::vector<double> acc;
+  void size(int64_t n, int64_t Dk, int64_t Dv, int lanes, bool per_channel) {
     np = (n + 2 * lanes - 1) / (2 * lanes) * (2 * lanes);
-    st.resize(static_cast<size_t>(Dk * Dv)), gam.resize(n), kt.resize(static_cast<size_t>(Dk * np));
-    kc.resize(static_cast<size_t>(n * Dk)), qc.resize(kc.size());
+    st.resize(static_cast<size_t>(Dk * Dv)), gam.resize(static_cast<size_t>(n * (per_channel ? Dk : 1)));
+    kt.resize(static_cast<size_t>(Dk * np)), kc.resize(static_cast<size_t>(n * Dk)), qc.resize(kc.size());
     kk.resize(static_cast<size_t>(n * np)), qk.resize(kk.size()), tri.resize(kk.size());
-    rhs.resize(static_cast<size_t>(n * Dv)), u.resize(rhs.size()), row.resize(static_cast<size_t>(np));
+    rhs.resize(static_cast<size_t>(n * Dv)), u.resize(rhs.size()), row.resize(static_cast<size_t>(std::max(np, Dk)));
+    if (per_channel) kh.resize(kc.size()), acc.resize(static_cast<size_t>(Dk));
   }
 };
 
@@ -91,24 +93,68 @@ void transpose(const float* x, int64_t rows, int64_t cols, size_t ldy, float* y)
         for (int64_t j = j0; j < std::min(cols, j0 + B); ++j) y[j * static_cast<int64_t>(ldy) + r] = x[r * cols + j];
 }
 
-// Tokens [t0, t0 + n) of one head in the chunked form (scalar decay), as dense products
-// (Kernels::matmul_acc_f32) on ST = Sᵀ [Dk][Dv], the head's state transposed for the pass:
-//   SK = K·ST, SQ = Q·ST [n][Dv]; KK = K·Kᵀ, QK = Q·Kᵀ [n][n]; E[t][s] = e^{γ_t−γ_s} (s ≤ t);
-//   the forward substitution as U = T·R with T = (I + A)⁻¹, A[t][s] = β_t E[t][s] KK[t][s]
-//   (s < t; T unit lower triangular, built row by row), R[t] = β_t (v_t − e^{γ_t} SK[t]);
-//   O = e^{γ} SQ + M·U, M[t][s] = E[t][s] QK[t][s] (s ≤ t); ST ← e^{γ_n} ST + Kᵀ·(E[n][s] U[s]).
+// y = x ⊙ e^{g} (g per element), through the level's vector exp.
+void mul_exp(const Kernels& kk, const float* x, const float* g, float* y, float* tmp, int64_t n, float sign) {
+  for (int64_t j = 0; j < n; ++j) tmp[j] = sign * g[j];
+  kk.exp_sub_sum(tmp, 0.0f, n);
+  kk.scale_mul(x, 1.0f, tmp, y, n);
+}
+
+// The per-channel decay's factorization (below) scales keys by e^{−Γ}: a chunk is cut where a
+// channel's cumulative log-decay would pass −kMaxLogRange, so no factor passes e^30 (float
+// keeps its relative precision there; the products it forms are each ≤ 1 where used).
+constexpr float kMaxLogRange = 30.0f;
+
+// The cumulative per-channel log-decays Γ_t of up to n tokens from t0 into c.gam; returns how
+// many tokens keep every channel's −Γ within kMaxLogRange.
+int64_t per_channel_chunk(const HeadIo& io, int64_t t0, int64_t n, ChunkScratch& c) {
+  const int64_t Dk = io.a.dim_k;
+  std::fill(c.acc.begin(), c.acc.end(), 0.0);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* g = io.g_channels(t0 + t);
+    float* gam = c.gam.data() + t * Dk;
+    for (int64_t j = 0; j < Dk; ++j) {
+      gam[j] = static_cast<float>(c.acc[static_cast<size_t>(j)] += g[j]);
+      if (gam[j] < -kMaxLogRange) return t;
+    }
+  }
+  return n;
+}
+
+// Tokens [t0, t0 + n) of one head in the chunked form, as dense products
+// (Kernels::matmul_acc_f32) on ST = Sᵀ [Dk][Dv], the head's state transposed for the pass.
+// Scalar decay (γ_t, c.gam filled here): SK = K·ST, SQ = Q·ST [n][Dv]; KK = K·Kᵀ, QK = Q·Kᵀ
+//   [n][n]; E[t][s] = e^{γ_t−γ_s} (s ≤ t); the forward substitution as U = T·R with
+//   T = (I + A)⁻¹, A[t][s] = β_t E[t][s] KK[t][s] (s < t; T unit lower triangular, built row
+//   by row), R[t] = β_t (v_t − e^{γ_t} SK[t]); O = e^{γ} SQ + M·U, M[t][s] = E[t][s] QK[t][s]
+//   (s ≤ t); ST ← e^{γ_n} ST + Kᵀ·(E[n][s] U[s]).
+// Per-channel decay (Γ_t[j], c.gam filled by per_channel_chunk): the decays go into the rows,
+//   K̃ = K ⊙ e^{Γ}, Q̃ = Q ⊙ e^{Γ}, K̂ = K ⊙ e^{−Γ}: SK = K̃·ST, SQ = Q̃·ST, KK = K̃·K̂ᵀ,
+//   QK = Q̃·K̂ᵀ (each entry Σ_j k_t[j] k_s[j] e^{Γ_t[j]−Γ_s[j]}), E = 1, R[t] = β_t (v_t − SK[t]),
+//   O = SQ + M·U, ST[j] ← e^{Γ_n[j]} ST[j] + Σ_s k_s[j] e^{Γ_n[j]−Γ_s[j]} U[s].
 void chunk_pass(const Kernels& kk, const HeadIo& io, float* ST, int64_t t0, int64_t n, ChunkScratch& c) {
   const DeltaRuleArgs& a = io.a;
+  const bool pc = a.per_channel_decay;
   const int64_t Dk = a.dim_k, Dv = a.dim_v, np = c.np;
   const size_t ldo = static_cast<size_t>(a.n_head_v * Dv);
-  double acc = 0;
-  for (int64_t t = 0; t < n; ++t) c.gam[t] = static_cast<float>(acc += io.g(t0 + t));
-  // The chunk's k and q rows packed: the model's rows lie a power of two of bytes apart, so
-  // reading a column of them would hit one cache set.
+  float* row = c.row.data();
+  auto gam_row = [&](int64_t t) { return c.gam.data() + t * Dk; };
+  if (!pc) {
+    double acc = 0;
+    for (int64_t t = 0; t < n; ++t) c.gam[t] = static_cast<float>(acc += io.g(t0 + t));
+  }
+  // The chunk's k and q rows packed (decayed per channel): the model's rows lie a power of two
+  // of bytes apart, so reading a column of them would hit one cache set.
   float *kc = c.kc.data(), *qc = c.qc.data();
   for (int64_t t = 0; t < n; ++t) {
-    std::copy_n(io.k(t0 + t), Dk, kc + t * Dk);
-    std::copy_n(io.q(t0 + t), Dk, qc + t * Dk);
+    if (pc) {
+      mul_exp(kk, io.k(t0 + t), gam_row(t), kc + t * Dk, row, Dk, 1.0f);
+      mul_exp(kk, io.q(t0 + t), gam_row(t), qc + t * Dk, row, Dk, 1.0f);
+      mul_exp(kk, io.k(t0 + t), gam_row(t), c.kh.data() + t * Dk, row, Dk, -1.0f);
+    } else {
+      std::copy_n(io.k(t0 + t), Dk, kc + t * Dk);
+      std::copy_n(io.q(t0 + t), Dk, qc + t * Dk);
+    }
   }
   const size_t ld = static_cast<size_t>(Dk), ldv = static_cast<size_t>(Dv), ldn = static_cast<size_t>(np);
   float* sk = c.rhs.data();  // SK, then R in place
@@ -117,7 +163,7 @@ void chunk_pass(const Kernels& kk, const HeadIo& io, float* ST, int64_t t0, int6
   for (int64_t t = 0; t < n; ++t) std::fill_n(io.out(t0 + t), Dv, 0.0f);
   kk.matmul_acc_f32(qc, ld, ST, ldv, io.out(t0), ldo, n, Dv, Dk);
   std::fill(c.kt.begin(), c.kt.end(), 0.0f);
-  transpose(kc, n, Dk, ldn, c.kt.data());
+  transpose(pc ? c.kh.data() : kc, n, Dk, ldn, c.kt.data());
   // Only s <= t of KK and QK is used: rows in blocks of 8 stop at their last column's vector pair.
   const int64_t pair = 2 * kk.lanes;
   std::fill(c.kk.begin(), c.kk.end(), 0.0f);
@@ -128,11 +174,14 @@ void chunk_pass(const Kernels& kk, const HeadIo& io, float* ST, int64_t t0, int6
     kk.matmul_acc_f32(qc + r0 * Dk, ld, c.kt.data(), ldn, c.qk.data() + r0 * np, ldn, r1 - r0, cols, Dk);
   }
   std::fill(c.tri.begin(), c.tri.end(), 0.0f);
-  float* row = c.row.data();
   for (int64_t t = 0; t < n; ++t) {
-    for (int64_t s = 0; s <= t; ++s) row[s] = -c.gam[s];
-    kk.exp_sub_sum(row, -c.gam[t], t + 1);  // row[s] = E[t][s]
-    float* at = c.kk.data() + t * np;       // KK[t] becomes −A[t], the coefficients of T's row
+    if (pc) {
+      std::fill_n(row, t + 1, 1.0f);
+    } else {
+      for (int64_t s = 0; s <= t; ++s) row[s] = -c.gam[s];
+      kk.exp_sub_sum(row, -c.gam[t], t + 1);  // row[s] = E[t][s]
+    }
+    float* at = c.kk.data() + t * np;  // KK[t] becomes −A[t], the coefficients of T's row
     const float beta = io.beta(t0 + t);
     for (int64_t s = 0; s < t; ++s) at[s] = -beta * row[s] * at[s];
     float* tt = c.tri.data() + t * np;
@@ -142,26 +191,40 @@ void chunk_pass(const Kernels& kk, const HeadIo& io, float* ST, int64_t t0, int6
     for (int64_t s = 0; s <= t; ++s) mt[s] *= row[s];
     std::fill(mt + t + 1, mt + np, 0.0f);
     const float* v = io.v(t0 + t);
-    const float e = std::exp(c.gam[t]);
+    const float e = pc ? 1.0f : std::exp(c.gam[t]);
     float* rt = sk + t * Dv;
     for (int64_t i = 0; i < Dv; ++i) rt[i] = beta * (v[i] - e * rt[i]);
   }
   // U = T·R and O += M·U, 8 rows at a time: T and M are zero past the diagonal, so a block of
   // rows needs only the first r1 entries of each.
   std::fill(c.u.begin(), c.u.end(), 0.0f);
-  for (int64_t t = 0; t < n; ++t) kk.scale_mul(io.out(t0 + t), std::exp(c.gam[t]), nullptr, io.out(t0 + t), Dv);
+  if (!pc)
+    for (int64_t t = 0; t < n; ++t) kk.scale_mul(io.out(t0 + t), std::exp(c.gam[t]), nullptr, io.out(t0 + t), Dv);
   for (int64_t r0 = 0; r0 < n; r0 += 8) {
     const int64_t r1 = std::min(n, r0 + 8);
-    kk.matmul_acc_f32(c.tri.data() + r0 * np, static_cast<size_t>(np), sk, static_cast<size_t>(Dv),
-                      c.u.data() + r0 * Dv, static_cast<size_t>(Dv), r1 - r0, Dv, r1);
+    kk.matmul_acc_f32(c.tri.data() + r0 * np, ldn, sk, ldv, c.u.data() + r0 * Dv, ldv, r1 - r0, Dv, r1);
   }
   for (int64_t r0 = 0; r0 < n; r0 += 8) {
     const int64_t r1 = std::min(n, r0 + 8);
-    kk.matmul_acc_f32(c.qk.data() + r0 * np, static_cast<size_t>(np), c.u.data(), static_cast<size_t>(Dv),
-                      io.out(t0 + r0), ldo, r1 - r0, Dv, r1);
+    kk.matmul_acc_f32(c.qk.data() + r0 * np, ldn, c.u.data(), ldv, io.out(t0 + r0), ldo, r1 - r0, Dv, r1);
   }
   for (int64_t t = 0; t < n; ++t) kk.scale_mul(io.out(t0 + t), a.scale, nullptr, io.out(t0 + t), Dv);
-  // The state leaving the chunk: ST ← e^{γ_n} ST + Kᵀ·W, W[s] = e^{γ_n−γ_s} u_s (R's rows reused).
+  // The state leaving the chunk: the decay of ST, then Kᵀ·W (R's rows reused for W).
+  if (pc) {
+    const float* gn = gam_row(n - 1);
+    for (int64_t s = 0; s < n; ++s) {  // K̂'s rows become k_s ⊙ e^{Γ_n−Γ_s}
+      const float* gs = gam_row(s);
+      for (int64_t j = 0; j < Dk; ++j) row[j] = gn[j] - gs[j];
+      kk.exp_sub_sum(row, 0.0f, Dk);
+      kk.scale_mul(io.k(t0 + s), 1.0f, row, c.kh.data() + s * Dk, Dk);
+    }
+    std::copy_n(gn, Dk, row);
+    kk.exp_sub_sum(row, 0.0f, Dk);
+    for (int64_t j = 0; j < Dk; ++j) kk.scale_mul(ST + j * Dv, row[j], nullptr, ST + j * Dv, Dv);
+    transpose(c.kh.data(), n, Dk, ldn, c.kt.data());
+    kk.matmul_acc_f32(c.kt.data(), ldn, c.u.data(), ldv, ST, ldv, Dk, Dv, n);
+    return;
+  }
   for (int64_t s = 0; s < n; ++s) row[s] = -c.gam[s];
   kk.exp_sub_sum(row, -c.gam[n - 1], n);
   for (int64_t s = 0; s < n; ++s) kk.scale_mul(c.u.data() + s * Dv, row[s], nullptr, sk + s * Dv, Dv);
@@ -175,11 +238,11 @@ void delta_rule(const Kernels& kk, ThreadPool& pool, int64_t min_parallel_work, 
   const int64_t T = a.n_tok, Hk = a.n_head_k, Hv = a.n_head_v, Dk = a.dim_k, Dv = a.dim_v;
   if (Hk <= 0 || Hv % Hk != 0) fail("delta_rule: ", Hv, " value heads are not a multiple of ", Hk, " key heads");
   if (T <= 0) return;
-  const bool chunked = chunk > 0 && !a.per_channel_decay && T >= kDeltaChunkMinTokens;
+  const bool chunked = chunk > 0 && T >= kDeltaChunkMinTokens;
   auto body = [&](int64_t h0, int64_t h1, int) {
     std::vector<float> u(Dv), d(Dk);
     ChunkScratch c;
-    if (chunked) c.size(std::min(chunk, T), Dk, Dv, kk.lanes);
+    if (chunked) c.size(std::min(chunk, T), Dk, Dv, kk.lanes, a.per_channel_decay);
     for (int64_t h = h0; h < h1; ++h) {
       const HeadIo io{a, h, a.key_head(h)};
       float* S = a.state + h * Dv * Dk;
@@ -187,9 +250,22 @@ void delta_rule(const Kernels& kk, ThreadPool& pool, int64_t min_parallel_work, 
         recurrence(kk, io, S, 0, T, u.data(), d.data());
         continue;
       }
-      transpose(S, Dv, Dk, static_cast<size_t>(Dv), c.st.data());
-      for (int64_t t0 = 0; t0 < T; t0 += chunk) chunk_pass(kk, io, c.st.data(), t0, std::min(chunk, T - t0), c);
-      transpose(c.st.data(), Dk, Dv, static_cast<size_t>(Dk), S);
+      float* ST = c.st.data();
+      transpose(S, Dv, Dk, static_cast<size_t>(Dv), ST);
+      for (int64_t t0 = 0; t0 < T;) {
+        int64_t n = std::min(chunk, T - t0);
+        if (a.per_channel_decay) n = per_channel_chunk(io, t0, n, c);
+        if (n >= 2) {
+          chunk_pass(kk, io, ST, t0, n, c);
+        } else {  // a token that decays a channel past the factorization's range: by the recurrence
+          n = 1;
+          transpose(ST, Dk, Dv, static_cast<size_t>(Dk), S);
+          recurrence(kk, io, S, t0, t0 + 1, u.data(), d.data());
+          transpose(S, Dv, Dk, static_cast<size_t>(Dv), ST);
+        }
+        t0 += n;
+      }
+      transpose(ST, Dk, Dv, static_cast<size_t>(Dk), S);
     }
   };
   const int64_t work = 4 * T * Hv * Dv * Dk;

@@ -12,9 +12,10 @@ namespace sluice::cpu {
 constexpr int64_t kDeltaChunk = 64, kDeltaChunkMinTokens = 16;
 
 // The gated delta rule (DeltaRuleArgs). chunk > 0: runs of at least kDeltaChunkMinTokens
-// tokens in the chunked (WY) form, `chunk` tokens at a time, where the decay is one scalar
-// per head; chunk == 0: the recurrence always. Threads over value heads; work below
-// min_parallel_work multiply-adds runs on the calling thread.
+// tokens in the chunked (WY) form, `chunk` tokens at a time (a per-channel decay cuts a chunk
+// early where a channel's cumulative log-decay passes -30, and takes a token that alone passes
+// it by the recurrence); chunk == 0: the recurrence always. Threads over value heads; work
+// below min_parallel_work multiply-adds runs on the calling thread.
 void delta_rule(const Kernels& k, ThreadPool& pool, int64_t min_parallel_work, const DeltaRuleArgs& a,
                 int64_t chunk = kDeltaChunk);
 
