@@ -3,6 +3,7 @@
 #include "format/hf_folder.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/thread_pool.h"
 #include "format/hf_common.h"
 #include "format/safetensors.h"
 #include "quant/mlx_affine.h"
@@ -174,10 +176,18 @@ TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTens
   if (const auto type = is_router(gguf) ? std::nullopt : mlx_affine_repack_type(f)) {
     const size_t row_bytes = dtype_row_bytes(*type, in);
     std::vector<float> blocks((row_bytes * static_cast<size_t>(rows) + 3) / 4);
-    bool exact = true;
-    for (int64_t r = 0; r < rows && exact; ++r)
-      exact = mlx_affine_repack_row(f, *type, codes_row(r), group_row(s, r), group_row(b, r), in,
-                                    reinterpret_cast<uint8_t*>(blocks.data()) + static_cast<size_t>(r) * row_bytes);
+    std::atomic<bool> exact = true;
+    auto repack = [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1 && exact.load(std::memory_order_relaxed); ++r)
+        if (!mlx_affine_repack_row(f, *type, codes_row(r), group_row(s, r), group_row(b, r), in,
+                                   reinterpret_cast<uint8_t*>(blocks.data()) + static_cast<size_t>(r) * row_bytes))
+          exact = false;
+    };
+    // Every core on the big tensors: a 30B-class folder is gigabytes of groups to repack.
+    if (rows * in >= (int64_t{1} << 22))
+      ThreadPool(0).parallel_for(rows, repack);
+    else
+      repack(0, rows, 0);
     if (exact) {
       v.type = *type;
       v.nbytes = row_bytes * static_cast<size_t>(rows);

@@ -132,10 +132,40 @@ std::optional<DType> mlx_affine_repack_type(const MlxAffineFormat& f) {
 bool mlx_affine_repack_row(const MlxAffineFormat& f, DType type, const uint32_t* codes, const void* scales,
                            const void* biases, int64_t n, void* dst) {
   if (mlx_affine_repack_type(f) != type) fail("MLX affine ", f.bits, "-bit: cannot repack into ", dtype_name(type));
+  // A group's fp16 scale and bias, once per group: f16 scales are their own bits; bf16 and f32
+  // ones go through exact_fp16.
+  std::optional<uint16_t> d, m;
+  int64_t g_done = -1;
   for (int64_t b = 0; b < n / 32; ++b) {
     const int64_t g = b * 32 / f.group_size, i0 = b * 32;
-    const auto d = exact_fp16(scale_at(f.scale_type, scales, g)), m = exact_fp16(scale_at(f.scale_type, biases, g));
+    if (g != g_done) {
+      g_done = g;
+      if (f.scale_type == DType::F16) {
+        uint16_t hd, hm;
+        std::memcpy(&hd, static_cast<const uint8_t*>(scales) + 2 * g, 2);
+        std::memcpy(&hm, static_cast<const uint8_t*>(biases) + 2 * g, 2);
+        d = hd, m = hm;
+      } else {
+        d = exact_fp16(scale_at(f.scale_type, scales, g)), m = exact_fp16(scale_at(f.scale_type, biases, g));
+      }
+    }
     if (!d || !m) return false;
+    if (f.bits == 4) {  // the common case: codes 32b.. are words 4b..4b+3, eight a word, LSB first
+      uint64_t lo, hi;
+      std::memcpy(&lo, codes + 4 * b, 8);
+      std::memcpy(&hi, codes + 4 * b + 2, 8);
+      block_q4_1 blk{*d, *m, {}};
+      for (int j = 0; j < 16; ++j)
+        blk.qs[j] = static_cast<uint8_t>(((lo >> (4 * j)) & 0xF) | ((hi >> (4 * j)) & 0xF) << 4);
+      std::memcpy(static_cast<block_q4_1*>(dst) + b, &blk, sizeof blk);
+      continue;
+    }
+    if (f.bits == 8) {  // byte j of the block's 8 words is code j
+      block_q8_a blk{*d, *m, {}};
+      std::memcpy(blk.qs, codes + 8 * b, 32);
+      std::memcpy(static_cast<block_q8_a*>(dst) + b, &blk, sizeof blk);
+      continue;
+    }
     if (type == DType::Q8_A) {
       block_q8_a blk{*d, *m, {}};
       for (int j = 0; j < 32; ++j) blk.qs[j] = static_cast<uint8_t>(code_at(codes, f.bits, i0 + j));
