@@ -1433,6 +1433,57 @@ inline float q6_K_tile_step(const Q6KTile& b, const block_q8_K& a, int64_t r, fl
   { q6_K_tile_bytes, q6_K_tile_pack_256, q8_tile_gemm_256<Q6KTile, Q6KTile256> }
 #endif
 
+// ---- Q3_K prefill tiles: the Q6_K ones ------------------------------------------------------
+// A Q3_K super-block is exactly a Q6_K one: codes q + 28 (so code − 32 = q − 4, the Q3_K value;
+// 28..35 fit six bits), scales sc − 32 (its signed 6-bit scales), the same d, sub-blocks of 16 in
+// the same element order. The pack converts the rows' super-blocks and packs them as Q6_K; the
+// level's Q6_K tile kernel then computes the same exact integer sums per super-block as
+// q8_dot_q3_K (one fused multiply-add per super-block and row, where the row dot adds lanes).
+inline void q3_K_as_q6_K(const block_q3_K& x, block_q6_K& y) {
+  uint8_t sc[16];
+  q8_q3_K_scales(x.scales, sc);
+  for (int k = 0; k < 16; ++k) y.scales[k] = static_cast<int8_t>(sc[k] - 32);
+  y.d = x.d;
+  // Eight elements 128h + 32p + 8k.. at a time, one per byte of a 64-bit word: q = two plane bits
+  // | the hmask bit << 2 (≤ 7, so q + 28 carries into no neighbour).
+  constexpr uint64_t k1 = 0x0101010101010101ull;
+  uint64_t ql[16] = {}, qh[8] = {};
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 4; ++k) {
+      uint64_t qs, hm;
+      __builtin_memcpy(&qs, x.qs + 32 * h + 8 * k, 8);
+      __builtin_memcpy(&hm, x.hmask + 8 * k, 8);
+      for (int p = 0; p < 4; ++p) {
+        const uint64_t c = (((qs >> (2 * p)) & 3 * k1) | (((hm >> (4 * h + p)) & k1) << 2)) + 28 * k1;
+        ql[8 * h + 4 * (p & 1) + k] |= (c & 0xF * k1) << (4 * (p >> 1));
+        qh[4 * h + k] |= ((c >> 4) & 3 * k1) << (2 * p);
+      }
+    }
+  __builtin_memcpy(y.ql, ql, sizeof ql);
+  __builtin_memcpy(y.qh, qh, sizeof qh);
+}
+template <void (*Q6Pack)(const void*, size_t, int64_t, int64_t, uint8_t*)>
+inline void q3_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  block_q6_K rows[kQ8TileRows];
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    for (int64_t r = 0; r < nr; ++r)
+      q3_K_as_q6_K(*reinterpret_cast<const block_q3_K*>(static_cast<const uint8_t*>(w) + r * row_bytes +
+                                                        static_cast<size_t>(i) * sizeof(block_q3_K)),
+                   rows[r]);
+    Q6Pack(rows, sizeof(block_q6_K), nr, QK_K, tile + static_cast<size_t>(i) * sizeof(Q6KTile));
+  }
+}
+#if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
+#define SLUICE_Q8_Q3_K_TILE \
+  {}  // not yet: the VNNI level keeps the row dots for Q3_K
+#elif !SLUICE_Q8_SIMD
+#define SLUICE_Q8_Q3_K_TILE \
+  { q6_K_tile_bytes, q3_K_tile_pack<q6_K_tile_pack>, q8_tile_gemm_scalar<Q6KTile, block_q8_K, QK_K, q6_K_tile_step> }
+#else
+#define SLUICE_Q8_Q3_K_TILE \
+  { q6_K_tile_bytes, q3_K_tile_pack<q6_K_tile_pack_256>, q8_tile_gemm_256<Q6KTile, Q6KTile256> }
+#endif
+
 // ---- IQ4_XS prefill tiles -----------------------------------------------------------------
 // One packed super-block of 16 rows: qs[w][r] is word w of row r's qs as stored (word 4s + g of
 // sub-block s: its elements 4g..4g+3 in the low nibbles, 16 + 4g.. in the high), sc[s][r] its
@@ -1952,7 +2003,7 @@ constexpr Q8Kernels q8_table(const char* name) {
       .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, SLUICE_Q8_Q5_K_TILE},
       .q6_K = {DType::Q8_K, q8_gemm<Dot_q6_K, QK_K>, SLUICE_Q8_Q6_K_TILE},
       .q2_K = {DType::Q8_K, q8_gemm<Dot_q2_K, QK_K>, {}},
-      .q3_K = {DType::Q8_K, q8_gemm<Dot_q3_K, QK_K>, {}},
+      .q3_K = {DType::Q8_K, q8_gemm<Dot_q3_K, QK_K>, SLUICE_Q8_Q3_K_TILE},
       .iq4_nl = {DType::Q8_0, q8_gemm32<Q8Unpack_iq4_nl>, SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<Iq4NlCodes>)},
       .iq4_xs = {DType::Q8_K, q8_gemm<Dot_iq4_xs, QK_K>, SLUICE_Q8_IQ4_XS_TILE},
       .quantize_q8_K = SLUICE_Q8_QUANTIZE_Q8_K,
@@ -1962,6 +2013,7 @@ constexpr Q8Kernels q8_table(const char* name) {
 #undef SLUICE_Q8_Q4_K_TILE
 #undef SLUICE_Q8_Q5_K_TILE
 #undef SLUICE_Q8_Q6_K_TILE
+#undef SLUICE_Q8_Q3_K_TILE
 #undef SLUICE_Q8_IQ4_XS_TILE
 #undef SLUICE_Q8_Q8_0_TILE
 #undef SLUICE_Q8_LEGACY_TILE
