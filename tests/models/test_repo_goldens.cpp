@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backends/backend.h"
@@ -69,13 +70,16 @@ float top2_margin(std::span<const float> l) {
 
 struct RepoGoldenCase {
   std::string name, backend;
+  // Weights llama.cpp quantized (llama-quantize): ../shared/golden's rule for its quantized
+  // variants (llama.cpp multiplies them with activations quantized to Q8; ref keeps floats).
+  bool llama_quantized = false;
 };
 void PrintTo(const RepoGoldenCase& c, std::ostream* os) { *os << c.name << " on " << c.backend; }
 
 class RepoGolden : public ::testing::TestWithParam<RepoGoldenCase> {};
 
 TEST_P(RepoGolden, MatchesLlamaCpp) {
-  const auto& [name, backend] = GetParam();
+  const auto& [name, backend, quantized] = GetParam();
   if (backend == "cuda") SLUICE_REQUIRE_CUDA();
   const std::string dir = golden_dir(name);
   if (std::filesystem::exists(dir + "/derive.json")) SLUICE_REQUIRE_SHARED();
@@ -97,9 +101,6 @@ TEST_P(RepoGolden, MatchesLlamaCpp) {
   }
   const double rms = std::sqrt(sum2 / ref.size());
   std::printf("[ %s / %s ] max |Δlogit| %.5f  rms %.6f\n", name.c_str(), backend.c_str(), mx, rms);
-  // llama.cpp-quantized weights: ../shared/golden's rule for its quantized variants (llama.cpp
-  // multiplies them with activations quantized to Q8; the ref backend keeps floats).
-  const bool quantized = name.find("-iq4") != std::string::npos;
   EXPECT_LE(mx, quantized ? 0.35 : 0.03);
   EXPECT_LE(rms, quantized ? 0.06 : 0.005);
   for (size_t t = 0; t < ids.size(); ++t) {
@@ -169,7 +170,8 @@ std::vector<RepoGoldenCase> cases() {
   std::vector<RepoGoldenCase> v;
   for (const char* n : {"qwen3next", "qwen35", "kimi-linear", "bailingmoe3", "bailingmoe3-clamp", "deepseek2-yarn",
                         "qwen3-yarn", "qwen3moe-iq4_xs"})
-    for (const char* b : {"ref", "cpu", "cpu-exact", "cuda"}) v.push_back({n, b});
+    for (const char* b : {"ref", "cpu", "cpu-exact", "cuda"})
+      v.push_back({n, b, /*llama_quantized=*/std::string_view(n) == "qwen3moe-iq4_xs"});
   return v;
 }
 
