@@ -777,9 +777,10 @@ inline void q8_dot_q23_K(const void* w, const uint8_t* act, size_t astride, int6
       }
     }
     q8_acc_superblock<NT>(acc, sumi, a, q8_half(x[i].d));
-    for (int t = 0; t < NT; ++t) {
-      if constexpr (!kQ3)
-        accm[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * q8_half(x[i].dmin)), _mm256_cvtepi32_ps(mins[t]), accm[t]);
+    if constexpr (!kQ3) {
+      const float xdmin = q8_half(x[i].dmin);  // once per super-block, not per token
+      for (int t = 0; t < NT; ++t)
+        accm[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * xdmin), _mm256_cvtepi32_ps(mins[t]), accm[t]);
     }
   }
   for (int t = 0; t < NT; ++t) out[t * ostride] = kQ3 ? q8_hsum(acc[t]) : q8_hsum(acc[t]) - q8_hsum(accm[t]);
