@@ -93,11 +93,10 @@ void transpose(const float* x, int64_t rows, int64_t cols, size_t ldy, float* y)
         for (int64_t j = j0; j < std::min(cols, j0 + B); ++j) y[j * static_cast<int64_t>(ldy) + r] = x[r * cols + j];
 }
 
-// y = x ⊙ e^{g} (g per element), through the level's vector exp.
-void mul_exp(const Kernels& kk, const float* x, const float* g, float* y, float* tmp, int64_t n, float sign) {
-  for (int64_t j = 0; j < n; ++j) tmp[j] = sign * g[j];
-  kk.exp_sub_sum(tmp, 0.0f, n);
-  kk.scale_mul(x, 1.0f, tmp, y, n);
+// y[j] = e^{sign·g[j]}, through the level's vector exp.
+void exp_of(const Kernels& kk, const float* g, float sign, float* y, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] = sign * g[j];
+  kk.exp_sub_sum(y, 0.0f, n);
 }
 
 // The per-channel decay's factorization (below) scales keys by e^{−Γ}: a chunk is cut where a
@@ -147,10 +146,12 @@ void chunk_pass(const Kernels& kk, const HeadIo& io, float* ST, int64_t t0, int6
   // of bytes apart, so reading a column of them would hit one cache set.
   float *kc = c.kc.data(), *qc = c.qc.data();
   for (int64_t t = 0; t < n; ++t) {
-    if (pc) {
-      mul_exp(kk, io.k(t0 + t), gam_row(t), kc + t * Dk, row, Dk, 1.0f);
-      mul_exp(kk, io.q(t0 + t), gam_row(t), qc + t * Dk, row, Dk, 1.0f);
-      mul_exp(kk, io.k(t0 + t), gam_row(t), c.kh.data() + t * Dk, row, Dk, -1.0f);
+    if (pc) {  // e^{Γ_t} once for k and q, e^{−Γ_t} for the pair partner
+      exp_of(kk, gam_row(t), 1.0f, row, Dk);
+      kk.scale_mul(io.k(t0 + t), 1.0f, row, kc + t * Dk, Dk);
+      kk.scale_mul(io.q(t0 + t), 1.0f, row, qc + t * Dk, Dk);
+      exp_of(kk, gam_row(t), -1.0f, row, Dk);
+      kk.scale_mul(io.k(t0 + t), 1.0f, row, c.kh.data() + t * Dk, Dk);
     } else {
       std::copy_n(io.k(t0 + t), Dk, kc + t * Dk);
       std::copy_n(io.q(t0 + t), Dk, qc + t * Dk);
@@ -194,12 +195,11 @@ void chunk_pass(const Kernels& kk, const HeadIo& io, float* ST, int64_t t0, int6
     const float e = pc ? 1.0f : std::exp(c.gam[t]);
     float* rt = sk + t * Dv;
     for (int64_t i = 0; i < Dv; ++i) rt[i] = beta * (v[i] - e * rt[i]);
+    if (!pc) kk.scale_mul(io.out(t0 + t), e, nullptr, io.out(t0 + t), Dv);  // O starts as e^{γ_t} SQ[t]
   }
   // U = T·R and O += M·U, 8 rows at a time: T and M are zero past the diagonal, so a block of
   // rows needs only the first r1 entries of each.
   std::fill(c.u.begin(), c.u.end(), 0.0f);
-  if (!pc)
-    for (int64_t t = 0; t < n; ++t) kk.scale_mul(io.out(t0 + t), std::exp(c.gam[t]), nullptr, io.out(t0 + t), Dv);
   for (int64_t r0 = 0; r0 < n; r0 += 8) {
     const int64_t r1 = std::min(n, r0 + 8);
     kk.matmul_acc_f32(c.tri.data() + r0 * np, ldn, sk, ldv, c.u.data() + r0 * Dv, ldv, r1 - r0, Dv, r1);
@@ -218,8 +218,7 @@ void chunk_pass(const Kernels& kk, const HeadIo& io, float* ST, int64_t t0, int6
       kk.exp_sub_sum(row, 0.0f, Dk);
       kk.scale_mul(io.k(t0 + s), 1.0f, row, c.kh.data() + s * Dk, Dk);
     }
-    std::copy_n(gn, Dk, row);
-    kk.exp_sub_sum(row, 0.0f, Dk);
+    exp_of(kk, gn, 1.0f, row, Dk);
     for (int64_t j = 0; j < Dk; ++j) kk.scale_mul(ST + j * Dv, row[j], nullptr, ST + j * Dv, Dv);
     transpose(c.kh.data(), n, Dk, ldn, c.kt.data());
     kk.matmul_acc_f32(c.kt.data(), ldn, c.u.data(), ldv, ST, ldv, Dk, Dv, n);
