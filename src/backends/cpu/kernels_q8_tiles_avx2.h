@@ -123,6 +123,7 @@ inline void k4_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, int64_
   const auto* wb = static_cast<const uint8_t*>(w);
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const size_t o = static_cast<size_t>(i) * sizeof(Block);
+    q8_pack_prefetch(wb + o, row_bytes, sizeof(Block));
     q8_pack_words_256(wb, row_bytes, nr, o + offsetof(Block, qs), 32, T[i].qs);
     if constexpr (requires { T[i].qh; }) q8_pack_words_256(wb, row_bytes, nr, o + offsetof(Block, qh), 8, T[i].qh);
     q8_k4_tile_scales_256(wb, row_bytes, nr, o, T[i]);
@@ -135,6 +136,7 @@ inline void q6_K_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, int6
   for (int64_t i = 0; i < n / QK_K; ++i) {
     Q6KTile& b = T[i];
     const size_t o = static_cast<size_t>(i) * sizeof(block_q6_K);
+    q8_pack_prefetch(wb + o, row_bytes, sizeof(block_q6_K));
     q8_pack_words_256(wb, row_bytes, nr, o + offsetof(block_q6_K, ql), 32, b.ql);
     q8_pack_words_256(wb, row_bytes, nr, o + offsetof(block_q6_K, qh), 16, b.qh);
     for (int h = 0; h < 2; ++h) {
@@ -303,6 +305,7 @@ inline void iq4_xs_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, in
   const auto* wb = static_cast<const uint8_t*>(w);
   auto* T = reinterpret_cast<QIq4XsTile*>(tile);
   for (int64_t i = 0; i < n / QK_K; ++i) {
+    q8_pack_prefetch(wb + static_cast<size_t>(i) * sizeof(block_iq4_xs), row_bytes, sizeof(block_iq4_xs));
     const size_t o = static_cast<size_t>(i) * sizeof(block_iq4_xs) + offsetof(block_iq4_xs, qs);
     q8_pack_words_256(wb, row_bytes, nr, o, 16, T[i].qs);
     q8_pack_words_256(wb, row_bytes, nr, o + 64, 16, T[i].qs + 16);
@@ -370,6 +373,7 @@ inline void legacy_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, in
   const auto* wb = static_cast<const uint8_t*>(w);
   for (int64_t i = 0; i < n / 32; ++i) {
     const size_t o = static_cast<size_t>(i) * sizeof(Block);
+    q8_pack_prefetch_blocks<Block>(wb, row_bytes, i);
     for (int rh = 0; rh < 2; ++rh) {
       __m256i in[8], out[8];
       for (int r = 0; r < 8; ++r) {
