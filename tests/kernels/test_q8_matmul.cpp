@@ -378,7 +378,7 @@ TEST(Q8Matmul, NegativeControls) {
 }
 
 // Bitwise: 1, 2 and 3 threads agree, and on the row path (tiles off) a token's output does
-// not depend on its batch. With tiles (a batch of ≥ kQ8TileMinTokens tokens) against the same
+// not depend on its batch. With tiles (a batch of ≥ Q8TileOps::min_tokens tokens) against the same
 // token alone (the row path): bitwise for the 32-block types, to float rounding for the others.
 TEST(Q8Matmul, DeterministicAcrossThreadsAndBatch) {
   for (CpuIsa isa : available_isas()) {

@@ -52,6 +52,10 @@ class CpuBackend final : public Backend {
     scratch_.resize(static_cast<size_t>(pool_.size()));
   }
 
+  int64_t tile_min_tokens(const cpu::Q8Ops& op) const {
+    return q8_tile_min_tokens_ > 0 ? q8_tile_min_tokens_ : op.tile.min_tokens;
+  }
+
   static const cpu::Q8Kernels* q8_table(CpuIsa isa, bool amx) {
     if (amx && isa == CpuIsa::avx512)
       if (const cpu::Q8Kernels* k = cpu::q8_kernels_amx()) return k;
@@ -256,7 +260,7 @@ class CpuBackend final : public Backend {
     // Whether expert j's rows of op take matmul's tiles; the AMX tiles (gemm_rows, activations
     // repacked per matmul) stay with the default.
     auto tiled = [&](const cpu::Q8Ops* op, int64_t m) {
-      return q8_tiles_ && op->tile.any() && m >= q8_tile_min_tokens_;
+      return q8_tiles_ && op->tile.any() && m >= tile_min_tokens(*op);
     };
     for (const FfnExpertRows& e : ex)
       for (const cpu::Q8Ops* op : {qg, qu, qd})
@@ -358,7 +362,7 @@ class CpuBackend final : public Backend {
     const size_t ldw_bytes = w.row_bytes(), a_bytes = dtype_row_bytes(op.act, n_in);
     if (act_.size() < a_bytes * static_cast<size_t>(n_tok)) act_.resize(a_bytes * static_cast<size_t>(n_tok));
     uint8_t* act = act_.data();
-    const bool tiles = q8_tiles_ && op.tile.any() && n_tok >= q8_tile_min_tokens_;
+    const bool tiles = q8_tiles_ && op.tile.any() && n_tok >= tile_min_tokens(op);
     // The 32-block tiles' activation sums (Q8TileOps::act_sums): nb per token.
     const bool sums = tiles && op.tile.act_sums;
     const int64_t nb = n_in / 32;
@@ -610,7 +614,7 @@ class CpuBackend final : public Backend {
   const cpu::Kernels& k_;
   const cpu::Q8Kernels* q8_;                 // null: quantized weights are decoded to float (the exact path)
   bool q8_tiles_;                            // CpuBackendOptions::q8_tiles
-  int64_t q8_tile_min_tokens_;               // CpuBackendOptions::q8_tile_min_tokens
+  int64_t q8_tile_min_tokens_;               // CpuBackendOptions::q8_tile_min_tokens (0: per type)
   bool q8_legacy_;                           // CpuBackendOptions::q8_legacy_types
   std::vector<uint8_t> act_;                 // quantized activations of the current int8 matmul
   std::vector<int32_t> moe_sums_;            // moe_ffn_batch's activation block sums

@@ -26,14 +26,16 @@ struct CpuBackendOptions {
   // these defaults (kernel tests compare against float math); make_backend("cpu") turns it on
   // and make_backend("cpu-exact") keeps it off (backends/backend.cpp).
   bool q8_activations = false;
-  // With q8_activations: batches of at least cpu::kQ8TileMinTokens tokens use the packed
+  // With q8_activations: batches of at least q8_tile_min_tokens tokens use the packed
   // row-interleaved tiles where the level has them (kernels.h, Q8TileOps); off = the row path
   // for every batch (for A/B measurements and the batch-invariance tests).
   bool q8_tiles = true;
   // The smallest batch the tiles take (SLUICE_CPU_Q8_TILE_MIN). Below it the row path reads
   // each weight row once for the batch's few tokens: a tile's repack costs more than it saves
   // while the step is bound by reading the weights (several sequences decoding together).
-  int64_t q8_tile_min_tokens = cpu::kQ8TileMinTokens;
+  // 0: each type's own threshold at the level (Q8TileOps::min_tokens, cpu::kQ8TileMinTokens
+  // unless measured otherwise).
+  int64_t q8_tile_min_tokens = 0;
   // With q8_activations: Q4_1, Q5_0 and Q5_1 weights (ggml's legacy 32-blocks; and Q8_A) take the int8
   // path too (SLUICE_CPU_Q8_LEGACY=0 turns it off), with the VNNI prefill tiles
   // (kernels_q8_impl.h, QLegacyTile; Q4_0 and Q8_0 always have both), as llama.cpp multiplies

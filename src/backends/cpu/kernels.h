@@ -165,6 +165,10 @@ struct Q8TileOps {
                     float* y, size_t ldy) = nullptr;
   size_t (*act_bytes)(int64_t n, int64_t n_tok) = nullptr;
   void (*act_pack)(const void* a, size_t a_row_bytes, int64_t n, int64_t n_tok, uint8_t* out) = nullptr;
+  // The smallest batch these tiles take by default (CpuBackendOptions::q8_tile_min_tokens
+  // overrides it): where they start to beat the row path at this level (kQ8TileMinTokens unless
+  // measured otherwise, see q8_table).
+  int64_t min_tokens = kQ8TileMinTokens;
   bool any() const { return gemm || gemm_rows; }
 };
 
