@@ -133,10 +133,11 @@ struct Kernels {
 // vpmaddwd by the scales, weights unpacked once per call into L1 (Zen 3, 1 thread, 2048×768,
 // 32 tokens: Q4_K 74 vs 40 GMAC/s for rows, Q6_K 54-64 vs 45).
 constexpr int64_t kQ8TileRows = 16;
-// Tiles from 9 tokens: a few tokens (several sequences decoding together) are bound by
+// Tiles from 9 tokens by default: a few tokens (several sequences decoding together) are bound by
 // reading the weights, and a tile's repack then costs more than its dot products save. 12-layer
 // qwen3-30b-a3b Q4_K_M, 2 threads, AMD EPYC Zen 4: 4 sequences 95 aggregate t/s with the row
-// path vs 57 with tiles from 2 tokens, 8 sequences 105 vs 97, 16 sequences 103 vs 124.
+// path vs 57 with tiles from 2 tokens, 8 sequences 105 vs 97, 16 sequences 103 vs 124 (before
+// the packs prefetched; the VNNI K-quant tiles now start earlier: Q8TileOps::min_tokens).
 constexpr int64_t kQ8TileMinTokens = 9;
 // Σ of a Q8_0 activation block's 32 quants (exact): what every row of the 32-block types
 // with a min needs (Σa·m), and the tiles' offset correction (Q8TileOps::act_sums).
