@@ -1522,7 +1522,7 @@ inline void q3_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t 
 // scale ls − 32, d[r] its fp16 d as float. Per super-block and row, with the exact int32
 //   sumi = Σ_s sc_s·Σ_k level(q_k)·a_k:   acc = fma(sumi, d·d_a, acc)
 // (the row dots add the same sums in 8 lanes: equal to float rounding). The AVX2 tiles
-// (kernels_q8_tiles_avx2.h) and this scalar twin are bitwise equal; the VNNI level keeps rows.
+// (kernels_q8_tiles_avx2.h), the VNNI tiles (Iq4XsTileTokens) and this scalar twin are bitwise equal.
 struct QIq4XsTile {
   uint32_t qs[32][kQ8TileRows];
   int8_t sc[8][kQ8TileRows];
@@ -1565,9 +1565,77 @@ inline float iq4_xs_tile_step(const QIq4XsTile& b, const block_q8_K& a, int64_t 
 }
 #define SLUICE_Q8_IQ4_XS_TILE \
   { iq4_xs_tile_bytes, iq4_xs_tile_pack, q8_tile_gemm_scalar<QIq4XsTile, block_q8_K, QK_K, iq4_xs_tile_step> }
-#elif SLUICE_Q8_VNNI
+#elif SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
+inline void iq4_xs_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  auto* T = reinterpret_cast<QIq4XsTile*>(tile);
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const size_t o = static_cast<size_t>(i) * sizeof(block_iq4_xs);
+    q8_pack_prefetch(wb + o, row_bytes, sizeof(block_iq4_xs));
+    q8_pack_words16(wb, row_bytes, nr, o + offsetof(block_iq4_xs, qs), T[i].qs);
+    q8_pack_words16(wb, row_bytes, nr, o + offsetof(block_iq4_xs, qs) + 64, T[i].qs + 16);
+    iq4_xs_tile_scales(wb, row_bytes, nr, i, T[i]);
+  }
+}
+// NT tokens against one IQ4_XS tile. vpdpbusd wants an unsigned operand: the nibbles become
+// level + 128 (1..241) by one byte shuffle, so a sub-block's dot carries 128·Σa over its 32
+// activations, Σa = bsums[2s] + bsums[2s+1]; the offsets of the 8 sub-blocks, each times its
+// scale, come off once per super-block by vpdpwssd (the scale held in both 16-bit halves) against
+// the bsums pairs. The int32 sumi is then exactly the scalar twin's, and so is its one fma.
+struct Iq4XsTileTokens {
+  template <int NT>
+  struct Run {
+    static void run(const QIq4XsTile* T, int64_t nb, const uint8_t* act, size_t astride, const int32_t*, float* y,
+                    size_t ldy, __mmask16 rows) {
+      alignas(16) int8_t lv[16];
+      for (int k = 0; k < 16; ++k) lv[k] = static_cast<int8_t>(kIq4nlValues[k] + 128);
+      const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(lv)));
+      const __m512i m4 = _mm512_set1_epi8(0xF), k16 = _mm512_set1_epi32(0xFFFF);
+      __m512 acc[NT];
+      for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+      for (int64_t i = 0; i < nb; ++i) {
+        const QIq4XsTile& b = T[i];
+        const block_q8_K* a[NT];
+        __m512i sumi[NT];
+        for (int t = 0; t < NT; ++t) {
+          a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
+          sumi[t] = _mm512_setzero_si512();
+        }
+        for (int sb = 0; sb < 8; ++sb) {
+          __m512i wl[4], wh[4];
+          for (int g = 0; g < 4; ++g) {
+            const __m512i raw = _mm512_loadu_si512(b.qs[4 * sb + g]);
+            wl[g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(raw, m4));
+            wh[g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4));
+          }
+          const __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[sb])));
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* aq = a[t]->qs + 32 * sb;
+            __m512i x = _mm512_setzero_si512();
+            for (int g = 0; g < 4; ++g) x = _mm512_dpbusd_epi32(x, wl[g], q8_bcst32(aq + 4 * g));
+            for (int g = 0; g < 4; ++g) x = _mm512_dpbusd_epi32(x, wh[g], q8_bcst32(aq + 16 + 4 * g));
+            sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(x, scv));
+          }
+        }
+        __m512i sc2[8];
+        for (int sb = 0; sb < 8; ++sb) {
+          const __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[sb])));
+          sc2[sb] = _mm512_or_si512(_mm512_and_si512(v, k16), _mm512_slli_epi32(v, 16));
+        }
+        const __m512 dv = _mm512_loadu_ps(b.d);
+        for (int t = 0; t < NT; ++t) {
+          __m512i off = _mm512_setzero_si512();
+          for (int sb = 0; sb < 8; ++sb) off = _mm512_dpwssd_epi32(off, sc2[sb], q8_bcst32(a[t]->bsums + 2 * sb));
+          const __m512i s = _mm512_sub_epi32(sumi[t], _mm512_slli_epi32(off, 7));
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, _mm512_set1_ps(a[t]->d)), acc[t]);
+        }
+      }
+      for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
+    }
+  };
+};
 #define SLUICE_Q8_IQ4_XS_TILE \
-  {}
+  { iq4_xs_tile_bytes, iq4_xs_tile_pack_512, q8_tile_gemm<QIq4XsTile, QK_K, Iq4XsTileTokens::Run> }
 #else
 #define SLUICE_Q8_IQ4_XS_TILE \
   { iq4_xs_tile_bytes, iq4_xs_tile_pack_256, q8_tile_gemm_256<QIq4XsTile, Iq4XsTile256> }
