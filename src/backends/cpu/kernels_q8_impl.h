@@ -1516,6 +1516,147 @@ inline void q3_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t 
   { q6_K_tile_bytes, q3_K_tile_pack<q6_K_tile_pack_256>, q8_tile_gemm_256<Q6KTile, Q6KTile256> }
 #endif
 
+// ---- Q2_K prefill tiles ------------------------------------------------------------------
+// One packed super-block of 16 rows: qs[w][r] is word w of row r's qs as stored (word 8h + g holds
+// in bit pair 2j of its byte b element 128h + 32j + 4g + b, so for every j a lane's 4 elements
+// are consecutive: one vpdpbusd operand after a shift and a mask), sc[k][r] the 4-bit scale of
+// sub-block k (16 elements), m2[k][r] the 4-bit mins of sub-blocks 2k and 2k + 1 as the two int16
+// halves (one vpdpwssd against the bsums pair), d[r] and dmin[r] as floats. Per super-block and row,
+// with the exact int32 sums sumi = Σ_k sc_k·Σ q·a and mins = Σ_k m_k·bsums_k:
+//   acc = fma(sumi, d·d_a, acc);  acc = fma(−mins, dmin·d_a, acc)
+// (the row dots add the same terms in another float order: equal to float rounding). The VNNI
+// tiles and this scalar twin are bitwise equal; without VNNI the row dots stay.
+struct Q2KTile {
+  uint32_t qs[16][kQ8TileRows];
+  uint8_t sc[16][kQ8TileRows];
+  uint32_t m2[8][kQ8TileRows];
+  float d[kQ8TileRows], dmin[kQ8TileRows];
+};
+static_assert(sizeof(Q2KTile) % 64 == 0, "tiles are read as 64-byte vectors");
+inline size_t q2_K_tile_bytes(int64_t n) { return static_cast<size_t>(n / QK_K) * sizeof(Q2KTile); }
+inline void q2_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  const int64_t nb = n / QK_K;
+  auto* T = reinterpret_cast<Q2KTile*>(tile);
+  if (nr < kQ8TileRows) __builtin_memset(tile, 0, q2_K_tile_bytes(n));
+  for (int64_t r = 0; r < nr; ++r) {
+    const auto* x = reinterpret_cast<const block_q2_K*>(static_cast<const uint8_t*>(w) + r * row_bytes);
+    for (int64_t i = 0; i < nb; ++i) {
+      Q2KTile& b = T[i];
+      for (int k = 0; k < 16; ++k) __builtin_memcpy(&b.qs[k][r], x[i].qs + 4 * k, 4);
+      for (int k = 0; k < 16; ++k) b.sc[k][r] = x[i].scales[k] & 0xF;
+      for (int k = 0; k < 8; ++k)
+        b.m2[k][r] = static_cast<uint32_t>(x[i].scales[2 * k] >> 4) | static_cast<uint32_t>(x[i].scales[2 * k + 1] >> 4)
+                                                                          << 16;
+      b.d[r] = q8_half(x[i].d);
+      b.dmin[r] = q8_half(x[i].dmin);
+    }
+  }
+}
+#if !SLUICE_Q8_SIMD
+inline float q2_K_tile_step(const Q2KTile& b, const block_q8_K& a, int64_t r, float acc) {
+  int32_t sumi = 0, mins = 0;
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < 4; ++j)
+      for (int half = 0; half < 2; ++half) {
+        int32_t s = 0;
+        for (int g = 4 * half; g < 4 * half + 4; ++g)
+          for (int byte = 0; byte < 4; ++byte) {
+            const uint8_t q = reinterpret_cast<const uint8_t*>(&b.qs[8 * h + g][r])[byte];
+            s += ((q >> (2 * j)) & 3) * a.qs[128 * h + 32 * j + 4 * g + byte];
+          }
+        sumi += b.sc[8 * h + 2 * j + half][r] * s;
+      }
+  for (int k = 0; k < 8; ++k)
+    mins += static_cast<int32_t>(b.m2[k][r] & 0xFFFF) * a.bsums[2 * k] +
+            static_cast<int32_t>(b.m2[k][r] >> 16) * a.bsums[2 * k + 1];
+  acc = std::fma(static_cast<float>(sumi), b.d[r] * a.d, acc);
+  return std::fma(-static_cast<float>(mins), b.dmin[r] * a.d, acc);
+}
+#define SLUICE_Q8_Q2_K_TILE \
+  { q2_K_tile_bytes, q2_K_tile_pack, q8_tile_gemm_scalar<Q2KTile, block_q8_K, QK_K, q2_K_tile_step> }
+#elif SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
+inline void q2_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  auto* T = reinterpret_cast<Q2KTile*>(tile);
+  const __m512i kf = _mm512_set1_epi32(0xF);
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    Q2KTile& b = T[i];
+    const size_t o = static_cast<size_t>(i) * sizeof(block_q2_K);
+    q8_pack_prefetch(wb + o, row_bytes, sizeof(block_q2_K));
+    q8_pack_words16(wb, row_bytes, nr, o + offsetof(block_q2_K, qs), b.qs);
+    __m512i g[4];  // the scales' words
+    for (int k = 0; k < 4; ++k) g[k] = q8_gather_rows(wb, row_bytes, nr, o + offsetof(block_q2_K, scales) + 4 * k);
+    for (int k = 0; k < 16; ++k)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(b.sc[k]),
+                       _mm512_cvtepi32_epi8(_mm512_and_si512(_mm512_srli_epi32(g[k / 4], 8 * (k % 4)), kf)));
+    for (int k = 0; k < 8; ++k) {  // bytes 2k and 2k + 1: the 16-bit half k % 2 of word k / 2
+      const __m512i v = _mm512_srli_epi32(g[k / 2], 16 * (k % 2));
+      _mm512_storeu_si512(b.m2[k],
+                          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), kf),
+                                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(v, 12), kf), 16)));
+    }
+    const __m512i dd = q8_gather_rows(wb, row_bytes, nr, o + offsetof(block_q2_K, d));  // d | dmin << 16
+    _mm512_storeu_ps(b.d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+    _mm512_storeu_ps(b.dmin, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+  }
+}
+// NT tokens against one Q2_K tile: per (half h, shift j) the 8 weight vectors are the qs words
+// shifted by 2j and masked (codes 0..3, unsigned: vpdpbusd as they are), 4 words per sub-block.
+struct Q2KTileTokens {
+  template <int NT>
+  struct Run {
+    static void run(const Q2KTile* T, int64_t nb, const uint8_t* act, size_t astride, const int32_t*, float* y,
+                    size_t ldy, __mmask16 rows) {
+      const __m512i m3 = _mm512_set1_epi8(3);
+      __m512 acc[NT];
+      for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+      for (int64_t i = 0; i < nb; ++i) {
+        const Q2KTile& b = T[i];
+        const block_q8_K* a[NT];
+        __m512i sumi[NT];
+        for (int t = 0; t < NT; ++t) {
+          a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
+          sumi[t] = _mm512_setzero_si512();
+        }
+        for (int h = 0; h < 2; ++h)
+          for (int j = 0; j < 4; ++j) {
+            const __m128i shift = _mm_cvtsi32_si128(2 * j);
+            __m512i wv[8];
+            for (int g = 0; g < 8; ++g)
+              wv[g] = _mm512_and_si512(_mm512_srl_epi16(_mm512_loadu_si512(b.qs[8 * h + g]), shift), m3);
+            const int k = 8 * h + 2 * j;
+            const __m512i sc0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[k])));
+            const __m512i sc1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[k + 1])));
+            for (int t = 0; t < NT; ++t) {
+              const int8_t* aq = a[t]->qs + 128 * h + 32 * j;
+              __m512i x0 = _mm512_setzero_si512(), x1 = _mm512_setzero_si512();
+              for (int g = 0; g < 4; ++g) x0 = _mm512_dpbusd_epi32(x0, wv[g], q8_bcst32(aq + 4 * g));
+              for (int g = 0; g < 4; ++g) x1 = _mm512_dpbusd_epi32(x1, wv[4 + g], q8_bcst32(aq + 16 + 4 * g));
+              sumi[t] = _mm512_add_epi32(sumi[t],
+                                         _mm512_add_epi32(_mm512_mullo_epi32(x0, sc0), _mm512_mullo_epi32(x1, sc1)));
+            }
+          }
+        const __m512 dv = _mm512_loadu_ps(b.d), dmv = _mm512_loadu_ps(b.dmin);
+        for (int t = 0; t < NT; ++t) {
+          __m512i mins = _mm512_setzero_si512();
+          for (int k = 0; k < 8; ++k)
+            mins = _mm512_dpwssd_epi32(mins, _mm512_loadu_si512(b.m2[k]), q8_bcst32(a[t]->bsums + 2 * k));
+          const __m512 ad = _mm512_set1_ps(a[t]->d);
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dv, ad), acc[t]);
+          acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmv, ad), acc[t]);
+        }
+      }
+      for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
+    }
+  };
+};
+#define SLUICE_Q8_Q2_K_TILE \
+  { q2_K_tile_bytes, q2_K_tile_pack_512, q8_tile_gemm<Q2KTile, QK_K, Q2KTileTokens::Run> }
+#else
+#define SLUICE_Q8_Q2_K_TILE \
+  {}  // not yet: without VNNI Q2_K keeps the row dots
+#endif
+
 // ---- IQ4_XS prefill tiles -----------------------------------------------------------------
 // One packed super-block of 16 rows: qs[w][r] is word w of row r's qs as stored (word 4s + g of
 // sub-block s: its elements 4g..4g+3 in the low nibbles, 16 + 4g.. in the high), sc[s][r] its
@@ -2104,7 +2245,7 @@ constexpr Q8Kernels q8_table(const char* name) {
       .q4_K = {DType::Q8_K, q8_gemm<Dot_q4_K, QK_K>, SLUICE_Q8_Q4_K_TILE},
       .q5_K = {DType::Q8_K, q8_gemm<Dot_q5_K, QK_K>, SLUICE_Q8_Q5_K_TILE},
       .q6_K = {DType::Q8_K, q8_gemm<Dot_q6_K, QK_K>, SLUICE_Q8_Q6_K_TILE},
-      .q2_K = {DType::Q8_K, q8_gemm<Dot_q2_K, QK_K>, {}},
+      .q2_K = {DType::Q8_K, q8_gemm<Dot_q2_K, QK_K>, SLUICE_Q8_Q2_K_TILE},
       .q3_K = {DType::Q8_K, q8_gemm<Dot_q3_K, QK_K>, SLUICE_Q8_Q3_K_TILE},
       .iq4_nl = {DType::Q8_0, q8_gemm32<Q8Unpack_iq4_nl>, SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<Iq4NlCodes>)},
       .iq4_xs = {DType::Q8_K, q8_gemm<Dot_iq4_xs, QK_K>, SLUICE_Q8_IQ4_XS_TILE},
@@ -2127,6 +2268,7 @@ constexpr Q8Kernels q8_table(const char* name) {
 #undef SLUICE_Q8_Q5_K_TILE
 #undef SLUICE_Q8_Q6_K_TILE
 #undef SLUICE_Q8_Q3_K_TILE
+#undef SLUICE_Q8_Q2_K_TILE
 #undef SLUICE_Q8_IQ4_XS_TILE
 #undef SLUICE_Q8_Q8_0_TILE
 #undef SLUICE_Q8_LEGACY_TILE
