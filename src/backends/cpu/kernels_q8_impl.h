@@ -1525,7 +1525,9 @@ inline void q3_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t 
 // with the exact int32 sums sumi = Σ_k sc_k·Σ q·a and mins = Σ_k m_k·bsums_k:
 //   acc = fma(sumi, d·d_a, acc);  acc = fma(−mins, dmin·d_a, acc)
 // (the row dots add the same terms in another float order: equal to float rounding). The VNNI
-// tiles and this scalar twin are bitwise equal; without VNNI the row dots stay.
+// tiles and this scalar twin are bitwise equal; without VNNI the row dots stay. 12-layer
+// qwen3-30b-a3b Q2_K synth, pp512, 2 threads, Zen 4: 117 tok/s with the row dots, 233-246 with
+// the tiles, llama.cpp 107.
 struct Q2KTile {
   uint32_t qs[16][kQ8TileRows];
   uint8_t sc[16][kQ8TileRows];
@@ -1723,6 +1725,8 @@ inline void iq4_xs_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, in
 // activations, Σa = bsums[2s] + bsums[2s+1]; the offsets of the 8 sub-blocks, each times its
 // scale, come off once per super-block by vpdpwssd (the scale held in both 16-bit halves) against
 // the bsums pairs. The int32 sumi is then exactly the scalar twin's, and so is its one fma.
+// 12-layer qwen3-30b-a3b IQ4_XS synth, pp512, 2 threads, Zen 4: 102-117 tok/s with the row dots,
+// 252-255 with the tiles, llama.cpp 173-179.
 struct Iq4XsTileTokens {
   template <int NT>
   struct Run {
