@@ -230,14 +230,14 @@ TEST(Q8Matmul, TilesMatchRowPathAndScalarTwin) {
   }
   EXPECT_EQ(tiled_types, 13)
       << "Q4_0, Q4_1, Q5_0, Q5_1, Q8_A, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS have tiles";
-  // Without VNNI (kernels_q8_tiles_avx2.h) every type but Q8_0 and Q2_K has tiles (the 8-bit codes of
+  // Without VNNI (kernels_q8_tiles_avx2.h) every type but Q8_0 has tiles (the 8-bit codes of
   // Q8_A and IQ4_NL by the sign trick), so the loop above compared them with the twin.
   if (cpu_isa_available(CpuIsa::avx2)) {
     int avx2_tiled = 0;
     for (DType t : kQ8Types)
       if (const cpu::Q8Ops* op = cpu::q8_kernels_avx2().get(t); op && op->tile.gemm) ++avx2_tiled;
-    EXPECT_EQ(avx2_tiled, 11)
-        << "avx2: Q4_0, Q4_1, Q5_0, Q5_1, Q8_A, IQ4_NL, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS have tiles";
+    EXPECT_EQ(avx2_tiled, 12)
+        << "avx2: Q4_0, Q4_1, Q5_0, Q5_1, Q8_A, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS have tiles";
   }
   // With VNNI every type has tiles (Q3_K's through the Q6_K tile).
   if (cpu_isa_available(CpuIsa::avx512) && std::string_view(cpu::q8_kernels_avx512().name) == "avx512-vnni") {

@@ -1525,7 +1525,7 @@ inline void q3_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t 
 // with the exact int32 sums sumi = Σ_k sc_k·Σ q·a and mins = Σ_k m_k·bsums_k:
 //   acc = fma(sumi, d·d_a, acc);  acc = fma(−mins, dmin·d_a, acc)
 // (the row dots add the same terms in another float order: equal to float rounding). The VNNI
-// tiles and this scalar twin are bitwise equal; without VNNI the row dots stay. 12-layer
+// tiles, the AVX2 ones (kernels_q8_tiles_avx2.h) and this scalar twin are bitwise equal. 12-layer
 // qwen3-30b-a3b Q2_K synth, pp512, 2 threads, Zen 4: 117 tok/s with the row dots, 233-246 with
 // the tiles, llama.cpp 107.
 struct Q2KTile {
@@ -1655,8 +1655,9 @@ struct Q2KTileTokens {
 #define SLUICE_Q8_Q2_K_TILE \
   { q2_K_tile_bytes, q2_K_tile_pack_512, q8_tile_gemm<Q2KTile, QK_K, Q2KTileTokens::Run> }
 #else
+// Without VNNI: the 256-bit tiles (kernels_q8_tiles_avx2.h).
 #define SLUICE_Q8_Q2_K_TILE \
-  {}  // not yet: without VNNI Q2_K keeps the row dots
+  { q2_K_tile_bytes, q2_K_tile_pack_256, q8_tile_gemm_256<Q2KTile, Q2KTile256> }
 #endif
 
 // ---- IQ4_XS prefill tiles -----------------------------------------------------------------

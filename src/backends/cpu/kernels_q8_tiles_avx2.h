@@ -1,4 +1,4 @@
-// backends/cpu/kernels_q8_tiles_avx2: the prefill tiles (kernels.h, Q8TileOps) of Q4_K, Q5_K,
+// backends/cpu/kernels_q8_tiles_avx2: the prefill tiles (kernels.h, Q8TileOps) of Q2_K, Q4_K, Q5_K,
 // Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, Q8_A, IQ4_NL and IQ4_XS for levels without VNNI (AVX2, and AVX-512 without VNNI), on the tile layouts and
 // scalar packs of kernels_q8_impl.h. Included by kernels_q8_impl.h inside its namespace when
 // SLUICE_Q8_SIMD && !SLUICE_Q8_VNNI; includes nothing itself.
@@ -267,6 +267,77 @@ struct Q6KTile256 {
     }
   }
 };
+
+// The Q2_K tiles: codes ≤ 3, so the 4 maddubs of a 16-input sub-block add in one 16-bit run
+// (≤ 4·2·3·127); the mins of two sub-blocks per vpmaddwd with the bsum pairs, as q2_K_tile_step.
+struct Q2KTile256 {
+  static void unpack(const Q2KTile& b, int h, Tile256Buf& u) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    for (int hh = 0; hh < 2; ++hh)
+      for (int j = 0; j < 4; ++j) {
+        const __m128i shift = _mm_cvtsi32_si128(2 * j);
+        for (int g = 0; g < 8; ++g)
+          u.w[8 * (4 * hh + j) + g] = _mm256_and_si256(_mm256_srl_epi16(q8_load(b.qs[8 * hh + g] + 8 * h), shift), m3);
+      }
+    for (int k = 0; k < 16; ++k)
+      u.sc[k] = q8_pair16(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.sc[k] + 8 * h))));
+    u.d = _mm256_loadu_ps(b.d + 8 * h);
+    u.dmin = _mm256_loadu_ps(b.dmin + 8 * h);
+  }
+  template <int NT>
+  static void tokens(const Q2KTile& b, int h, const Tile256Buf& u, const block_q8_K* const a[NT], __m256 acc[NT]) {
+    __m256i sumi[NT];
+    for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+    for (int q = 0; q < 8; ++q)  // group (hh, j) = (q / 4, q % 4): inputs 32q..32q+31, sub-blocks 2q, 2q + 1
+      for (int g0 = 0; g0 < 8; g0 += 4) {
+        __m256i s[NT];
+        for (int t = 0; t < NT; ++t) s[t] = _mm256_setzero_si256();
+        for (int g = g0; g < g0 + 4; ++g) {
+          const __m256i w = u.w[8 * q + g];
+          for (int t = 0; t < NT; ++t)
+            s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(w, q8_bcst32_256(a[t]->qs + 32 * q + 4 * g)));
+        }
+        for (int t = 0; t < NT; ++t) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(s[t], u.sc[2 * q + g0 / 4]));
+      }
+    for (int t = 0; t < NT; ++t) {
+      __m256i mins = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k)
+        mins = _mm256_add_epi32(mins, _mm256_madd_epi16(q8_load(b.m2[k] + 8 * h), q8_bcst32_256(a[t]->bsums + 2 * k)));
+      const __m256 ad = _mm256_set1_ps(a[t]->d);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_mul_ps(u.d, ad), acc[t]);
+      acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(u.dmin, ad), acc[t]);
+    }
+  }
+};
+// q2_K_tile_pack's bytes: the qs words transposed 8 rows at a time, the scales' words 8 rows at a time.
+inline void q2_K_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  auto* T = reinterpret_cast<Q2KTile*>(tile);
+  const __m256i kf = _mm256_set1_epi32(0xF);
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    Q2KTile& b = T[i];
+    const size_t o = static_cast<size_t>(i) * sizeof(block_q2_K);
+    q8_pack_prefetch(wb + o, row_bytes, sizeof(block_q2_K));
+    q8_pack_words_256(wb, row_bytes, nr, o + offsetof(block_q2_K, qs), 16, b.qs);
+    for (int h = 0; h < 2; ++h) {
+      __m256i g[4];  // the 16 scale bytes: word k holds scales 4k..4k+3
+      q8_rows_words4_256(wb, row_bytes, nr, o + offsetof(block_q2_K, scales), h, g);
+      for (int k = 0; k < 16; ++k)
+        q8_store_lane_byte(_mm256_and_si256(g[k / 4], _mm256_set1_epi8(0xF)), k % 4, b.sc[k] + 8 * h);
+      for (int k = 0; k < 8; ++k) {  // bytes 2k and 2k + 1: the 16-bit half k % 2 of word k / 2
+        const __m256i v = _mm256_srli_epi32(g[k / 2], 16 * (k % 2));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(b.m2[k] + 8 * h),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v, 4), kf),
+                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v, 12), kf), 16)));
+      }
+    }
+    for (int64_t r = 0; r < kQ8TileRows; ++r) {
+      const auto* x = reinterpret_cast<const block_q2_K*>(wb + r * row_bytes + o);
+      b.d[r] = r < nr ? q8_half(x->d) : 0.0f;
+      b.dmin[r] = r < nr ? q8_half(x->dmin) : 0.0f;
+    }
+  }
+}
 
 // The IQ4_XS tiles: levels are signed (|v| ≤ 127), so per vector and token the sign trick and one
 // vpmaddwd by the sub-block's scale (pairs ≤ 2·127·127 leave no room for 16-bit runs); the buffer
