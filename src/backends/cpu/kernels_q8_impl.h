@@ -1222,6 +1222,18 @@ inline void q5_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
     q8_k4_tile_scales_512(wb, row_bytes, nr, o, b);
   }
 }
+// The close of a super-block for the tiles with mins (Q4_K, Q5_K, Q2_K): mins = Σ_k m2[k]·(bsums
+// pair k) by vpdpwssd (m2 holds two int16 mins per lane: the same min twice for the K4 tiles, whose
+// pairs share a 32-input sub-block), then acc = fma(sumi, d·d_a, acc), acc = fma(−mins, dmin·d_a,
+// acc), as the scalar twins.
+inline __m512 q8_tile_close_mins_512(const uint32_t (*m2)[kQ8TileRows], __m512 dv, __m512 dmv, const block_q8_K& a,
+                                     __m512i sumi, __m512 acc) {
+  __m512i mins = _mm512_setzero_si512();
+  for (int k = 0; k < 8; ++k) mins = _mm512_dpwssd_epi32(mins, _mm512_loadu_si512(m2[k]), q8_bcst32(a.bsums + 2 * k));
+  const __m512 ad = _mm512_set1_ps(a.d);
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dv, ad), acc);
+  return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmv, ad), acc);
+}
 
 // NT tokens against one Q4_K or Q5_K tile. Per sub-block: the 8 weight vectors are unpacked
 // once (Q5_K: each OR'd with its fifth bit, bit j of the qh bytes moved to bit 4 by one 16-bit
@@ -1266,14 +1278,7 @@ struct K4TileTokens {
           }
         }
         const __m512 dv = _mm512_loadu_ps(b.d), dmv = _mm512_loadu_ps(b.dmin);
-        for (int t = 0; t < NT; ++t) {
-          __m512i mins = _mm512_setzero_si512();
-          for (int j = 0; j < 8; ++j)
-            mins = _mm512_dpwssd_epi32(mins, _mm512_loadu_si512(b.m2[j]), q8_bcst32(a[t]->bsums + 2 * j));
-          const __m512 ad = _mm512_set1_ps(a[t]->d);
-          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dv, ad), acc[t]);
-          acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmv, ad), acc[t]);
-        }
+        for (int t = 0; t < NT; ++t) acc[t] = q8_tile_close_mins_512(b.m2, dv, dmv, *a[t], sumi[t], acc[t]);
       }
       for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
     }
@@ -1639,14 +1644,7 @@ struct Q2KTileTokens {
             }
           }
         const __m512 dv = _mm512_loadu_ps(b.d), dmv = _mm512_loadu_ps(b.dmin);
-        for (int t = 0; t < NT; ++t) {
-          __m512i mins = _mm512_setzero_si512();
-          for (int k = 0; k < 8; ++k)
-            mins = _mm512_dpwssd_epi32(mins, _mm512_loadu_si512(b.m2[k]), q8_bcst32(a[t]->bsums + 2 * k));
-          const __m512 ad = _mm512_set1_ps(a[t]->d);
-          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dv, ad), acc[t]);
-          acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmv, ad), acc[t]);
-        }
+        for (int t = 0; t < NT; ++t) acc[t] = q8_tile_close_mins_512(b.m2, dv, dmv, *a[t], sumi[t], acc[t]);
       }
       for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
     }

@@ -171,6 +171,18 @@ struct Tile256Buf {
   __m256 d, dmin;
 };
 
+// The close of a super-block for the tiles with mins (Q4_K, Q5_K, Q2_K), rows 8h..8h+7:
+// mins = Σ_k m2[k]·(bsums pair k), then the two fused multiply-adds of the scalar twins.
+inline __m256 q8_tile_close_mins_256(const uint32_t (*m2)[kQ8TileRows], int h, const Tile256Buf& u, const block_q8_K& a,
+                                     __m256i sumi, __m256 acc) {
+  __m256i mins = _mm256_setzero_si256();
+  for (int k = 0; k < 8; ++k)
+    mins = _mm256_add_epi32(mins, _mm256_madd_epi16(q8_load(m2[k] + 8 * h), q8_bcst32_256(a.bsums + 2 * k)));
+  const __m256 ad = _mm256_set1_ps(a.d);
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(u.d, ad), acc);
+  return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(u.dmin, ad), acc);
+}
+
 // The Q4_K / Q5_K tiles: codes ≤ 15 add 8 maddubs in one 16-bit run, Q5_K's ≤ 31 two runs of 4.
 template <class Tile>
 struct K4Tile256 {
@@ -210,14 +222,7 @@ struct K4Tile256 {
         }
         for (int t = 0; t < NT; ++t) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(s[t], u.sc[j]));
       }
-    for (int t = 0; t < NT; ++t) {
-      __m256i mins = _mm256_setzero_si256();
-      for (int j = 0; j < 8; ++j)
-        mins = _mm256_add_epi32(mins, _mm256_madd_epi16(q8_load(b.m2[j] + 8 * h), q8_bcst32_256(a[t]->bsums + 2 * j)));
-      const __m256 ad = _mm256_set1_ps(a[t]->d);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_mul_ps(u.d, ad), acc[t]);
-      acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(u.dmin, ad), acc[t]);
-    }
+    for (int t = 0; t < NT; ++t) acc[t] = q8_tile_close_mins_256(b.m2, h, u, *a[t], sumi[t], acc[t]);
   }
 };
 
@@ -299,14 +304,7 @@ struct Q2KTile256 {
         }
         for (int t = 0; t < NT; ++t) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(s[t], u.sc[2 * q + g0 / 4]));
       }
-    for (int t = 0; t < NT; ++t) {
-      __m256i mins = _mm256_setzero_si256();
-      for (int k = 0; k < 8; ++k)
-        mins = _mm256_add_epi32(mins, _mm256_madd_epi16(q8_load(b.m2[k] + 8 * h), q8_bcst32_256(a[t]->bsums + 2 * k)));
-      const __m256 ad = _mm256_set1_ps(a[t]->d);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_mul_ps(u.d, ad), acc[t]);
-      acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(u.dmin, ad), acc[t]);
-    }
+    for (int t = 0; t < NT; ++t) acc[t] = q8_tile_close_mins_256(b.m2, h, u, *a[t], sumi[t], acc[t]);
   }
 };
 // q2_K_tile_pack's bytes: the qs words transposed 8 rows at a time, the scales' words 8 rows at a time.
