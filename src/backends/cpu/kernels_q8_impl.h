@@ -1936,8 +1936,22 @@ inline float q8_0_tile_step(const Q80Tile& b, const block_q8_0& a, int64_t r, fl
 #define SLUICE_Q8_Q8_0_TILE \
   { q8_0_tile_bytes, q8_0_tile_pack, q8_tile_gemm_scalar<Q80Tile, block_q8_0, QK8_0, q8_0_tile_step, 4> }
 #else
-#define SLUICE_Q8_Q8_0_TILE \
-  {}
+// Without VNNI: the legacy 256-bit tiles (kernels_q8_tiles_avx2.h) with the quants as codes
+// q + 128, which take the sign trick's path of the 8-bit codes: Σ(q + 128)·a − 128·Σa is
+// Σ q·a exactly, so the row path's float order holds (Zen 4 as AVX2, 1 thread, 2048×768,
+// 32 tokens: see the README's tile figures).
+struct Q80LegacyCodes {
+  using Block = block_q8_0;
+  static constexpr int kOff = 128;
+  static constexpr bool kMin = false;
+  static constexpr bool kWide = true;
+  static constexpr bool kFive = false;
+  static int code(const Block& b, int j) { return b.qs[j] + 128; }
+  static __m256i codes(const Block& b) {
+    return _mm256_xor_si256(q8_load(b.qs), _mm256_set1_epi8(static_cast<char>(0x80)));
+  }
+};
+#define SLUICE_Q8_Q8_0_TILE SLUICE_Q8_LEGACY_TILE(LegacyTileCodes<Q80LegacyCodes>)
 #endif
 
 // ---- Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_A / IQ4_NL prefill tiles ------------------------------
