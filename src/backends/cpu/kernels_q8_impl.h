@@ -2274,10 +2274,14 @@ constexpr Q8Kernels q8_table(const char* name) {
   // next 16 rows (q8_pack_prefetch): 2048x4096 matrices cycled through 260 MB, 2 threads, Zen 4,
   // GB/s of weights rows vs tiles: Q4_K 15.4 vs 15.9 at 4 tokens, 11.1 vs 12.8 at 5, 7.8 vs 10.6
   // at 8; Q5_K 16.6 vs 15.1 at 4, 7.8 vs 11.6 at 8; Q6_K 14.6 vs 13.1 at 6, 11.6 vs 13.4 at 8.
+  // Q2_K and IQ4_XS (same matrices, two runs each): rows 5.1-7.7 and 9.2-9.3 GB/s at 4 tokens,
+  // tiles 10.3-12.2 and 12.3-12.9; at 3 tokens even (IQ4_XS rows 11.6-11.8, tiles 10.5-11.1).
   // Several sequences decoding together run their dense matmuls at these batch sizes.
   k.q4_K.tile.min_tokens = 5;
   k.q5_K.tile.min_tokens = 6;
   k.q6_K.tile.min_tokens = 8;
+  k.q2_K.tile.min_tokens = 4;
+  k.iq4_xs.tile.min_tokens = 4;
 #endif
   return k;
 }
