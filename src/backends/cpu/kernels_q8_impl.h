@@ -1409,6 +1409,9 @@ struct Q6KTileTokens {
   }
 };
 
+// kPrefetchNext: request the next 16 rows' bytes (q8_pack_prefetch); off where the rows are a
+// staging copy on the stack with nothing after them (q3_K_tile_pack).
+template <bool kPrefetchNext = true>
 inline void q6_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
   const int64_t nb = n / QK_K;
   auto* T = reinterpret_cast<Q6KTile*>(tile);
@@ -1417,7 +1420,7 @@ inline void q6_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
   for (int64_t i = 0; i < nb; ++i) {
     Q6KTile& b = T[i];
     const size_t o = static_cast<size_t>(i) * sizeof(block_q6_K);
-    q8_pack_prefetch(wb + o, row_bytes, sizeof(block_q6_K));
+    if constexpr (kPrefetchNext) q8_pack_prefetch(wb + o, row_bytes, sizeof(block_q6_K));
     q8_pack_words16(wb, row_bytes, nr, o + offsetof(block_q6_K, ql), b.ql);
     q8_pack_words16(wb, row_bytes, nr, o + offsetof(block_q6_K, ql) + 64, b.ql + 16);
     q8_pack_words16(wb, row_bytes, nr, o + offsetof(block_q6_K, qh), b.qh);
@@ -1437,7 +1440,7 @@ inline void q6_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
   }
 }
 #define SLUICE_Q8_Q6_K_TILE \
-  { q6_K_tile_bytes, q6_K_tile_pack_512, q8_tile_gemm<Q6KTile, QK_K, Q6KTileTokens> }
+  { q6_K_tile_bytes, q6_K_tile_pack_512<>, q8_tile_gemm<Q6KTile, QK_K, Q6KTileTokens> }
 #elif !SLUICE_Q8_SIMD
 // The scalar twin, bitwise equal to the vector code (exact integer sums, one fma per super-block).
 inline float q6_K_tile_step(const Q6KTile& b, const block_q8_K& a, int64_t r, float acc) {
@@ -1463,7 +1466,7 @@ inline float q6_K_tile_step(const Q6KTile& b, const block_q8_K& a, int64_t r, fl
 #else
 // Without VNNI: the 256-bit tiles (kernels_q8_tiles_avx2.h).
 #define SLUICE_Q8_Q6_K_TILE \
-  { q6_K_tile_bytes, q6_K_tile_pack_256, q8_tile_gemm_256<Q6KTile, Q6KTile256> }
+  { q6_K_tile_bytes, q6_K_tile_pack_256<>, q8_tile_gemm_256<Q6KTile, Q6KTile256> }
 #endif
 
 // ---- Q3_K prefill tiles: the Q6_K ones ------------------------------------------------------
@@ -1512,13 +1515,13 @@ inline void q3_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t 
 }
 #if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
 #define SLUICE_Q8_Q3_K_TILE \
-  { q6_K_tile_bytes, q3_K_tile_pack<q6_K_tile_pack_512>, q8_tile_gemm<Q6KTile, QK_K, Q6KTileTokens> }
+  { q6_K_tile_bytes, q3_K_tile_pack<q6_K_tile_pack_512<false>>, q8_tile_gemm<Q6KTile, QK_K, Q6KTileTokens> }
 #elif !SLUICE_Q8_SIMD
 #define SLUICE_Q8_Q3_K_TILE \
   { q6_K_tile_bytes, q3_K_tile_pack<q6_K_tile_pack>, q8_tile_gemm_scalar<Q6KTile, block_q8_K, QK_K, q6_K_tile_step> }
 #else
 #define SLUICE_Q8_Q3_K_TILE \
-  { q6_K_tile_bytes, q3_K_tile_pack<q6_K_tile_pack_256>, q8_tile_gemm_256<Q6KTile, Q6KTile256> }
+  { q6_K_tile_bytes, q3_K_tile_pack<q6_K_tile_pack_256<false>>, q8_tile_gemm_256<Q6KTile, Q6KTile256> }
 #endif
 
 // ---- Q2_K prefill tiles ------------------------------------------------------------------

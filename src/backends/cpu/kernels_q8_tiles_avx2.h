@@ -130,13 +130,15 @@ inline void k4_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, int64_
   }
 }
 
+// kPrefetchNext: as q6_K_tile_pack_512's.
+template <bool kPrefetchNext = true>
 inline void q6_K_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
   auto* T = reinterpret_cast<Q6KTile*>(tile);
   const auto* wb = static_cast<const uint8_t*>(w);
   for (int64_t i = 0; i < n / QK_K; ++i) {
     Q6KTile& b = T[i];
     const size_t o = static_cast<size_t>(i) * sizeof(block_q6_K);
-    q8_pack_prefetch(wb + o, row_bytes, sizeof(block_q6_K));
+    if constexpr (kPrefetchNext) q8_pack_prefetch(wb + o, row_bytes, sizeof(block_q6_K));
     q8_pack_words_256(wb, row_bytes, nr, o + offsetof(block_q6_K, ql), 32, b.ql);
     q8_pack_words_256(wb, row_bytes, nr, o + offsetof(block_q6_K, qh), 16, b.qh);
     for (int h = 0; h < 2; ++h) {
@@ -382,6 +384,17 @@ inline void iq4_xs_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, in
   }
 }
 
+// The first `rows` (1..8) of a tile half's results for one token, at yt.
+inline void q8_store_rows_256(float* yt, __m256 v, int64_t rows) {
+  if (rows == 8) {
+    _mm256_storeu_ps(yt, v);
+    return;
+  }
+  alignas(32) float part[8];
+  _mm256_store_ps(part, v);
+  for (int64_t r = 0; r < rows; ++r) yt[r] = part[r];
+}
+
 // Q8TileOps::gemm: tokens in chunks of kChunk (their accumulators in an L1 buffer); per chunk
 // and half of 8 rows that holds any of the nr, each super-block is unpacked once (Kind::unpack)
 // and run against the chunk's tokens in pairs, then a single one.
@@ -412,16 +425,7 @@ inline void q8_tile_gemm_256(const uint8_t* tile, int64_t n, const void* a, size
         }
       }
       const int64_t rows = std::min<int64_t>(8, nr - 8 * h);
-      for (int64_t t = 0; t < nt; ++t) {
-        float* yt = y + (t0 + t) * ldy + 8 * h;
-        if (rows == 8) {
-          _mm256_storeu_ps(yt, acc[t]);
-        } else {
-          alignas(32) float part[8];
-          _mm256_store_ps(part, acc[t]);
-          for (int64_t r = 0; r < rows; ++r) yt[r] = part[r];
-        }
-      }
+      for (int64_t t = 0; t < nt; ++t) q8_store_rows_256(y + (t0 + t) * ldy + 8 * h, acc[t], rows);
     }
   }
 }
@@ -541,17 +545,10 @@ inline void legacy_tile_gemm_256(const uint8_t* tile, int64_t n, const void* a, 
         }
       }
       const int64_t rows = std::min<int64_t>(8, nr - 8 * h);
-      for (int64_t t = 0; t < nt; ++t) {
-        const __m256 v = _mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][2]), _mm256_add_ps(acc[t][1], acc[t][3]));
-        float* yt = y + (t0 + t) * ldy + 8 * h;
-        if (rows == 8) {
-          _mm256_storeu_ps(yt, v);
-        } else {
-          alignas(32) float part[8];
-          _mm256_store_ps(part, v);
-          for (int64_t r = 0; r < rows; ++r) yt[r] = part[r];
-        }
-      }
+      for (int64_t t = 0; t < nt; ++t)
+        q8_store_rows_256(y + (t0 + t) * ldy + 8 * h,
+                          _mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][2]), _mm256_add_ps(acc[t][1], acc[t][3])),
+                          rows);
     }
   }
 }
