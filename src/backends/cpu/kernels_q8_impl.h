@@ -2279,12 +2279,16 @@ constexpr Q8Kernels q8_table(const char* name) {
   // at 8; Q5_K 16.6 vs 15.1 at 4, 7.8 vs 11.6 at 8; Q6_K 14.6 vs 13.1 at 6, 11.6 vs 13.4 at 8.
   // Q2_K and IQ4_XS (same matrices, two runs each): rows 5.1-7.7 and 9.2-9.3 GB/s at 4 tokens,
   // tiles 10.3-12.2 and 12.3-12.9; at 3 tokens even (IQ4_XS rows 11.6-11.8, tiles 10.5-11.1).
+  // Q8_0 rows 15.2-19.6 at 4 tokens, tiles 23.3-25.2 (at 2-3 the rows win: 17.8-25.5 vs
+  // 15.2-22.9). Q3_K (through the Q6_K tile) keeps 9: rows 5.0-6.1 vs tiles 4.6-5.5 at 8, tiles
+  // ahead at 12 (3.6-4.5 vs 3.2).
   // Several sequences decoding together run their dense matmuls at these batch sizes.
   k.q4_K.tile.min_tokens = 5;
   k.q5_K.tile.min_tokens = 6;
   k.q6_K.tile.min_tokens = 8;
   k.q2_K.tile.min_tokens = 4;
   k.iq4_xs.tile.min_tokens = 4;
+  k.q8_0.tile.min_tokens = 4;
 #endif
   return k;
 }
