@@ -54,7 +54,7 @@ constexpr float kGroupHalf4[] = {0.0473f, 0.1432f, 0.2428f, 0.3491f, 0.4667f, 0.
 constexpr int kScaleSteps = 33;
 constexpr double kScaleLo = 0.6, kScaleHi = 1.2;
 // The one-norm encoder's divisor candidates: kNormSteps values lo..hi times |x| (measured on
-// SmolLM2's KV, issue 18: q8_0/tq3 KLD 0.0160 -> 0.0143, tq3/q8_0 0.0935 -> 0.083 against the
+// SmolLM2's KV, issue 18: q8_0/tq3 KLD 0.0160 -> 0.0143, tq3/q8_0 0.0935 -> 0.0826 against the
 // divisor |x| alone; 25 steps, wider ranges, or moving single indices afterwards to raise the
 // cosine did no better beyond the run-to-run spread of ~0.001, and 13 cost 1.6x the plain
 // encode where 25 cost 2.3x).
@@ -425,8 +425,10 @@ void TqCodec::encode_row(const float* x, uint8_t* dst) const {
     }
     double c2 = 0.0;
     const float inv = 1.0f / best_f;
+    // The thresholds code_cosine compared with (u >= b / inv), so the code is the one it scored.
+    const auto below = [inv](float v, float b) { return v < b / inv; };
     for (int64_t i = 0; i < D; ++i) {
-      idx[i] = static_cast<uint32_t>(std::upper_bound(bounds_f_.begin(), bounds_f_.end(), u[i] * inv) -
+      idx[i] = static_cast<uint32_t>(std::upper_bound(bounds_f_.begin(), bounds_f_.end(), u[i], below) -
                                      bounds_f_.begin());
       c2 += static_cast<double>(codebook_[idx[i]]) * codebook_[idx[i]];
     }
