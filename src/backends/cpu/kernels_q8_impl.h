@@ -2289,6 +2289,13 @@ constexpr Q8Kernels q8_table(const char* name) {
   k.q2_K.tile.min_tokens = 4;
   k.iq4_xs.tile.min_tokens = 4;
   k.q8_0.tile.min_tokens = 4;
+#elif SLUICE_Q8_SIMD
+  // The 256-bit tiles (Zen 4 run as AVX2, same matrices, two runs, rows vs tiles GB/s): Q4_K
+  // 7.2-8.3 vs 9.6-10.1 at 6 tokens (even at 4); Q5_K 7.5-9.5 vs 8.3-10.6 at 6, 5.9-7.5 vs
+  // 7.2-9.2 at 8; Q8_0 even at 4 and 6, 8.1-9.2 vs 10.6-10.7 at 8; Q6_K even at 6 and 8 (keeps 9).
+  k.q4_K.tile.min_tokens = 6;
+  k.q5_K.tile.min_tokens = 6;
+  k.q8_0.tile.min_tokens = 8;
 #endif
   return k;
 }
