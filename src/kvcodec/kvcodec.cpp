@@ -336,11 +336,11 @@ void unpack_centroids(const uint8_t* p, int64_t n, int bits, const float* cb, fl
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
-float TqCodec::code_cosine(const float* u, int64_t n, float inv, float* c) const {
+float TqCodec::code_cosine(const float* u, int64_t n, float f, float* c) const {
   for (int64_t i = 0; i < n; ++i) c[i] = codebook_[0];
   // Thresholds outside, coordinates inside: the inner loop vectorizes.
   for (size_t j = 0; j < bounds_f_.size(); ++j) {
-    const float b = bounds_f_[j] / inv, d = steps_f_[j];
+    const float b = bounds_f_[j] * f, d = steps_f_[j];
     for (int64_t i = 0; i < n; ++i) c[i] += u[i] >= b ? d : 0.0f;
   }
   float cc[8] = {}, uc[8] = {};  // partial sums, so the loop vectorizes (n is a multiple of 8)
@@ -391,7 +391,9 @@ void TqCodec::encode_row(const float* x, uint8_t* dst) const {
   const int64_t D = head_dim_;
   std::vector<double> y(D);
   std::vector<uint32_t> idx(D);
-  std::vector<float> u(D), c(D);
+  std::vector<float> scratch(2 * static_cast<size_t>(D));  // u, then code_cosine's codes
+  float* const u = scratch.data();
+  float* const c = u + D;
   for (int64_t h = 0; h < n_head_; ++h) {
     const float* xh = x + h * D;
     uint8_t* out = dst + h * head_bytes();
@@ -420,13 +422,12 @@ void TqCodec::encode_row(const float* x, uint8_t* dst) const {
     float best_cos = -INFINITY, best_f = 1.0f;
     for (int k = 0; steps > 1 && k < steps; ++k) {
       const float f = static_cast<float>(kNormLo + (kNormHi - kNormLo) * k / (steps - 1));
-      const float cos = code_cosine(u.data(), D, 1.0f / f, c.data());
+      const float cos = code_cosine(u, D, f, c);
       if (cos > best_cos) best_cos = cos, best_f = f;
     }
     double c2 = 0.0;
-    const float inv = 1.0f / best_f;
-    // The thresholds code_cosine compared with (u >= b / inv), so the code is the one it scored.
-    const auto below = [inv](float v, float b) { return v < b / inv; };
+    // The thresholds code_cosine compared with (u >= b·f), so the code is the one it scored.
+    const auto below = [best_f](float v, float b) { return v < b * best_f; };
     for (int64_t i = 0; i < D; ++i) {
       idx[i] = static_cast<uint32_t>(std::upper_bound(bounds_f_.begin(), bounds_f_.end(), u[i], below) -
                                      bounds_f_.begin());

@@ -178,10 +178,10 @@ class TqCodec {
   // tqNg: one group's coordinates y [kTqGroup] -> its bytes at dst (scale, indices), coded
   // with `bits` (bits_ or bits_lo_) and that width's codebook.
   void encode_group(const double* y, int bits, uint8_t* dst) const;
-  // tqN: codes u·inv by the nearest centroids (the upper_bound of bounds_f_, as values:
-  // codebook_[0] + the steps of the thresholds each reaches; n a multiple of 8) and returns
-  // the cosine of u and that code times |u|.
-  float code_cosine(const float* u, int64_t n, float inv, float* c) const;
+  // tqN: codes u/f by the nearest centroids (u against the thresholds times f; as values,
+  // codebook_[0] + the steps of the thresholds each reaches, into c [n]; n a multiple of 8)
+  // and returns the cosine of u and that code times |u|.
+  float code_cosine(const float* u, int64_t n, float f, float* c) const;
 
   int bits_, bits_lo_;
   int64_t n_head_, head_dim_, group_;
