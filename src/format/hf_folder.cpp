@@ -13,8 +13,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 
+#include "core/anon_map.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/thread_pool.h"
@@ -28,7 +30,16 @@ namespace {
 
 struct Owned {
   std::vector<std::unique_ptr<SafetensorsFile>> files;
-  std::vector<std::vector<float>> converted;  // also the repacked blocks (float storage: 4-byte aligned)
+  // What loading converts or rearranges (repacked blocks, dequantized, stacked or split weights):
+  // anonymous memory with huge pages asked for, as a GGUF read into memory has them, and no
+  // zero-fill pass of its own before the conversion writes every byte (a std::vector wrote the
+  // 4.8 GB of a 12-layer 30B-class folder's repacked experts twice).
+  std::vector<AnonMap> converted;
+  template <class T = uint8_t>
+  T* alloc(size_t count) {
+    converted.emplace_back(count * sizeof(T), AnonMap::Pages::huge);
+    return reinterpret_cast<T*>(converted.back().data());
+  }
 };
 
 // config.json's MLX "quantization" (or "quantization_config", which mlx-lm writes as a copy):
@@ -175,12 +186,12 @@ TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTens
   std::string how;
   if (const auto type = is_router(gguf) ? std::nullopt : mlx_affine_repack_type(f)) {
     const size_t row_bytes = dtype_row_bytes(*type, in);
-    std::vector<float> blocks((row_bytes * static_cast<size_t>(rows) + 3) / 4);
+    AnonMap blocks(row_bytes * static_cast<size_t>(rows), AnonMap::Pages::huge);
     std::atomic<bool> exact = true;
     auto repack = [&](int64_t r0, int64_t r1, int) {
       for (int64_t r = r0; r < r1 && exact.load(std::memory_order_relaxed); ++r)
         if (!mlx_affine_repack_row(f, *type, codes_row(r), group_row(s, r), group_row(b, r), in,
-                                   reinterpret_cast<uint8_t*>(blocks.data()) + static_cast<size_t>(r) * row_bytes))
+                                   blocks.data() + static_cast<size_t>(r) * row_bytes))
           exact = false;
     };
     // Every core on the big tensors: a 30B-class folder is gigabytes of groups to repack.
@@ -199,13 +210,12 @@ TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTens
     // No block holds these groups exactly (scales that are not fp16 values, a group size that
     // is not a multiple of 32), or a router (kept in float: an int8 rounding would move expert
     // choices): float32, the numbers quantized_matmul computes (4 bytes a weight).
-    std::vector<float> out(static_cast<size_t>(rows * in));
+    float* out = owned.alloc<float>(static_cast<size_t>(rows * in));
     for (int64_t r = 0; r < rows; ++r)
       mlx_affine_dequantize_row_f32(f, codes_row(r), group_row(s, r), group_row(b, r), in,
-                                    out.data() + static_cast<size_t>(r * in));
+                                    out + static_cast<size_t>(r * in));
     v.type = DType::F32;
-    v.nbytes = out.size() * 4;
-    owned.converted.push_back(std::move(out));
+    v.nbytes = static_cast<size_t>(rows * in) * 4;
     how = "f32 (dequantized)";
   }
   v.data = owned.converted.back().data();
@@ -250,10 +260,9 @@ TensorView stack_experts(const std::string& gguf, const std::map<int64_t, std::p
   if (static_cast<int64_t>(parts.size()) != n_expert)
     fail(cfg.string(), ": ", what, " has ", parts.size(), " experts stored, num_experts is ", n_expert);
   const size_t bytes = first->nbytes;
-  std::vector<float> stacked((bytes * static_cast<size_t>(n_expert) + 3) / 4);
+  uint8_t* stacked = owned.alloc(bytes * static_cast<size_t>(n_expert));
   for (int64_t e = 0; e < n_expert; ++e)
-    std::memcpy(reinterpret_cast<uint8_t*>(stacked.data()) + static_cast<size_t>(e) * bytes, parts.at(e).first->data,
-                bytes);
+    std::memcpy(stacked + static_cast<size_t>(e) * bytes, parts.at(e).first->data, bytes);
   TensorView v;
   v.name = gguf;
   v.type = *st_dtype_to_dtype(first->dtype);
@@ -262,8 +271,7 @@ TensorView stack_experts(const std::string& gguf, const std::map<int64_t, std::p
   v.ne[1] = out;
   v.ne[2] = n_expert;
   v.nbytes = bytes * static_cast<size_t>(n_expert);
-  owned.converted.push_back(std::move(stacked));
-  v.data = owned.converted.back().data();
+  v.data = stacked;
   return v;
 }
 
@@ -277,20 +285,18 @@ std::pair<TensorView, TensorView> split_gate_up(const TensorView& t, int64_t n_f
          n_ff_exp);
   const int64_t E = t.ne[2];
   const size_t half = t.nbytes / static_cast<size_t>(2 * E);  // one expert's gate (or up) rows
-  std::vector<float> buf((t.nbytes + 3) / 4);
-  auto* dst = reinterpret_cast<uint8_t*>(buf.data());
+  uint8_t* dst = owned.alloc(t.nbytes);
   const auto* src = static_cast<const uint8_t*>(t.data);
   for (int64_t e = 0; e < E; ++e)
     for (int h = 0; h < 2; ++h)  // gate to the first E·half bytes, up to the rest
       std::memcpy(dst + (static_cast<size_t>(h * E + e)) * half, src + static_cast<size_t>(2 * e + h) * half, half);
-  owned.converted.push_back(std::move(buf));
   const std::string blk = t.name.substr(0, t.name.size() - std::string("ffn_gate_up_exps.weight").size());
   TensorView gate = t, up = t;
   gate.name = blk + "ffn_gate_exps.weight";
   up.name = blk + "ffn_up_exps.weight";
   gate.ne[1] = up.ne[1] = n_ff_exp;
   gate.nbytes = up.nbytes = t.nbytes / 2;
-  gate.data = owned.converted.back().data();
+  gate.data = dst;
   up.data = static_cast<const uint8_t*>(gate.data) + gate.nbytes;
   return {gate, up};
 }
@@ -321,19 +327,17 @@ std::pair<TensorView, TensorView> split_qkvz(const TensorView& t, int64_t hk, in
     fail(file.string(), ": tensor '", t.name, "' has ", rows, " rows, want linear_num_key_heads ", hk, " x (2 x ", dk,
          " + 2 x ", r, " x ", dv, ") = ", hk * group);
   const size_t row_bytes = t.nbytes / static_cast<size_t>(rows);
-  std::vector<float> buf((t.nbytes + 3) / 4);
-  auto* dst = reinterpret_cast<uint8_t*>(buf.data());
+  uint8_t* dst = owned.alloc(t.nbytes);
   const auto* src = static_cast<const uint8_t*>(t.data);
   const std::vector<int64_t> order = qkvz_split_rows(hk, hv, dk, dv);
   for (size_t i = 0; i < order.size(); ++i)
     std::memcpy(dst + i * row_bytes, src + static_cast<size_t>(order[i]) * row_bytes, row_bytes);
-  owned.converted.push_back(std::move(buf));
   const std::string blk = t.name.substr(0, t.name.size() - std::string("attn_qkvz.weight").size());
   TensorView qkv = t, z = t;
   qkv.name = blk + "attn_qkv.weight";
   qkv.ne[1] = 2 * hk * dk + hv * dv;
   qkv.nbytes = static_cast<size_t>(qkv.ne[1]) * row_bytes;
-  qkv.data = owned.converted.back().data();
+  qkv.data = dst;
   z.name = blk + "attn_gate.weight";
   z.ne[1] = hv * dv;
   z.nbytes = static_cast<size_t>(z.ne[1]) * row_bytes;
@@ -355,8 +359,7 @@ std::pair<TensorView, TensorView> split_kv_b(const TensorView& t, int64_t H, int
          ", ", L, "] (heads x (qk_nope_head_dim + v_head_dim), kv_lora_rank)");
   const size_t es = t.type == DType::F32 ? 4 : 2;
   const auto* src = static_cast<const uint8_t*>(t.data);
-  std::vector<float> buf((t.nbytes + 3) / 4);
-  auto* k = reinterpret_cast<uint8_t*>(buf.data());
+  uint8_t* k = owned.alloc(t.nbytes);
   uint8_t* v = k + static_cast<size_t>(H * N * L) * es;
   for (int64_t h = 0; h < H; ++h) {
     const uint8_t* head = src + static_cast<size_t>(h * (N + V) * L) * es;
@@ -366,14 +369,13 @@ std::pair<TensorView, TensorView> split_kv_b(const TensorView& t, int64_t H, int
     std::memcpy(v + static_cast<size_t>(h * V * L) * es, head + static_cast<size_t>(N * L) * es,
                 static_cast<size_t>(V * L) * es);
   }
-  owned.converted.push_back(std::move(buf));
   const std::string blk = t.name.substr(0, t.name.size() - std::string("attn_kv_b.weight").size());
   TensorView kb = t, vb = t;
   kb.name = blk + "attn_k_b.weight";
   kb.n_dims = vb.n_dims = 3;
   kb.ne[0] = N, kb.ne[1] = L, kb.ne[2] = H;
   kb.nbytes = static_cast<size_t>(H * N * L) * es;
-  kb.data = owned.converted.back().data();
+  kb.data = k;
   vb.name = blk + "attn_v_b.weight";
   vb.ne[0] = L, vb.ne[1] = V, vb.ne[2] = H;
   vb.nbytes = static_cast<size_t>(H * V * L) * es;
@@ -532,8 +534,9 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     }
     if (v.n_dims == 1 || is_router(name) || conv || flat) {
       // Norms, biases, routers, the convs and the decays: the ops read them as f32 arrays.
-      std::vector<float> f(t.nbytes / st_dtype_size(t.dtype));
-      for (size_t i = 0; i < f.size(); ++i) {
+      const size_t count = t.nbytes / st_dtype_size(t.dtype);
+      float* f = owned->alloc<float>(count);
+      for (size_t i = 0; i < count; ++i) {
         uint16_t h = 0;
         if (*dt == DType::F32) {
           std::memcpy(&f[i], t.data + 4 * i, 4);
@@ -545,21 +548,19 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
       // The decay: llama.cpp's ssm_a holds -exp(A_log), what the model multiplies by; Ling 3's
       // safe gate takes exp(A_log) inside a sigmoid (llama.cpp's bailingmoe3 converter).
       if (name.ends_with(".ssm_a"))
-        for (float& x : f) x = arch == "bailingmoe3" ? std::exp(x) : -std::exp(x);
+        for (float& x : std::span(f, count)) x = arch == "bailingmoe3" ? std::exp(x) : -std::exp(x);
       if (offset_norms && v.n_dims == 1 && !name.ends_with("ssm_norm.weight") && name.ends_with("norm.weight"))
-        for (float& x : f) x += 1.0f;
-      owned->converted.push_back(std::move(f));
+        for (float& x : std::span(f, count)) x += 1.0f;
       v.type = DType::F32;
-      v.data = owned->converted.back().data();
-      v.nbytes = owned->converted.back().size() * 4;
+      v.data = f;
+      v.nbytes = count * 4;
     } else if (reinterpret_cast<uintptr_t>(t.data) % 4 != 0) {
       // The format promises no alignment (a header of odd length shifts every tensor); the
       // kernels read 16/32-bit elements, so a misaligned tensor is copied once.
-      std::vector<float> copy((t.nbytes + 3) / 4);
-      std::memcpy(copy.data(), t.data, t.nbytes);
-      owned->converted.push_back(std::move(copy));
+      uint8_t* copy = owned->alloc(t.nbytes);
+      std::memcpy(copy, t.data, t.nbytes);
       v.type = *dt;
-      v.data = owned->converted.back().data();
+      v.data = copy;
       v.nbytes = t.nbytes;
     } else {
       v.type = *dt;
