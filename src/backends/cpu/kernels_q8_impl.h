@@ -115,6 +115,7 @@ struct LegacyCodes {
   static constexpr bool kMin = Off == 0;
   static constexpr bool kWide = false;  // codes ≤ 31
   static constexpr bool kFive = Five;
+  static constexpr bool kNibbles = !Five;  // the codes are qs's nibbles alone
   static int code(const Block& b, int j) {
     int c = j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4;
     if constexpr (Five) c |= static_cast<int>((q8_qh32(b.qh) >> j) & 1) << 4;
@@ -139,6 +140,7 @@ struct AffineQ8Codes {
   static constexpr bool kMin = true;
   static constexpr bool kWide = true;
   static constexpr bool kFive = false;
+  static constexpr bool kNibbles = false;
   static int code(const Block& b, int j) { return b.qs[j]; }
 #if SLUICE_Q8_SIMD
   static __m256i codes(const Block& b) { return q8_load(b.qs); }
@@ -163,6 +165,7 @@ using LegacyQ5_1 = LegacyCodes<block_q5_1, 0, true>;
 struct Q8Unpack_q8_0 {
   using Block = block_q8_0;
   static constexpr bool kMin = false;
+  static constexpr bool kNibbles = false;
   static constexpr bool kNarrow = false;  // |value| <= 127: maddubs pairs up to 32258
 #if SLUICE_Q8_SIMD
   static __m256i bytes(const Block& b) { return q8_load(b.qs); }
@@ -175,6 +178,8 @@ struct Q8Unpack_offset {
   using Block = typename C::Block;
   static constexpr bool kMin = false;
   static constexpr bool kNarrow = true;  // |c - off| <= 16
+  static constexpr bool kNibbles = C::kNibbles;
+  static constexpr int kOff = C::kOff;
 #if SLUICE_Q8_SIMD
   static __m256i bytes(const Block& b) { return _mm256_sub_epi8(C::codes(b), _mm256_set1_epi8(C::kOff)); }
 #endif
@@ -187,6 +192,8 @@ struct Q8Unpack_min {
   static constexpr bool kMin = true;
   static constexpr bool kWide = C::kWide;
   static constexpr bool kNarrow = !C::kWide;  // c <= 31
+  static constexpr bool kNibbles = C::kNibbles;
+  static constexpr int kOff = 0;
 #if SLUICE_Q8_SIMD
   static __m256i bytes(const Block& b) { return C::codes(b); }
 #endif
@@ -224,6 +231,7 @@ struct Iq4NlCodes {
 struct Q8Unpack_iq4_nl {
   using Block = block_iq4_nl;
   static constexpr bool kMin = false;
+  static constexpr bool kNibbles = false;
   static constexpr bool kNarrow = false;
 #if SLUICE_Q8_SIMD
   static __m256i bytes(const Block& b) { return Iq4NlCodes::levels(b); }
@@ -238,6 +246,7 @@ struct Q8Act32 {
   const block_q8_0* q;
   const float* d;
   const float* sa;
+  const uint8_t* split = nullptr;  // q8_act32_split's layout, where the row dot reads it
 };
 inline int64_t q8_pad4(int64_t nb) { return (nb + 3) & ~int64_t{3}; }
 #if SLUICE_Q8_SIMD
@@ -265,6 +274,20 @@ inline void q8_act32(const block_q8_0* a, int64_t nb, bool sums, float* d, float
     if (sums) sa[i] = i < nb ? static_cast<float>(q8_0_quant_sum(a[i])) : 0.0f;
   }
 }
+
+#if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
+// The quants of blocks 4g..4g+3 as the 512-bit row dot of the 4-bit codes reads them (Dot32::
+// group_split): 128 bytes per group g, first elements 0..15 of each block (the low nibbles'
+// partners), then 16..31 (the high nibbles'); zero past nb.
+inline void q8_act32_split(const block_q8_0* a, int64_t nb, uint8_t* split) {
+  for (int64_t i = 0; i < q8_pad4(nb); ++i) {
+    const __m256i v = i < nb ? q8_load(a[i].qs) : _mm256_setzero_si256();
+    uint8_t* g = split + (i / 4) * 128 + (i % 4) * 16;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(g), _mm256_castsi256_si128(v));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(g + 64), _mm256_extracti128_si256(v, 1));
+  }
+}
+#endif
 
 #if SLUICE_Q8_SIMD
 // [Σ v0, Σ v1, Σ v2, Σ v3] of four vectors of 8 int32 (exact).
@@ -331,10 +354,50 @@ struct Dot32 {
   // Without dpbusd, 4- and 5-bit codes sum their maddubs pairs in 16 bits (q8_sum4x16); the
   // integer sums, and so the results, are the same.
   static constexpr bool kPairs16 = V::kNarrow && !SLUICE_Q8_VNNI;
+  // The 4-bit codes (Q4_0, Q4_1) at AVX-512 VNNI: four blocks a pass (group_split).
+  static constexpr bool kSplit = V::kNibbles && SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI;
+#if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
+  // Blocks i..i+3 with 512-bit vectors: their 64 code bytes in one register (low nibbles:
+  // elements 0..15 of each block, high: 16..31), two vpdpbusd against the activations in
+  // q8_act32_split's matching order, each block's 16 int32 partial sums (one 128-bit lane)
+  // added within the lane: the same exact s_i as group<4>, in ~40% fewer instructions (the
+  // 256-bit pass unpacks and sums each block on its own; decode of these types was bound by
+  // them). An offset type's s_i = Σ c·a − kOff·Σa: both exact integers below 2^24, so the
+  // float difference is exact too.
+  static void group_split(const Block* x, const Q8Act32* a, int64_t i, __m128 acc[NT]) {
+    auto qs = [&](int k) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i + k].qs)); };
+    __m512i w = _mm512_castsi128_si512(qs(0));
+    w = _mm512_inserti32x4(w, qs(1), 1);
+    w = _mm512_inserti32x4(w, qs(2), 2);
+    w = _mm512_inserti32x4(w, qs(3), 3);
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m512i lo = _mm512_and_si512(w, m4), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+    __m128 dx, mx = _mm_setzero_ps();
+    q8_dm4<Block, V::kMin>(x + i, dx, mx);
+    const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int t = 0; t < NT; ++t) {
+      const uint8_t* g = a[t].split + i * 32;  // 128 bytes per 4 blocks
+      __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(g));
+      s = _mm512_dpbusd_epi32(s, hi, _mm512_loadu_si512(g + 64));
+      s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, static_cast<_MM_PERM_ENUM>(0x4E)));
+      s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, static_cast<_MM_PERM_ENUM>(0xB1)));
+      __m128 sf = _mm_cvtepi32_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(first, s)));
+      if constexpr (!V::kMin)
+        sf = _mm_fnmadd_ps(_mm_set1_ps(static_cast<float>(V::kOff)), _mm_loadu_ps(a[t].sa + i), sf);
+      const __m128 da = _mm_loadu_ps(a[t].d + i);
+      __m128 r = _mm_fmadd_ps(sf, _mm_mul_ps(dx, da), acc[t]);
+      if constexpr (V::kMin) r = _mm_fmadd_ps(_mm_loadu_ps(a[t].sa + i), _mm_mul_ps(mx, da), r);
+      acc[t] = r;
+    }
+  }
+#endif
   // Blocks i..i+NK of the row into lanes 0..NK (NK < 4: the row's last group; the other
   // lanes keep their sums).
   template <int NK>
   static void group(const Block* x, const Q8Act32* a, int64_t i, __m128 acc[NT]) {
+#if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
+    if constexpr (kSplit && NK == 4) return group_split(x, a, i, acc);
+#endif
     __m256i xv[4], ux[4];
     for (int k = 0; k < 4; ++k) {
       xv[k] = k < NK ? V::bytes(x[i + k]) : _mm256_setzero_si256();
@@ -416,15 +479,26 @@ void q8_gemm32(const void* w, size_t row_bytes, int64_t n_rows, const void* act,
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(act);
   const int64_t nb = n / 32, nbp = q8_pad4(nb);
+  constexpr bool kSplit = V::kNibbles && SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI;  // as Dot32::kSplit
   thread_local std::vector<float> buf;
   if (buf.size() < static_cast<size_t>(2 * kNT * nbp)) buf.resize(static_cast<size_t>(2 * kNT * nbp));
+  thread_local std::vector<uint8_t> split_buf;
+  if (kSplit && split_buf.size() < static_cast<size_t>(32 * kNT * nbp + 64))
+    split_buf.resize(static_cast<size_t>(32 * kNT * nbp + 64));
+  uint8_t* split = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(split_buf.data()) + 63) & ~uintptr_t{63});
   for (int64_t t = 0; t < n_tok; t += kNT) {
     const int nt = static_cast<int>(std::min<int64_t>(kNT, n_tok - t));
     Q8Act32 a[kNT];
     for (int k = 0; k < nt; ++k) {
       float* d = buf.data() + 2 * k * nbp;
       a[k] = {reinterpret_cast<const block_q8_0*>(ab + (t + k) * a_row_bytes), d, d + nbp};
-      q8_act32(a[k].q, nb, V::kMin, d, d + nbp);
+      q8_act32(a[k].q, nb, V::kMin || kSplit, d, d + nbp);  // group_split takes Σa for any type
+#if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
+      if constexpr (kSplit) {
+        a[k].split = split + 32 * k * nbp;
+        q8_act32_split(a[k].q, nb, split + 32 * k * nbp);
+      }
+#endif
     }
     for (int64_t r = 0; r < n_rows; ++r) {
       const uint8_t* wr = wb + r * row_bytes;
