@@ -485,7 +485,9 @@ void q8_gemm32(const void* w, size_t row_bytes, int64_t n_rows, const void* act,
   thread_local std::vector<uint8_t> split_buf;
   if (kSplit && split_buf.size() < static_cast<size_t>(32 * kNT * nbp + 64))
     split_buf.resize(static_cast<size_t>(32 * kNT * nbp + 64));
-  uint8_t* split = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(split_buf.data()) + 63) & ~uintptr_t{63});
+  // 64-byte aligned: group_split reads it in whole 512-bit vectors.
+  [[maybe_unused]] uint8_t* split = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(split_buf.data()) + 63) &
+                                                               ~uintptr_t{63});
   for (int64_t t = 0; t < n_tok; t += kNT) {
     const int nt = static_cast<int>(std::min<int64_t>(kNT, n_tok - t));
     Q8Act32 a[kNT];
@@ -635,28 +637,26 @@ inline void q8_dot_q4_K_512(const void* w, const uint8_t* act, size_t astride, i
     idx[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<int16_t>(2 * c))),
                                 _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
   __m512 acc[NT];
-  float summ[NT];
+  __m128 accm[NT];
   for (int t = 0; t < NT; ++t) {
     acc[t] = _mm512_setzero_ps();
-    summ[t] = 0;
+    accm[t] = _mm_setzero_ps();
   }
   for (int64_t i = 0; i < nb; ++i) {
-    uint8_t sc[8], m[8];
-    q8_scales_mins_k4(x[i].scales, sc, m);
+    // The scales and mins straight into 16-bit lanes, the mins term kept in four float lanes
+    // per token (no horizontal sum per super-block), as the 256-bit loop does.
+    const __m256i scm = q8_scales_mins_k4_16(x[i].scales);  // [sc0..sc7 | m0..m7]
     const float xd = q8_half(x[i].d), xdmin = q8_half(x[i].dmin);
-    const __m512i sc16 = _mm512_castsi128_si512(
-        _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
-    const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
+    const __m512i sc16 = _mm512_castsi256_si512(scm);  // vpermw below reads lanes 0..7 only
+    const __m128i m16 = _mm256_extracti128_si256(scm, 1);
     const block_q8_K* a[NT];
     __m512i sumi[NT];
     for (int t = 0; t < NT; ++t) {
       a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
       const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[t]->bsums));
       const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[t]->bsums + 8));
-      __m128i pm = _mm_madd_epi16(_mm_hadd_epi16(b0, b1), m16);
-      pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
-      pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1));
-      summ[t] += a[t]->d * xdmin * static_cast<float>(_mm_cvtsi128_si32(pm));
+      const __m128i pm = _mm_madd_epi16(_mm_hadd_epi16(b0, b1), m16);
+      accm[t] = _mm_fmadd_ps(_mm_set1_ps(a[t]->d * xdmin), _mm_cvtepi32_ps(pm), accm[t]);
       sumi[t] = _mm512_setzero_si512();
     }
     for (int h = 0; h < 2; ++h) {
@@ -679,7 +679,10 @@ inline void q8_dot_q4_K_512(const void* w, const uint8_t* act, size_t astride, i
     for (int t = 0; t < NT; ++t)
       acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(a[t]->d * xd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
   }
-  for (int t = 0; t < NT; ++t) out[t * ostride] = _mm512_reduce_add_ps(acc[t]) - summ[t];
+  for (int t = 0; t < NT; ++t) {
+    const __m128 h = _mm_add_ps(accm[t], _mm_movehl_ps(accm[t], accm[t]));
+    out[t * ostride] = _mm512_reduce_add_ps(acc[t]) - _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+  }
 }
 #endif
 
