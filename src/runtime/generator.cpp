@@ -134,8 +134,14 @@ int32_t Generation::next(const float* logits, int32_t n_vocab) {
     end(StopReason::stop_string);
   else if (!keep_)
     end(StopReason::callback);
-  else if (st_.n_generated >= p_.n_predict)
+  else if (const auto rest = sampler_.filter() ? sampler_.filter()->forced_rest() : std::nullopt) {
+    // The constraint leaves one text (a forced tool call's closing markup): written now, as
+    // the end the model would have reached, instead of a forward pass per token of it.
+    emit(stream_.push(*rest));
+    end(stream_.stopped() ? StopReason::stop_string : keep_ ? StopReason::eos : StopReason::callback);
+  } else if (st_.n_generated >= p_.n_predict) {
     end(StopReason::max_tokens);
+  }
   return id;
 }
 

@@ -356,6 +356,10 @@ bool JsonMatcher::feed(std::string_view bytes) {
   return true;
 }
 
+bool JsonMatcher::finished() const {
+  return stack_.size() == 1 && stack_[0].kind == kRoot && stack_[0].st == kRootDone;
+}
+
 bool JsonMatcher::complete() const {
   // Pop what the end of input would end (a number, a literal that matched a whole value).
   for (size_t i = stack_.size(); i-- > 0;) {
@@ -857,6 +861,22 @@ bool FramedJsonTokenFilter::done(const State& st) const {
 }
 
 bool FramedJsonTokenFilter::complete() const { return done(state_); }
+
+// Fixed from here when the value (or the suffix, or the close) is under way and no further
+// frame may follow: the rest of the suffix, then the close.
+std::optional<std::string> FramedJsonTokenFilter::forced_rest() const {
+  if (!repeat_.next.empty()) return std::nullopt;  // another call or the close: the model's choice
+  const State& st = state_;
+  switch (st.part) {
+    case 0: return st.first ? std::nullopt : std::optional(repeat_.close.substr(st.pos));
+    case 1:
+      if (!st.m->finished()) return std::nullopt;
+      return frames_[st.frame].suffix + repeat_.close;
+    case 2: return frames_[st.frame].suffix.substr(st.pos) + repeat_.close;
+    case 3: return repeat_.close;
+    default: return std::string();
+  }
+}
 
 bool FramedJsonTokenFilter::allowed(int32_t id) const {
   if (is_end_(id)) return complete();

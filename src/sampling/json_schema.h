@@ -93,6 +93,9 @@ class JsonMatcher {
   bool feed(std::string_view bytes);
   // The document so far is a complete valid value: the generation may end here.
   bool complete() const;
+  // Complete, and nothing may follow it (an object, array, string or literal closed at the top
+  // level; a number could still take digits).
+  bool finished() const;
 
   struct Frame {
     int node;              // schema node (-1: any)
@@ -158,7 +161,8 @@ class FramedJsonTokenFilter final : public TokenFilter {
                         std::function<bool(int32_t)> is_end, JsonFrameRepeat repeat = {});
   bool allowed(int32_t id) const override;
   void accept(int32_t id) override;
-  bool complete() const;                      // the text may end here: a frame and the close were written
+  bool complete() const;  // the text may end here: a frame and the close were written
+  std::optional<std::string> forced_rest() const override;
   int calls() const { return state_.calls; }  // frames written to their end so far
 
  private:

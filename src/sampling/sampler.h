@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -182,6 +184,10 @@ class TokenFilter {
   virtual ~TokenFilter() = default;
   virtual bool allowed(int32_t id) const = 0;
   virtual void accept(int32_t id) = 0;  // the token was kept: advance
+  // The one text the constraint still allows, end included, when no choice is left (a forced
+  // tool call's markup after its arguments): the generation writes it at once and ends
+  // instead of sampling it token by token. nullopt while a choice remains.
+  virtual std::optional<std::string> forced_rest() const { return std::nullopt; }
 };
 
 class Sampler {

@@ -388,6 +388,56 @@ TEST(JsonSchema, FramedFilterSpellsOnlyAFrame) {
   EXPECT_GT(finished, 30) << "too few walks finished to say anything";
 }
 
+// forced_rest: once a frame's value is closed (or its suffix or the close under way) and no
+// further frame may follow, the constraint leaves one text, which the generation writes at
+// once (runtime/generator.cpp) instead of sampling it. Negative controls: nothing is forced
+// while a prefix, a value, or a top-level number (more digits could follow) is open, nor where
+// `next` lets another frame follow.
+TEST(JsonSchema, FramedFilterForcesTheRestOnceOnlyOneTextFits) {
+  const std::vector<std::string> pieces = {"<a>", "<b>", "{", "}", "\"x\"", ":", "1", "</", ""};
+  const int32_t eos = static_cast<int32_t>(pieces.size()) - 1;
+  const json schema_a = {{"type", "object"}, {"properties", {{"x", {{"type", "integer"}}}}}};
+  auto make = [&](JsonFrameRepeat rep, json schema_b = json()) {
+    std::vector<JsonFrame> f;
+    f.push_back({"<a>", std::make_shared<const JsonSchema>(JsonSchema::compile(schema_a)), "</a>"});
+    f.push_back({"<b>",
+                 std::make_shared<const JsonSchema>(schema_b.is_null() ? JsonSchema::any_object()
+                                                                       : JsonSchema::compile(schema_b)),
+                 "</b>"});
+    return std::make_unique<FramedJsonTokenFilter>(
+        std::move(f), [&](int32_t id) -> std::string_view { return pieces[static_cast<size_t>(id)]; },
+        [&](int32_t id) { return id == eos; }, std::move(rep));
+  };
+  {
+    auto f = make({{}, "]"});
+    EXPECT_FALSE(f->forced_rest()) << "which frame is the model's choice";
+    f->accept(0);
+    EXPECT_FALSE(f->forced_rest()) << "the value is open";
+    for (int32_t id : {2, 4, 5, 6}) f->accept(id);  // {"x":1
+    EXPECT_FALSE(f->forced_rest()) << "the object is still open";
+    f->accept(3);
+    ASSERT_TRUE(f->forced_rest());
+    EXPECT_EQ(*f->forced_rest(), "</a>]");
+    f->accept(7);  // "</": the suffix under way
+    EXPECT_EQ(f->forced_rest().value_or("?"), "a>]");
+  }
+  {
+    auto f = make({{}, ""});  // no close
+    for (int32_t id : {1, 2, 3}) f->accept(id);
+    EXPECT_EQ(f->forced_rest().value_or("?"), "</b>");
+  }
+  {
+    auto f = make({{"<a>", "<b>"}, "]"});  // parallel frames: after one, another or the close
+    for (int32_t id : {1, 2, 3}) f->accept(id);
+    EXPECT_FALSE(f->forced_rest()) << "another frame may follow";
+  }
+  {
+    auto f = make({{}, ""}, json{{"type", "integer"}});  // a top-level number in frame b
+    for (int32_t id : {1, 6}) f->accept(id);
+    EXPECT_FALSE(f->forced_rest()) << "the number may take more digits";
+  }
+}
+
 // Several frames (parallel tool calls): after a complete frame, `next` starts another (here
 // "\n" + its prefix), close (here "]") ends them; the end is allowed only after the close.
 // Negative controls: without `next` a second frame is refused; a frame's bytes after the close
