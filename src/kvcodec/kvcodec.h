@@ -182,6 +182,10 @@ class TqCodec {
   // codebook_[0] + the steps of the thresholds each reaches, into c [n]; n a multiple of 8)
   // and returns the cosine of u and that code times |u|.
   float code_cosine(const float* u, int64_t n, float f, float* c) const;
+  // tqNg: codes the group y [kTqGroup] with scale sc by the nearest centroids of the codebook
+  // whose thresholds and steps are b, d [nb] (first centroid c0): the indices into n, and the
+  // squared error of the decoded group as the return value.
+  static float group_candidate(const float* y, float sc, const float* b, const float* d, int nb, float c0, int32_t* n);
 
   int bits_, bits_lo_;
   int64_t n_head_, head_dim_, group_;
@@ -189,6 +193,7 @@ class TqCodec {
   std::vector<float> signs_, codebook_, codebook_lo_;  // codebook_lo_: a split head's second half
   std::vector<double> bounds_, bounds_lo_;             // 2^bits - 1 decision thresholds (midpoints of centroids)
   std::vector<float> bounds_f_, steps_f_;              // bounds_ in float; codebook_[k+1] - codebook_[k]
+  std::vector<float> bounds_lo_f_, steps_lo_f_;        // the same of codebook_lo_
 };
 
 }  // namespace sluice
