@@ -115,7 +115,7 @@ struct LegacyCodes {
   static constexpr bool kMin = Off == 0;
   static constexpr bool kWide = false;  // codes ≤ 31
   static constexpr bool kFive = Five;
-  static constexpr bool kNibbles = !Five;  // the codes are qs's nibbles alone
+  static constexpr bool kNibbles = true;  // the codes are qs's nibbles (and qh's fifth bits)
   static int code(const Block& b, int j) {
     int c = j < 16 ? b.qs[j] & 0xF : b.qs[j - 16] >> 4;
     if constexpr (Five) c |= static_cast<int>((q8_qh32(b.qh) >> j) & 1) << 4;
@@ -179,6 +179,7 @@ struct Q8Unpack_offset {
   static constexpr bool kMin = false;
   static constexpr bool kNarrow = true;  // |c - off| <= 16
   static constexpr bool kNibbles = C::kNibbles;
+  static constexpr bool kFive = C::kFive;
   static constexpr int kOff = C::kOff;
 #if SLUICE_Q8_SIMD
   static __m256i bytes(const Block& b) { return _mm256_sub_epi8(C::codes(b), _mm256_set1_epi8(C::kOff)); }
@@ -193,6 +194,7 @@ struct Q8Unpack_min {
   static constexpr bool kWide = C::kWide;
   static constexpr bool kNarrow = !C::kWide;  // c <= 31
   static constexpr bool kNibbles = C::kNibbles;
+  static constexpr bool kFive = C::kFive;
   static constexpr int kOff = 0;
 #if SLUICE_Q8_SIMD
   static __m256i bytes(const Block& b) { return C::codes(b); }
@@ -340,7 +342,7 @@ inline float q8_sum_lanes4(__m128 l) {
 }
 #endif
 
-// The 4-bit codes (Q4_0, Q4_1) at AVX-512 VNNI: four blocks a pass (Dot32::group_split),
+// The legacy codes (Q4_0, Q4_1, Q5_0, Q5_1) at AVX-512 VNNI: four blocks a pass (Dot32::group_split),
 // against activations q8_gemm32 lays out once per call (q8_act32_split).
 template <class V>
 constexpr bool kQ8Split = V::kNibbles&& SLUICE_Q8_AVX512&& SLUICE_Q8_VNNI;
@@ -362,7 +364,8 @@ struct Dot32 {
   static constexpr bool kSplit = kQ8Split<V>;
 #if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
   // Blocks i..i+3 with 512-bit vectors: their 64 code bytes in one register (low nibbles:
-  // elements 0..15 of each block, high: 16..31), two vpdpbusd against the activations in
+  // elements 0..15 of each block, high: 16..31; the 5-bit types' fifth bits or-ed in by
+  // byte masks from qh), two vpdpbusd against the activations in
   // q8_act32_split's matching order, each block's 16 int32 partial sums (one 128-bit lane)
   // added within the lane: the same exact s_i as group<4>, in fewer instructions than its
   // per-block unpacks and sums (1 thread, Zen 4, 2048x4096 Q4_1 matrices cycled through
@@ -375,7 +378,18 @@ struct Dot32 {
     w = _mm512_inserti32x4(w, qs(2), 2);
     w = _mm512_inserti32x4(w, qs(3), 3);
     const __m512i m4 = _mm512_set1_epi8(0xF);
-    const __m512i lo = _mm512_and_si512(w, m4), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+    __m512i lo = _mm512_and_si512(w, m4), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+    if constexpr (V::kFive) {  // bit j of qh is bit 4 of element j: masks in the split order
+      uint64_t mlo = 0, mhi = 0;
+      for (int k = 0; k < 4; ++k) {
+        const uint64_t qh = q8_qh32(x[i + k].qh);
+        mlo |= (qh & 0xFFFF) << (16 * k);
+        mhi |= (qh >> 16) << (16 * k);
+      }
+      const __m512i b4 = _mm512_set1_epi8(0x10);
+      lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(mlo, b4));
+      hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(mhi, b4));
+    }
     __m128 dx, mx = _mm_setzero_ps();
     q8_dm4<Block, V::kMin>(x + i, dx, mx);
     const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
