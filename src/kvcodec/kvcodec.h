@@ -185,7 +185,7 @@ class TqCodec {
   // tqNg: codes the group y [kTqGroup] with scale sc by the nearest centroids of the codebook
   // whose thresholds and steps are b, d [nb] (first centroid c0): the indices into n, and the
   // squared error of the decoded group as the return value.
-  static float group_candidate(const float* y, float sc, const float* b, const float* d, int nb, float c0, int32_t* n);
+  static float group_candidate(const float* y, float sc, const float* b, const float* d, int nb, float c0, uint32_t* n);
 
   int bits_, bits_lo_;
   int64_t n_head_, head_dim_, group_;
