@@ -7,8 +7,8 @@
 // each (head, row) pair's four block sums horizontally, and at a decode's 8 query rows of one
 // KV head and 4 blocks per head that horizontal work is most of the cost (32K positions,
 // 12-layer qwen3-30b-a3b synth: no faster than the float scores it replaced). Here the 8
-// query rows of a group are the 8 lanes of every vector, and the block's scale is applied to
-// all 8 at once. Two ways to get row h's block sum into lane h:
+// query rows of a group share every vector (a lane, or a pair of lanes, each), and the block's
+// scale is applied to all 8 at once. Two ways to get row h's block sum into its lane:
 //   - AVX2 (q8_0_scores_hadd): 8 int8 dots per position and block, then one hadd tree;
 //   - VNNI (q8_0_scores_vnni): no horizontal sums across the block. The query rows are laid
 //     out once per call so that one vector holds 8 bytes of each of the 8 rows (lanes 2h,
