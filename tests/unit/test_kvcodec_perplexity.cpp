@@ -4,8 +4,10 @@
 // f16 giving a positive KLD — plus model-level parity of compressed caches (ref vs cpu).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -113,6 +115,53 @@ TEST(Perplexity, KldAgainstItselfIsZeroAndCodecsArePositive) {
   EXPECT_GT(kld_q8, 1e-5);
   EXPECT_LT(kld_q8, kld_v3);
   std::filesystem::remove(base);
+}
+
+// A base file llama.cpp wrote (tests/data/kld/README.md: llama-perplexity
+// --kl-divergence-base on stories260K, the shared text, ctx 64, 4 chunks): its header and tokens
+// are ours, read back it gives llama-perplexity's printed PPL, and our f16 cache's log-probs
+// against it have a KLD of the file's rounding only (~1e-6; a compressed cache is >= 1e-4
+// above). Negative control: the file with two scored rows' log-probs swapped.
+TEST(Perplexity, ReadsTheBaseFileLlamaCppWrote) {
+  SLUICE_REQUIRE_SHARED();
+  auto model = Model::load(shared_dir() + "/models/stories260K.gguf");
+  auto be = make_backend("cpu", 2);
+  const std::string path = std::string(SLUICE_SOURCE_DIR) + "/tests/data/kld/stories260K-c64x4.kld";
+  const std::string file = test::read_text_file(path);
+  constexpr int64_t kCtx = 64, kChunks = 4, kHeader = 8 + 12 + 4 * kCtx * kChunks;
+  const int64_t V = model->hparams().n_vocab, nv = 2 * ((V + 1) / 2) + 4, rows = kChunks * (kCtx - 1 - kCtx / 2);
+  ASSERT_EQ(file.size(), size_t(kHeader + 2 * nv * rows));
+  int32_t head[3];
+  std::memcpy(head, file.data() + 8, sizeof head);
+  EXPECT_EQ(head[0], kCtx);
+  EXPECT_EQ(head[1], V);
+  EXPECT_EQ(head[2], kChunks);
+  // Its tokens are our tokenization of the same text.
+  const auto ours = corpus_tokens(*model);
+  ASSERT_GE(ours.size(), size_t(kCtx * kChunks));
+  std::vector<int32_t> theirs(kCtx * kChunks);
+  std::memcpy(theirs.data(), file.data() + 20, theirs.size() * sizeof(int32_t));
+  EXPECT_TRUE(std::equal(theirs.begin(), theirs.end(), ours.begin()));
+
+  PerplexityOptions k;
+  k.kld_in = path;
+  const PerplexityResult r = perplexity_run(*model, *be, {}, k, nullptr);
+  ASSERT_TRUE(r.has_kld);
+  EXPECT_EQ(r.count, rows);
+  EXPECT_NEAR(std::exp(r.kld.sum_nll_base / r.kld.count), 4.3274, 5e-5);  // llama-perplexity: PPL = 4.3274
+  EXPECT_NEAR(r.ppl, 4.3274, 1e-3);
+  EXPECT_LT(r.kld.sum_kld / r.kld.count, 1e-5);
+  EXPECT_EQ(r.kld.n_same_top, r.count);
+
+  std::string swapped = file;
+  const size_t row = 2 * static_cast<size_t>(nv);
+  std::swap_ranges(swapped.begin() + kHeader, swapped.begin() + kHeader + row, swapped.begin() + kHeader + row);
+  const std::string bad = (test::scratch_dir() / "sluice_test_kld_swapped.kld").string();
+  std::ofstream(bad, std::ios::binary) << swapped;
+  k.kld_in = bad;
+  const PerplexityResult w = perplexity_run(*model, *be, {}, k, nullptr);
+  EXPECT_GT(w.kld.sum_kld / w.kld.count, 1e-3);
+  std::filesystem::remove(bad);
 }
 
 TEST(Perplexity, RejectsBadBaseFile) {
