@@ -182,6 +182,8 @@ class TqCodec {
   // codebook_[0] + the steps of the thresholds each reaches, into c [n]; n a multiple of 8)
   // and returns the cosine of u and that code times |u|.
   float code_cosine(const float* u, int64_t n, float f, float* c) const;
+  // tqN: the indices of that code: idx[i] = how many thresholds b[j]·f (j < nb) u[i] reaches.
+  static void threshold_counts(const float* u, int64_t n, const float* b, size_t nb, float f, uint32_t* idx);
   // tqNg: codes the group y [kTqGroup] with scale sc by the nearest centroids of the codebook
   // whose thresholds and steps are b, d [nb] (first centroid c0): the indices into n, and the
   // squared error of the decoded group as the return value.
