@@ -98,6 +98,9 @@ void CommonOpts::add(CLI::App* app) {
   app->add_flag("--lora-merge", lora_merge,
                 "merge the --lora adapters into the weights at load (in memory only; the adapted matrices "
                 "become f32 copies)");
+  app->add_flag("--repack", repack,
+                "cpu: interleave the Q4_K matrices 16 rows at a time for the int8 kernels (a copy beside the "
+                "weights: with --mmap the file's pages stay reclaimable)");
   app->add_flag("--mmap", mmap_weights,
                 "resident: map the file instead of reading it into memory (faster start, slower decode)");
   app->add_option("--gpu-expert-cache", gpu_expert_cache,
@@ -129,6 +132,7 @@ EngineOptions CommonOpts::engine_options() const {
   o.read_weights = !mmap_weights;
   o.lora = lora;
   o.lora_merge = lora_merge;
+  o.repack = repack;
   o.load_progress = [last = size_t{0}](size_t done, size_t total) mutable {
     // A line per GiB for big files (reading from a cold disk takes a while), nothing for small ones.
     if (total < (size_t{1} << 30) || (done - last < (size_t{1} << 30) && done != total)) return;

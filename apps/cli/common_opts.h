@@ -37,6 +37,7 @@ struct CommonOpts {
   bool no_direct_io = false;
   std::string gpu_expert_cache;
   bool mmap_weights = false;
+  bool repack = false;
   std::vector<std::string> lora;  // LoRA adapters (--lora, repeatable)
   bool lora_merge = false;
 

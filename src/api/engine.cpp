@@ -39,6 +39,7 @@ ModelOptions model_options(const EngineOptions& opt) {
   o.read_weights = opt.read_weights;
   o.lora = opt.lora;
   o.lora_merge = opt.lora_merge;
+  o.repack = opt.repack;
   o.progress = opt.load_progress;
   return o;
 }
@@ -91,6 +92,7 @@ std::unique_ptr<Engine> Engine::open(const std::string& model_path, const Engine
     if (const std::string q = im.model->file().get_string_or("sluice.folder.quantization", ""); !q.empty())
       opt.on_load_note(q);
     if (!im.model->lora_summary().empty()) opt.on_load_note(im.model->lora_summary());
+    if (!im.model->repack_summary().empty()) opt.on_load_note(im.model->repack_summary());
   }
   if (opt.experts.record_routing_trace) im.model->experts().record_routing_trace();
   BackendOptions bo{.n_threads = opt.n_threads};

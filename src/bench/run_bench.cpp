@@ -222,7 +222,9 @@ int run_bench(const BenchArgs& a) {
     mo.experts.auto_extra_bytes = a.membw_mib << 20;  // the bandwidth test's buffer, allocated before each tg rep
     mo.experts.prefetch = a.prefetch;
     mo.experts.progress = true;
+    mo.repack = a.repack;
     auto model = Model::load(path, mo);
+    if (!model->repack_summary().empty()) std::fprintf(stderr, "bench: %s\n", model->repack_summary().c_str());
     if (const std::string q = model->file().get_string_or("sluice.folder.quantization", ""); !q.empty())
       std::fprintf(stderr, "bench: %s\n", q.c_str());
     const bool streamed = model->experts().policy() != ExpertPolicy::resident;

@@ -26,6 +26,10 @@ struct TensorView {
   // Stacked experts ([in, out, n_expert]) with LoRA adapters: one term list per expert, handed
   // to expert e's view by slice2d as its `lora`. Null: none.
   const std::vector<std::vector<LoraTerm>>* expert_lora = nullptr;
+  // The same rows 16 at a time interleaved for the int8 kernels (quant/rows16.h), or null. Row
+  // r0 (a multiple of 16) starts r0·row_bytes() in, as in `data`; only a backend that reads
+  // the layout uses it (the cpu backend's Q8Ops::rows16), every other reader keeps `data`.
+  const void* rows16 = nullptr;
 
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
@@ -40,6 +44,7 @@ struct TensorView {
     v.ne[2] = v.ne[3] = 1;
     v.nbytes = static_cast<size_t>(ne[1]) * row_bytes();
     v.data = row(e * ne[1]);
+    if (rows16) v.rows16 = static_cast<const uint8_t*>(rows16) + static_cast<size_t>(e * ne[1]) * row_bytes();
     v.lora = expert_lora ? &(*expert_lora)[static_cast<size_t>(e)] : nullptr;
     v.expert_lora = nullptr;
     return v;

@@ -552,6 +552,13 @@ void GgufFile::add_lora(std::string_view name, const LoraTerm& term, std::shared
   replaced_.push_back(std::move(owner));
 }
 
+void GgufFile::set_rows16(std::string_view name, const void* rows16, std::shared_ptr<void> owner) {
+  const auto it = tensor_index_.find(std::string(name));
+  if (it == tensor_index_.end()) fail(path_, ": no tensor '", name, "' to interleave");
+  tensors_[it->second].rows16 = rows16;
+  replaced_.push_back(std::move(owner));
+}
+
 void GgufFile::add_expert_lora(std::string_view name, int64_t expert, const LoraTerm& term,
                                std::shared_ptr<void> owner) {
   const auto it = tensor_index_.find(std::string(name));

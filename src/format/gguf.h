@@ -127,6 +127,9 @@ class GgufFile {
   // The same for expert `expert` of stacked experts `name` ([in, out, n_expert]; the term fits
   // one expert's [in, out]): tensor.expert_lora, which slice2d hands each expert's view.
   void add_expert_lora(std::string_view name, int64_t expert, const LoraTerm& term, std::shared_ptr<void> owner);
+  // Gives tensor `name` an interleaved copy of its rows (TensorView::rows16, quant/rows16.h)
+  // that `owner` keeps alive. Call before anything binds or slices the tensor.
+  void set_rows16(std::string_view name, const void* rows16, std::shared_ptr<void> owner);
   // Throws "missing tensor NAME in FILE".
   const TensorView& tensor(std::string_view name) const;
   // While a model binds its tensors (single-threaded, at load): track_lookups() starts noting

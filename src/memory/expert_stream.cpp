@@ -233,6 +233,7 @@ ExpertWeights StreamingExperts::weights(const Entry* e) const {
   w.gate.data = e->buf + p.view_offset[0];
   w.up.data = e->buf + p.view_offset[1];
   w.down.data = e->buf + p.view_offset[2];
+  w.gate.rows16 = w.up.rows16 = w.down.rows16 = nullptr;  // the slot holds the file's layout only
   return w;
 }
 

@@ -7,15 +7,22 @@
 #include "format/lora.h"
 
 #include <algorithm>
+#include <cctype>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <numeric>
 
+#include "core/anon_map.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "memory/batch.h"
 #include "memory/memory.h"
 #include "models/arch.h"
 #include "models/moe_ffn.h"
 #include "models/predictor.h"
+#include "quant/rows16.h"
 
 namespace sluice {
 
@@ -35,6 +42,65 @@ void read_expert_groups(const GgufFile& f, Hparams& hp) {
 }
 
 namespace {
+
+// A routed expert's matrix: stacked (blk.N.ffn_gate_exps.weight) or packed one per expert by
+// `sluice pack` (blk.N.ffn_gate.E.weight).
+bool is_expert_tensor(const std::string& name) {
+  if (name.find("_exps.") != std::string::npos) return true;
+  for (const char* kind : {".ffn_gate.", ".ffn_up.", ".ffn_down."}) {
+    const size_t at = name.find(kind);
+    if (at != std::string::npos && at + std::strlen(kind) < name.size() &&
+        std::isdigit(static_cast<unsigned char>(name[at + std::strlen(kind)])))
+      return true;
+  }
+  return false;
+}
+
+// --repack: an interleaved copy (quant/rows16.h) of every matrix whose type has the layout and
+// whose rows come in whole 16-row groups, in one huge-page mapping the file keeps alive; the
+// experts only when they stay where they are (resident), since the mmap and stream stores move
+// or evict an expert's bytes. Returns the summary line.
+std::string interleave_rows16(GgufFile& f, bool experts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<const TensorView*> picked;
+  size_t bytes = 0;
+  for (const TensorView& t : f.tensors()) {
+    if (!rows16_supported(t.type) || t.n_dims < 2 || t.ne[1] % 16 != 0 || t.ne[3] != 1) continue;
+    if (!experts && is_expert_tensor(t.name)) continue;
+    picked.push_back(&t);
+    bytes += (t.nbytes + 63) / 64 * 64;
+  }
+  if (picked.empty()) return "repack: no matrix has an interleaved layout (only Q4_K has one)";
+  auto map = std::make_shared<AnonMap>(bytes, AnonMap::Pages::huge);
+  // Spans of 256 rows of every tensor, packed on all cores (the copy is bound by touching new pages).
+  struct Span {
+    const TensorView* t;
+    int64_t r0, nr;
+    uint8_t* dst;
+  };
+  std::vector<Span> spans;
+  size_t at = 0;
+  for (const TensorView* t : picked) {
+    uint8_t* dst = map->data() + at;
+    for (int64_t r0 = 0; r0 < t->n_rows(); r0 += 256)
+      spans.push_back(
+          {t, r0, std::min<int64_t>(256, t->n_rows() - r0), dst + static_cast<size_t>(r0) * t->row_bytes()});
+    f.set_rows16(t->name, dst, map);
+    at += (t->nbytes + 63) / 64 * 64;
+  }
+  ThreadPool pool(0);
+  pool.parallel_for(static_cast<int64_t>(spans.size()), [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const Span& sp = spans[static_cast<size_t>(i)];
+      rows16_pack(sp.t->type, sp.t->row(sp.r0), sp.t->row_bytes(), sp.nr, sp.t->ne[0], sp.dst);
+    }
+  });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  char line[160];
+  std::snprintf(line, sizeof line, "repack: %zu tensors, %.2f GB interleaved for the int8 kernels in %.1f s",
+                picked.size(), static_cast<double>(bytes) / 1e9, s);
+  return line;
+}
 
 // RoPE scaling as llama.cpp derives it (llama_context's yarn_attn_factor, the deepseek2 graph's
 // kq_scale): linear divides every angle by the factor; YaRN keeps the pairs that turn more than
@@ -218,6 +284,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     const std::string line = apply_lora_adapter(*m->file_, spec, opt.lora_merge).line();
     m->lora_summary_ += (m->lora_summary_.empty() ? "" : "; ") + line;
   }
+  if (opt.repack) m->repack_summary_ = interleave_rows16(*m->file_, opt.experts.policy == ExpertPolicy::resident);
   const GgufFile& f = *m->file_;
   m->hp_ = read_core_hparams(f);
   Hparams& hp = m->hp_;

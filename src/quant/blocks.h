@@ -93,6 +93,19 @@ struct block_q4_K {
   uint8_t qs[QK_K / 2];
 };
 
+// 16 rows of Q4_K interleaved, super-block by super-block (TensorView::rows16, quant/rows16.h):
+// qs[w][r] is the 4-byte word w of row r's qs, scales[k][r] byte k of row r's packed scales,
+// d/dmin[r] row r's fp16 factors. The same bytes as 16 block_q4_K, reordered so that one
+// 64-byte vector holds 4 inputs of 16 rows (a vpdpbusd operand) and the scales and factors of
+// 16 rows load as one vector each.
+struct block_q4_K_x16 {
+  uint32_t qs[QK_K / 8][16];
+  uint8_t scales[K_SCALE_SIZE][16];
+  uint16_t d[16];
+  uint16_t dmin[16];
+};
+static_assert(sizeof(block_q4_K_x16) == 16 * sizeof(block_q4_K), "an interleaved group holds 16 rows' bytes");
+
 // 5-bit super-block: q4_K plus a fifth bit per element. Element 64*c + j (j < 32) takes
 // its high bit from bit 2c of qh[j], element 64*c + 32 + j from bit 2c+1 of qh[j].
 struct block_q5_K {
@@ -113,6 +126,16 @@ struct block_q6_K {
   int8_t scales[QK_K / 16];
   uint16_t d;
 };
+
+// 16 rows of Q6_K interleaved, as block_q4_K_x16: ql[w][r] / qh[w][r] the 4-byte words of row
+// r's ql and qh, scales[k][r] its sub-block scales, d[r] its fp16 factor.
+struct block_q6_K_x16 {
+  uint32_t ql[QK_K / 8][16];
+  uint32_t qh[QK_K / 16][16];
+  int8_t scales[QK_K / 16][16];
+  uint16_t d[16];
+};
+static_assert(sizeof(block_q6_K_x16) == 16 * sizeof(block_q6_K), "an interleaved group holds 16 rows' bytes");
 
 // 8-bit super-block used for activations in dot products: fp32 scale, x = d*qs,
 // bsums[g] = sum of qs over group g of 16 (lets q2_K..q5_K dots fold their mins in).

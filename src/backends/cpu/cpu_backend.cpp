@@ -155,10 +155,20 @@ class CpuBackend final : public Backend {
 
   // Rows [r0, r0 + nr) of w times one token: through op when given (xq = the token quantized
   // to op->act), else the float path on x. Exactly what matmul computes for these rows.
+  // w's interleaved rows (TensorView::rows16) where op reads them for n_tok tokens and rows
+  // [r0, r0 + nr) are whole 16-row groups; else null (the row and tile paths read w.data).
+  static const uint8_t* rows16(const TensorView& w, const cpu::Q8Ops& op, int64_t r0, int64_t nr, int64_t n_tok) {
+    return w.rows16 && op.rows16 && n_tok >= op.rows16_min_tokens && r0 % 16 == 0 && nr % 16 == 0
+               ? static_cast<const uint8_t*>(w.rows16)
+               : nullptr;
+  }
+
   void rows_one_token(const TensorView& w, const cpu::Q8Ops* op, int64_t r0, int64_t nr, const float* x,
                       const uint8_t* xq, float* y, int thread) {
     if (op) {
       const size_t ldw_bytes = w.row_bytes();
+      if (const uint8_t* w16 = rows16(w, *op, r0, nr, 1))
+        return op->rows16(w16 + static_cast<size_t>(r0) * ldw_bytes, nr, w.ne[0], xq, 0, 1, y, 1);
       op->gemm(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes, ldw_bytes, nr, xq, 0, 1,
                w.ne[0], y, 1);
       return;
@@ -303,6 +313,8 @@ class CpuBackend final : public Backend {
     };
     auto rows_of = [&](const cpu::Q8Ops& op, const TensorView& w, int64_t r0, int64_t nr, const uint8_t* a, size_t ab,
                        const int32_t* sums, int64_t m, int64_t n_in, float* y, size_t ldy, uint8_t* tile) {
+      if (const uint8_t* w16 = rows16(w, op, r0, nr, m))
+        return op.rows16(w16 + static_cast<size_t>(r0) * w.row_bytes(), nr, n_in, a, ab, m, y, ldy);
       const auto* wr = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * w.row_bytes();
       if (!tiled(&op, m)) return op.gemm(wr, w.row_bytes(), nr, a, ab, m, n_in, y, ldy);
       for (int64_t s = 0; s < nr; s += cpu::kQ8TileRows) {
@@ -362,7 +374,8 @@ class CpuBackend final : public Backend {
     const size_t ldw_bytes = w.row_bytes(), a_bytes = dtype_row_bytes(op.act, n_in);
     if (act_.size() < a_bytes * static_cast<size_t>(n_tok)) act_.resize(a_bytes * static_cast<size_t>(n_tok));
     uint8_t* act = act_.data();
-    const bool tiles = q8_tiles_ && op.tile.any() && n_tok >= tile_min_tokens(op);
+    const bool interleaved = rows16(w, op, 0, n_out, n_tok) != nullptr;
+    const bool tiles = !interleaved && q8_tiles_ && op.tile.any() && n_tok >= tile_min_tokens(op);
     // The 32-block tiles' activation sums (Q8TileOps::act_sums): nb per token.
     const bool sums = tiles && op.tile.act_sums;
     const int64_t nb = n_in / 32;
@@ -377,6 +390,15 @@ class CpuBackend final : public Backend {
                 reinterpret_cast<const block_q8_0*>(at)[i]);
       }
     });
+    if (interleaved) {
+      // Every batch size reads the 16-row groups as they are: no pack, one float order.
+      const int64_t n_units = n_out / 16;
+      run(n_units, n_out * n_in * n_tok, [&](int64_t u0, int64_t u1, int) {
+        op.rows16(static_cast<const uint8_t*>(w.rows16) + static_cast<size_t>(16 * u0) * ldw_bytes, 16 * (u1 - u0),
+                  n_in, act, a_bytes, n_tok, y + 16 * u0, static_cast<size_t>(n_out));
+      });
+      return;
+    }
     if (tiles) {
       // Prefill: each unit packs 16 rows into the thread's tile buffer once, then runs every
       // token against it (AMX: gemm_rows, one super-block at a time, on the activations

@@ -180,6 +180,14 @@ struct Q8Ops {
   void (*gemm)(const void* w, size_t row_bytes, int64_t n_rows, const void* a, size_t a_row_bytes, int64_t n_tok,
                int64_t n, float* y, size_t ldy) = nullptr;
   Q8TileOps tile;  // tile.gemm null: no tiled path for this type at this level
+  // The same products from the interleaved layout (TensorView::rows16, quant/rows16.h): rows
+  // [0, nr) of the groups at w16 (nr a multiple of 16), any n_tok, y[t*ldy + r]. The same
+  // integer sums and float operations as tile.gemm, so bitwise its results at every batch
+  // size. Null: this level reads the rows (the backend ignores rows16).
+  void (*rows16)(const void* w16, int64_t nr, int64_t n, const void* a, size_t a_row_bytes, int64_t n_tok, float* y,
+                 size_t ldy) = nullptr;
+  // The smallest batch that reads rows16 (below it, the row path reads w.data).
+  int64_t rows16_min_tokens = 1;
 };
 
 struct Q8Kernels {

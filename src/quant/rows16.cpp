@@ -1,0 +1,74 @@
+#include "quant/rows16.h"
+
+#include <cstring>
+#include <type_traits>
+
+#include "core/error.h"
+#include "quant/blocks.h"
+
+namespace sluice {
+
+bool rows16_supported(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
+
+namespace {
+
+// Moves every byte of 16 rows' super-block i between the two layouts (to_rows: interleaved ->
+// rows), so pack and unpack are one walk and cannot disagree.
+template <class Block, class Group>
+void move_group(uint8_t* rows_side, size_t row_bytes, Group& g, int64_t i, bool to_rows) {
+  for (int r = 0; r < 16; ++r) {
+    Block& b = reinterpret_cast<Block*>(rows_side + static_cast<size_t>(r) * row_bytes)[i];
+    // N a constant, so each copy is one load and one store.
+    auto move = [&]<size_t N>(void* row_part, void* group_part) {
+      to_rows ? std::memcpy(row_part, group_part, N) : std::memcpy(group_part, row_part, N);
+    };
+    if constexpr (std::is_same_v<Block, block_q4_K>) {
+      for (int w = 0; w < QK_K / 8; ++w) move.template operator()<4>(b.qs + 4 * w, &g.qs[w][r]);
+      for (int k = 0; k < K_SCALE_SIZE; ++k) move.template operator()<1>(&b.scales[k], &g.scales[k][r]);
+      move.template operator()<2>(&b.d, &g.d[r]);
+      move.template operator()<2>(&b.dmin, &g.dmin[r]);
+    } else {
+      for (int w = 0; w < QK_K / 8; ++w) move.template operator()<4>(b.ql + 4 * w, &g.ql[w][r]);
+      for (int w = 0; w < QK_K / 16; ++w) move.template operator()<4>(b.qh + 4 * w, &g.qh[w][r]);
+      for (int k = 0; k < QK_K / 16; ++k) move.template operator()<1>(&b.scales[k], &g.scales[k][r]);
+      move.template operator()<2>(&b.d, &g.d[r]);
+    }
+  }
+}
+
+// rows: the row-major bytes, group: the interleaved ones; one of them is written (to_rows says
+// which), so both come in writable and the caller's const source is cast once, here.
+template <class Block, class Group>
+void walk(uint8_t* rows, uint8_t* group, size_t row_bytes, int64_t n_rows, int64_t nb, bool to_rows) {
+  for (int64_t g0 = 0; g0 < n_rows; g0 += 16) {
+    const size_t base = static_cast<size_t>(g0) * row_bytes;
+    auto* G = reinterpret_cast<Group*>(group + base);
+    for (int64_t i = 0; i < nb; ++i) move_group<Block>(rows + base, row_bytes, G[i], i, to_rows);
+  }
+}
+
+void convert(DType t, const void* src, void* dst, size_t row_bytes, int64_t n_rows, int64_t n, bool to_rows) {
+  if (!rows16_supported(t)) fail("rows16: type ", dtype_name(t), " has no interleaved layout");
+  if (n_rows % 16 != 0 || n % QK_K != 0 || row_bytes != dtype_row_bytes(t, n))
+    fail("rows16: ", n_rows, " rows of ", n, " (", row_bytes, " bytes) are not 16-row groups of whole super-blocks");
+  auto* s = static_cast<uint8_t*>(const_cast<void*>(src));  // read only: see walk
+  auto* d = static_cast<uint8_t*>(dst);
+  uint8_t* rows = to_rows ? d : s;
+  uint8_t* group = to_rows ? s : d;
+  if (t == DType::Q4_K)
+    walk<block_q4_K, block_q4_K_x16>(rows, group, row_bytes, n_rows, n / QK_K, to_rows);
+  else
+    walk<block_q6_K, block_q6_K_x16>(rows, group, row_bytes, n_rows, n / QK_K, to_rows);
+}
+
+}  // namespace
+
+void rows16_pack(DType t, const void* src, size_t row_bytes, int64_t n_rows, int64_t n, void* dst) {
+  convert(t, src, dst, row_bytes, n_rows, n, false);
+}
+
+void rows16_unpack(DType t, const void* src, size_t row_bytes, int64_t n_rows, int64_t n, void* dst) {
+  convert(t, src, dst, row_bytes, n_rows, n, true);
+}
+
+}  // namespace sluice

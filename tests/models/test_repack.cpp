@@ -1,0 +1,90 @@
+// tests/models/test_repack: Model::load with ModelOptions::repack (CLI --repack): interleaved
+// copies of the Q4_K/Q6_K matrices (quant/rows16.h) that the cpu backend's int8 kernels read.
+// The model's logits and greedy tokens against the same file loaded without it (the kernels'
+// own parity and negative controls: tests/kernels/test_rows16.cpp); streamed experts keep the
+// file's layout (a streamed expert's bytes move between cache slots).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "core/cpu_features.h"
+#include "kernels/kernel_test_util.h"
+#include "models/model.h"
+#include "runtime/session.h"
+#include "synth/synth.h"
+#include "test_util.h"
+
+namespace sluice {
+namespace {
+
+const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 400, 428};
+
+std::string synth_q4_k_m() {
+  SynthOptions o;
+  o.arch = "qwen3moe";
+  o.preset = "tiny";
+  o.type = "q4_k_m";
+  o.tokenizer = test::shared_dir() + "/models/stories260K.gguf";
+  const std::string path = (test::scratch_dir() / "repack-qwen3moe-tiny-q4_k_m.gguf").string();
+  synth_write(o, path);
+  return path;
+}
+
+int repacked_tensors(const Model& m) {
+  const std::string& s = m.repack_summary();
+  return s.rfind("repack: ", 0) == 0 ? std::atoi(s.c_str() + 8) : -1;
+}
+
+struct Outputs {
+  std::vector<float> prompt_logits;
+  std::vector<int32_t> greedy;
+};
+Outputs run(const Model& m) {
+  auto be = make_backend("cpu", 2);
+  Session s(m, *be, KvCacheOptions{.n_ctx = 64});
+  Outputs r;
+  const auto l = s.eval(kPrompt, /*all_logits=*/true);
+  r.prompt_logits.assign(l.begin(), l.end());
+  int32_t next = argmax(s.eval(std::vector<int32_t>{kPrompt.back()}));
+  for (int i = 0; i < 16; ++i) {
+    r.greedy.push_back(next);
+    next = argmax(s.eval(std::vector<int32_t>{next}));
+  }
+  return r;
+}
+
+TEST(Repack, SameModelOutputsAsTheFile) {
+  SLUICE_REQUIRE_SHARED();
+  const std::string path = synth_q4_k_m();
+  auto plain = Model::load(path);
+  auto packed = Model::load(path, ModelOptions{.repack = true});
+  EXPECT_TRUE(plain->repack_summary().empty());
+  // 2 layers × (q, k, v, o, gate and up experts) + the Q6_K output head; the Q5_0/Q8_0 matrices
+  // and token_embd's 512 rows too (token_embd is only read by rows, which keep the file's layout).
+  EXPECT_GE(repacked_tensors(*packed), 13) << packed->repack_summary();
+  const Outputs a = run(*plain), b = run(*packed);
+  // The interleaved kernels sum in the prefill tiles' order: the prompt's logits (12-token
+  // batches) within float rounding of the row path's, decode's likewise.
+  EXPECT_LT(test::nmse(a.prompt_logits, b.prompt_logits), 1e-9);
+  EXPECT_EQ(a.greedy, b.greedy);
+}
+
+TEST(Repack, StreamedExpertsKeepTheFileLayout) {
+  SLUICE_REQUIRE_SHARED();
+  const std::string path = synth_q4_k_m();
+  ModelOptions resident{.repack = true}, streamed{.repack = true};
+  streamed.experts.policy = ExpertPolicy::stream;
+  streamed.experts.cache_bytes = size_t{64} << 20;
+  streamed.experts.direct_io = false;
+  auto r = Model::load(path, resident), s = Model::load(path, streamed);
+  // The gate and up experts of both layers are interleaved only where they stay put.
+  EXPECT_EQ(repacked_tensors(*r) - repacked_tensors(*s), 4) << r->repack_summary() << " / " << s->repack_summary();
+  auto plain = Model::load(path, ModelOptions{.experts = streamed.experts});
+  EXPECT_LT(test::nmse(run(*plain).prompt_logits, run(*s).prompt_logits), 1e-9);
+}
+
+}  // namespace
+}  // namespace sluice
