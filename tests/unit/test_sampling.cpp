@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "runtime/session.h"
 #include "sampling/sampler.h"
 
 namespace sluice {
@@ -375,6 +376,33 @@ TEST(SamplingDist, DefaultChainOnlyReturnsKeptIds) {
   // min_p 0.05 bounds the kept logits: logit >= max + ln 0.05 = -3.0 -> ids 0..59, then top_k 40.
   for (const auto& [id, n] : h) EXPECT_LT(id, 40) << n;
   EXPECT_THROW(s.sample(l.data(), 0), std::exception);
+}
+
+// runtime/session.h argmax (greedy decoding, the bench's sampler): the first index of the
+// largest value, against the plain compare loop on random vocabularies of every tail length,
+// ties, a NaN at 0 (returns 0) and NaNs elsewhere (never win).
+TEST(SessionArgmax, FirstLargestLikeThePlainLoop) {
+  auto plain = [](const std::vector<float>& v) {
+    int32_t best = 0;
+    for (size_t i = 1; i < v.size(); ++i)
+      if (v[i] > v[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+    return best;
+  };
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  for (size_t n : {1, 2, 7, 8, 9, 17, 100, 151936}) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = nd(rng);
+    EXPECT_EQ(argmax(v), plain(v)) << n;
+    if (n > 9) {
+      v[n / 3] = v[n - 2] = 100.0f;  // a tie: the first one
+      EXPECT_EQ(argmax(v), static_cast<int32_t>(n / 3));
+      v[1] = NAN;
+      EXPECT_EQ(argmax(v), static_cast<int32_t>(n / 3));
+      v[0] = NAN;
+      EXPECT_EQ(argmax(v), 0);
+    }
+  }
 }
 
 }  // namespace

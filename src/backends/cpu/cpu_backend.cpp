@@ -153,8 +153,6 @@ class CpuBackend final : public Backend {
     return q8_->get(t);
   }
 
-  // Rows [r0, r0 + nr) of w times one token: through op when given (xq = the token quantized
-  // to op->act), else the float path on x. Exactly what matmul computes for these rows.
   // w's interleaved rows (TensorView::rows16) where op reads them for n_tok tokens and rows
   // [r0, r0 + nr) are whole 16-row groups; else null (the row and tile paths read w.data).
   static const uint8_t* rows16(const TensorView& w, const cpu::Q8Ops& op, int64_t r0, int64_t nr, int64_t n_tok) {
@@ -163,6 +161,8 @@ class CpuBackend final : public Backend {
                : nullptr;
   }
 
+  // Rows [r0, r0 + nr) of w times one token: through op when given (xq = the token quantized
+  // to op->act), else the float path on x. Exactly what matmul computes for these rows.
   void rows_one_token(const TensorView& w, const cpu::Q8Ops* op, int64_t r0, int64_t nr, const float* x,
                       const uint8_t* xq, float* y, int thread) {
     if (op) {
@@ -374,8 +374,10 @@ class CpuBackend final : public Backend {
     const size_t ldw_bytes = w.row_bytes(), a_bytes = dtype_row_bytes(op.act, n_in);
     if (act_.size() < a_bytes * static_cast<size_t>(n_tok)) act_.resize(a_bytes * static_cast<size_t>(n_tok));
     uint8_t* act = act_.data();
-    const bool interleaved = rows16(w, op, 0, n_out, n_tok) != nullptr;
-    const bool tiles = !interleaved && q8_tiles_ && op.tile.any() && n_tok >= tile_min_tokens(op);
+    const bool tiled = q8_tiles_ && op.tile.any() && n_tok >= tile_min_tokens(op);
+    // The AMX tiles (gemm_rows) outrun the interleaved VNNI kernel at prefill; the same bits.
+    const bool interleaved = rows16(w, op, 0, n_out, n_tok) && !(tiled && op.tile.gemm_rows);
+    const bool tiles = tiled && !interleaved;
     // The 32-block tiles' activation sums (Q8TileOps::act_sums): nb per token.
     const bool sums = tiles && op.tile.act_sums;
     const int64_t nb = n_in / 32;
@@ -391,7 +393,7 @@ class CpuBackend final : public Backend {
       }
     });
     if (interleaved) {
-      // Every batch size reads the 16-row groups as they are: no pack, one float order.
+      // The 16-row groups as they are: no pack, and the tiles' float order at every batch size.
       const int64_t n_units = n_out / 16;
       run(n_units, n_out * n_in * n_tok, [&](int64_t u0, int64_t u1, int) {
         op.rows16(static_cast<const uint8_t*>(w.rows16) + static_cast<size_t>(16 * u0) * ldw_bytes, 16 * (u1 - u0),
