@@ -46,23 +46,5 @@ void Session::set_n_past(int64_t n) {
   mem_.seq_set_len(seq_, n);
 }
 
-int32_t argmax(std::span<const float> logits) {
-  // The first index of the largest value (NaNs never win; a NaN at 0 returns 0), in two passes:
-  // the maximum over 8 independent lanes (one compare chain per element cost ~0.3 ms of a
-  // 151936-entry vocabulary, a few percent of a decode step), then its first occurrence.
-  const size_t n = logits.size();
-  if (n == 0) return 0;
-  float lane[8];
-  std::fill(lane, lane + 8, logits[0]);
-  size_t i = 1;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) lane[j] = logits[i + j] > lane[j] ? logits[i + j] : lane[j];
-  for (; i < n; ++i) lane[0] = logits[i] > lane[0] ? logits[i] : lane[0];
-  float m = lane[0];
-  for (int j = 1; j < 8; ++j) m = lane[j] > m ? lane[j] : m;
-  for (size_t k = 0; k < n; ++k)
-    if (logits[k] == m) return static_cast<int32_t>(k);
-  return 0;
-}
 
 }  // namespace sluice

@@ -10,6 +10,7 @@
 #include "memory/batch.h"
 #include "memory/memory.h"
 #include "models/model.h"
+#include "sampling/sampler.h"  // argmax
 
 namespace sluice {
 
@@ -54,8 +55,5 @@ class Session {
   Batch batch_;
   std::vector<float> logits_;
 };
-
-// Index of the largest logit, ties to the lowest id (llama.cpp's greedy rule).
-int32_t argmax(std::span<const float> logits);
 
 }  // namespace sluice

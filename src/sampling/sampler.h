@@ -8,12 +8,16 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 namespace sluice {
+
+// Index of the largest logit, ties to the lowest id (llama.cpp's greedy rule); NaNs never win.
+int32_t argmax(std::span<const float> logits);
 
 // SplitMix64-seeded xoshiro256** (https://prng.di.unimi.it/). Every operation is defined here
 // down to the bit, so a seed gives the same stream on every platform and standard library;

@@ -378,10 +378,10 @@ TEST(SamplingDist, DefaultChainOnlyReturnsKeptIds) {
   EXPECT_THROW(s.sample(l.data(), 0), std::exception);
 }
 
-// runtime/session.h argmax (greedy decoding, the bench's sampler): the first index of the
-// largest value, against the plain compare loop on random vocabularies of every tail length,
-// ties, a NaN at 0 (returns 0) and NaNs elsewhere (never win).
-TEST(SessionArgmax, FirstLargestLikeThePlainLoop) {
+// argmax (greedy decoding: the Sampler without penalties, Session, the bench): the first index
+// of the largest value, against the plain compare loop on random vocabularies of every tail
+// length, ties, a NaN at 0 (returns 0) and NaNs elsewhere (never win).
+TEST(SamplingArgmax, FirstLargestLikeThePlainLoop) {
   auto plain = [](const std::vector<float>& v) {
     int32_t best = 0;
     for (size_t i = 1; i < v.size(); ++i)
