@@ -12,7 +12,7 @@ that every valid request was answered, every malformed one got its 4xx, no slot 
 
   bench/serve/load_test.py --sluice build/release/sluice -m MODEL.gguf [--requests 2000]
       [--concurrency 32] [--parallel 8] [--threads 2] [--max-tokens 32] [--ignore-eos]
-      [--malformed 0.1] [--disconnect 0.1]
+      [--malformed 0.1] [--disconnect 0.1] [--server-arg=--repack ...]
 
 Throughput at N streams vs one: --malformed 0 --disconnect 0 --ignore-eos --concurrency N
 --parallel N (equal-length generations, so the aggregate rate compares like with like).
@@ -116,12 +116,14 @@ def main():
     ap.add_argument("--malformed", type=float, default=0.1)
     ap.add_argument("--disconnect", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--server-arg", action="append", default=[],
+                    help="passed to `sluice serve` as is (repeatable), e.g. --server-arg=--repack")
     a = ap.parse_args()
 
     port = free_port()
     log = open(f"/tmp/sluice-load-{port}.log", "w")
     srv = subprocess.Popen([a.sluice, "serve", "-m", a.model, "--port", str(port), "--threads", str(a.threads),
-                            "--parallel", str(a.parallel), "--ctx", str(a.ctx), "--queue", str(a.concurrency + 8)],
+                            "--parallel", str(a.parallel), "--ctx", str(a.ctx), "--queue", str(a.concurrency + 8)] + a.server_arg,
                            stdout=log, stderr=subprocess.STDOUT)
     try:
         return run(a, srv, port, log)

@@ -128,10 +128,11 @@ TEST(Rows16, NegativeControlOneScaleByte) {
     for (int64_t tok = 0; tok < n_tok; ++tok)
       for (int64_t r = 0; r < n_out; ++r) {
         const size_t i = static_cast<size_t>(tok * n_out + r);
-        if (r == 21)
+        if (r == 21) {
           EXPECT_NE(good[i], bad[i]) << "token " << tok;
-        else
+        } else {
           EXPECT_EQ(good[i], bad[i]) << "token " << tok << " row " << r;
+        }
       }
   }
 }
@@ -151,17 +152,19 @@ TEST(Rows16, BackendMatmulReadsTheInterleavedRows) {
       b->matmul(m.view, x.data(), plain.data(), n_tok);
       b->matmul(m.with_rows16(), x.data(), inter.data(), n_tok);
       EXPECT_LT(nmse(plain, inter), 1e-10);
-      if (n_tok >= 8)  // both from the tiles' float order
+      if (n_tok >= 8) {  // both from the tiles' float order
         EXPECT_EQ(std::memcmp(plain.data(), inter.data(), plain.size() * sizeof(float)), 0);
+      }
       Interleaved broken(t, n, n_out, 5);
       for (size_t i = 0; i < broken.rows16.size(); i += 97) broken.rows16[i] ^= 0x11;
       std::vector<float> wrong(plain.size());
       b->matmul(broken.with_rows16(), x.data(), wrong.data(), n_tok);
       const bool reads_rows16 = t == DType::Q4_K || n_tok >= 4;  // Q6_K: rows16_min_tokens
-      if (reads_rows16)
+      if (reads_rows16) {
         EXPECT_GT(nmse(plain, wrong), 1e-3);
-      else
+      } else {
         EXPECT_EQ(std::memcmp(plain.data(), wrong.data(), plain.size() * sizeof(float)), 0);
+      }
     }
   }
 }

@@ -22,6 +22,17 @@ namespace {
 
 const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 400, 428};
 
+ModelOptions repacked(ExpertPolicy policy = ExpertPolicy::resident) {
+  ModelOptions o;
+  o.repack = true;
+  o.experts.policy = policy;
+  if (policy == ExpertPolicy::stream) {
+    o.experts.cache_bytes = size_t{64} << 20;
+    o.experts.direct_io = false;
+  }
+  return o;
+}
+
 std::string synth_q4_k_m() {
   SynthOptions o;
   o.arch = "qwen3moe";
@@ -60,7 +71,7 @@ TEST(Repack, SameModelOutputsAsTheFile) {
   SLUICE_REQUIRE_SHARED();
   const std::string path = synth_q4_k_m();
   auto plain = Model::load(path);
-  auto packed = Model::load(path, ModelOptions{.repack = true});
+  auto packed = Model::load(path, repacked());
   EXPECT_TRUE(plain->repack_summary().empty());
   // 2 layers × (q, k, v, o, gate and up experts) + the Q6_K output head; the Q5_0/Q8_0 matrices
   // and token_embd's 512 rows too (token_embd is only read by rows, which keep the file's layout).
@@ -75,14 +86,13 @@ TEST(Repack, SameModelOutputsAsTheFile) {
 TEST(Repack, StreamedExpertsKeepTheFileLayout) {
   SLUICE_REQUIRE_SHARED();
   const std::string path = synth_q4_k_m();
-  ModelOptions resident{.repack = true}, streamed{.repack = true};
-  streamed.experts.policy = ExpertPolicy::stream;
-  streamed.experts.cache_bytes = size_t{64} << 20;
-  streamed.experts.direct_io = false;
-  auto r = Model::load(path, resident), s = Model::load(path, streamed);
+  const ModelOptions streamed = repacked(ExpertPolicy::stream);
+  auto r = Model::load(path, repacked()), s = Model::load(path, streamed);
   // The gate and up experts of both layers are interleaved only where they stay put.
   EXPECT_EQ(repacked_tensors(*r) - repacked_tensors(*s), 4) << r->repack_summary() << " / " << s->repack_summary();
-  auto plain = Model::load(path, ModelOptions{.experts = streamed.experts});
+  ModelOptions plain_streamed = streamed;
+  plain_streamed.repack = false;
+  auto plain = Model::load(path, plain_streamed);
   EXPECT_LT(test::nmse(run(*plain).prompt_logits, run(*s).prompt_logits), 1e-9);
 }
 
