@@ -146,7 +146,7 @@ struct Q6Pack {
     q6_K_tile_pack_512(static_cast<const uint8_t*>(w) + static_cast<size_t>(i) * sizeof(block_q6_K), row_bytes, nr,
                        QK_K, reinterpret_cast<uint8_t*>(&b));
     // Sub-block s (inputs 16s..16s+15) is rows 4(s%4)..+3 of plane s/4; plane c, row k holds
-    // inputs 64c + 4k = 128h + 32p + 4g (h = c/2, p = 2(c%2) + k/8, g = k%8), as Q6KTileTokens.
+    // inputs 64c + 4k = 128h + 32p + 4g (h = c/2, p = 2(c%2) + k/8, g = k%8), as Q6KTokens.
     for (int sb = 0; sb < 16; ++sb) {
       const RowScale sc = row_scale<true>(b.sc[sb]);
       const int c = sb / 4;

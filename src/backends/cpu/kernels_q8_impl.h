@@ -1330,7 +1330,60 @@ inline __m512 q8_tile_close_mins_512(const uint32_t (*m2)[kQ8TileRows], __m512 d
   return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmv, ad), acc);
 }
 
-// NT tokens against one Q4_K or Q5_K tile. Per sub-block: the 8 weight vectors are unpacked
+// The interleaved groups (quant/rows16.h, Q8Ops::rows16) run through the tiles' token loops
+// below (K4TileTokens, Q6KTokens), which read a group's fields through these overloads: what a
+// tile's pack did per call (scales and mins decoded, fp16 factors converted) done per
+// super-block, so the same integer sums and float operations give bitwise the tile's results.
+// Decode reads a group once from memory: the next super-blocks are prefetched
+// (kRows16PrefetchBlocks ahead, a few lines per step), which the hardware prefetcher alone left
+// at half the bandwidth of one Zen 4 core (Q4_K, 2048x768 matrices cycled through 57 MB, 1 thread).
+constexpr int kRows16PrefetchBlocks = 2;
+template <class Group>
+inline void group_prefetch(const Group& b, int step) {
+  if constexpr (std::is_same_v<Group, block_q4_K_x16> || std::is_same_v<Group, block_q6_K_x16>) {
+    constexpr int kLines = (sizeof(Group) + 63) / 64, kPerStep = (kLines + 7) / 8;
+    const uintptr_t ahead = reinterpret_cast<uintptr_t>(&b) + kRows16PrefetchBlocks * sizeof(Group);
+    for (int l = kPerStep * step; l < std::min(kLines, kPerStep * (step + 1)); ++l)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), _MM_HINT_T0);
+  }
+}
+inline __m512 group_factors(const float* d) { return _mm512_loadu_ps(d); }
+inline __m512 group_factors(const uint16_t* d) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
+}
+// The 6-bit scales and mins of a Q4_K/Q5_K super-block of 16 rows as the token loop reads
+// them: sc[j] 16 bytes, m2[j] each min twice (two int16 halves). A tile holds them packed; an
+// interleaved group's 12 byte planes decode by a few 128-bit ops (get_scale_min_k4 for 16 rows).
+template <class Tile>
+struct K4ScalesMins {
+  const uint8_t (*sc)[kQ8TileRows];
+  const uint32_t (*m2)[kQ8TileRows];
+  explicit K4ScalesMins(const Tile& b) : sc(b.sc), m2(b.m2) {}
+};
+template <>
+struct K4ScalesMins<block_q4_K_x16> {
+  alignas(64) uint8_t sc[8][kQ8TileRows];
+  alignas(64) uint32_t m2[8][kQ8TileRows];
+  explicit K4ScalesMins(const block_q4_K_x16& b) {
+    const __m128i k63 = _mm_set1_epi8(63), k0f = _mm_set1_epi8(0xF), k30 = _mm_set1_epi8(0x30);
+    __m128i S[K_SCALE_SIZE], mn[8];
+    for (int k = 0; k < K_SCALE_SIZE; ++k) S[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[k]));
+    for (int j = 0; j < 4; ++j) {
+      _mm_store_si128(reinterpret_cast<__m128i*>(sc[j]), _mm_and_si128(S[j], k63));
+      _mm_store_si128(reinterpret_cast<__m128i*>(sc[j + 4]),
+                      _mm_or_si128(_mm_and_si128(S[j + 8], k0f), _mm_and_si128(_mm_srli_epi16(S[j], 2), k30)));
+      mn[j] = _mm_and_si128(S[j + 4], k63);
+      mn[j + 4] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(S[j + 8], 4), k0f),
+                               _mm_and_si128(_mm_srli_epi16(S[j + 4], 2), k30));
+    }
+    for (int k = 0; k < 8; ++k) {
+      const __m512i m = _mm512_cvtepu8_epi32(mn[k]);
+      _mm512_store_si512(m2[k], _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
+    }
+  }
+};
+
+// NT tokens against one Q4_K or Q5_K tile (or a block_q4_K_x16 group). Per sub-block: the 8 weight vectors are unpacked
 // once (Q5_K: each OR'd with its fifth bit, bit j of the qh bytes moved to bit 4 by one 16-bit
 // shift; the mask drops what crossed a byte), then each token runs 8 vpdpbusd (16 rows × 4
 // inputs each) and one vpmulld by the scales.
@@ -1346,6 +1399,7 @@ struct K4TileTokens {
       for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
       for (int64_t i = 0; i < nb; ++i) {
         const Tile& b = T[i];
+        const K4ScalesMins<Tile> sm(b);
         const block_q8_K* a[NT];
         __m512i sumi[NT];
         for (int t = 0; t < NT; ++t) {
@@ -1353,6 +1407,7 @@ struct K4TileTokens {
           sumi[t] = _mm512_setzero_si512();
         }
         for (int j = 0; j < 8; ++j) {  // sub-block j: chunk j/2, low (even j) or high nibbles
+          group_prefetch(b, j);
           const int c = j / 2, hi = j % 2;
           __m512i wv[8];
           for (int g = 0; g < 8; ++g) {
@@ -1364,7 +1419,7 @@ struct K4TileTokens {
               wv[g] = _mm512_or_si512(wv[g], _mm512_and_si512(hb, m10));
             }
           }
-          const __m512i scv = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[j])));
+          const __m512i scv = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sm.sc[j])));
           for (int t = 0; t < NT; ++t) {
             const int8_t* aq = a[t]->qs + 32 * j;
             __m512i s = _mm512_setzero_si512();
@@ -1372,8 +1427,8 @@ struct K4TileTokens {
             sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(s, scv));
           }
         }
-        const __m512 dv = _mm512_loadu_ps(b.d), dmv = _mm512_loadu_ps(b.dmin);
-        for (int t = 0; t < NT; ++t) acc[t] = q8_tile_close_mins_512(b.m2, dv, dmv, *a[t], sumi[t], acc[t]);
+        const __m512 dv = group_factors(b.d), dmv = group_factors(b.dmin);
+        for (int t = 0; t < NT; ++t) acc[t] = q8_tile_close_mins_512(sm.m2, dv, dmv, *a[t], sumi[t], acc[t]);
       }
       for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
     }
@@ -1382,76 +1437,6 @@ struct K4TileTokens {
 #define SLUICE_Q8_Q5_K_TILE \
   { q5_K_tile_bytes, q5_K_tile_pack_512, q8_tile_gemm<Q5KTile, QK_K, K4TileTokens<Q5KTile>::Run> }
 
-// Q8Ops::rows16 of Q4_K: NT tokens against one interleaved group (block_q4_K_x16), as
-// K4TileTokens against a Q4KTile, with what its pack did per call done here per super-block:
-// the 6-bit scales and mins of 16 rows decoded from the 12 byte planes by a few 128-bit ops
-// (get_scale_min_k4 for 16 rows at once), the fp16 factors converted by one vcvtph2ps. The same
-// integer sums and float operations: bitwise the tile's results. Decode reads the group once
-// from memory: the next super-blocks are prefetched (kRows16PrefetchBlocks ahead, a few lines
-// per sub-block), which the hardware prefetcher alone left half the bandwidth of one Zen 4
-// core to (2048x768 matrices cycled through 57 MB, 1 thread).
-constexpr int kRows16PrefetchBlocks = 2;
-// Prefetch kRows16PrefetchBlocks super-blocks ahead, the group's lines spread over 8 steps.
-template <class Group>
-inline void rows16_prefetch(const Group& b, int step) {
-  constexpr int kLines = (sizeof(Group) + 63) / 64, kPerStep = (kLines + 7) / 8;
-  const uintptr_t ahead = reinterpret_cast<uintptr_t>(&b) + kRows16PrefetchBlocks * sizeof(Group);
-  for (int l = kPerStep * step; l < std::min(kLines, kPerStep * (step + 1)); ++l)
-    _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), _MM_HINT_T0);
-}
-template <int NT>
-struct Q4KRows16Run {
-  static void run(const block_q4_K_x16* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy) {
-    const __m512i m4 = _mm512_set1_epi8(0xF);
-    const __m128i k63 = _mm_set1_epi8(63), k0f = _mm_set1_epi8(0xF), k30 = _mm_set1_epi8(0x30);
-    __m512 acc[NT];
-    for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; ++i) {
-      const block_q4_K_x16& b = T[i];
-      __m128i S[K_SCALE_SIZE];
-      for (int k = 0; k < K_SCALE_SIZE; ++k) S[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[k]));
-      __m128i sc[8], mn[8];
-      for (int j = 0; j < 4; ++j) {
-        sc[j] = _mm_and_si128(S[j], k63);
-        mn[j] = _mm_and_si128(S[j + 4], k63);
-        sc[j + 4] = _mm_or_si128(_mm_and_si128(S[j + 8], k0f), _mm_and_si128(_mm_srli_epi16(S[j], 2), k30));
-        mn[j + 4] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(S[j + 8], 4), k0f),
-                                 _mm_and_si128(_mm_srli_epi16(S[j + 4], 2), k30));
-      }
-      const block_q8_K* a[NT];
-      __m512i sumi[NT];
-      for (int t = 0; t < NT; ++t) {
-        a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
-        sumi[t] = _mm512_setzero_si512();
-      }
-      for (int j = 0; j < 8; ++j) {  // sub-block j: chunk j/2, low (even j) or high nibbles
-        rows16_prefetch(b, j);
-        const int c = j / 2, hi = j % 2;
-        __m512i wv[8];
-        for (int g = 0; g < 8; ++g) {
-          const __m512i raw = _mm512_loadu_si512(b.qs[8 * c + g]);
-          wv[g] = _mm512_and_si512(hi ? _mm512_srli_epi16(raw, 4) : raw, m4);
-        }
-        const __m512i scv = _mm512_cvtepu8_epi32(sc[j]);
-        for (int t = 0; t < NT; ++t) {
-          const int8_t* aq = a[t]->qs + 32 * j;
-          __m512i s = _mm512_setzero_si512();
-          for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(aq + 4 * g));
-          sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(s, scv));
-        }
-      }
-      const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.d)));
-      const __m512 dmv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.dmin)));
-      uint32_t m2[8][kQ8TileRows];  // the Q4KTile's m2: each min twice, in both int16 halves
-      for (int k = 0; k < 8; ++k) {
-        const __m512i m = _mm512_cvtepu8_epi32(mn[k]);
-        _mm512_storeu_si512(m2[k], _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
-      }
-      for (int t = 0; t < NT; ++t) acc[t] = q8_tile_close_mins_512(m2, dv, dmv, *a[t], sumi[t], acc[t]);
-    }
-    for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * ldy, acc[t]);
-  }
-};
 // Q8Ops::rows16: rows [0, nr) of the groups at w16, tokens 8, 4, then 3/2/1 at a time (each
 // token's sums are its own: the split never changes a result).
 template <class Group, template <int> class Run>
@@ -1459,16 +1444,20 @@ inline void rows16_gemm(const void* w16, int64_t nr, int64_t n, const void* a, s
                         size_t ldy) {
   const int64_t nb = n / QK_K;
   const auto* ab = static_cast<const uint8_t*>(a);
+  constexpr __mmask16 kAll = 0xFFFF;
   for (int64_t g = 0; g < nr / 16; ++g) {
     const auto* T = static_cast<const Group*>(w16) + g * nb;
     float* yg = y + 16 * g;
+    auto go = [&]<int NT>(int64_t t) {
+      Run<NT>::run(T, nb, ab + t * astride, astride, nullptr, yg + t * ldy, ldy, kAll);
+    };
     int64_t t = 0;
-    for (; t + 8 <= n_tok; t += 8) Run<8>::run(T, nb, ab + t * astride, astride, yg + t * ldy, ldy);
-    for (; t + 4 <= n_tok; t += 4) Run<4>::run(T, nb, ab + t * astride, astride, yg + t * ldy, ldy);
+    for (; t + 8 <= n_tok; t += 8) go.template operator()<8>(t);
+    for (; t + 4 <= n_tok; t += 4) go.template operator()<4>(t);
     switch (n_tok - t) {
-      case 3: Run<3>::run(T, nb, ab + t * astride, astride, yg + t * ldy, ldy); break;
-      case 2: Run<2>::run(T, nb, ab + t * astride, astride, yg + t * ldy, ldy); break;
-      case 1: Run<1>::run(T, nb, ab + t * astride, astride, yg + t * ldy, ldy); break;
+      case 3: go.template operator()<3>(t); break;
+      case 2: go.template operator()<2>(t); break;
+      case 1: go.template operator()<1>(t); break;
       default: break;
     }
   }
@@ -1540,7 +1529,8 @@ inline void q6_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t 
 
 #if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
 // The 6-bit q (0..63) of inputs 128h + 32p + 4g..+3 of the tile's 16 rows, 4 bytes per row.
-inline __m512i q6_K_tile_q(const Q6KTile& b, int h, int p, int g) {
+template <class Tile>  // Q6KTile or block_q6_K_x16: the same ql/qh words
+inline __m512i q6_K_tile_q(const Tile& b, int h, int p, int g) {
   const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
   const __m512i l = _mm512_loadu_si512(b.ql[16 * h + 8 * (p & 1) + g]);
   const __m512i lo = _mm512_and_si512(p < 2 ? l : _mm512_srli_epi16(l, 4), m4);
@@ -1553,111 +1543,69 @@ inline __m512i q6_K_tile_q(const Q6KTile& b, int h, int p, int g) {
   return _mm512_or_si512(lo, _mm512_and_si512(hb, m30));
 }
 
-template <int NT>
-struct Q6KTileTokens {
-  static void run(const Q6KTile* T, int64_t nb, const uint8_t* act, size_t astride, const int32_t*, float* y,
-                  size_t ldy, __mmask16 rows) {
-    __m512 acc[NT];
-    for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; ++i) {
-      const Q6KTile& b = T[i];
-      const block_q8_K* a[NT];
-      __m512i sumi[NT];
-      for (int t = 0; t < NT; ++t) {
-        a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
-        sumi[t] = _mm512_setzero_si512();
-      }
-      for (int h = 0; h < 2; ++h)
-        for (int p = 0; p < 4; ++p) {  // the 32-element group (h, p): sub-blocks 8h + 2p and + 1
-          __m512i wv[8];
-          for (int g = 0; g < 8; ++g) wv[g] = q6_K_tile_q(b, h, p, g);
-          const int s0 = 8 * h + 2 * p;
-          const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[s0])));
-          const __m512i sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[s0 + 1])));
-          for (int t = 0; t < NT; ++t) {
-            const int8_t* aq = a[t]->qs + 128 * h + 32 * p;
-            __m512i s = _mm512_setzero_si512(), u = _mm512_setzero_si512();
-            for (int g = 0; g < 4; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(aq + 4 * g));
-            for (int g = 4; g < 8; ++g) u = _mm512_dpbusd_epi32(u, wv[g], q8_bcst32(aq + 4 * g));
-            sumi[t] = _mm512_add_epi32(sumi[t],
-                                       _mm512_add_epi32(_mm512_mullo_epi32(s, sc0), _mm512_mullo_epi32(u, sc1)));
-          }
-        }
-      const __m512 dv = _mm512_loadu_ps(b.d);
-      for (int t = 0; t < NT; ++t) {
-        __m512i offs = _mm512_setzero_si512();
-        for (int k = 0; k < 8; ++k)
-          offs = _mm512_dpwssd_epi32(offs, _mm512_loadu_si512(b.sc2[k]), q8_bcst32(a[t]->bsums + 2 * k));
-        const __m512 s = _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[t], offs));
-        acc[t] = _mm512_fmadd_ps(s, _mm512_mul_ps(dv, _mm512_set1_ps(a[t]->d)), acc[t]);
-      }
-    }
-    for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
-  }
-};
+// The sub-block scales of a Q6_K super-block of 16 rows (int8, 16 bytes per sub-block), and the
+// (32·sc[2k], 32·sc[2k+1]) int16 pairs of the -32 offset: a tile holds the pairs, a group's are
+// formed from its scales as the tile's pack forms them.
+inline const int8_t* q6_scales(const Q6KTile& b, int s) { return b.sc[s]; }
+inline const int8_t* q6_scales(const block_q6_K_x16& b, int s) { return b.scales[s]; }
+inline __m512i q6_offset_pair(const Q6KTile& b, int k) { return _mm512_loadu_si512(b.sc2[k]); }
+inline __m512i q6_offset_pair(const block_q6_K_x16& b, int k) {
+  auto x32 = [&](int s) {
+    return _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[s]))), 5);
+  };
+  return _mm512_or_si512(_mm512_and_si512(x32(2 * k), _mm512_set1_epi32(0xFFFF)),
+                         _mm512_slli_epi32(x32(2 * k + 1), 16));
+}
 
-// Q8Ops::rows16 of Q6_K: Q6KTileTokens on an interleaved group (block_q6_K_x16), the tile's
-// sc2 (32·scale pairs for the -32 offset) and float d formed per super-block: bitwise the
-// tile's results.
-template <int NT>
-struct Q6KRows16Run {
-  static void run(const block_q6_K_x16* T, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy) {
-    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30), k16 = _mm512_set1_epi32(0xFFFF);
-    __m512 acc[NT];
-    for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; ++i) {
-      const block_q6_K_x16& b = T[i];
-      const block_q8_K* a[NT];
-      __m512i sumi[NT];
-      for (int t = 0; t < NT; ++t) {
-        a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
-        sumi[t] = _mm512_setzero_si512();
-      }
-      for (int h = 0; h < 2; ++h)
-        for (int p = 0; p < 4; ++p) {  // the 32-element group (h, p): sub-blocks 8h + 2p and + 1
-          rows16_prefetch(b, 4 * h + p);
-          __m512i wv[8];
-          for (int g = 0; g < 8; ++g) {  // q6_K_tile_q on the group's words
-            const __m512i l = _mm512_loadu_si512(b.ql[16 * h + 8 * (p & 1) + g]);
-            const __m512i lo = _mm512_and_si512(p < 2 ? l : _mm512_srli_epi16(l, 4), m4);
-            const __m512i qh = _mm512_loadu_si512(b.qh[8 * h + g]);
-            const __m512i hb = p == 0   ? _mm512_slli_epi16(qh, 4)
-                               : p == 1 ? _mm512_slli_epi16(qh, 2)
-                               : p == 2 ? qh
-                                        : _mm512_srli_epi16(qh, 2);
-            wv[g] = _mm512_or_si512(lo, _mm512_and_si512(hb, m30));
-          }
-          const int s0 = 8 * h + 2 * p;
-          const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[s0])));
-          const __m512i sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[s0 + 1])));
-          for (int t = 0; t < NT; ++t) {
-            const int8_t* aq = a[t]->qs + 128 * h + 32 * p;
-            __m512i s = _mm512_setzero_si512(), u = _mm512_setzero_si512();
-            for (int g = 0; g < 4; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(aq + 4 * g));
-            for (int g = 4; g < 8; ++g) u = _mm512_dpbusd_epi32(u, wv[g], q8_bcst32(aq + 4 * g));
-            sumi[t] = _mm512_add_epi32(sumi[t],
-                                       _mm512_add_epi32(_mm512_mullo_epi32(s, sc0), _mm512_mullo_epi32(u, sc1)));
-          }
+// NT tokens against one Q6_K tile (or a block_q6_K_x16 group).
+template <class Tile>
+struct Q6KTokens {
+  template <int NT>
+  struct Run {
+    static void run(const Tile* T, int64_t nb, const uint8_t* act, size_t astride, const int32_t*, float* y, size_t ldy,
+                    __mmask16 rows) {
+      __m512 acc[NT];
+      for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+      for (int64_t i = 0; i < nb; ++i) {
+        const Tile& b = T[i];
+        const block_q8_K* a[NT];
+        __m512i sumi[NT];
+        for (int t = 0; t < NT; ++t) {
+          a[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
+          sumi[t] = _mm512_setzero_si512();
         }
-      __m512i sc2[8];  // (32·sc[2k], 32·sc[2k+1]) as two int16, as the tile's pack forms them
-      for (int k = 0; k < 8; ++k) {
-        const __m512i lo =
-            _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[2 * k]))),
-                              5);
-        const __m512i hi = _mm512_slli_epi32(
-            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[2 * k + 1]))), 5);
-        sc2[k] = _mm512_or_si512(_mm512_and_si512(lo, k16), _mm512_slli_epi32(hi, 16));
+        for (int h = 0; h < 2; ++h)
+          for (int p = 0; p < 4; ++p) {  // the 32-element group (h, p): sub-blocks 8h + 2p and + 1
+            group_prefetch(b, 4 * h + p);
+            __m512i wv[8];
+            for (int g = 0; g < 8; ++g) wv[g] = q6_K_tile_q(b, h, p, g);
+            const int s0 = 8 * h + 2 * p;
+            const __m512i sc0 = _mm512_cvtepi8_epi32(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(q6_scales(b, s0))));
+            const __m512i sc1 = _mm512_cvtepi8_epi32(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(q6_scales(b, s0 + 1))));
+            for (int t = 0; t < NT; ++t) {
+              const int8_t* aq = a[t]->qs + 128 * h + 32 * p;
+              __m512i s = _mm512_setzero_si512(), u = _mm512_setzero_si512();
+              for (int g = 0; g < 4; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(aq + 4 * g));
+              for (int g = 4; g < 8; ++g) u = _mm512_dpbusd_epi32(u, wv[g], q8_bcst32(aq + 4 * g));
+              sumi[t] = _mm512_add_epi32(sumi[t],
+                                         _mm512_add_epi32(_mm512_mullo_epi32(s, sc0), _mm512_mullo_epi32(u, sc1)));
+            }
+          }
+        __m512i pairs[8];
+        for (int k = 0; k < 8; ++k) pairs[k] = q6_offset_pair(b, k);
+        const __m512 dv = group_factors(b.d);
+        for (int t = 0; t < NT; ++t) {
+          __m512i offs = _mm512_setzero_si512();
+          for (int k = 0; k < 8; ++k) offs = _mm512_dpwssd_epi32(offs, pairs[k], q8_bcst32(a[t]->bsums + 2 * k));
+          const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[t], offs));
+          acc[t] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dv, _mm512_set1_ps(a[t]->d)), acc[t]);
+        }
       }
-      const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.d)));
-      for (int t = 0; t < NT; ++t) {
-        __m512i offs = _mm512_setzero_si512();
-        for (int k = 0; k < 8; ++k) offs = _mm512_dpwssd_epi32(offs, sc2[k], q8_bcst32(a[t]->bsums + 2 * k));
-        const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[t], offs));
-        acc[t] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dv, _mm512_set1_ps(a[t]->d)), acc[t]);
-      }
+      for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
     }
-    for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * ldy, acc[t]);
-  }
+  };
 };
 
 // kPrefetchNext: request the next 16 rows' bytes (q8_pack_prefetch); off where the rows are a
@@ -1691,7 +1639,7 @@ inline void q6_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int6
   }
 }
 #define SLUICE_Q8_Q6_K_TILE \
-  { q6_K_tile_bytes, q6_K_tile_pack_512<>, q8_tile_gemm<Q6KTile, QK_K, Q6KTileTokens> }
+  { q6_K_tile_bytes, q6_K_tile_pack_512<>, q8_tile_gemm<Q6KTile, QK_K, Q6KTokens<Q6KTile>::Run> }
 #elif !SLUICE_Q8_SIMD
 // The scalar twin, bitwise equal to the vector code (exact integer sums, one fma per super-block).
 inline float q6_K_tile_step(const Q6KTile& b, const block_q8_K& a, int64_t r, float acc) {
@@ -1766,7 +1714,7 @@ inline void q3_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t 
 }
 #if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
 #define SLUICE_Q8_Q3_K_TILE \
-  { q6_K_tile_bytes, q3_K_tile_pack<q6_K_tile_pack_512<false>>, q8_tile_gemm<Q6KTile, QK_K, Q6KTileTokens> }
+  { q6_K_tile_bytes, q3_K_tile_pack<q6_K_tile_pack_512<false>>, q8_tile_gemm<Q6KTile, QK_K, Q6KTokens<Q6KTile>::Run> }
 #elif !SLUICE_Q8_SIMD
 #define SLUICE_Q8_Q3_K_TILE \
   { q6_K_tile_bytes, q3_K_tile_pack<q6_K_tile_pack>, q8_tile_gemm_scalar<Q6KTile, block_q8_K, QK_K, q6_K_tile_step> }
@@ -2537,8 +2485,8 @@ constexpr Q8Kernels q8_table(const char* name) {
   // ahead at 12 (3.6-4.5 vs 3.2).
   // Several sequences decoding together run their dense matmuls at these batch sizes.
   k.q4_K.tile.min_tokens = 5;
-  k.q4_K.rows16 = rows16_gemm<block_q4_K_x16, Q4KRows16Run>;
-  k.q6_K.rows16 = rows16_gemm<block_q6_K_x16, Q6KRows16Run>;
+  k.q4_K.rows16 = rows16_gemm<block_q4_K_x16, K4TileTokens<block_q4_K_x16>::Run>;
+  k.q6_K.rows16 = rows16_gemm<block_q6_K_x16, Q6KTokens<block_q6_K_x16>::Run>;
   // Q6_K's groups from memory (2048x768 matrices cycled through 82 MB, 1 thread, Zen 4, GB/s of
   // weights, rows vs rows16): 23.0 vs 10.8 at 1 token, 19.0 vs 14.3 at 2, 13.3 vs 18.8 at 4,
   // 6.5 vs 11.8 at 8 (from cache rows16 wins at every size: 28.0 vs 38.8 at 1). Its 3360-byte
