@@ -67,6 +67,8 @@ std::string interleave_rows16(GgufFile& f, bool experts) {
   for (const TensorView& t : f.tensors()) {
     if (!rows16_supported(t.type) || t.n_dims < 2 || t.ne[1] % 16 != 0 || t.ne[3] != 1) continue;
     if (!experts && is_expert_tensor(t.name)) continue;
+    // The embedding table is read by rows (get_rows), unless it is also the output head.
+    if (t.name == "token_embd.weight" && f.find_tensor("output.weight")) continue;
     picked.push_back(&t);
     bytes += (t.nbytes + 63) / 64 * 64;
   }
