@@ -153,12 +153,10 @@ class CpuBackend final : public Backend {
     return q8_->get(t);
   }
 
-  // w's interleaved rows (TensorView::rows16) where op reads them for n_tok tokens and rows
-  // [r0, r0 + nr) are whole 16-row groups; else null (the row and tile paths read w.data).
-  static const uint8_t* rows16(const TensorView& w, const cpu::Q8Ops& op, int64_t r0, int64_t nr, int64_t n_tok) {
-    return w.rows16 && op.rows16 && n_tok >= op.rows16_min_tokens && r0 % 16 == 0 && nr % 16 == 0
-               ? static_cast<const uint8_t*>(w.rows16)
-               : nullptr;
+  // w's interleaved rows (TensorView::rows16) where op reads them and rows [r0, r0 + nr) are
+  // whole 16-row groups; else null (the row and tile paths read w.data).
+  static const uint8_t* rows16(const TensorView& w, const cpu::Q8Ops& op, int64_t r0, int64_t nr) {
+    return w.rows16 && op.rows16 && r0 % 16 == 0 && nr % 16 == 0 ? static_cast<const uint8_t*>(w.rows16) : nullptr;
   }
 
   // Rows [r0, r0 + nr) of w times one token: through op when given (xq = the token quantized
@@ -167,7 +165,7 @@ class CpuBackend final : public Backend {
                       const uint8_t* xq, float* y, int thread) {
     if (op) {
       const size_t ldw_bytes = w.row_bytes();
-      if (const uint8_t* w16 = rows16(w, *op, r0, nr, 1))
+      if (const uint8_t* w16 = rows16(w, *op, r0, nr))
         return op->rows16(w16 + static_cast<size_t>(r0) * ldw_bytes, nr, w.ne[0], xq, 0, 1, y, 1);
       op->gemm(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes, ldw_bytes, nr, xq, 0, 1,
                w.ne[0], y, 1);
@@ -313,7 +311,7 @@ class CpuBackend final : public Backend {
     };
     auto rows_of = [&](const cpu::Q8Ops& op, const TensorView& w, int64_t r0, int64_t nr, const uint8_t* a, size_t ab,
                        const int32_t* sums, int64_t m, int64_t n_in, float* y, size_t ldy, uint8_t* tile) {
-      if (const uint8_t* w16 = rows16(w, op, r0, nr, m))
+      if (const uint8_t* w16 = rows16(w, op, r0, nr))
         return op.rows16(w16 + static_cast<size_t>(r0) * w.row_bytes(), nr, n_in, a, ab, m, y, ldy);
       const auto* wr = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * w.row_bytes();
       if (!tiled(&op, m)) return op.gemm(wr, w.row_bytes(), nr, a, ab, m, n_in, y, ldy);
@@ -376,7 +374,7 @@ class CpuBackend final : public Backend {
     uint8_t* act = act_.data();
     const bool tiled = q8_tiles_ && op.tile.any() && n_tok >= tile_min_tokens(op);
     // The AMX tiles (gemm_rows) outrun the interleaved VNNI kernel at prefill; the same bits.
-    const bool interleaved = rows16(w, op, 0, n_out, n_tok) && !(tiled && op.tile.gemm_rows);
+    const bool interleaved = rows16(w, op, 0, n_out) && !(tiled && op.tile.gemm_rows);
     const bool tiles = tiled && !interleaved;
     // The 32-block tiles' activation sums (Q8TileOps::act_sums): nb per token.
     const bool sums = tiles && op.tile.act_sums;

@@ -186,8 +186,6 @@ struct Q8Ops {
   // size. Null: this level reads the rows (the backend ignores rows16).
   void (*rows16)(const void* w16, int64_t nr, int64_t n, const void* a, size_t a_row_bytes, int64_t n_tok, float* y,
                  size_t ldy) = nullptr;
-  // The smallest batch that reads rows16 (below it, the row path reads w.data).
-  int64_t rows16_min_tokens = 1;
 };
 
 struct Q8Kernels {

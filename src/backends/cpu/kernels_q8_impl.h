@@ -1334,17 +1334,19 @@ inline __m512 q8_tile_close_mins_512(const uint32_t (*m2)[kQ8TileRows], __m512 d
 // below (K4TileTokens, Q6KTokens), which read a group's fields through these overloads: what a
 // tile's pack did per call (scales and mins decoded, fp16 factors converted) done per
 // super-block, so the same integer sums and float operations give bitwise the tile's results.
-// Decode reads a group once from memory: the next super-blocks are prefetched
-// (kRows16PrefetchBlocks ahead, a few lines per step), which the hardware prefetcher alone left
-// at half the bandwidth of one Zen 4 core (Q4_K, 2048x768 matrices cycled through 57 MB, 1 thread).
-constexpr int kRows16PrefetchBlocks = 2;
+// Decode reads a group once from memory: the super-blocks kRows16PrefetchBlocks ahead are
+// prefetched into L2, a few lines per step (2048x768 matrices cycled through 57-82 MB, 1 thread,
+// Zen 4, GB/s of weights at 1 token: no prefetch ~20 / 8 for Q4_K / Q6_K; into L1 2 ahead 27.5 /
+// 13.9, its line-fill buffers the limit; into L2 2 ahead 29.0 / 25.2, 4 ahead 39.6 / 27.8, 8
+// ahead 42.2 / 28.5 — 4 wastes less past a matrix's last group).
+constexpr int kRows16PrefetchBlocks = 4;
 template <class Group>
 inline void group_prefetch(const Group& b, int step) {
   if constexpr (std::is_same_v<Group, block_q4_K_x16> || std::is_same_v<Group, block_q6_K_x16>) {
     constexpr int kLines = (sizeof(Group) + 63) / 64, kPerStep = (kLines + 7) / 8;
     const uintptr_t ahead = reinterpret_cast<uintptr_t>(&b) + kRows16PrefetchBlocks * sizeof(Group);
     for (int l = kPerStep * step; l < std::min(kLines, kPerStep * (step + 1)); ++l)
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), _MM_HINT_T1);
   }
 }
 inline __m512 group_factors(const float* d) { return _mm512_loadu_ps(d); }
@@ -2487,11 +2489,6 @@ constexpr Q8Kernels q8_table(const char* name) {
   k.q4_K.tile.min_tokens = 5;
   k.q4_K.rows16 = rows16_gemm<block_q4_K_x16, K4TileTokens<block_q4_K_x16>::Run>;
   k.q6_K.rows16 = rows16_gemm<block_q6_K_x16, Q6KTokens<block_q6_K_x16>::Run>;
-  // Q6_K's groups from memory (2048x768 matrices cycled through 82 MB, 1 thread, Zen 4, GB/s of
-  // weights, rows vs rows16): 23.0 vs 10.8 at 1 token, 19.0 vs 14.3 at 2, 13.3 vs 18.8 at 4,
-  // 6.5 vs 11.8 at 8 (from cache rows16 wins at every size: 28.0 vs 38.8 at 1). Its 3360-byte
-  // groups stall one token's pass on memory, prefetched 2, 4 or 8 groups ahead alike.
-  k.q6_K.rows16_min_tokens = 4;
   k.q5_K.tile.min_tokens = 6;
   k.q6_K.tile.min_tokens = 8;
   k.q2_K.tile.min_tokens = 4;
