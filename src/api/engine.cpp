@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "api/engine_impl.h"
+#include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "runtime/generator.h"
 
@@ -101,6 +102,11 @@ std::unique_ptr<Engine> Engine::open(const std::string& model_path, const Engine
     bo.gpu_expert_cache = parse_byte_size("--gpu-expert-cache", opt.gpu_expert_cache);
   }
   im.backend = make_backend(opt.backend, bo);
+  // The interleaved copies are read by the cpu backend's int8 kernels at AVX-512 VNNI only.
+  const char* q8 = cpu_backend_q8_level(*im.backend);
+  if (opt.repack && opt.on_load_note && !(q8 && std::string_view(q8) == "avx512-vnni"))
+    opt.on_load_note("repack: unused here (backend " + opt.backend + ", int8 kernels " + (q8 ? q8 : "off") +
+                     "): only the cpu backend's AVX-512 VNNI kernels read the interleaved copies");
   im.kv = opt.kv;
   im.n_ctx_option = opt.n_ctx;
   return e;
