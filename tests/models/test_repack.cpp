@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_backend.h"
 #include "core/cpu_features.h"
 #include "kernels/kernel_test_util.h"
 #include "models/model.h"
@@ -50,7 +52,7 @@ int repacked_tensors(const Model& m) {
 }
 
 struct Outputs {
-  std::vector<float> prompt_logits;
+  std::vector<float> prompt_logits, decode_logits;  // decode: the last one-token step's
   std::vector<int32_t> greedy;
 };
 Outputs run(const Model& m) {
@@ -62,7 +64,9 @@ Outputs run(const Model& m) {
   int32_t next = argmax(s.eval(std::vector<int32_t>{kPrompt.back()}));
   for (int i = 0; i < 16; ++i) {
     r.greedy.push_back(next);
-    next = argmax(s.eval(std::vector<int32_t>{next}));
+    const auto d = s.eval(std::vector<int32_t>{next});
+    r.decode_logits.assign(d.begin(), d.end());
+    next = argmax(d);
   }
   return r;
 }
@@ -81,6 +85,17 @@ TEST(Repack, SameModelOutputsAsTheFile) {
   // batches) within float rounding of the row path's, decode's likewise.
   EXPECT_LT(test::nmse(a.prompt_logits, b.prompt_logits), 1e-9);
   EXPECT_EQ(a.greedy, b.greedy);
+  // Sixteen one-token steps later the two paths' last-bit differences have flipped some int8
+  // activation roundings (one rounding step is NMSE ~4e-5 per matmul: test_q8_matmul's
+  // kTolQ8Loose, 3e-4); observed 1.3e-5. A path reading wrong bytes gives ~1 (test_rows16).
+  EXPECT_LT(test::nmse(a.decode_logits, b.decode_logits), 3e-4);
+  // The copies are read, not just made: one-token steps sum in the tiles' order instead of the
+  // row dots', so where the AVX-512 VNNI kernels run, some logit differs in its last bits.
+  // (SLUICE_CPU_ISA=avx2 makes them go unread, and this check then sees equal logits.)
+  const char* level = cpu_backend_q8_level(*make_backend("cpu", 1));
+  const bool read = level && std::string(level) == "avx512-vnni";
+  EXPECT_EQ(std::memcmp(a.decode_logits.data(), b.decode_logits.data(), a.decode_logits.size() * sizeof(float)) != 0,
+            read);
 }
 
 TEST(Repack, StreamedExpertsKeepTheFileLayout) {
