@@ -99,7 +99,7 @@ void CommonOpts::add(CLI::App* app) {
                 "merge the --lora adapters into the weights at load (in memory only; the adapted matrices "
                 "become f32 copies)");
   app->add_flag("--repack", repack,
-                "cpu: interleave the Q4_K matrices 16 rows at a time for the int8 kernels (a copy beside the "
+                "cpu: interleave the Q4_K, Q5_K and Q6_K matrices 16 rows at a time for the int8 kernels (a copy beside the "
                 "weights: with --mmap the file's pages stay reclaimable)");
   app->add_flag("--mmap", mmap_weights,
                 "resident: map the file instead of reading it into memory (faster start, slower decode)");

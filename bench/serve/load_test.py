@@ -8,7 +8,8 @@ the limit, bytes that are not UTF-8), a --disconnect share that leave after thei
 token, the rest valid chat/completion requests (streamed, with the usage chunk) — then checks
 that every valid request was answered, every malformed one got its 4xx, no slot stayed busy
 (/metrics), the server is alive, and SIGTERM ends it with exit 0. Reports time to first token
-(p50/p99), aggregate generated tok/s and the server's own counters. Exit 1 if a check fails.
+(p50/p99), aggregate generated tok/s (over the wall
+time, and over the time some stream was decoding) and the server's own counters. Exit 1 if a check fails.
 
   bench/serve/load_test.py --sluice build/release/sluice -m MODEL.gguf [--requests 2000]
       [--concurrency 32] [--parallel 8] [--threads 2] [--max-tokens 32] [--ignore-eos]
@@ -177,7 +178,9 @@ def run(a, srv, port, log):
             if kind == "leave":
                 results[i] = ("leave", leave_after_first(port, path, body), None, 0)
                 continue
+            t_req = time.monotonic()
             st, _, resp, first = http(port, "POST", path, body)
+            t_end = time.monotonic()
             ok = st == 200 and b"data: [DONE]" in resp
             toks = 0
             for line in resp.split(b"\n"):
@@ -186,7 +189,8 @@ def run(a, srv, port, log):
                         toks = json.loads(line[6:])["usage"]["completion_tokens"]
                     except (ValueError, KeyError):
                         ok = False
-            results[i] = ("valid", ok and toks > 0, first, toks)
+            decoding = (t_req + first, t_end) if first is not None else None
+            results[i] = ("valid", ok and toks > 0, first, toks, decoding)
 
     t0 = time.monotonic()
     th = [threading.Thread(target=client) for _ in range(a.concurrency)]
@@ -213,11 +217,26 @@ def run(a, srv, port, log):
         srv.kill()
         rc = "killed"
 
+    # Decode rate: tokens after each request's first, per second of the time in which at least one
+    # request was past its first token (the union of those intervals), so prompt processing that
+    # runs alone (all of it at one stream) is left out, and prompt chunks sharing a step with
+    # decoding (continuous batching) are charged to the decode time.
+    spans = sorted(r[4] for r in results if r and r[0] == "valid" and r[4] is not None)
+    busy, cur = 0.0, None
+    for lo, hi in spans:
+        if cur and lo <= cur[1]:
+            cur[1] = max(cur[1], hi)
+        else:
+            busy += cur[1] - cur[0] if cur else 0.0
+            cur = [lo, hi]
+    busy += cur[1] - cur[0] if cur else 0.0
+    after_first = sum(r[3] - 1 for r in results if r and r[0] == "valid" and r[4] is not None and r[3] > 0)
     pct = lambda p: 1e3 * ttft[min(len(ttft) - 1, int(len(ttft) * p))] if ttft else float("nan")
     print(f"requests {a.requests} from {a.concurrency} clients, --parallel {a.parallel}, {a.threads} threads: "
           f"{n['valid']} valid, {n['malformed']} malformed, {n['leave']} left mid-stream; {wall:.1f} s")
     print(f"TTFT p50 {pct(0.5):.1f} ms, p99 {pct(0.99):.1f} ms; {toks} tokens generated, "
-          f"{toks / wall:.1f} tok/s aggregate")
+          f"{toks / wall:.1f} tok/s aggregate; decode {after_first / busy if busy else 0:.1f} tok/s "
+          f"(tokens after the first / time with a stream decoding)")
     print(f"server: requests {m.get('sluice_requests_total')}, cancelled {m.get('sluice_requests_cancelled_total')}, "
           f"busy slots {m.get('sluice_slots_busy')}, queue {m.get('sluice_queue_length')}, "
           f"engine tok/s {m.get('sluice_generation_tokens_per_second', 0):.1f}, "

@@ -81,6 +81,7 @@ class CountingBackend final : public Backend {
   CountingBackend(Backend& inner, bool profile) : in_(inner), profile_(profile) {}
   const BenchCounters& counters() const { return c_; }
   void reset() { c_ = {}; }
+  void restore(const BenchCounters& c) { c_ = c; }  // resume one test's counts between interleaved runs
 
   std::string_view name() const override { return in_.name(); }
   int n_threads() const override { return in_.n_threads(); }

@@ -18,6 +18,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -213,6 +214,7 @@ int run_bench(const BenchArgs& a) {
         "| model | size | params | backend | threads | cache K/V | test | t/s | GB/s read / membw | SOL %% |\n"
         "| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |\n");
   std::string profile_text, experts_text, sequences_text, lookup_text;
+  bool tg_interleaved = false;
   for (const std::string& path : a.models) {
     std::fprintf(stderr, "bench: loading %s\n", path.c_str());
     ModelOptions mo;
@@ -372,89 +374,121 @@ int run_bench(const BenchArgs& a) {
               profile_text += pp_profile(be.counters(), base_name(path), t, cache, a.n_prompt, at, a.reps, total_s,
                                          peak);
           }
-          // tg with N sequences decoding together: every step is one batch of N tokens, so the
-          // dense weights are read once per step and each chosen expert once for all tokens
-          // routed to it. t/s is the aggregate over the N sequences.
-          for (int n_seq : a.sequences) {
-            if (n_seq <= 1 || a.n_gen <= 0) continue;
-            std::vector<double> tps, gbps, bw_rep, sol_rep, bytes_step;
-            be.reset();
+          // The tg tests, one per --sequences entry: 1 is the plain single-sequence row; N > 1 is
+          // N sequences decoding together, every step one batch of N tokens, so the dense weights
+          // are read once per step and each chosen expert once for all tokens routed to it (t/s is
+          // the aggregate). With resident experts the repetitions are interleaved, round r running
+          // every test once, so a ratio between two tests compares runs seconds apart, not the
+          // whole bench apart (the bandwidth of a shared VM drifts by 2x within minutes); the
+          // expert store's figures are deltas over one test's repetitions, so streamed experts
+          // keep them together.
+          struct TgTest {
+            int n_seq = 1;
+            std::vector<double> tps, gbps, cpu_tps, bw_rep, sol_rep, bytes_step;
             double total_s = 0;
-            for (int r = 0; r < a.reps; ++r) {
-              std::fprintf(stderr, "bench: %d threads, %s: tg%d x%d sequences%s rep %d/%d\n", t, cache.c_str(), a.n_gen,
-                           n_seq, at.c_str(), r + 1, a.reps);
+            BenchCounters counters;
+            ExpertStats e0, e1;
+          };
+          std::vector<TgTest> tg;
+          if (a.n_gen > 0) {
+            for (int n : a.sequences)
+              if (n > 1) tg.emplace_back().n_seq = n;
+            if (std::find(a.sequences.begin(), a.sequences.end(), 1) != a.sequences.end()) tg.emplace_back();
+          }
+          const auto tg_rep = [&](TgTest& x, int r) {
+            std::fprintf(stderr, "bench: %d threads, %s: tg%d%s%s rep %d/%d\n", t, cache.c_str(), a.n_gen,
+                         x.n_seq > 1 ? (" x" + std::to_string(x.n_seq) + " sequences").c_str() : "", at.c_str(), r + 1,
+                         a.reps);
+            if (r == 0) x.e0 = model->experts().stats();
+            be.restore(x.counters);
+            std::optional<Memory> mem;
+            std::vector<int32_t> seqs, next;
+            if (x.n_seq > 1) {
               MemoryOptions mopt;
               mopt.kv = kv;
-              Memory mem(model->memory_layout(), mopt);
-              std::vector<int32_t> seqs, first;
-              for (int i = 0; i < n_seq; ++i) {
-                seqs.push_back(mem.seq_new());
-                first.push_back(tok(rng));
+              mem.emplace(model->memory_layout(), mopt);
+              for (int i = 0; i < x.n_seq; ++i) {
+                seqs.push_back(mem->seq_new());
+                next.push_back(tok(rng));
                 if (depth > 0) {
-                  kv_fill_synthetic(mem.kv(seqs.back()), *inner, hp.n_layer, depth, 1234 + static_cast<uint64_t>(i));
-                  mem.seq_set_len(seqs.back(), depth);
+                  kv_fill_synthetic(mem->kv(seqs.back()), *inner, hp.n_layer, depth, 1234 + static_cast<uint64_t>(i));
+                  mem->seq_set_len(seqs.back(), depth);
                 }
               }
-              bw_rep.push_back(membw_read(t, a.membw_mib << 20, 1));
-              const uint64_t b0 = be.counters().total_bytes();
-              const double sec = decode_together(*model, be, mem, seqs, first, a.n_gen);
-              total_s += sec;
-              const double bytes = static_cast<double>(be.counters().total_bytes() - b0);
-              tps.push_back(static_cast<double>(a.n_gen) * n_seq / sec);
-              gbps.push_back(bytes / sec);
-              bytes_step.push_back(bytes / a.n_gen);
-              sol_rep.push_back(gbps.back() / bw_rep.back());
             }
-            row("tg" + std::to_string(a.n_gen) + " x" + std::to_string(n_seq) + at, tps, stats(gbps).mean, {},
-                median(sol_rep), median(bw_rep));
-            const double step_bytes = stats(bytes_step).mean;
-            if (a.profile)
-              profile_text += tg_profile(be.counters(), base_name(path), t, cache,
-                                         "tg" + std::to_string(a.n_gen) + " x" + std::to_string(n_seq) + at,
-                                         static_cast<double>(a.n_gen) * a.reps * n_seq, total_s, median(bw_rep));
-            if (a.json) {
-              out.back()["sequences"] = n_seq;
-              out.back()["tps_per_sequence"] = stats(tps).mean / n_seq;
-              out.back()["bytes_per_step"] = step_bytes;
-              out.back()["bytes_per_token"] = step_bytes / n_seq;
+            x.bw_rep.push_back(membw_read(t, a.membw_mib << 20, 1));
+            const uint64_t b0 = be.counters().total_bytes();
+            double sec = 0;
+            if (mem) {
+              sec = decode_together(*model, be, *mem, seqs, next, a.n_gen);
             } else {
-              char buf[256];
-              std::snprintf(buf, sizeof buf, "| %s | %d | tg%d x%d%s | %.2f | %.2f | %.1f | %.1f |\n",
-                            base_name(path).c_str(), t, a.n_gen, n_seq, at.c_str(), stats(tps).mean,
-                            stats(tps).mean / n_seq, step_bytes / 1e6, step_bytes / n_seq / 1e6);
-              sequences_text += buf;
-            }
-          }
-          const bool plain_tg = std::find(a.sequences.begin(), a.sequences.end(), 1) != a.sequences.end();
-          if (a.n_gen > 0 && plain_tg) {
-            std::vector<double> tps, gbps, cpu_tps, bw_rep, sol_rep;
-            be.reset();
-            double total_s = 0;
-            const ExpertStats e0 = model->experts().stats();
-            for (int r = 0; r < a.reps; ++r) {
-              std::fprintf(stderr, "bench: %d threads, %s: tg%d%s rep %d/%d\n", t, cache.c_str(), a.n_gen, at.c_str(),
-                           r + 1, a.reps);
-              bw_rep.push_back(membw_read(t, a.membw_mib << 20, 1));
               s.set_n_past(depth);
               std::vector<int32_t> one{tok(rng)};
-              const uint64_t b0 = be.counters().total_bytes();
               const double c0 = process_cpu_seconds();
               const auto t0 = std::chrono::steady_clock::now();
               for (int i = 0; i < a.n_gen; ++i) {
                 auto logits = s.eval(one);
                 one[0] = argmax(logits);
               }
-              const double sec = seconds_since(t0);
-              cpu_tps.push_back(a.n_gen / ((process_cpu_seconds() - c0) / t));
-              total_s += sec;
-              tps.push_back(a.n_gen / sec);
-              gbps.push_back(static_cast<double>(be.counters().total_bytes() - b0) / sec);
-              sol_rep.push_back(gbps.back() / bw_rep.back());
+              sec = seconds_since(t0);
+              x.cpu_tps.push_back(a.n_gen / ((process_cpu_seconds() - c0) / t));
             }
-            row("tg" + std::to_string(a.n_gen) + at, tps, stats(gbps).mean, cpu_tps, median(sol_rep), median(bw_rep));
-            if (streamed) {
+            const double bytes = static_cast<double>(be.counters().total_bytes() - b0);
+            x.total_s += sec;
+            x.tps.push_back(static_cast<double>(a.n_gen) * x.n_seq / sec);
+            x.gbps.push_back(bytes / sec);
+            x.bytes_step.push_back(bytes / a.n_gen);
+            x.sol_rep.push_back(x.gbps.back() / x.bw_rep.back());
+            x.counters = be.counters();
+            x.e1 = model->experts().stats();
+          };
+          const bool interleave = !streamed && tg.size() > 1;
+          tg_interleaved |= interleave;
+          for (int r = 0; r < (interleave ? a.reps : 0); ++r)
+            for (TgTest& x : tg) tg_rep(x, r);
+          for (TgTest& x : tg)
+            for (int r = 0; r < (interleave ? 0 : a.reps); ++r) tg_rep(x, r);
+          // Each N's aggregate t/s over one sequence's: the median of the rounds' ratios when
+          // interleaved (each ratio from runs side by side), else the ratio of the means.
+          const TgTest* one_seq = !tg.empty() && tg.back().n_seq == 1 ? &tg.back() : nullptr;
+          const auto vs_one = [&](const TgTest& x) {
+            if (!one_seq) return 0.0;
+            if (!interleave) return stats(x.tps).mean / stats(one_seq->tps).mean;
+            std::vector<double> q;
+            for (size_t r = 0; r < x.tps.size(); ++r) q.push_back(x.tps[r] / one_seq->tps[r]);
+            return median(q);
+          };
+          for (const TgTest& x : tg) {
+            const std::string test = "tg" + std::to_string(a.n_gen) +
+                                     (x.n_seq > 1 ? " x" + std::to_string(x.n_seq) : "");
+            row(test + at, x.tps, stats(x.gbps).mean, x.cpu_tps, median(x.sol_rep), median(x.bw_rep));
+            if (a.profile)
+              profile_text += tg_profile(x.counters, base_name(path), t, cache, test + at,
+                                         static_cast<double>(a.n_gen) * a.reps * x.n_seq, x.total_s, median(x.bw_rep));
+            if (x.n_seq > 1) {
+              const double step_bytes = stats(x.bytes_step).mean, speedup = vs_one(x);
+              if (a.json) {
+                out.back()["sequences"] = x.n_seq;
+                out.back()["tps_per_sequence"] = stats(x.tps).mean / x.n_seq;
+                out.back()["bytes_per_step"] = step_bytes;
+                out.back()["bytes_per_token"] = step_bytes / x.n_seq;
+                if (speedup > 0) {
+                  out.back()["speedup_vs_one_sequence"] = speedup;
+                  out.back()["interleaved"] = interleave;
+                }
+              } else {
+                char ratio[32] = "";
+                if (speedup > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", speedup);
+                char buf[320];
+                std::snprintf(buf, sizeof buf, "| %s | %d | tg%d x%d%s | %.2f | %.2f | %.1f | %.1f | %s |\n",
+                              base_name(path).c_str(), t, a.n_gen, x.n_seq, at.c_str(), stats(x.tps).mean,
+                              stats(x.tps).mean / x.n_seq, step_bytes / 1e6, step_bytes / x.n_seq / 1e6, ratio);
+                sequences_text += buf;
+              }
+            } else if (streamed) {
               // The expert store over the tg repetitions (the pp runs before them warmed it).
-              const ExpertStats e1 = model->experts().stats();
+              const ExpertStats &e0 = x.e0, &e1 = x.e1;
+              const double total_s = x.total_s;
               const int64_t n_tok = static_cast<int64_t>(a.n_gen) * a.reps;
               if (a.json) {
                 const auto d = [&](uint64_t ExpertStats::*f) { return static_cast<double>(e1.*f - e0.*f); };
@@ -483,9 +517,6 @@ int run_bench(const BenchArgs& a) {
                                 at + " | " + format_expert_steady_state(e0, e1, total_s, n_tok) + sol + " |\n";
               }
             }
-            if (a.profile)
-              profile_text += tg_profile(be.counters(), base_name(path), t, cache, "tg" + std::to_string(a.n_gen) + at,
-                                         static_cast<double>(a.n_gen) * a.reps, total_s, median(bw_rep));
           }
           if (a.lookup && depth == 0 && a.n_gen > 0) {
             std::fprintf(stderr, "bench: %d threads, %s: tg%d plain vs prompt lookup, %d repetitions\n", t,
@@ -537,9 +568,13 @@ int run_bench(const BenchArgs& a) {
   if (!sequences_text.empty())
     std::printf(
         "\nsequences decoding together (tgN xS: S sequences, one batch of S tokens per step):\n\n"
-        "| model | threads | test | aggregate t/s | t/s per sequence | MB read per step | MB read per token |\n"
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: |\n%s",
-        sequences_text.c_str());
+        "| model | threads | test | aggregate t/s | t/s per sequence | MB read per step | MB read per token | vs one sequence |\n"
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n%s%s",
+        sequences_text.c_str(),
+        tg_interleaved ? "\nvs one sequence: the median of the rounds' ratios (the repetitions run interleaved, "
+                         "one of each test per round)\n"
+                       : "\nvs one sequence: the ratio of the means (streamed experts: each test's repetitions "
+                         "run together)\n");
   if (!lookup_text.empty())
     std::printf(
         "\nspeculative decoding by prompt lookup vs plain greedy, on a rewrite task (one paragraph with one "

@@ -116,6 +116,16 @@ struct block_q5_K {
   uint8_t qs[QK_K / 2];
 };
 
+// 16 rows of Q5_K interleaved, as block_q4_K_x16 plus qh[w][r], the 4-byte word w of row r's qh.
+struct block_q5_K_x16 {
+  uint32_t qs[QK_K / 8][16];
+  uint32_t qh[QK_K / 32][16];
+  uint8_t scales[K_SCALE_SIZE][16];
+  uint16_t d[16];
+  uint16_t dmin[16];
+};
+static_assert(sizeof(block_q5_K_x16) == 16 * sizeof(block_q5_K), "an interleaved group holds 16 rows' bytes");
+
 // 6-bit super-block: 16 sub-blocks of 16 with signed 8-bit scales; x = d*scale*(q-32).
 // Per 128-element half: ql[0..63] low nibbles hold elements 0..63 and high nibbles 64..127
 // (ql[l] -> l and l+64, ql[l+32] -> l+32 and l+96); qh[l] holds the two top bits of

@@ -8,7 +8,7 @@
 
 namespace sluice {
 
-bool rows16_supported(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
+bool rows16_supported(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 
 namespace {
 
@@ -22,8 +22,10 @@ void move_group(uint8_t* rows_side, size_t row_bytes, Group& g, int64_t i, bool 
     auto move = [&]<size_t N>(void* row_part, void* group_part) {
       to_rows ? std::memcpy(row_part, group_part, N) : std::memcpy(group_part, row_part, N);
     };
-    if constexpr (std::is_same_v<Block, block_q4_K>) {
+    if constexpr (std::is_same_v<Block, block_q4_K> || std::is_same_v<Block, block_q5_K>) {
       for (int w = 0; w < QK_K / 8; ++w) move.template operator()<4>(b.qs + 4 * w, &g.qs[w][r]);
+      if constexpr (std::is_same_v<Block, block_q5_K>)
+        for (int w = 0; w < QK_K / 32; ++w) move.template operator()<4>(b.qh + 4 * w, &g.qh[w][r]);
       for (int k = 0; k < K_SCALE_SIZE; ++k) move.template operator()<1>(&b.scales[k], &g.scales[k][r]);
       move.template operator()<2>(&b.d, &g.d[r]);
       move.template operator()<2>(&b.dmin, &g.dmin[r]);
@@ -57,6 +59,8 @@ void convert(DType t, const void* src, void* dst, size_t row_bytes, int64_t n_ro
   uint8_t* group = to_rows ? s : d;
   if (t == DType::Q4_K)
     walk<block_q4_K, block_q4_K_x16>(rows, group, row_bytes, n_rows, n / QK_K, to_rows);
+  else if (t == DType::Q5_K)
+    walk<block_q5_K, block_q5_K_x16>(rows, group, row_bytes, n_rows, n / QK_K, to_rows);
   else
     walk<block_q6_K, block_q6_K_x16>(rows, group, row_bytes, n_rows, n / QK_K, to_rows);
 }

@@ -13,7 +13,7 @@
 
 namespace sluice {
 
-// Types that have an interleaved layout (Q4_K, Q6_K).
+// Types that have an interleaved layout (Q4_K, Q5_K, Q6_K).
 bool rows16_supported(DType t);
 // src: n_rows rows of n elements of type t, row_bytes apart; dst: n_rows · row_bytes bytes,
 // group g (rows 16g..16g+15) at g·16·row_bytes. n_rows must be a multiple of 16.

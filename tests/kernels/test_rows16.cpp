@@ -52,7 +52,7 @@ std::vector<uint8_t> quantized(DType act, int64_t n, int64_t n_tok, uint32_t see
 }
 
 TEST(Rows16, LayoutRoundTripsEveryByte) {
-  for (DType t : {DType::Q4_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     SCOPED_TRACE(dtype_name(t));
     Interleaved m(t, 512, 48, 3);
     EXPECT_NE(std::memcmp(m.rows16.data(), m.bytes.data(), m.bytes.size()), 0);  // reordered, not copied
@@ -63,13 +63,13 @@ TEST(Rows16, LayoutRoundTripsEveryByte) {
 }
 
 TEST(Rows16, RefusesWhatItCannotInterleave) {
-  test::RandomMatrix q5(DType::Q5_K, 256, 16, 1), q4(DType::Q4_K, 256, 40, 1);
+  test::RandomMatrix q8(DType::Q8_0, 256, 16, 1), q4(DType::Q4_K, 256, 40, 1);
   std::vector<uint8_t> out(q4.bytes.size());
   try {
-    rows16_pack(DType::Q5_K, q5.bytes.data(), q5.view.row_bytes(), 16, 256, out.data());
-    FAIL() << "Q5_K interleaved";
+    rows16_pack(DType::Q8_0, q8.bytes.data(), q8.view.row_bytes(), 16, 256, out.data());
+    FAIL() << "Q8_0 interleaved";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("q5_K has no interleaved layout"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("q8_0 has no interleaved layout"), std::string::npos) << e.what();
   }
   try {
     rows16_pack(DType::Q4_K, q4.bytes.data(), q4.view.row_bytes(), 40, 256, out.data());
@@ -84,7 +84,7 @@ TEST(Rows16, KernelEqualsTheTilesBitwise) {
   const cpu::Q8Kernels* k = vnni();
   if (!k) GTEST_SKIP() << "no AVX-512 VNNI here: the interleaved kernels exist only at that level";
   const int64_t n = 512, n_out = 48;
-  for (DType t : {DType::Q4_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const cpu::Q8Ops& op = *k->get(t);
     ASSERT_NE(op.rows16, nullptr);
     Interleaved m(t, n, n_out, 7);
@@ -111,7 +111,7 @@ TEST(Rows16, NegativeControlOneScaleByte) {
   const cpu::Q8Kernels* k = vnni();
   if (!k) GTEST_SKIP() << "no AVX-512 VNNI here: the interleaved kernels exist only at that level";
   const int64_t n = 512, n_out = 48, n_tok = 4;
-  for (DType t : {DType::Q4_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     SCOPED_TRACE(dtype_name(t));
     const cpu::Q8Ops& op = *k->get(t);
     Interleaved m(t, n, n_out, 9);
@@ -119,10 +119,12 @@ TEST(Rows16, NegativeControlOneScaleByte) {
     const std::vector<uint8_t> a = quantized(op.act, n, n_tok, 12, ab);
     std::vector<float> good(static_cast<size_t>(n_tok * n_out)), bad(good.size());
     op.rows16(m.rows16.data(), n_out, n, a.data(), ab, n_tok, good.data(), n_out);
-    // Group 1 (rows 16..31), super-block 0: row 16 + 5's scale of sub-block 2 (Q4_K: plane 2 holds
-    // its low 6 bits; Q6_K: scale 2). Flip a low bit so the value stays in range.
+    // Group 1 (rows 16..31), super-block 0: row 16 + 5's scale of sub-block 2 (Q4_K, Q5_K: plane 2
+    // holds its low 6 bits; Q6_K: scale 2). Flip a low bit so the value stays in range.
     const size_t group = 16 * m.view.row_bytes();
-    const size_t scales = t == DType::Q4_K ? offsetof(block_q4_K_x16, scales) : offsetof(block_q6_K_x16, scales);
+    const size_t scales = t == DType::Q4_K   ? offsetof(block_q4_K_x16, scales)
+                          : t == DType::Q5_K ? offsetof(block_q5_K_x16, scales)
+                                             : offsetof(block_q6_K_x16, scales);
     m.rows16[group + scales + 2 * 16 + 5] ^= 1;
     op.rows16(m.rows16.data(), n_out, n, a.data(), ab, n_tok, bad.data(), n_out);
     for (int64_t tok = 0; tok < n_tok; ++tok)
@@ -144,7 +146,7 @@ TEST(Rows16, BackendMatmulReadsTheInterleavedRows) {
   if (!vnni()) GTEST_SKIP() << "no AVX-512 VNNI here: the backend reads rows16 only at that level";
   const int64_t n = 512, n_out = 64;
   auto b = make_cpu_backend(2, CpuIsa::avx512, CpuBackendOptions{.q8_activations = true});
-  for (DType t : {DType::Q4_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     Interleaved m(t, n, n_out, 5);
     for (int64_t n_tok : {1, 4, 8, 16}) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " tokens " + std::to_string(n_tok));

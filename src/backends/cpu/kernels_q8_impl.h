@@ -1342,7 +1342,8 @@ inline __m512 q8_tile_close_mins_512(const uint32_t (*m2)[kQ8TileRows], __m512 d
 constexpr int kRows16PrefetchBlocks = 4;
 template <class Group>
 inline void group_prefetch(const Group& b, int step) {
-  if constexpr (std::is_same_v<Group, block_q4_K_x16> || std::is_same_v<Group, block_q6_K_x16>) {
+  if constexpr (std::is_same_v<Group, block_q4_K_x16> || std::is_same_v<Group, block_q5_K_x16> ||
+                std::is_same_v<Group, block_q6_K_x16>) {
     constexpr int kLines = (sizeof(Group) + 63) / 64, kPerStep = (kLines + 7) / 8;
     const uintptr_t ahead = reinterpret_cast<uintptr_t>(&b) + kRows16PrefetchBlocks * sizeof(Group);
     for (int l = kPerStep * step; l < std::min(kLines, kPerStep * (step + 1)); ++l)
@@ -1362,11 +1363,11 @@ struct K4ScalesMins {
   const uint32_t (*m2)[kQ8TileRows];
   explicit K4ScalesMins(const Tile& b) : sc(b.sc), m2(b.m2) {}
 };
-template <>
-struct K4ScalesMins<block_q4_K_x16> {
+template <class Group>
+struct K4GroupScalesMins {
   alignas(64) uint8_t sc[8][kQ8TileRows];
   alignas(64) uint32_t m2[8][kQ8TileRows];
-  explicit K4ScalesMins(const block_q4_K_x16& b) {
+  explicit K4GroupScalesMins(const Group& b) {
     const __m128i k63 = _mm_set1_epi8(63), k0f = _mm_set1_epi8(0xF), k30 = _mm_set1_epi8(0x30);
     __m128i S[K_SCALE_SIZE], mn[8];
     for (int k = 0; k < K_SCALE_SIZE; ++k) S[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[k]));
@@ -1385,7 +1386,16 @@ struct K4ScalesMins<block_q4_K_x16> {
   }
 };
 
-// NT tokens against one Q4_K or Q5_K tile (or a block_q4_K_x16 group). Per sub-block: the 8 weight vectors are unpacked
+template <>
+struct K4ScalesMins<block_q4_K_x16> : K4GroupScalesMins<block_q4_K_x16> {
+  using K4GroupScalesMins::K4GroupScalesMins;
+};
+template <>
+struct K4ScalesMins<block_q5_K_x16> : K4GroupScalesMins<block_q5_K_x16> {
+  using K4GroupScalesMins::K4GroupScalesMins;
+};
+
+// NT tokens against one Q4_K or Q5_K tile (or a block_q4_K_x16 / block_q5_K_x16 group). Per sub-block: the 8 weight vectors are unpacked
 // once (Q5_K: each OR'd with its fifth bit, bit j of the qh bytes moved to bit 4 by one 16-bit
 // shift; the mask drops what crossed a byte), then each token runs 8 vpdpbusd (16 rows × 4
 // inputs each) and one vpmulld by the scales.
@@ -2488,6 +2498,7 @@ constexpr Q8Kernels q8_table(const char* name) {
   // Several sequences decoding together run their dense matmuls at these batch sizes.
   k.q4_K.tile.min_tokens = 5;
   k.q4_K.rows16 = rows16_gemm<block_q4_K_x16, K4TileTokens<block_q4_K_x16>::Run>;
+  k.q5_K.rows16 = rows16_gemm<block_q5_K_x16, K4TileTokens<block_q5_K_x16>::Run>;
   k.q6_K.rows16 = rows16_gemm<block_q6_K_x16, Q6KTokens<block_q6_K_x16>::Run>;
   k.q5_K.tile.min_tokens = 6;
   k.q6_K.tile.min_tokens = 8;
