@@ -98,9 +98,10 @@ void CommonOpts::add(CLI::App* app) {
   app->add_flag("--lora-merge", lora_merge,
                 "merge the --lora adapters into the weights at load (in memory only; the adapted matrices "
                 "become f32 copies)");
-  app->add_flag("--repack", repack,
-                "cpu: interleave the Q4_K, Q5_K and Q6_K matrices 16 rows at a time for the int8 kernels (a copy beside the "
-                "weights: with --mmap the file's pages stay reclaimable)");
+  app->add_flag(
+      "--repack", repack,
+      "cpu: interleave the Q4_K, Q5_K and Q6_K matrices 16 rows at a time for the int8 kernels (a copy beside the "
+      "weights: with --mmap the file's pages stay reclaimable)");
   app->add_flag("--mmap", mmap_weights,
                 "resident: map the file instead of reading it into memory (faster start, slower decode)");
   app->add_option("--gpu-expert-cache", gpu_expert_cache,

@@ -180,6 +180,34 @@ TEST(SamplingTopK, SelectionEqualsFullSortWithTies) {
   EXPECT_NE(got_ids, want_ids);
 }
 
+// assign_top writes only the threshold pass's survivors; keep_top then gives what it gives from
+// the whole vocabulary (ties everywhere, and a smooth distribution), and the sampler's draws
+// with top-k first (no penalties) are those of the same chain over the whole vocabulary.
+TEST(SamplingTopK, AssignTopEqualsTheWholeVocabulary) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> coarse(-50, 50);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (bool ties : {true, false}) {
+    std::vector<float> l(151936);
+    for (auto& v : l) v = ties ? static_cast<float>(coarse(rng)) * 0.25f : nd(rng);
+    for (size_t k : {size_t{1}, size_t{40}, size_t{1000}, l.size() / 8, l.size() + 5}) {
+      SCOPED_TRACE("ties " + std::to_string(ties) + " k " + std::to_string(k));
+      Candidates fast, full = make(l);
+      fast.assign_top(l.data(), l.size(), k);
+      if (8 * k + 512 < l.size()) {
+        EXPECT_LE(fast.data.size(), 4 * k + 64);  // the pass ran: survivors only
+      }
+      fast.keep_top(k);
+      full.keep_top(k);
+      ASSERT_EQ(fast.data.size(), full.data.size());
+      for (size_t i = 0; i < full.data.size(); ++i) {
+        ASSERT_EQ(fast.data[i].id, full.data[i].id) << "entry " << i;
+        ASSERT_EQ(fast.data[i].logit, full.data[i].logit);
+      }
+    }
+  }
+}
+
 TEST(SamplingTopP, KeepsSmallestPrefixReachingP) {
   // probs 0.5, 0.25, 0.125, 0.0625, 0.0625 (logits = ln p).
   const std::vector<float> l = {std::log(0.0625f), std::log(0.5f), std::log(0.125f), std::log(0.25f),
