@@ -134,12 +134,17 @@ EngineOptions CommonOpts::engine_options() const {
   o.lora = lora;
   o.lora_merge = lora_merge;
   o.repack = repack;
-  o.load_progress = [last = size_t{0}](size_t done, size_t total) mutable {
-    // A line per GiB for big files (reading from a cold disk takes a while), nothing for small ones.
-    if (total < (size_t{1} << 30) || (done - last < (size_t{1} << 30) && done != total)) return;
-    last = done;
-    std::fprintf(stderr, "loading: %.1f / %.1f GB\n", done / 1e9, total / 1e9);
+  // A line per GiB for big files (reading from a cold disk, or packing, takes a while), nothing
+  // for small ones.
+  const auto per_gib = [](const char* what) {
+    return [what, last = size_t{0}](size_t done, size_t total) mutable {
+      if (total < (size_t{1} << 30) || (done - last < (size_t{1} << 30) && done != total)) return;
+      last = done;
+      std::fprintf(stderr, "%s: %.1f / %.1f GB\n", what, done / 1e9, total / 1e9);
+    };
   };
+  o.load_progress = per_gib("loading");
+  o.repack_progress = per_gib("repack");
   o.on_load_note = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   return o;
 }

@@ -64,9 +64,11 @@ struct EngineOptions {
   // applied at run time, or merged into the weights at load with lora_merge.
   std::vector<std::string> lora{};
   bool lora_merge = false;
-  // Interleaved copies of the Q4_K matrices for the cpu backend's int8 kernels (README: --repack).
+  // Interleaved copies of the Q4_K, Q5_K and Q6_K matrices for the cpu backend's int8 kernels
+  // (README: --repack).
   bool repack = false;
-  std::function<void(size_t done, size_t total)> load_progress{};  // bytes of weights read so far
+  std::function<void(size_t done, size_t total)> load_progress{};    // bytes of weights read so far
+  std::function<void(size_t done, size_t total)> repack_progress{};  // bytes interleaved so far
   // A line about what the load did (a quantized folder repacked, a LoRA merged), as it happens.
   std::function<void(const std::string& line)> on_load_note{};
 };

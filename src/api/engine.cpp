@@ -42,6 +42,7 @@ ModelOptions model_options(const EngineOptions& opt) {
   o.lora_merge = opt.lora_merge;
   o.repack = opt.repack;
   o.progress = opt.load_progress;
+  o.repack_progress = opt.repack_progress;
   return o;
 }
 
@@ -104,7 +105,7 @@ std::unique_ptr<Engine> Engine::open(const std::string& model_path, const Engine
   im.backend = make_backend(opt.backend, bo);
   // The interleaved copies are read by the cpu backend's int8 kernels at AVX-512 VNNI only.
   const char* q8 = cpu_backend_q8_level(*im.backend);
-  if (opt.repack && opt.on_load_note && !(q8 && std::string_view(q8) == "avx512-vnni"))
+  if (opt.repack && opt.on_load_note && !cpu_backend_reads_rows16(*im.backend, DType::Q4_K))
     opt.on_load_note("repack: unused here (backend " + opt.backend + ", int8 kernels " + (q8 ? q8 : "off") +
                      "): only the cpu backend's AVX-512 VNNI kernels read the interleaved copies");
   im.kv = opt.kv;

@@ -225,6 +225,11 @@ int run_bench(const BenchArgs& a) {
     mo.experts.prefetch = a.prefetch;
     mo.experts.progress = true;
     mo.repack = a.repack;
+    mo.repack_progress = [last = size_t{0}](size_t done, size_t total) mutable {
+      if (done - last < (size_t{1} << 30) && done != total) return;  // a line per GiB
+      last = done;
+      std::fprintf(stderr, "bench: repack %.1f / %.1f GB\n", done / 1e9, total / 1e9);
+    };
     auto model = Model::load(path, mo);
     if (!model->repack_summary().empty()) std::fprintf(stderr, "bench: %s\n", model->repack_summary().c_str());
     if (const std::string q = model->file().get_string_or("sluice.folder.quantization", ""); !q.empty())

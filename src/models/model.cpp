@@ -7,6 +7,7 @@
 #include "format/lora.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -59,8 +60,9 @@ bool is_expert_tensor(const std::string& name) {
 // --repack: an interleaved copy (quant/rows16.h) of every matrix whose type has the layout and
 // whose rows come in whole 16-row groups, in one huge-page mapping the file keeps alive; the
 // experts only when they stay where they are (resident), since the mmap and stream stores move
-// or evict an expert's bytes. Returns the summary line.
-std::string interleave_rows16(GgufFile& f, bool experts) {
+// or evict an expert's bytes. progress (optional) sees the bytes packed so far, from the calling
+// thread. Returns the summary line.
+std::string interleave_rows16(GgufFile& f, bool experts, const GgufFile::Progress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<const TensorView*> picked;
   size_t bytes = 0;
@@ -90,13 +92,18 @@ std::string interleave_rows16(GgufFile& f, bool experts) {
     f.set_rows16(t->name, dst, map);
     at += (t->nbytes + 63) / 64 * 64;
   }
+  std::atomic<size_t> done{0};
   ThreadPool pool(0);
-  pool.parallel_for(static_cast<int64_t>(spans.size()), [&](int64_t i0, int64_t i1, int) {
+  pool.parallel_for(static_cast<int64_t>(spans.size()), [&](int64_t i0, int64_t i1, int thread) {
     for (int64_t i = i0; i < i1; ++i) {
       const Span& sp = spans[static_cast<size_t>(i)];
       rows16_pack(sp.t->type, sp.t->row(sp.r0), sp.t->row_bytes(), sp.nr, sp.t->ne[0], sp.dst);
+      const size_t now = done.fetch_add(static_cast<size_t>(sp.nr) * sp.t->row_bytes()) +
+                         static_cast<size_t>(sp.nr) * sp.t->row_bytes();
+      if (thread == 0 && progress) progress(now, bytes);
     }
   });
+  if (progress) progress(bytes, bytes);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   char line[160];
   std::snprintf(line, sizeof line, "repack: %zu tensors, %.2f GB interleaved for the int8 kernels in %.1f s",
@@ -286,7 +293,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     const std::string line = apply_lora_adapter(*m->file_, spec, opt.lora_merge).line();
     m->lora_summary_ += (m->lora_summary_.empty() ? "" : "; ") + line;
   }
-  if (opt.repack) m->repack_summary_ = interleave_rows16(*m->file_, opt.experts.policy == ExpertPolicy::resident);
+  if (opt.repack)
+    m->repack_summary_ = interleave_rows16(*m->file_, opt.experts.policy == ExpertPolicy::resident,
+                                           opt.repack_progress);
   const GgufFile& f = *m->file_;
   m->hp_ = read_core_hparams(f);
   Hparams& hp = m->hp_;

@@ -141,11 +141,13 @@ struct ModelOptions {
   // adapter folder), applied at run time, or merged into the weights at load with lora_merge.
   std::vector<std::string> lora;
   bool lora_merge = false;
-  // Interleaved copies of the matrices whose type has a 16-row layout (quant/rows16.h: Q4_K)
+  // Interleaved copies of the matrices whose type has a 16-row layout (quant/rows16.h: Q4_K,
+  // Q5_K, Q6_K)
   // for the cpu backend's int8 kernels (CLI --repack). Costs the copies' memory beside the
   // weights (with --mmap the file's pages stay reclaimable page cache); experts only under the
   // resident policy (a streamed expert's bytes move between cache slots).
   bool repack = false;
+  GgufFile::Progress repack_progress;  // while packing: bytes done, total
 };
 
 class Model {

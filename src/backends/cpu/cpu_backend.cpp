@@ -65,6 +65,10 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
   CpuIsa isa() const { return k_.isa; }
   const char* q8_level() const { return q8_ ? q8_->name : nullptr; }
+  bool reads_rows16(DType t) const {
+    const cpu::Q8Ops* op = q8_ ? q8_->get(t) : nullptr;
+    return op && op->rows16;
+  }
   int n_threads() const override { return pool_.size(); }
 
   void matmul_weights(const TensorView& w, const float* x, float* y, int64_t n_tok) override {
@@ -677,6 +681,11 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return make_cpu_backe
 const char* cpu_backend_q8_level(const Backend& b) {
   if (const auto* c = dynamic_cast<const CpuBackend*>(&b)) return c->q8_level();
   return nullptr;
+}
+
+bool cpu_backend_reads_rows16(const Backend& b, DType t) {
+  const auto* c = dynamic_cast<const CpuBackend*>(&b);
+  return c && c->reads_rows16(t);
 }
 
 std::optional<CpuIsa> cpu_backend_isa(const Backend& b) {

@@ -66,6 +66,9 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 std::unique_ptr<Backend> make_cpu_backend(int n_threads, CpuIsa isa, const CpuBackendOptions& opt);
 // The int8 kernel level ("avx512-vnni", ...) of a cpu backend with q8_activations, else null.
 const char* cpu_backend_q8_level(const Backend& b);
+// Whether b is a cpu backend whose int8 kernels read TensorView::rows16 of type t (--repack's
+// copies; quant/rows16.h): false for other backends, exact float matmuls and levels without them.
+bool cpu_backend_reads_rows16(const Backend& b, DType t);
 // The kernel level of a cpu backend (nullopt if b is another backend): for logs and tests.
 std::optional<CpuIsa> cpu_backend_isa(const Backend& b);
 
