@@ -74,7 +74,8 @@ std::string interleave_rows16(GgufFile& f, bool experts, const GgufFile::Progres
     picked.push_back(&t);
     bytes += (t.nbytes + 63) / 64 * 64;
   }
-  if (picked.empty()) return "repack: no matrix has an interleaved layout (only Q4_K, Q5_K and Q6_K have one)";
+  if (picked.empty())
+    return "repack: no matrix has an interleaved layout (only Q4_0, Q4_1, Q4_K, Q5_K and Q6_K have one)";
   auto map = std::make_shared<AnonMap>(bytes, AnonMap::Pages::huge);
   // Spans of 256 rows of every tensor, packed on all cores (the copy is bound by touching new pages).
   struct Span {

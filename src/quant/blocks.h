@@ -32,6 +32,20 @@ struct block_q4_1 {
   uint8_t qs[QK4_1 / 2];
 };
 
+// 16 rows of Q4_0 / Q4_1 interleaved (quant/rows16.h): qs[w][r] the 4-byte word w of row r's
+// nibbles (elements 4w..4w+3 low, 16+4w..16+4w+3 high), d[r] / m[r] its fp16 factors.
+struct block_q4_0_x16 {
+  uint32_t qs[QK4_0 / 8][16];
+  uint16_t d[16];
+};
+static_assert(sizeof(block_q4_0_x16) == 16 * sizeof(block_q4_0), "an interleaved group holds 16 rows' bytes");
+struct block_q4_1_x16 {
+  uint32_t qs[QK4_1 / 8][16];
+  uint16_t d[16];
+  uint16_t m[16];
+};
+static_assert(sizeof(block_q4_1_x16) == 16 * sizeof(block_q4_1), "an interleaved group holds 16 rows' bytes");
+
 // x[j] = d * (q_j - 16), q_j 5 bits: low 4 bits as in q4_0; bit 4 of element j is bit j
 // of the little-endian uint32 qh (elements 0..15 low half, 16..31 high half).
 struct block_q5_0 {

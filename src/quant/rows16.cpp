@@ -8,7 +8,9 @@
 
 namespace sluice {
 
-bool rows16_supported(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+bool rows16_supported(DType t) {
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
 
 namespace {
 
@@ -22,7 +24,11 @@ void move_group(uint8_t* rows_side, size_t row_bytes, Group& g, int64_t i, bool 
     auto move = [&]<size_t N>(void* row_part, void* group_part) {
       to_rows ? std::memcpy(row_part, group_part, N) : std::memcpy(group_part, row_part, N);
     };
-    if constexpr (std::is_same_v<Block, block_q4_K> || std::is_same_v<Block, block_q5_K>) {
+    if constexpr (std::is_same_v<Block, block_q4_0> || std::is_same_v<Block, block_q4_1>) {
+      for (int w = 0; w < QK4_0 / 8; ++w) move.template operator()<4>(b.qs + 4 * w, &g.qs[w][r]);
+      move.template operator()<2>(&b.d, &g.d[r]);
+      if constexpr (std::is_same_v<Block, block_q4_1>) move.template operator()<2>(&b.m, &g.m[r]);
+    } else if constexpr (std::is_same_v<Block, block_q4_K> || std::is_same_v<Block, block_q5_K>) {
       for (int w = 0; w < QK_K / 8; ++w) move.template operator()<4>(b.qs + 4 * w, &g.qs[w][r]);
       if constexpr (std::is_same_v<Block, block_q5_K>)
         for (int w = 0; w < QK_K / 32; ++w) move.template operator()<4>(b.qh + 4 * w, &g.qh[w][r]);
@@ -51,13 +57,18 @@ void walk(uint8_t* rows, uint8_t* group, size_t row_bytes, int64_t n_rows, int64
 
 void convert(DType t, const void* src, void* dst, size_t row_bytes, int64_t n_rows, int64_t n, bool to_rows) {
   if (!rows16_supported(t)) fail("rows16: type ", dtype_name(t), " has no interleaved layout");
-  if (n_rows % 16 != 0 || n % QK_K != 0 || row_bytes != dtype_row_bytes(t, n))
+  const int64_t block = dtype_traits(t).block_size;
+  if (n_rows % 16 != 0 || n % block != 0 || row_bytes != dtype_row_bytes(t, n))
     fail("rows16: ", n_rows, " rows of ", n, " (", row_bytes, " bytes) are not 16-row groups of whole super-blocks");
   auto* s = static_cast<uint8_t*>(const_cast<void*>(src));  // read only: see walk
   auto* d = static_cast<uint8_t*>(dst);
   uint8_t* rows = to_rows ? d : s;
   uint8_t* group = to_rows ? s : d;
-  if (t == DType::Q4_K)
+  if (t == DType::Q4_0)
+    walk<block_q4_0, block_q4_0_x16>(rows, group, row_bytes, n_rows, n / block, to_rows);
+  else if (t == DType::Q4_1)
+    walk<block_q4_1, block_q4_1_x16>(rows, group, row_bytes, n_rows, n / block, to_rows);
+  else if (t == DType::Q4_K)
     walk<block_q4_K, block_q4_K_x16>(rows, group, row_bytes, n_rows, n / QK_K, to_rows);
   else if (t == DType::Q5_K)
     walk<block_q5_K, block_q5_K_x16>(rows, group, row_bytes, n_rows, n / QK_K, to_rows);

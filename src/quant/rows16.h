@@ -13,10 +13,11 @@
 
 namespace sluice {
 
-// Types that have an interleaved layout (Q4_K, Q5_K, Q6_K).
+// Types that have an interleaved layout (Q4_0, Q4_1, Q4_K, Q5_K, Q6_K).
 bool rows16_supported(DType t);
 // src: n_rows rows of n elements of type t, row_bytes apart; dst: n_rows · row_bytes bytes,
-// group g (rows 16g..16g+15) at g·16·row_bytes. n_rows must be a multiple of 16.
+// group g (rows 16g..16g+15) at g·16·row_bytes, its blocks (super-blocks) in order. n_rows must
+// be a multiple of 16.
 void rows16_pack(DType t, const void* src, size_t row_bytes, int64_t n_rows, int64_t n, void* dst);
 // The inverse: the rows back from the interleaved bytes (tests, and readers of the layout's twin).
 void rows16_unpack(DType t, const void* src, size_t row_bytes, int64_t n_rows, int64_t n, void* dst);

@@ -52,7 +52,7 @@ std::vector<uint8_t> quantized(DType act, int64_t n, int64_t n_tok, uint32_t see
 }
 
 TEST(Rows16, LayoutRoundTripsEveryByte) {
-  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     SCOPED_TRACE(dtype_name(t));
     Interleaved m(t, 512, 48, 3);
     EXPECT_NE(std::memcmp(m.rows16.data(), m.bytes.data(), m.bytes.size()), 0);  // reordered, not copied
@@ -84,7 +84,7 @@ TEST(Rows16, KernelEqualsTheTilesBitwise) {
   const cpu::Q8Kernels* k = vnni();
   if (!k) GTEST_SKIP() << "no AVX-512 VNNI here: the interleaved kernels exist only at that level";
   const int64_t n = 512, n_out = 48;
-  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const cpu::Q8Ops& op = *k->get(t);
     ASSERT_NE(op.rows16, nullptr);
     Interleaved m(t, n, n_out, 7);
@@ -96,9 +96,16 @@ TEST(Rows16, KernelEqualsTheTilesBitwise) {
       op.rows16(m.rows16.data(), n_out, n, a.data(), ab, n_tok, got.data(), n_out);
       std::vector<uint8_t> tile(op.tile.bytes(n) + 64);
       const size_t rb = m.view.row_bytes();
+      // The 32-block types' tiles read each activation block's Σa (Q8TileOps::act_sums).
+      std::vector<int32_t> sums;
+      if (op.tile.act_sums)
+        for (int64_t t = 0; t < n_tok; ++t)
+          for (int64_t i = 0; i < n / 32; ++i)
+            sums.push_back(cpu::q8_0_quant_sum(reinterpret_cast<const block_q8_0*>(a.data() + t * ab)[i]));
       for (int64_t r0 = 0; r0 < n_out; r0 += 16) {
         op.tile.pack(m.bytes.data() + r0 * rb, rb, 16, n, tile.data());
-        op.tile.gemm(tile.data(), n, a.data(), ab, nullptr, n_tok, tiles.data() + r0, n_out, 16);
+        op.tile.gemm(tile.data(), n, a.data(), ab, sums.empty() ? nullptr : sums.data(), n_tok, tiles.data() + r0,
+                     n_out, 16);
       }
       op.gemm(m.bytes.data(), rb, n_out, a.data(), ab, n_tok, n, rows.data(), n_out);
       EXPECT_EQ(std::memcmp(got.data(), tiles.data(), got.size() * sizeof(float)), 0);
@@ -111,7 +118,7 @@ TEST(Rows16, NegativeControlOneScaleByte) {
   const cpu::Q8Kernels* k = vnni();
   if (!k) GTEST_SKIP() << "no AVX-512 VNNI here: the interleaved kernels exist only at that level";
   const int64_t n = 512, n_out = 48, n_tok = 4;
-  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     SCOPED_TRACE(dtype_name(t));
     const cpu::Q8Ops& op = *k->get(t);
     Interleaved m(t, n, n_out, 9);
@@ -120,12 +127,17 @@ TEST(Rows16, NegativeControlOneScaleByte) {
     std::vector<float> good(static_cast<size_t>(n_tok * n_out)), bad(good.size());
     op.rows16(m.rows16.data(), n_out, n, a.data(), ab, n_tok, good.data(), n_out);
     // Group 1 (rows 16..31), super-block 0: row 16 + 5's scale of sub-block 2 (Q4_K, Q5_K: plane 2
-    // holds its low 6 bits; Q6_K: scale 2). Flip a low bit so the value stays in range.
+    // holds its low 6 bits; Q6_K: scale 2), or block 0's fp16 factor d (Q4_0, Q4_1). Flip a low
+    // bit so the value stays in range.
     const size_t group = 16 * m.view.row_bytes();
-    const size_t scales = t == DType::Q4_K   ? offsetof(block_q4_K_x16, scales)
-                          : t == DType::Q5_K ? offsetof(block_q5_K_x16, scales)
-                                             : offsetof(block_q6_K_x16, scales);
-    m.rows16[group + scales + 2 * 16 + 5] ^= 1;
+    if (t == DType::Q4_0 || t == DType::Q4_1) {
+      m.rows16[group + (t == DType::Q4_0 ? offsetof(block_q4_0_x16, d) : offsetof(block_q4_1_x16, d)) + 2 * 5] ^= 1;
+    } else {
+      const size_t scales = t == DType::Q4_K   ? offsetof(block_q4_K_x16, scales)
+                            : t == DType::Q5_K ? offsetof(block_q5_K_x16, scales)
+                                               : offsetof(block_q6_K_x16, scales);
+      m.rows16[group + scales + 2 * 16 + 5] ^= 1;
+    }
     op.rows16(m.rows16.data(), n_out, n, a.data(), ab, n_tok, bad.data(), n_out);
     for (int64_t tok = 0; tok < n_tok; ++tok)
       for (int64_t r = 0; r < n_out; ++r) {
@@ -146,7 +158,7 @@ TEST(Rows16, BackendMatmulReadsTheInterleavedRows) {
   if (!vnni()) GTEST_SKIP() << "no AVX-512 VNNI here: the backend reads rows16 only at that level";
   const int64_t n = 512, n_out = 64;
   auto b = make_cpu_backend(2, CpuIsa::avx512, CpuBackendOptions{.q8_activations = true});
-  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     Interleaved m(t, n, n_out, 5);
     for (int64_t n_tok : {1, 4, 8, 16}) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " tokens " + std::to_string(n_tok));

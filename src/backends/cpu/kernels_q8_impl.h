@@ -1449,22 +1449,33 @@ struct K4TileTokens {
 #define SLUICE_Q8_Q5_K_TILE \
   { q5_K_tile_bytes, q5_K_tile_pack_512, q8_tile_gemm<Q5KTile, QK_K, K4TileTokens<Q5KTile>::Run> }
 
-// Q8Ops::rows16: rows [0, nr) of the groups at w16, tokens 8, 4, then 3/2/1 at a time (each
-// token's sums are its own: the split never changes a result).
-template <class Group, template <int> class Run>
+// Q8Ops::rows16: rows [0, nr) of the groups at w16, tokens 8 (at most kMaxNT), 4, then 3/2/1 at
+// a time (each token's sums are its own: the split never changes a result). kSums: Run reads
+// each activation block's Σa (the 32-block types), made here once per call.
+template <class Group, template <int> class Run, int kMaxNT = 8, bool kSums = false>
 inline void rows16_gemm(const void* w16, int64_t nr, int64_t n, const void* a, size_t astride, int64_t n_tok, float* y,
                         size_t ldy) {
-  const int64_t nb = n / QK_K;
+  constexpr int64_t kBlock = kSums ? 32 : QK_K;
+  const int64_t nb = n / kBlock;
   const auto* ab = static_cast<const uint8_t*>(a);
+  thread_local std::vector<int32_t> sums;
+  if constexpr (kSums) {
+    sums.resize(static_cast<size_t>(n_tok * nb));
+    for (int64_t t = 0; t < n_tok; ++t)
+      for (int64_t i = 0; i < nb; ++i)
+        sums[static_cast<size_t>(t * nb + i)] = q8_0_quant_sum(
+            reinterpret_cast<const block_q8_0*>(ab + static_cast<size_t>(t) * astride)[i]);
+  }
   constexpr __mmask16 kAll = 0xFFFF;
   for (int64_t g = 0; g < nr / 16; ++g) {
     const auto* T = static_cast<const Group*>(w16) + g * nb;
     float* yg = y + 16 * g;
     auto go = [&]<int NT>(int64_t t) {
-      Run<NT>::run(T, nb, ab + t * astride, astride, nullptr, yg + t * ldy, ldy, kAll);
+      Run<NT>::run(T, nb, ab + t * astride, astride, kSums ? sums.data() + t * nb : nullptr, yg + t * ldy, ldy, kAll);
     };
     int64_t t = 0;
-    for (; t + 8 <= n_tok; t += 8) go.template operator()<8>(t);
+    if constexpr (kMaxNT >= 8)
+      for (; t + 8 <= n_tok; t += 8) go.template operator()<8>(t);
     for (; t + 4 <= n_tok; t += 4) go.template operator()<4>(t);
     switch (n_tok - t) {
       case 3: go.template operator()<3>(t); break;
@@ -2079,6 +2090,34 @@ inline __m512i q8_tile_dot32(const __m512i wv[8], const block_q8_0& a) {
   return s;
 }
 
+// One 32-block's 8 code vectors (16 rows x 4 inputs each): a tile holds them as they are; an
+// interleaved Q4_0 / Q4_1 group (quant/rows16.h) holds nibbles, unpacked here as the tile's
+// pack does (word w's low nibbles are inputs 4w..4w+3, its high ones 16+4w..16+4w+3), and the
+// groups 32 blocks ahead (~9-10 KB, as the K-quants' 4 super-blocks) are prefetched into L2.
+template <class Tile>
+inline void offset_codes(const Tile& b, __m512i wv[8]) {
+  for (int g = 0; g < 8; ++g) wv[g] = _mm512_loadu_si512(b.qs[g]);
+}
+template <class Group>
+requires std::is_same_v<Group, block_q4_0_x16> || std::is_same_v<Group, block_q4_1_x16>
+inline void offset_codes(const Group& b, __m512i wv[8]) {
+  constexpr int kLines = (sizeof(Group) + 63) / 64;
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(&b) + 32 * sizeof(Group);
+  for (int l = 0; l < kLines; ++l) _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), _MM_HINT_T1);
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+  for (int g = 0; g < 4; ++g) {
+    const __m512i raw = _mm512_loadu_si512(b.qs[g]);
+    wv[g] = _mm512_and_si512(raw, m4);
+    wv[g + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+  }
+}
+// The codes' view of an interleaved group (OffsetTileTokens' C): the block type's codes, the
+// group as its tile.
+template <class Codes, class Group>
+struct Rows16Codes : Codes {
+  using Tile = Group;
+};
+
 // Q8TileOps::gemm's token passes for the tiles of unsigned codes u = q + off (C: Tile, kOff,
 // and kMin for the types with a min m per block), with s = Σ u·a and Σa exact per block, in
 // the 32-block types' four-lane order (Dot32 above): block i into lane i mod 4,
@@ -2093,8 +2132,8 @@ struct OffsetTileTokens {
     static void block(const typename C::Tile& b, int64_t i, const uint8_t* act, size_t astride, const int32_t* sums,
                       int64_t nb, __m512 acc[NT]) {
       __m512i wv[8];
-      for (int g = 0; g < 8; ++g) wv[g] = _mm512_loadu_si512(b.qs[g]);
-      const __m512 dv = _mm512_loadu_ps(b.d);
+      offset_codes(b, wv);
+      const __m512 dv = group_factors(b.d);
       for (int t = 0; t < NT; ++t) {
         const auto& a = reinterpret_cast<const block_q8_0*>(act + t * astride)[i];
         const int32_t asum = sums[t * nb + i];
@@ -2102,7 +2141,7 @@ struct OffsetTileTokens {
         const __m512 da = _mm512_set1_ps(q8_half(a.d));
         if constexpr (C::kMin) {
           acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, da), acc[t]);
-          acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(asum)), _mm512_mul_ps(_mm512_loadu_ps(b.m), da),
+          acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(asum)), _mm512_mul_ps(group_factors(b.m), da),
                                    acc[t]);
         } else {
           const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_set1_epi32(C::kOff * asum)));
@@ -2498,6 +2537,9 @@ constexpr Q8Kernels q8_table(const char* name) {
   // Several sequences decoding together run their dense matmuls at these batch sizes.
   k.q4_K.tile.min_tokens = 5;
   k.q4_K.rows16 = rows16_gemm<block_q4_K_x16, K4TileTokens<block_q4_K_x16>::Run>;
+  // The 32-block types: four accumulators per token (their one float order), so 4 tokens a pass.
+  k.q4_0.rows16 = rows16_gemm<block_q4_0_x16, OffsetTileTokens<Rows16Codes<LegacyQ4_0, block_q4_0_x16>>::Run, 4, true>;
+  k.q4_1.rows16 = rows16_gemm<block_q4_1_x16, OffsetTileTokens<Rows16Codes<LegacyQ4_1, block_q4_1_x16>>::Run, 4, true>;
   k.q5_K.rows16 = rows16_gemm<block_q5_K_x16, K4TileTokens<block_q5_K_x16>::Run>;
   k.q6_K.rows16 = rows16_gemm<block_q6_K_x16, Q6KTokens<block_q6_K_x16>::Run>;
   k.q5_K.tile.min_tokens = 6;
