@@ -44,31 +44,35 @@ void read_expert_groups(const GgufFile& f, Hparams& hp) {
 
 namespace {
 
-// A routed expert's matrix: stacked (blk.N.ffn_gate_exps.weight) or packed one per expert by
-// `sluice pack` (blk.N.ffn_gate.E.weight).
-bool is_expert_tensor(const std::string& name) {
-  if (name.find("_exps.") != std::string::npos) return true;
-  for (const char* kind : {".ffn_gate.", ".ffn_up.", ".ffn_down."}) {
-    const size_t at = name.find(kind);
-    if (at != std::string::npos && at + std::strlen(kind) < name.size() &&
-        std::isdigit(static_cast<unsigned char>(name[at + std::strlen(kind)])))
-      return true;
-  }
-  return false;
-}
-
 // --repack: an interleaved copy (quant/rows16.h) of every matrix whose type has the layout and
-// whose rows come in whole 16-row groups, in one huge-page mapping the file keeps alive; the
-// experts only when they stay where they are (resident), since the mmap and stream stores move
-// or evict an expert's bytes. progress (optional) sees the bytes packed so far, from the calling
-// thread. Returns the summary line.
-std::string interleave_rows16(GgufFile& f, bool experts, const GgufFile::Progress& progress) {
+// whose rows come in whole 16-row groups, in one huge-page mapping the file keeps alive. The
+// routed experts (the tensors `layout`'s views lie in) only when they stay where they are
+// (`experts`: resident), since the mmap and stream stores move or evict an expert's bytes; their
+// views, sliced before, get their part of the copy here. progress (optional) sees the bytes
+// packed so far, from the calling thread. Returns the summary line.
+std::string interleave_rows16(GgufFile& f, ExpertLayout& layout, bool experts, const GgufFile::Progress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
+  const auto before = [](const void* a, const void* b) { return std::less<const void*>()(a, b); };
+  std::vector<TensorView*> views;
+  for (auto& layer : layout.layers)
+    for (ExpertLocation& e : layer)
+      for (TensorView* v : {&e.views.gate, &e.views.up, &e.views.down}) views.push_back(v);
+  std::sort(views.begin(), views.end(),
+            [&](const TensorView* a, const TensorView* b) { return before(a->data, b->data); });
+  // The expert views whose data lie in t (sorted by address: one range).
+  auto views_in = [&](const TensorView& t) {
+    const auto* lo = static_cast<const uint8_t*>(t.data);
+    auto first = std::lower_bound(views.begin(), views.end(), lo,
+                                  [&](const TensorView* v, const uint8_t* p) { return before(v->data, p); });
+    auto last = first;
+    while (last != views.end() && before((*last)->data, lo + t.nbytes)) ++last;
+    return std::pair(first, last);
+  };
   std::vector<const TensorView*> picked;
   size_t bytes = 0;
   for (const TensorView& t : f.tensors()) {
     if (!rows16_supported(t.type) || t.n_dims < 2 || t.ne[1] % 16 != 0 || t.ne[3] != 1) continue;
-    if (!experts && is_expert_tensor(t.name)) continue;
+    if (const auto [first, last] = views_in(t); !experts && first != last) continue;
     // The embedding table is read by rows (get_rows), unless it is also the output head.
     if (t.name == "token_embd.weight" && f.find_tensor("output.weight")) continue;
     picked.push_back(&t);
@@ -105,6 +109,12 @@ std::string interleave_rows16(GgufFile& f, bool experts, const GgufFile::Progres
     }
   });
   if (progress) progress(bytes, bytes);
+  for (const TensorView* t : picked) {
+    const auto [first, last] = views_in(*t);
+    for (auto v = first; v != last; ++v)
+      (*v)->rows16 = static_cast<const uint8_t*>(t->rows16) +
+                     (static_cast<const uint8_t*>((*v)->data) - static_cast<const uint8_t*>(t->data));
+  }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   char line[160];
   std::snprintf(line, sizeof line, "repack: %zu tensors, %.2f GB interleaved for the int8 kernels in %.1f s",
@@ -294,9 +304,6 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     const std::string line = apply_lora_adapter(*m->file_, spec, opt.lora_merge).line();
     m->lora_summary_ += (m->lora_summary_.empty() ? "" : "; ") + line;
   }
-  if (opt.repack)
-    m->repack_summary_ = interleave_rows16(*m->file_, opt.experts.policy == ExpertPolicy::resident,
-                                           opt.repack_progress);
   const GgufFile& f = *m->file_;
   m->hp_ = read_core_hparams(f);
   Hparams& hp = m->hp_;
@@ -335,6 +342,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     if ((t.n_dims == 1 || t.name.find("ffn_gate_inp") != std::string::npos) && t.type != DType::F32)
       fail(path, ": tensor '", t.name, "' has type ", dtype_name(t.type), "; norms, biases and routers must be f32");
   // Experts: the store chosen in `opt` (resident by default); dense weights stay in the mapping.
+  if (opt.repack)
+    m->repack_summary_ = interleave_rows16(*m->file_, expert_layout, opt.experts.policy == ExpertPolicy::resident,
+                                           opt.repack_progress);
   m->experts_ = make_expert_store(f, std::move(expert_layout), opt.experts);
   if (strict)
     if (const auto unread = f.untracked_tensors(); !unread.empty())
