@@ -214,7 +214,7 @@ int run_bench(const BenchArgs& a) {
         "| model | size | params | backend | threads | cache K/V | test | t/s | GB/s read / membw | SOL %% |\n"
         "| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |\n");
   std::string profile_text, experts_text, sequences_text, lookup_text;
-  bool tg_interleaved = false;
+  std::string ratio_note;  // how the sequences table's "vs one sequence" column was made, once one was
   for (const std::string& path : a.models) {
     std::fprintf(stderr, "bench: loading %s\n", path.c_str());
     ModelOptions mo;
@@ -448,7 +448,6 @@ int run_bench(const BenchArgs& a) {
             x.e1 = model->experts().stats();
           };
           const bool interleave = !streamed && tg.size() > 1;
-          tg_interleaved |= interleave;
           for (int r = 0; r < (interleave ? a.reps : 0); ++r)
             for (TgTest& x : tg) tg_rep(x, r);
           for (TgTest& x : tg)
@@ -483,7 +482,13 @@ int run_bench(const BenchArgs& a) {
                 }
               } else {
                 char ratio[32] = "";
-                if (speedup > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", speedup);
+                if (speedup > 0) {
+                  std::snprintf(ratio, sizeof ratio, "%.2fx", speedup);
+                  ratio_note = interleave ? "vs one sequence: the median of the rounds' ratios (the repetitions run "
+                                            "interleaved, one of each test per round)"
+                                          : "vs one sequence: the ratio of the means (streamed experts: each test's "
+                                            "repetitions run together)";
+                }
                 char buf[320];
                 std::snprintf(buf, sizeof buf, "| %s | %d | tg%d x%d%s | %.2f | %.2f | %.1f | %.1f | %s |\n",
                               base_name(path).c_str(), t, a.n_gen, x.n_seq, at.c_str(), stats(x.tps).mean,
@@ -575,11 +580,7 @@ int run_bench(const BenchArgs& a) {
         "\nsequences decoding together (tgN xS: S sequences, one batch of S tokens per step):\n\n"
         "| model | threads | test | aggregate t/s | t/s per sequence | MB read per step | MB read per token | vs one sequence |\n"
         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n%s%s",
-        sequences_text.c_str(),
-        tg_interleaved ? "\nvs one sequence: the median of the rounds' ratios (the repetitions run interleaved, "
-                         "one of each test per round)\n"
-                       : "\nvs one sequence: the ratio of the means (streamed experts: each test's repetitions "
-                         "run together)\n");
+        sequences_text.c_str(), ratio_note.empty() ? "" : ("\n" + ratio_note + "\n").c_str());
   if (!lookup_text.empty())
     std::printf(
         "\nspeculative decoding by prompt lookup vs plain greedy, on a rewrite task (one paragraph with one "

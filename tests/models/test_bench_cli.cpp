@@ -69,7 +69,7 @@ TEST(BenchCli, SequencesDecodeTogether) {
   SLUICE_REQUIRE_SHARED();
   int rc = 0;
   const std::string out = test::run_command(kCli + " bench -m " + test::shared_dir() +
-                                                "/golden/qwen3moe/model.gguf -p 0 -n 3 -r 1 -t 1 --membw-mib 8 "
+                                                "/golden/qwen3moe/model.gguf -p 0 -n 3 -r 2 -t 1 --membw-mib 8 "
                                                 "--sequences 1,4 --json 2>/dev/null",
                                             &rc);
   ASSERT_EQ(rc, 0) << out;
@@ -88,6 +88,15 @@ TEST(BenchCli, SequencesDecodeTogether) {
       << "4 sequences read " << per_token << " B/token, one reads " << single_per_token;
   EXPECT_GT(per_step, single_per_token) << "a step of 4 tokens reads more than a step of 1";
   EXPECT_LE(per_step, 4 * single_per_token) << "and never more than 4 steps of 1";
+  // The repetitions ran interleaved, round r pairing x4's sample r with one sequence's: the
+  // ratio is the median (of two: the mean) of those pairs' ratios, not of the means.
+  EXPECT_EQ(multi["interleaved"], true);
+  const auto& m4 = multi["samples_tps"];
+  const auto& m1 = single["samples_tps"];
+  ASSERT_EQ(m4.size(), 2u);
+  ASSERT_EQ(m1.size(), 2u);
+  const double paired = 0.5 * (m4[0].get<double>() / m1[0].get<double>() + m4[1].get<double>() / m1[1].get<double>());
+  EXPECT_NEAR(multi["speedup_vs_one_sequence"].get<double>(), paired, 1e-9 * paired);
   // Markdown: the sequences table.
   const std::string md = test::run_command(kCli + " bench -m " + test::shared_dir() +
                                                "/golden/qwen3moe/model.gguf -p 0 -n 2 -r 1 -t 1 --membw-mib 8 "
@@ -97,6 +106,7 @@ TEST(BenchCli, SequencesDecodeTogether) {
   for (const char* key : {"| tg2 x3 |", "t/s per sequence", "MB read per step"})
     EXPECT_NE(md.find(key), std::string::npos) << key << "\n" << md;
   EXPECT_EQ(md.find("| tg2 |"), std::string::npos) << "--sequences 3 alone runs no single-sequence row\n" << md;
+  EXPECT_EQ(md.find("vs one sequence:"), std::string::npos) << "no ratio, so no note on how it was made\n" << md;
 }
 
 TEST(BenchCli, MarkdownSaysTheDepthIsSynthetic) {
