@@ -1395,10 +1395,10 @@ struct K4ScalesMins<block_q5_K_x16> : K4GroupScalesMins<block_q5_K_x16> {
   using K4GroupScalesMins::K4GroupScalesMins;
 };
 
-// NT tokens against one Q4_K or Q5_K tile (or a block_q4_K_x16 / block_q5_K_x16 group). Per sub-block: the 8 weight vectors are unpacked
-// once (Q5_K: each OR'd with its fifth bit, bit j of the qh bytes moved to bit 4 by one 16-bit
-// shift; the mask drops what crossed a byte), then each token runs 8 vpdpbusd (16 rows × 4
-// inputs each) and one vpmulld by the scales.
+// NT tokens against one Q4_K or Q5_K tile (or a block_q4_K_x16 / block_q5_K_x16 group). Per
+// sub-block: the 8 weight vectors are unpacked once (Q5_K: each OR'd with its fifth bit, bit j
+// of the qh bytes moved to bit 4 by one 16-bit shift; the mask drops what crossed a byte), then
+// each token runs 8 vpdpbusd (16 rows × 4 inputs each) and one vpmulld by the scales.
 template <class Tile>
 struct K4TileTokens {
   static constexpr bool kHighBit = requires(const Tile& t) { t.qh; };
@@ -1458,20 +1458,22 @@ inline void rows16_gemm(const void* w16, int64_t nr, int64_t n, const void* a, s
   constexpr int64_t kBlock = kSums ? 32 : QK_K;
   const int64_t nb = n / kBlock;
   const auto* ab = static_cast<const uint8_t*>(a);
-  thread_local std::vector<int32_t> sums;
+  const int32_t* sums = nullptr;
   if constexpr (kSums) {
-    sums.resize(static_cast<size_t>(n_tok * nb));
+    thread_local std::vector<int32_t> buf;  // grows to the largest call's, once per thread
+    buf.resize(static_cast<size_t>(n_tok * nb));
     for (int64_t t = 0; t < n_tok; ++t)
       for (int64_t i = 0; i < nb; ++i)
-        sums[static_cast<size_t>(t * nb + i)] = q8_0_quant_sum(
+        buf[static_cast<size_t>(t * nb + i)] = q8_0_quant_sum(
             reinterpret_cast<const block_q8_0*>(ab + static_cast<size_t>(t) * astride)[i]);
+    sums = buf.data();
   }
   constexpr __mmask16 kAll = 0xFFFF;
   for (int64_t g = 0; g < nr / 16; ++g) {
     const auto* T = static_cast<const Group*>(w16) + g * nb;
     float* yg = y + 16 * g;
     auto go = [&]<int NT>(int64_t t) {
-      Run<NT>::run(T, nb, ab + t * astride, astride, kSums ? sums.data() + t * nb : nullptr, yg + t * ldy, ldy, kAll);
+      Run<NT>::run(T, nb, ab + t * astride, astride, sums ? sums + t * nb : nullptr, yg + t * ldy, ldy, kAll);
     };
     int64_t t = 0;
     if constexpr (kMaxNT >= 8)
