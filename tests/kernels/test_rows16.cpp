@@ -2,7 +2,8 @@
 // and the int8 kernels that read it (Q8Ops::rows16, avx512-vnni):
 //   * the layout round-trips every byte and refuses what it cannot interleave, by name;
 //   * the kernel gives bitwise the prefill tiles' results (Q8TileOps::gemm on the same rows,
-//     packed per call) at every batch size, and the row path's to float rounding;
+//     packed per call) at every batch size, and the row path's to float rounding (bitwise for
+//     Q4_0/Q4_1, whose paths share one float order);
 //   * the cpu backend reads rows16 in matmul, moe_ffn_token and moe_ffn_batch;
 //   * negative controls: one scale byte changed in the interleaved copy changes the results
 //     of its group's rows and of no other group.
@@ -110,6 +111,9 @@ TEST(Rows16, KernelEqualsTheTilesBitwise) {
       op.gemm(m.bytes.data(), rb, n_out, a.data(), ab, n_tok, n, rows.data(), n_out);
       EXPECT_EQ(std::memcmp(got.data(), tiles.data(), got.size() * sizeof(float)), 0);
       EXPECT_LT(nmse(rows, got), 1e-10);
+      if (t == DType::Q4_0 || t == DType::Q4_1) {  // the 32-block types' one float order: the row dots' bits too
+        EXPECT_EQ(std::memcmp(got.data(), rows.data(), got.size() * sizeof(float)), 0);
+      }
     }
   }
 }
