@@ -53,6 +53,9 @@ bool before(const TokenCandidate& a, const TokenCandidate& b) {
 // every entry not below the running threshold, and when it fills, a selection keeps its k first
 // and raises the threshold to the k-th's logit (an entry below it is after k kept ones). Most of
 // a vocabulary is then one compare per entry. out may be the source itself (w never passes i).
+// Whether the pass pays before a selection of k among n (else the selection alone).
+bool threshold_pass_pays(size_t n, size_t k) { return k > 0 && n > 8 * k + 512; }
+
 template <class At>
 size_t drop_below_top(TokenCandidate* out, size_t n, size_t k, At at) {
   const size_t cap = 4 * k + 64;
@@ -80,7 +83,7 @@ void Candidates::sort_desc() {
 
 void Candidates::assign_top(const float* logits, size_t n, size_t k) {
   sorted = false;
-  if (k == 0 || n <= 8 * k + 512) {  // keep_top's own rule: no threshold pass
+  if (!threshold_pass_pays(n, k)) {  // keep_top skips the pass too: every entry
     data.resize(n);
     for (size_t i = 0; i < n; ++i) data[i] = {static_cast<int32_t>(i), logits[i], 0.0f};
     return;
@@ -96,7 +99,7 @@ void Candidates::keep_top(size_t k) {
   if (!sorted) {
     // A threshold pass, a selection, then a sort of the k kept: over a 151k vocabulary at
     // k = 40 ~0.1 ms instead of a ~15 ms sort, and (the order being total) the same result.
-    if (k > 0 && data.size() > 8 * k + 512)
+    if (threshold_pass_pays(data.size(), k))
       data.erase(data.begin() + static_cast<std::ptrdiff_t>(
                                     drop_below_top(data.data(), data.size(), k, [&](size_t i) { return data[i]; })),
                  data.end());
@@ -286,15 +289,11 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
 int32_t Sampler::sample_unfiltered(const float* logits, int32_t n_vocab) {
   // Greedy without penalties: the scan alone (no candidate list of the whole vocabulary).
   if (params_.temp <= 0.0f && !penalties_->active()) return argmax({logits, static_cast<size_t>(n_vocab)});
-  if (params_.temp > 0.0f && params_.top_k > 0 && !penalties_->active()) {
-    // The top-k stage runs first (no penalty before it changes a logit): only its candidates
-    // are written, the same ones it would keep from the whole vocabulary.
-    cur_.assign_top(logits, static_cast<size_t>(n_vocab), static_cast<size_t>(params_.top_k));
-  } else {
-    cur_.data.resize(static_cast<size_t>(n_vocab));
-    for (int32_t i = 0; i < n_vocab; ++i) cur_.data[i] = {i, logits[i], 0.0f};
-    cur_.sorted = false;
-  }
+  // When the top-k stage runs first (sampling, no penalty before it changes a logit), only its
+  // candidates are written, the same ones it would keep from the whole vocabulary; else k = 0
+  // writes every entry.
+  const bool top_k_first = params_.temp > 0.0f && params_.top_k > 0 && !penalties_->active();
+  cur_.assign_top(logits, static_cast<size_t>(n_vocab), top_k_first ? static_cast<size_t>(params_.top_k) : 0);
 
   if (params_.temp <= 0.0f) {
     // Greedy: penalties still apply (they change the argmax); the filters cannot remove the

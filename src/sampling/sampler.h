@@ -63,7 +63,7 @@ struct Candidates {
   // The entries of logits[0, n) that keep_top(k) would look at after its threshold pass over
   // the whole vocabulary, made without writing the whole vocabulary as candidates first (a
   // sampled token's ~1.8 MB pass at 151k entries): keep_top(k) then keeps the same k, in the
-  // same order. Unsorted.
+  // same order. Unsorted. k = 0: every entry.
   void assign_top(const float* logits, size_t n, size_t k);
   // Keeps the k first entries of the sorted order, sorted (the same entries and order as
   // sort_desc() then truncating, without sorting the rest).
