@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "common_opts.h"
 #include "sluice/bench.h"
 #include "sluice/sluice.h"
 
@@ -52,9 +53,7 @@ CommandRunner add_bench_command(CLI::App& app) {
   b->add_flag("--profile", args->profile,
               "per-stage time of the pp runs (matmul GMAC/s) and the tg runs (bytes, GB/s)");
   b->add_flag("--exact", args->exact, "float-decode matmuls (no int8 activations): the parity path");
-  b->add_flag(
-      "--repack", args->repack,
-      "interleave the Q4_K, Q5_K and Q6_K matrices 16 rows at a time for the int8 kernels (a copy beside the weights)");
+  add_repack_flags(b, args->repack);
   b->add_flag("--json", args->json, "JSON instead of a markdown table");
   b->add_flag("--lookup", args->lookup,
               "add speculative decoding by prompt lookup vs plain greedy on a rewrite task (speedup, acceptance, "

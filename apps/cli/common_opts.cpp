@@ -98,10 +98,7 @@ void CommonOpts::add(CLI::App* app) {
   app->add_flag("--lora-merge", lora_merge,
                 "merge the --lora adapters into the weights at load (in memory only; the adapted matrices "
                 "become f32 copies)");
-  app->add_flag(
-      "--repack", repack,
-      "cpu: interleave the Q4_K, Q5_K and Q6_K matrices 16 rows at a time for the int8 kernels (a copy beside the "
-      "weights: with --mmap the file's pages stay reclaimable)");
+  add_repack_flags(app, repack);
   app->add_flag("--mmap", mmap_weights,
                 "resident: map the file instead of reading it into memory (faster start, slower decode)");
   app->add_option("--gpu-expert-cache", gpu_expert_cache,
@@ -190,6 +187,17 @@ std::vector<int32_t> parse_token_list(const std::string& s) {
   }
   if (ids.empty()) fail("--tokens: no token ids given");
   return ids;
+}
+
+void add_repack_flags(CLI::App* cmd, std::optional<bool>& repack) {
+  auto* on = cmd->add_flag_callback(
+      "--repack", [&repack] { repack = true; },
+      "cpu: interleave the Q4_0, Q4_1, Q4_K, Q5_K and Q6_K matrices 16 rows at a time for the int8 kernels. The "
+      "default where the AVX-512 VNNI kernels read them and the model is a GGUF file (its rows go back to the "
+      "file's pages: no memory beyond the weights); a folder's converted weights get a copy beside them");
+  cmd->add_flag_callback(
+         "--no-repack", [&repack] { repack = false; }, "keep the rows as the file has them")
+      ->excludes(on);
 }
 
 void add_generate_options(CLI::App* cmd, GenerateOptions& gp) {

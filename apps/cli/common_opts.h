@@ -37,7 +37,7 @@ struct CommonOpts {
   bool no_direct_io = false;
   std::string gpu_expert_cache;
   bool mmap_weights = false;
-  bool repack = false;
+  std::optional<bool> repack;     // --repack / --no-repack; unset: the engine decides
   std::vector<std::string> lora;  // LoRA adapters (--lora, repeatable)
   bool lora_merge = false;
 
@@ -62,5 +62,7 @@ std::vector<int32_t> parse_token_list(const std::string& s);
 // -n, --temp, --top-k, --top-p, --min-p, penalties, --seed, --ignore-eos, --stop, --no-special
 // on `cmd`, each checked for its range by CLI11 (a bad value is an error naming the option).
 void add_generate_options(CLI::App* cmd, GenerateOptions& gp);
+// --repack / --no-repack (run, chat, serve, bench): unset unless given.
+void add_repack_flags(CLI::App* cmd, std::optional<bool>& repack);
 
 }  // namespace sluice::cli

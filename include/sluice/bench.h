@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,8 @@ struct BenchConfig {
   size_t expert_cache_bytes = size_t{4} << 30;            // expert_cache parsed, unless "auto"
   bool prefetch = true;
   bool lookup = false;  // speculative decoding by prompt lookup vs plain greedy
-  bool repack = false;  // interleaved Q4_K/Q5_K/Q6_K copies for the int8 kernels (ModelOptions::repack)
+  // Interleaved copies for the int8 kernels (ModelOptions::repack); unset: repack_by_default.
+  std::optional<bool> repack;
 };
 
 // Runs the benchmark; prints to stdout (progress to stderr); returns the exit status. Throws

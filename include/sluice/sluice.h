@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,9 +65,10 @@ struct EngineOptions {
   // applied at run time, or merged into the weights at load with lora_merge.
   std::vector<std::string> lora{};
   bool lora_merge = false;
-  // Interleaved copies of the Q4_K, Q5_K and Q6_K matrices for the cpu backend's int8 kernels
-  // (README: --repack).
-  bool repack = false;
+  // Interleaved copies of the Q4_0, Q4_1, Q4_K, Q5_K and Q6_K matrices for the cpu backend's
+  // int8 kernels (README: --repack). Unset: on where they are read and cost no memory
+  // (repack_by_default).
+  std::optional<bool> repack{};
   std::function<void(size_t done, size_t total)> load_progress{};    // bytes of weights read so far
   std::function<void(size_t done, size_t total)> repack_progress{};  // bytes interleaved so far
   // A line about what the load did (a quantized folder repacked, a LoRA merged), as it happens.

@@ -40,7 +40,6 @@ ModelOptions model_options(const EngineOptions& opt) {
   o.read_weights = opt.read_weights;
   o.lora = opt.lora;
   o.lora_merge = opt.lora_merge;
-  o.repack = opt.repack;
   o.progress = opt.load_progress;
   o.repack_progress = opt.repack_progress;
   return o;
@@ -88,7 +87,16 @@ GenerateStats generate_stats(const GenerationStats& st) {
 std::unique_ptr<Engine> Engine::open(const std::string& model_path, const EngineOptions& opt) {
   std::unique_ptr<Engine> e(new Engine());
   Impl& im = *e->impl_;
-  im.model = Model::load(model_path, model_options(opt));
+  // The backend first: whether to interleave the weights at load depends on what it reads.
+  BackendOptions bo{.n_threads = opt.n_threads};
+  if (!opt.gpu_expert_cache.empty()) {
+    if (opt.backend != "cuda") fail("--gpu-expert-cache needs --backend cuda");
+    bo.gpu_expert_cache = parse_byte_size("--gpu-expert-cache", opt.gpu_expert_cache);
+  }
+  im.backend = make_backend(opt.backend, bo);
+  ModelOptions mo = model_options(opt);
+  mo.repack = opt.repack.value_or(repack_by_default(*im.backend, model_path));
+  im.model = Model::load(model_path, mo);
   if (opt.on_load_note) {
     // A quantized folder's weights were repacked or dequantized at load (format/hf_folder.h).
     if (const std::string q = im.model->file().get_string_or("sluice.folder.quantization", ""); !q.empty())
@@ -97,15 +105,9 @@ std::unique_ptr<Engine> Engine::open(const std::string& model_path, const Engine
     if (!im.model->repack_summary().empty()) opt.on_load_note(im.model->repack_summary());
   }
   if (opt.experts.record_routing_trace) im.model->experts().record_routing_trace();
-  BackendOptions bo{.n_threads = opt.n_threads};
-  if (!opt.gpu_expert_cache.empty()) {
-    if (opt.backend != "cuda") fail("--gpu-expert-cache needs --backend cuda");
-    bo.gpu_expert_cache = parse_byte_size("--gpu-expert-cache", opt.gpu_expert_cache);
-  }
-  im.backend = make_backend(opt.backend, bo);
   // The interleaved copies are read by the cpu backend's int8 kernels at AVX-512 VNNI only.
   const char* q8 = cpu_backend_q8_level(*im.backend);
-  if (opt.repack && opt.on_load_note && !cpu_backend_reads_rows16(*im.backend, DType::Q4_K))
+  if (mo.repack && opt.on_load_note && !cpu_backend_reads_rows16(*im.backend, DType::Q4_K))
     opt.on_load_note("repack: unused here (backend " + opt.backend + ", int8 kernels " + (q8 ? q8 : "off") +
                      "): only the cpu backend's AVX-512 VNNI kernels read the interleaved copies");
   im.kv = opt.kv;

@@ -224,7 +224,11 @@ int run_bench(const BenchArgs& a) {
     mo.experts.auto_extra_bytes = a.membw_mib << 20;  // the bandwidth test's buffer, allocated before each tg rep
     mo.experts.prefetch = a.prefetch;
     mo.experts.progress = true;
-    mo.repack = a.repack;
+    {
+      CpuBackendOptions o = cpu_backend_default_options();
+      o.q8_activations = !a.exact;  // what the runs below read, asked of a one-thread twin
+      mo.repack = a.repack.value_or(repack_by_default(*make_cpu_backend(1, cpu_isa_select(), o), path));
+    }
     mo.repack_progress = [last = size_t{0}](size_t done, size_t total) mutable {
       if (done - last < (size_t{1} << 30) && done != total) return;  // a line per GiB
       last = done;

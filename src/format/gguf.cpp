@@ -23,6 +23,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 #include "core/error.h"
@@ -471,7 +472,7 @@ GgufFile::GgufFile(const std::string& path, Load load, const Progress& progress)
         if (p == MAP_FAILED)
           fail(path, ": cannot allocate ", size_, " bytes to read the model into: ", std::strerror(errno));
         base_ = static_cast<const uint8_t*>(p);
-        mapped_ = true;
+        mapped_ = read_ = true;
         ::madvise(p, size_, MADV_HUGEPAGE);  // a hint: without THP the buffer keeps 4 KiB pages
         constexpr size_t kChunk = size_t{256} << 20;
         for (size_t done = 0; done < size_;) {
@@ -557,6 +558,28 @@ void GgufFile::set_rows16(std::string_view name, const void* rows16, std::shared
   if (it == tensor_index_.end()) fail(path_, ": no tensor '", name, "' to interleave");
   tensors_[it->second].rows16 = rows16;
   replaced_.push_back(std::move(owner));
+}
+
+size_t GgufFile::release_pages(const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  const std::less_equal<const uint8_t*> le;
+  if (!mapped_ || fd_ < 0 || !le(base_, p) || !le(p + n, base_ + size_)) return 0;
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || static_cast<size_t>(st.st_size) != size_) return 0;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t off = static_cast<size_t>(p - base_);
+  const size_t lo = (off + page - 1) / page * page, hi = (off + n) / page * page;
+  if (hi <= lo) return 0;
+  auto* at = const_cast<uint8_t*>(base_) + lo;
+  if (read_) {
+    // MAP_FIXED replaces the anonymous pages in one step. A failure may leave a hole where they
+    // were (the kernel unmaps first), so it is an error, not a fallback.
+    if (::mmap(at, hi - lo, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd_, static_cast<off_t>(lo)) == MAP_FAILED)
+      fail(path_, ": cannot map the file's bytes [", lo, ", ", hi, ") over its copy: ", std::strerror(errno));
+  } else if (::madvise(at, hi - lo, MADV_DONTNEED) != 0) {
+    return 0;
+  }
+  return hi - lo;
 }
 
 void GgufFile::add_expert_lora(std::string_view name, int64_t expert, const LoraTerm& term,

@@ -130,6 +130,13 @@ class GgufFile {
   // Gives tensor `name` an interleaved copy of its rows (TensorView::rows16, quant/rows16.h)
   // that `owner` keeps alive. Call before anything binds or slices the tensor.
   void set_rows16(std::string_view name, const void* rows16, std::shared_ptr<void> owner);
+  // The bytes [data, data + n) of this file will seldom if ever be read again (an interleaved
+  // copy took their place): gives back the memory of the whole pages inside them, which stay
+  // readable, from the file. Load::read maps the file's pages over its copy (the same bytes),
+  // Load::map drops them from the mapping (the page cache keeps them or reads them again).
+  // Returns the bytes given back: 0 for memory-backed files, ranges outside the file, or a file
+  // whose size changed since it was read.
+  size_t release_pages(const void* data, size_t n);
   // Throws "missing tensor NAME in FILE".
   const TensorView& tensor(std::string_view name) const;
   // While a model binds its tensors (single-threaded, at load): track_lookups() starts noting
@@ -147,6 +154,7 @@ class GgufFile {
 
   std::string path_;
   bool mapped_ = false;  // base_ is our mmap (false: caller-owned memory, or empty file)
+  bool read_ = false;    // base_ is anonymous memory the file was read into (Load::read)
   int fd_ = -1;
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;

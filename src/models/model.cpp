@@ -81,28 +81,34 @@ std::string interleave_rows16(GgufFile& f, ExpertLayout& layout, bool experts, c
   auto map = std::make_shared<AnonMap>(bytes, AnonMap::Pages::huge);
   // Spans of 256 rows of every tensor, packed on all cores (the copy is bound by touching new pages).
   struct Span {
-    const TensorView* t;
+    size_t tensor;  // index in picked
     int64_t r0, nr;
     uint8_t* dst;
   };
   std::vector<Span> spans;
+  // Per tensor, its spans not yet packed: whoever packs the last gives the rows' pages back to
+  // the file (GgufFile::release_pages), so the copy never doubles the model in memory.
+  std::vector<std::atomic<int64_t>> left(picked.size());
   size_t at = 0;
-  for (const TensorView* t : picked) {
+  for (size_t k = 0; k < picked.size(); ++k) {
+    const TensorView* t = picked[k];
     uint8_t* dst = map->data() + at;
-    for (int64_t r0 = 0; r0 < t->n_rows(); r0 += 256)
+    for (int64_t r0 = 0; r0 < t->n_rows(); r0 += 256, ++left[k])
       spans.push_back(
-          {t, r0, std::min<int64_t>(256, t->n_rows() - r0), dst + static_cast<size_t>(r0) * t->row_bytes()});
+          {k, r0, std::min<int64_t>(256, t->n_rows() - r0), dst + static_cast<size_t>(r0) * t->row_bytes()});
     f.set_rows16(t->name, dst, map);
     at += (t->nbytes + 63) / 64 * 64;
   }
-  std::atomic<size_t> done{0};
+  std::atomic<size_t> done{0}, released{0};
   ThreadPool pool(0);
   pool.parallel_for(static_cast<int64_t>(spans.size()), [&](int64_t i0, int64_t i1, int thread) {
     for (int64_t i = i0; i < i1; ++i) {
       const Span& sp = spans[static_cast<size_t>(i)];
-      rows16_pack(sp.t->type, sp.t->row(sp.r0), sp.t->row_bytes(), sp.nr, sp.t->ne[0], sp.dst);
-      const size_t now = done.fetch_add(static_cast<size_t>(sp.nr) * sp.t->row_bytes()) +
-                         static_cast<size_t>(sp.nr) * sp.t->row_bytes();
+      const TensorView* t = picked[sp.tensor];
+      rows16_pack(t->type, t->row(sp.r0), t->row_bytes(), sp.nr, t->ne[0], sp.dst);
+      if (left[sp.tensor].fetch_sub(1) == 1) released += f.release_pages(t->data, t->nbytes);
+      const size_t now = done.fetch_add(static_cast<size_t>(sp.nr) * t->row_bytes()) +
+                         static_cast<size_t>(sp.nr) * t->row_bytes();
       if (thread == 0 && progress) progress(now, bytes);
     }
   });
@@ -117,7 +123,13 @@ std::string interleave_rows16(GgufFile& f, ExpertLayout& layout, bool experts, c
   char line[160];
   std::snprintf(line, sizeof line, "repack: %zu tensors, %.2f GB interleaved for the int8 kernels in %.1f s",
                 picked.size(), static_cast<double>(bytes) / 1e9, s);
-  return line;
+  std::string summary = line;
+  if (released > 0) {
+    std::snprintf(line, sizeof line, " (their rows, %.2f GB, left to the file's pages)",
+                  static_cast<double>(released.load()) / 1e9);
+    summary += line;
+  }
+  return summary;
 }
 
 // RoPE scaling as llama.cpp derives it (llama_context's yarn_attn_factor, the deepseek2 graph's

@@ -141,11 +141,12 @@ struct ModelOptions {
   // adapter folder), applied at run time, or merged into the weights at load with lora_merge.
   std::vector<std::string> lora;
   bool lora_merge = false;
-  // Interleaved copies of the matrices whose type has a 16-row layout (quant/rows16.h: Q4_K,
-  // Q5_K, Q6_K)
-  // for the cpu backend's int8 kernels (CLI --repack). Costs the copies' memory beside the
-  // weights (with --mmap the file's pages stay reclaimable page cache); experts only under the
-  // resident policy (a streamed expert's bytes move between cache slots).
+  // Interleaved copies of the matrices whose type has a 16-row layout (quant/rows16.h: Q4_0,
+  // Q4_1, Q4_K, Q5_K, Q6_K) for the cpu backend's int8 kernels (CLI --repack, on by default
+  // where they are read: repack_by_default). A GGUF file's copied rows go back to the file's
+  // pages (GgufFile::release_pages), so the copy costs no memory beyond the weights; a folder's
+  // converted weights keep theirs. Experts only under the resident policy (a streamed expert's
+  // bytes move between cache slots).
   bool repack = false;
   GgufFile::Progress repack_progress;  // while packing: bytes done, total
 };

@@ -80,6 +80,19 @@ TEST(Repack, SameModelOutputsAsTheFile) {
   // 2 layers × (q, k, v, o, gate and up experts) + the Q6_K output head; not the Q5_0/Q8_0
   // down experts, nor token_embd (read by rows: get_rows keeps the file's layout).
   EXPECT_EQ(repacked_tensors(*packed), 13) << packed->repack_summary();
+  // The copied rows went back to the file's pages (read into memory by default: the file mapped
+  // over them, GgufFile::release_pages) and still read as the file's bytes, which the copy's
+  // are not (it holds another layout: the comparison can fail).
+  EXPECT_NE(packed->repack_summary().find("left to the file's pages"), std::string::npos) << packed->repack_summary();
+  int compared = 0;
+  for (const TensorView& t : packed->file().tensors()) {
+    if (!t.rows16) continue;
+    const TensorView& f = plain->file().tensor(t.name);
+    EXPECT_EQ(std::memcmp(t.data, f.data, t.nbytes), 0) << t.name;
+    EXPECT_NE(std::memcmp(t.rows16, f.data, t.nbytes), 0) << t.name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 13);
   const Outputs a = run(*plain), b = run(*packed);
   // The interleaved kernels sum in the prefill tiles' order: the prompt's logits (12-token
   // batches) within float rounding of the row path's, decode's likewise.

@@ -465,6 +465,65 @@ TEST(GgufRoundTrip, TensorsShapesAlignmentAndData) {
   }
 }
 
+// The anonymous kB of the mapping that holds p (/proc/self/smaps), -1 if none is found.
+long anonymous_kb_at(const void* p) {
+  std::ifstream in("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(in, line)) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2) {  // a mapping's first line
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("Anonymous:", 0) == 0) {
+      return std::atol(line.c_str() + 10);
+    }
+  }
+  return -1;
+}
+
+// release_pages: the whole pages inside a tensor go back to the file, its bytes read the same.
+TEST(GgufFile, ReleasedPagesReadTheFileBytes) {
+  const std::string p = tmp_path("release.gguf");
+  const auto big = pattern(size_t{1} << 20, 7), small = pattern(100, 8);
+  {
+    GgufWriter w;
+    w.set_string("general.architecture", "test");
+    w.add_tensor("small", DType::F32, {25}, small.data(), small.size());
+    w.add_tensor("big", DType::F32, {int64_t{1} << 18}, big.data(), big.size());
+    w.write(p);
+  }
+  for (const auto load : {GgufFile::Load::read, GgufFile::Load::map}) {
+    GgufFile f(p, load);
+    const TensorView& b = f.tensor("big");
+    const TensorView& s = f.tensor("small");
+    EXPECT_EQ(f.release_pages(s.data, s.nbytes), 0u);  // no whole page inside 100 bytes
+    const auto* mid = static_cast<const uint8_t*>(b.data) + b.nbytes / 2;
+    // Read into memory: anonymous pages until released (the check below can fail).
+    if (load == GgufFile::Load::read) EXPECT_GT(anonymous_kb_at(mid), 0);
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t got = f.release_pages(b.data, b.nbytes);
+    EXPECT_GE(got, b.nbytes - 2 * page);
+    EXPECT_LE(got, b.nbytes);
+    EXPECT_EQ(std::memcmp(b.data, big.data(), big.size()), 0);
+    EXPECT_EQ(std::memcmp(s.data, small.data(), small.size()), 0);
+    if (load == GgufFile::Load::read) {
+      // The middle of the tensor is no longer anonymous memory (the file's pages, read above).
+      EXPECT_EQ(anonymous_kb_at(mid), 0) << "the copy's pages are still there";
+    }
+    // Outside the file: nothing to give back.
+    EXPECT_EQ(f.release_pages(big.data(), big.size()), 0u);
+  }
+  // Memory-backed (the same file's bytes): nothing to give back, the bytes stay.
+  std::ifstream in(p, std::ios::binary);
+  const std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto m = GgufFile::from_memory(file.data(), file.size(), "mem");
+  const TensorView& mb = m->tensor("big");
+  EXPECT_EQ(m->release_pages(mb.data, mb.nbytes), 0u);
+  EXPECT_EQ(std::memcmp(mb.data, big.data(), big.size()), 0);
+  fs::remove(p);
+}
+
 TEST(GgufWriter, StreamingMatchesInMemory) {
   auto a = pattern(4 * 64, 1), b = pattern(18 * 4, 2);
   std::string p1 = tmp_path("mem.gguf"), p2 = tmp_path("stream.gguf");

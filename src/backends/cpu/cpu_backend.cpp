@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <vector>
 
@@ -38,12 +39,6 @@ constexpr int64_t kDecodedBlockBytes = 256 << 10;
 constexpr int64_t kQ8RowsDecode = 16, kQ8RowsBatch = 32, kQ8TokTile = 64;
 // Most output rows per unit of moe_ffn_token's down phase (see there).
 constexpr int64_t kMoeDownRows = 128;
-// Batches of at least this many tokens take the tiles (packed per call from the rows) even where
-// an interleaved copy exists: the interleaved kernel decodes a super-block's scales and factors
-// once per pass of 8 tokens, the tile's pack once for all of them. 2048 x 4096, 1 thread, Zen 4,
-// GMAC/s tiles vs rows16: Q4_K 111 / 140 at 8 tokens, 142 / 150 at 32, 146 / 141 at 64, 145 /
-// 133 at 512; Q6_K 80 / 107, 110 / 112, 118 / 113, 129 / 117. The same bits either way.
-constexpr int64_t kRows16MaxTokens = 64;
 
 class CpuBackend final : public Backend {
  public:
@@ -321,7 +316,7 @@ class CpuBackend final : public Backend {
     };
     auto rows_of = [&](const cpu::Q8Ops& op, const TensorView& w, int64_t r0, int64_t nr, const uint8_t* a, size_t ab,
                        const int32_t* sums, int64_t m, int64_t n_in, float* y, size_t ldy, uint8_t* tile) {
-      if (const uint8_t* w16 = m < kRows16MaxTokens ? rows16(w, op, r0, nr) : nullptr)
+      if (const uint8_t* w16 = rows16(w, op, r0, nr))
         return op.rows16(w16 + static_cast<size_t>(r0) * w.row_bytes(), nr, n_in, a, ab, m, y, ldy);
       const auto* wr = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * w.row_bytes();
       if (!tiled(&op, m)) return op.gemm(wr, w.row_bytes(), nr, a, ab, m, n_in, y, ldy);
@@ -383,9 +378,10 @@ class CpuBackend final : public Backend {
     if (act_.size() < a_bytes * static_cast<size_t>(n_tok)) act_.resize(a_bytes * static_cast<size_t>(n_tok));
     uint8_t* act = act_.data();
     const bool tiled = q8_tiles_ && op.tile.any() && n_tok >= tile_min_tokens(op);
-    // The AMX tiles (gemm_rows) outrun the interleaved VNNI kernel at prefill, and the VNNI
-    // tiles do from kRows16MaxTokens on; the same bits.
-    const bool interleaved = rows16(w, op, 0, n_out) && !(tiled && (op.tile.gemm_rows || n_tok >= kRows16MaxTokens));
+    // The interleaved groups at every batch size (from cpu::kRows16TileTokens on the kernel
+    // makes each group's tile, so the rows are never read), except where the AMX tiles
+    // (gemm_rows) outrun it at prefill; the same bits.
+    const bool interleaved = rows16(w, op, 0, n_out) && !(tiled && op.tile.gemm_rows);
     const bool tiles = tiled && !interleaved;
     // The 32-block tiles' activation sums (Q8TileOps::act_sums): nb per token.
     const bool sums = tiles && op.tile.act_sums;
@@ -693,6 +689,11 @@ const char* cpu_backend_q8_level(const Backend& b) {
 bool cpu_backend_reads_rows16(const Backend& b, DType t) {
   const auto* c = dynamic_cast<const CpuBackend*>(&b);
   return c && c->reads_rows16(t);
+}
+
+bool repack_by_default(const Backend& b, const std::string& path) {
+  std::error_code ec;
+  return cpu_backend_reads_rows16(b, DType::Q4_K) && !std::filesystem::is_directory(path, ec);
 }
 
 std::optional<CpuIsa> cpu_backend_isa(const Backend& b) {

@@ -8,6 +8,7 @@
 #pragma once
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "backends/backend.h"
 #include "backends/cpu/kernels.h"
@@ -69,6 +70,11 @@ const char* cpu_backend_q8_level(const Backend& b);
 // Whether b is a cpu backend whose int8 kernels read TensorView::rows16 of type t (--repack's
 // copies; quant/rows16.h): false for other backends, exact float matmuls and levels without them.
 bool cpu_backend_reads_rows16(const Backend& b, DType t);
+// Whether --repack is on when not asked for: where b reads the interleaved copies and they cost
+// no memory, i.e. the model at `path` is a GGUF file, whose rows go back to the file's pages
+// once copied (GgufFile::release_pages). A folder's converted weights are anonymous memory the
+// copy would double, so folders ask for it.
+bool repack_by_default(const Backend& b, const std::string& path);
 // The kernel level of a cpu backend (nullopt if b is another backend): for logs and tests.
 std::optional<CpuIsa> cpu_backend_isa(const Backend& b);
 
