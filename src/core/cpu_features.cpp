@@ -68,6 +68,11 @@ CpuFeatures detect() {
     f.amx_int8 = (d7 >> 25) & 1;
   }
 #endif
+#ifdef SLUICE_EMULATED_AVX512
+  // tests/emu: the AVX-512 kernels run through a portable emulation, on any x86 CPU.
+  f.avx512f = f.avx512dq = f.avx512bw = f.avx512vl = f.avx512vnni = f.avx512bf16 = true;
+  f.amx_int8 = f.amx_tile = f.amx_bf16 = false;
+#endif
   return f;
 }
 
