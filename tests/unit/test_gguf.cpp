@@ -500,7 +500,9 @@ TEST(GgufFile, ReleasedPagesReadTheFileBytes) {
     EXPECT_EQ(f.release_pages(s.data, s.nbytes), 0u);  // no whole page inside 100 bytes
     const auto* mid = static_cast<const uint8_t*>(b.data) + b.nbytes / 2;
     // Read into memory: anonymous pages until released (the check below can fail).
-    if (load == GgufFile::Load::read) EXPECT_GT(anonymous_kb_at(mid), 0);
+    if (load == GgufFile::Load::read) {
+      EXPECT_GT(anonymous_kb_at(mid), 0);
+    }
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     const size_t got = f.release_pages(b.data, b.nbytes);
     EXPECT_GE(got, b.nbytes - 2 * page);
