@@ -163,17 +163,6 @@ inline simde__m512i _mm512_shuffle_epi32(simde__m512i a, int imm) {
     for (int i = 0; i < 4; ++i) r.i32[4 * l + i] = x.i32[4 * l + ((imm >> (2 * i)) & 3)];
   return emu::vi(r);
 }
-inline simde__m512i _mm512_shuffle_i64x2(simde__m512i a, simde__m512i b, int imm) {
-  const auto x = emu::pi(a), y = emu::pi(b);
-  emu::I r;
-  for (int l = 0; l < 4; ++l) {
-    const auto& s = l < 2 ? x : y;
-    const int from = (imm >> (2 * l)) & 3;
-    r.i64[2 * l] = s.i64[2 * from];
-    r.i64[2 * l + 1] = s.i64[2 * from + 1];
-  }
-  return emu::vi(r);
-}
 inline simde__m512i _mm512_srai_epi32(simde__m512i a, unsigned n) {
   const auto x = emu::pi(a);
   emu::I r;
@@ -284,4 +273,7 @@ inline simde__m128 _mm_fnmadd_ps(simde__m128 a, simde__m128 b, simde__m128 c) {
   simde__m128_private r;
   for (int i = 0; i < 4; ++i) r.f32[i] = std::fma(-x.f32[i], y.f32[i], z.f32[i]);
   return simde__m128_from_private(r);
+}
+inline simde__m512i _mm512_shuffle_i64x2(simde__m512i a, simde__m512i b, int imm) {
+  return simde_mm512_castps_si512(_mm512_shuffle_f32x4(simde_mm512_castsi512_ps(a), simde_mm512_castsi512_ps(b), imm));
 }
