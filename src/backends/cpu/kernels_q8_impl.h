@@ -1300,6 +1300,57 @@ inline void q5_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t 
   }
 }
 
+#if SLUICE_Q8_SIMD
+// What the interleaved groups' readers share at every SIMD level (Q8Ops::rows16: the VNNI token
+// loops below, the 256-bit ones of kernels_q8_rows16_avx2.h).
+// Decode reads a group once from memory: the super-blocks kRows16PrefetchBlocks ahead are
+// prefetched into L2, a few lines per step (2048x768 matrices cycled through 57-82 MB, 1 thread,
+// Zen 4, GB/s of weights at 1 token: no prefetch ~20 / 8 for Q4_K / Q6_K; into L1 2 ahead 27.5 /
+// 13.9, its line-fill buffers the limit; into L2 2 ahead 29.0 / 25.2, 4 ahead 39.6 / 27.8, 8
+// ahead 42.2 / 28.5 — 4 wastes less past a matrix's last group).
+constexpr int kRows16PrefetchBlocks = 4;
+template <class Group>
+inline void group_prefetch(const Group& b, int step) {
+  if constexpr (std::is_same_v<Group, block_q4_K_x16> || std::is_same_v<Group, block_q5_K_x16> ||
+                std::is_same_v<Group, block_q6_K_x16>) {
+    constexpr int kLines = (sizeof(Group) + 63) / 64, kPerStep = (kLines + 7) / 8;
+    const uintptr_t ahead = reinterpret_cast<uintptr_t>(&b) + kRows16PrefetchBlocks * sizeof(Group);
+    // A volatile asm, not _mm_prefetch: with the loops unrolled GCC schedules every prefetch of a
+    // super-block into one burst at its start, which Zen 1 drops (1 thread, 2048 x 32768 Q4_K
+    // from DRAM, AVX2 group decode: 6.7 GB/s with the burst, 11.0 spread; rows 7.8).
+    for (int l = kPerStep * step; l < std::min(kLines, kPerStep * (step + 1)); ++l)
+      asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(ahead + 64 * l)));
+  }
+}
+// The 6-bit scales sc[j] and mins mn[j] of sub-block j of a Q4_K/Q5_K super-block of 16 rows,
+// one byte per row: get_scale_min_k4 on the group's 12 byte planes (scales[k][r]) by a few
+// 128-bit ops.
+inline void q8_k4_group_scales_mins(const uint8_t (*planes)[16], __m128i sc[8], __m128i mn[8]) {
+  const __m128i k63 = _mm_set1_epi8(63), k0f = _mm_set1_epi8(0xF), k30 = _mm_set1_epi8(0x30);
+  __m128i S[K_SCALE_SIZE];
+  for (int k = 0; k < K_SCALE_SIZE; ++k) S[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(planes[k]));
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = _mm_and_si128(S[j], k63);
+    sc[j + 4] = _mm_or_si128(_mm_and_si128(S[j + 8], k0f), _mm_and_si128(_mm_srli_epi16(S[j], 2), k30));
+    mn[j] = _mm_and_si128(S[j + 4], k63);
+    mn[j + 4] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(S[j + 8], 4), k0f),
+                             _mm_and_si128(_mm_srli_epi16(S[j + 4], 2), k30));
+  }
+}
+// The exact Σ of each 32-block's quants of n_tok tokens' Q8_0 activations (nb blocks each,
+// astride bytes apart), at [t·nb + i]: what the 32-block types' group loops read (act_sums),
+// made once per call in the calling thread's buffer.
+inline const int32_t* rows16_act_sums(const uint8_t* a, size_t astride, int64_t n_tok, int64_t nb) {
+  thread_local std::vector<int32_t> buf;  // grows to the largest call's, once per thread
+  buf.resize(static_cast<size_t>(n_tok * nb));
+  for (int64_t t = 0; t < n_tok; ++t)
+    for (int64_t i = 0; i < nb; ++i)
+      buf[static_cast<size_t>(t * nb + i)] = q8_0_quant_sum(
+          reinterpret_cast<const block_q8_0*>(a + static_cast<size_t>(t) * astride)[i]);
+  return buf.data();
+}
+#endif
+
 #if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
 inline void q5_K_tile_pack_512(const void* w, size_t row_bytes, int64_t nr, int64_t n, uint8_t* tile) {
   const int64_t nb = n / QK_K;
@@ -1334,22 +1385,6 @@ inline __m512 q8_tile_close_mins_512(const uint32_t (*m2)[kQ8TileRows], __m512 d
 // below (K4TileTokens, Q6KTokens), which read a group's fields through these overloads: what a
 // tile's pack did per call (scales and mins decoded, fp16 factors converted) done per
 // super-block, so the same integer sums and float operations give bitwise the tile's results.
-// Decode reads a group once from memory: the super-blocks kRows16PrefetchBlocks ahead are
-// prefetched into L2, a few lines per step (2048x768 matrices cycled through 57-82 MB, 1 thread,
-// Zen 4, GB/s of weights at 1 token: no prefetch ~20 / 8 for Q4_K / Q6_K; into L1 2 ahead 27.5 /
-// 13.9, its line-fill buffers the limit; into L2 2 ahead 29.0 / 25.2, 4 ahead 39.6 / 27.8, 8
-// ahead 42.2 / 28.5 — 4 wastes less past a matrix's last group).
-constexpr int kRows16PrefetchBlocks = 4;
-template <class Group>
-inline void group_prefetch(const Group& b, int step) {
-  if constexpr (std::is_same_v<Group, block_q4_K_x16> || std::is_same_v<Group, block_q5_K_x16> ||
-                std::is_same_v<Group, block_q6_K_x16>) {
-    constexpr int kLines = (sizeof(Group) + 63) / 64, kPerStep = (kLines + 7) / 8;
-    const uintptr_t ahead = reinterpret_cast<uintptr_t>(&b) + kRows16PrefetchBlocks * sizeof(Group);
-    for (int l = kPerStep * step; l < std::min(kLines, kPerStep * (step + 1)); ++l)
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), _MM_HINT_T1);
-  }
-}
 inline __m512 group_factors(const float* d) { return _mm512_loadu_ps(d); }
 inline __m512 group_factors(const uint16_t* d) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
@@ -1368,17 +1403,9 @@ struct K4GroupScalesMins {
   alignas(64) uint8_t sc[8][kQ8TileRows];
   alignas(64) uint32_t m2[8][kQ8TileRows];
   explicit K4GroupScalesMins(const Group& b) {
-    const __m128i k63 = _mm_set1_epi8(63), k0f = _mm_set1_epi8(0xF), k30 = _mm_set1_epi8(0x30);
-    __m128i S[K_SCALE_SIZE], mn[8];
-    for (int k = 0; k < K_SCALE_SIZE; ++k) S[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[k]));
-    for (int j = 0; j < 4; ++j) {
-      _mm_store_si128(reinterpret_cast<__m128i*>(sc[j]), _mm_and_si128(S[j], k63));
-      _mm_store_si128(reinterpret_cast<__m128i*>(sc[j + 4]),
-                      _mm_or_si128(_mm_and_si128(S[j + 8], k0f), _mm_and_si128(_mm_srli_epi16(S[j], 2), k30)));
-      mn[j] = _mm_and_si128(S[j + 4], k63);
-      mn[j + 4] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(S[j + 8], 4), k0f),
-                               _mm_and_si128(_mm_srli_epi16(S[j + 4], 2), k30));
-    }
+    __m128i scv[8], mn[8];
+    q8_k4_group_scales_mins(b.scales, scv, mn);
+    for (int j = 0; j < 8; ++j) _mm_store_si128(reinterpret_cast<__m128i*>(sc[j]), scv[j]);
     for (int k = 0; k < 8; ++k) {
       const __m512i m = _mm512_cvtepu8_epi32(mn[k]);
       _mm512_store_si512(m2[k], _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
@@ -1501,16 +1528,7 @@ inline void rows16_gemm(const void* w16, int64_t nr, int64_t n, const void* a, s
   constexpr int64_t kBlock = kSums ? 32 : QK_K;
   const int64_t nb = n / kBlock;
   const auto* ab = static_cast<const uint8_t*>(a);
-  const int32_t* sums = nullptr;
-  if constexpr (kSums) {
-    thread_local std::vector<int32_t> buf;  // grows to the largest call's, once per thread
-    buf.resize(static_cast<size_t>(n_tok * nb));
-    for (int64_t t = 0; t < n_tok; ++t)
-      for (int64_t i = 0; i < nb; ++i)
-        buf[static_cast<size_t>(t * nb + i)] = q8_0_quant_sum(
-            reinterpret_cast<const block_q8_0*>(ab + static_cast<size_t>(t) * astride)[i]);
-    sums = buf.data();
-  }
+  const int32_t* sums = kSums ? rows16_act_sums(ab, astride, n_tok, nb) : nullptr;
   if (n_tok >= kRows16TileTokens) {
     using GT = GroupTile<Group>;
     thread_local std::vector<typename GT::Tile> tile;  // one group's, grows to the widest call's
@@ -1762,7 +1780,7 @@ inline float q6_K_tile_step(const Q6KTile& b, const block_q8_K& a, int64_t r, fl
 #else
 // Without VNNI: the 256-bit tiles (kernels_q8_tiles_avx2.h).
 #define SLUICE_Q8_Q6_K_TILE \
-  { q6_K_tile_bytes, q6_K_tile_pack_256<>, q8_tile_gemm_256<Q6KTile, Q6KTile256> }
+  { q6_K_tile_bytes, q6_K_tile_pack_256<>, q8_tile_gemm_256<Q6KTile, Q6KTile256<Q6KTile>> }
 #endif
 
 // ---- Q3_K prefill tiles: the Q6_K ones ------------------------------------------------------
@@ -1817,7 +1835,7 @@ inline void q3_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t 
   { q6_K_tile_bytes, q3_K_tile_pack<q6_K_tile_pack>, q8_tile_gemm_scalar<Q6KTile, block_q8_K, QK_K, q6_K_tile_step> }
 #else
 #define SLUICE_Q8_Q3_K_TILE \
-  { q6_K_tile_bytes, q3_K_tile_pack<q6_K_tile_pack_256<false>>, q8_tile_gemm_256<Q6KTile, Q6KTile256> }
+  { q6_K_tile_bytes, q3_K_tile_pack<q6_K_tile_pack_256<false>>, q8_tile_gemm_256<Q6KTile, Q6KTile256<Q6KTile>> }
 #endif
 
 // ---- Q2_K prefill tiles ------------------------------------------------------------------
@@ -2601,6 +2619,8 @@ inline void q8_quantize_q8_0_256(const float* x, void* yv, int64_t n) {
 
 #if SLUICE_Q8_SIMD && !SLUICE_Q8_VNNI
 #include "backends/cpu/kernels_q8_tiles_avx2.h"
+// (after the tiles: the groups' readers run the tiles' loops)
+#include "backends/cpu/kernels_q8_rows16_avx2.h"
 #endif
 
 constexpr Q8Kernels q8_table(const char* name) {
@@ -2652,6 +2672,11 @@ constexpr Q8Kernels q8_table(const char* name) {
   k.q4_K.tile.min_tokens = 6;
   k.q5_K.tile.min_tokens = 6;
   k.q8_0.tile.min_tokens = 8;
+  k.q4_K.rows16 = rows16_gemm_256<block_q4_K_x16, K4Tile256<block_q4_K_x16>, K4Rows16Decode<block_q4_K_x16>>;
+  k.q5_K.rows16 = rows16_gemm_256<block_q5_K_x16, K4Tile256<block_q5_K_x16>, K4Rows16Decode<block_q5_K_x16>>;
+  k.q6_K.rows16 = rows16_gemm_256<block_q6_K_x16, Q6KTile256<block_q6_K_x16>, Q6KRows16Decode>;
+  k.q4_0.rows16 = rows16_legacy_256<LegacyTileCodes<LegacyQ4_0>, block_q4_0_x16>;
+  k.q4_1.rows16 = rows16_legacy_256<LegacyTileCodes<LegacyQ4_1>, block_q4_1_x16>;
 #endif
   return k;
 }

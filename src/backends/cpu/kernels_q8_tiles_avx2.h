@@ -170,19 +170,71 @@ inline void q6_K_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, int6
 struct Tile256Buf {
   __m256i w[64];   // K4: sub-block j = w[8j..8j+7]; Q6_K: the 32-element group (hh, p) = w[8(4hh + p)..]
   __m256i sc[16];  // per-row scales, twice per 32-bit lane: K4 sub-block j = sc[j]; Q6_K 16-input sub-block s = sc[s]
+  __m256i m2[8];   // the close's vpmaddwd operands: K4 and Q2_K the tile's m2[k], Q6_K its sc2[k]
   __m256 d, dmin;
 };
 
 // The close of a super-block for the tiles with mins (Q4_K, Q5_K, Q2_K), rows 8h..8h+7:
 // mins = Σ_k m2[k]·(bsums pair k), then the two fused multiply-adds of the scalar twins.
-inline __m256 q8_tile_close_mins_256(const uint32_t (*m2)[kQ8TileRows], int h, const Tile256Buf& u, const block_q8_K& a,
-                                     __m256i sumi, __m256 acc) {
+inline __m256 q8_tile_close_mins_256(const Tile256Buf& u, const block_q8_K& a, __m256i sumi, __m256 acc) {
   __m256i mins = _mm256_setzero_si256();
-  for (int k = 0; k < 8; ++k)
-    mins = _mm256_add_epi32(mins, _mm256_madd_epi16(q8_load(m2[k] + 8 * h), q8_bcst32_256(a.bsums + 2 * k)));
+  for (int k = 0; k < 8; ++k) mins = _mm256_add_epi32(mins, _mm256_madd_epi16(u.m2[k], q8_bcst32_256(a.bsums + 2 * k)));
   const __m256 ad = _mm256_set1_ps(a.d);
   acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(u.d, ad), acc);
   return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(u.dmin, ad), acc);
+}
+
+// A super-block's per-row scales, mins and factors of rows 8h..8h+7 as the token loops read them
+// (Tile256Buf's sc, m2, d, dmin): a tile holds them decoded (its pack's work); an interleaved
+// group (quant/rows16.h, read by kernels_q8_rows16_avx2.h) decodes its scale planes and fp16
+// factors here, into the same values.
+// Bytes 8h..8h+7 of v, each twice as int16 (unsigned or signed bytes): vpmaddwd's per-row operand.
+inline __m256i q8_pair16_u8(__m128i v, int h) {
+  return _mm256_cvtepu8_epi16(h ? _mm_unpackhi_epi8(v, v) : _mm_unpacklo_epi8(v, v));
+}
+inline __m256i q8_pair16_i8(__m128i v, int h) {
+  return _mm256_cvtepi8_epi16(h ? _mm_unpackhi_epi8(v, v) : _mm_unpacklo_epi8(v, v));
+}
+inline __m256 q8_half8_256(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+template <class Tile>
+inline void k4_scales_256(const Tile& b, int h, Tile256Buf& u) {
+  for (int j = 0; j < 8; ++j) {
+    u.sc[j] = q8_pair16(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.sc[j] + 8 * h))));
+    u.m2[j] = q8_load(b.m2[j] + 8 * h);
+  }
+  u.d = _mm256_loadu_ps(b.d + 8 * h);
+  u.dmin = _mm256_loadu_ps(b.dmin + 8 * h);
+}
+template <class Group>
+requires std::is_same_v<Group, block_q4_K_x16> || std::is_same_v<Group, block_q5_K_x16>
+inline void k4_scales_256(const Group& b, int h, Tile256Buf& u) {
+  __m128i sc[8], mn[8];
+  q8_k4_group_scales_mins(b.scales, sc, mn);
+  for (int j = 0; j < 8; ++j) {
+    u.sc[j] = q8_pair16_u8(sc[j], h);
+    u.m2[j] = q8_pair16_u8(mn[j], h);
+  }
+  u.d = q8_half8_256(b.d + 8 * h);
+  u.dmin = q8_half8_256(b.dmin + 8 * h);
+}
+// Q6_K: sc[s] the 16 signed scales, m2[k] = (32·sc[2k], 32·sc[2k+1]) per lane (the tile's sc2).
+inline void q6_scales_256(const Q6KTile& b, int h, Tile256Buf& u) {
+  for (int s = 0; s < 16; ++s)
+    u.sc[s] = q8_pair16(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.sc[s] + 8 * h))));
+  for (int k = 0; k < 8; ++k) u.m2[k] = q8_load(b.sc2[k] + 8 * h);
+  u.d = _mm256_loadu_ps(b.d + 8 * h);
+}
+inline __m256i q6_group_sc2_256(const block_q6_K_x16& b, int k, int h) {
+  auto half = [&](int s) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[s] + 8 * h)); };
+  return _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(half(2 * k), half(2 * k + 1))), 5);
+}
+inline void q6_scales_256(const block_q6_K_x16& b, int h, Tile256Buf& u) {
+  for (int s = 0; s < 16; ++s)
+    u.sc[s] = q8_pair16_i8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[s])), h);
+  for (int k = 0; k < 8; ++k) u.m2[k] = q6_group_sc2_256(b, k, h);
+  u.d = q8_half8_256(b.d + 8 * h);
 }
 
 // The Q4_K / Q5_K tiles: codes ≤ 15 add 8 maddubs in one 16-bit run, Q5_K's ≤ 31 two runs of 4.
@@ -202,14 +254,12 @@ struct K4Tile256 {
         }
         u.w[8 * j + g] = v;
       }
-      u.sc[j] = q8_pair16(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.sc[j] + 8 * h))));
     }
-    u.d = _mm256_loadu_ps(b.d + 8 * h);
-    u.dmin = _mm256_loadu_ps(b.dmin + 8 * h);
+    k4_scales_256(b, h, u);
   }
   // NT (1 or 2) tokens' super-block: acc[t] after it, as k4_tile_step.
   template <int NT>
-  static void tokens(const Tile& b, int h, const Tile256Buf& u, const block_q8_K* const a[NT], __m256 acc[NT]) {
+  static void tokens(const Tile&, int, const Tile256Buf& u, const block_q8_K* const a[NT], __m256 acc[NT]) {
     __m256i sumi[NT];
     for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
     constexpr int kRun = kHighBit ? 4 : 8;
@@ -224,14 +274,15 @@ struct K4Tile256 {
         }
         for (int t = 0; t < NT; ++t) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(s[t], u.sc[j]));
       }
-    for (int t = 0; t < NT; ++t) acc[t] = q8_tile_close_mins_256(b.m2, h, u, *a[t], sumi[t], acc[t]);
+    for (int t = 0; t < NT; ++t) acc[t] = q8_tile_close_mins_256(u, *a[t], sumi[t], acc[t]);
   }
 };
 
 // The Q6_K tiles: codes ≤ 63, so two maddubs per 16-bit run (≤ 4·63·127), two runs per
 // 16-input sub-block; the -32 offset by vpmaddwd of sc2 with the bsum pairs, as q6_K_tile_step.
+template <class Tile>
 struct Q6KTile256 {
-  static void unpack(const Q6KTile& b, int h, Tile256Buf& u) {
+  static void unpack(const Tile& b, int h, Tile256Buf& u) {
     const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
     for (int hh = 0; hh < 2; ++hh)
       for (int p = 0; p < 4; ++p)
@@ -246,12 +297,10 @@ struct Q6KTile256 {
                                       : _mm256_srli_epi16(qh, 2);
           u.w[8 * (4 * hh + p) + g] = _mm256_or_si256(lo, _mm256_and_si256(hb, m30));
         }
-    for (int s = 0; s < 16; ++s)
-      u.sc[s] = q8_pair16(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.sc[s] + 8 * h))));
-    u.d = _mm256_loadu_ps(b.d + 8 * h);
+    q6_scales_256(b, h, u);
   }
   template <int NT>
-  static void tokens(const Q6KTile& b, int h, const Tile256Buf& u, const block_q8_K* const a[NT], __m256 acc[NT]) {
+  static void tokens(const Tile&, int, const Tile256Buf& u, const block_q8_K* const a[NT], __m256 acc[NT]) {
     __m256i sumi[NT];
     for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
     for (int q = 0; q < 8; ++q)  // group (hh, p) = (q / 4, q % 4): inputs 32q..32q+31, sub-blocks 2q, 2q + 1
@@ -268,7 +317,7 @@ struct Q6KTile256 {
     for (int t = 0; t < NT; ++t) {
       __m256i offs = _mm256_setzero_si256();
       for (int k = 0; k < 8; ++k)
-        offs = _mm256_add_epi32(offs, _mm256_madd_epi16(q8_load(b.sc2[k] + 8 * h), q8_bcst32_256(a[t]->bsums + 2 * k)));
+        offs = _mm256_add_epi32(offs, _mm256_madd_epi16(u.m2[k], q8_bcst32_256(a[t]->bsums + 2 * k)));
       const __m256 sf = _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t], offs));
       acc[t] = _mm256_fmadd_ps(sf, _mm256_mul_ps(u.d, _mm256_set1_ps(a[t]->d)), acc[t]);
     }
@@ -288,11 +337,12 @@ struct Q2KTile256 {
       }
     for (int k = 0; k < 16; ++k)
       u.sc[k] = q8_pair16(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.sc[k] + 8 * h))));
+    for (int k = 0; k < 8; ++k) u.m2[k] = q8_load(b.m2[k] + 8 * h);
     u.d = _mm256_loadu_ps(b.d + 8 * h);
     u.dmin = _mm256_loadu_ps(b.dmin + 8 * h);
   }
   template <int NT>
-  static void tokens(const Q2KTile& b, int h, const Tile256Buf& u, const block_q8_K* const a[NT], __m256 acc[NT]) {
+  static void tokens(const Q2KTile&, int, const Tile256Buf& u, const block_q8_K* const a[NT], __m256 acc[NT]) {
     __m256i sumi[NT];
     for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
     for (int q = 0; q < 8; ++q)  // group (hh, j) = (q / 4, q % 4): inputs 32q..32q+31, sub-blocks 2q, 2q + 1
@@ -306,7 +356,7 @@ struct Q2KTile256 {
         }
         for (int t = 0; t < NT; ++t) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(s[t], u.sc[2 * q + g0 / 4]));
       }
-    for (int t = 0; t < NT; ++t) acc[t] = q8_tile_close_mins_256(b.m2, h, u, *a[t], sumi[t], acc[t]);
+    for (int t = 0; t < NT; ++t) acc[t] = q8_tile_close_mins_256(u, *a[t], sumi[t], acc[t]);
   }
 };
 // q2_K_tile_pack's bytes: the qs words transposed 8 rows at a time, the scales' words 8 rows at a time.
@@ -467,11 +517,30 @@ inline void legacy_tile_pack_256(const void* w, size_t row_bytes, int64_t nr, in
   }
 }
 
+// Code vector g (inputs 4g..4g+3 of rows 8h..8h+7) and the factors of a tile, or of an
+// interleaved Q4_0 / Q4_1 group (quant/rows16.h): its word w's low nibbles are inputs 4w..4w+3,
+// its high ones 16+4w..16+4w+3, its factors fp16.
+inline __m256i legacy_codes_256(const QLegacyTile& b, int g, int h) { return q8_load(b.qs[g] + 8 * h); }
+inline __m256 legacy_d_256(const QLegacyTile& b, int h) { return _mm256_loadu_ps(b.d + 8 * h); }
+inline __m256 legacy_m_256(const QLegacyTile& b, int h) { return _mm256_loadu_ps(b.m + 8 * h); }
+template <class Group>
+concept LegacyGroup = std::is_same_v<Group, block_q4_0_x16> || std::is_same_v<Group, block_q4_1_x16>;
+template <LegacyGroup Group>
+inline __m256i legacy_codes_256(const Group& b, int g, int h) {
+  const __m256i raw = q8_load(b.qs[g % 4] + 8 * h);
+  return _mm256_and_si256(g < 4 ? raw : _mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0xF));
+}
+template <LegacyGroup Group>
+inline __m256 legacy_d_256(const Group& b, int h) {
+  return q8_half8_256(b.d + 8 * h);
+}
+inline __m256 legacy_m_256(const block_q4_1_x16& b, int h) { return q8_half8_256(b.m + 8 * h); }
+
 template <class C>
 struct LegacyTile256 {
   // Tokens t0..t0+NT-1 (NT 1 or 2) against block i of rows 8h..8h+7: lane i % 4 of acc.
-  template <int NT>
-  static void block(const QLegacyTile& b, int64_t i, int h, const block_q8_0* const a[NT], const int32_t* const sa[NT],
+  template <int NT, class Tile>
+  static void block(const Tile& b, int64_t i, int h, const block_q8_0* const a[NT], const int32_t* const sa[NT],
                     __m256 (*acc)[4]) {
     constexpr int kRun = C::kFive ? 4 : 8;  // 8·2·15·127 < 2^15; 5 bits: 4·2·31·127
     __m256i s[NT];
@@ -480,7 +549,7 @@ struct LegacyTile256 {
       // 8-bit codes c: v = c − 128 by the sign trick (|v|·sign(a, v), pairs ≤ 2·128·127 < 2^15),
       // one vpmaddwd per vector; then Σ c·a = Σ v·a + 128·Σa, the sum the narrow codes give.
       for (int g = 0; g < 8; ++g) {
-        const __m256i v = _mm256_xor_si256(q8_load(b.qs[g] + 8 * h), _mm256_set1_epi8(static_cast<char>(0x80)));
+        const __m256i v = _mm256_xor_si256(legacy_codes_256(b, g, h), _mm256_set1_epi8(static_cast<char>(0x80)));
         const __m256i u = _mm256_sign_epi8(v, v);
         for (int t = 0; t < NT; ++t)
           s[t] = _mm256_add_epi32(
@@ -493,20 +562,19 @@ struct LegacyTile256 {
       __m256i r[NT];
       for (int t = 0; t < NT; ++t) r[t] = _mm256_setzero_si256();
       for (int g = g0; g < g0 + kRun; ++g) {
-        const __m256i wv = q8_load(b.qs[g] + 8 * h);
+        const __m256i wv = legacy_codes_256(b, g, h);
         for (int t = 0; t < NT; ++t)
           r[t] = _mm256_add_epi16(r[t], _mm256_maddubs_epi16(wv, q8_bcst32_256(a[t]->qs + 4 * g)));
       }
       for (int t = 0; t < NT; ++t) s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(r[t], _mm256_set1_epi16(1)));
     }
-    const __m256 dv = _mm256_loadu_ps(b.d + 8 * h);
+    const __m256 dv = legacy_d_256(b, h);
     for (int t = 0; t < NT; ++t) {
       const __m256 da = _mm256_set1_ps(q8_half(a[t]->d));
       __m256& l = acc[t][i % 4];
       if constexpr (C::kMin) {
         l = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(dv, da), l);
-        l = _mm256_fmadd_ps(_mm256_set1_ps(static_cast<float>(*sa[t])), _mm256_mul_ps(_mm256_loadu_ps(b.m + 8 * h), da),
-                            l);
+        l = _mm256_fmadd_ps(_mm256_set1_ps(static_cast<float>(*sa[t])), _mm256_mul_ps(legacy_m_256(b, h), da), l);
       } else {
         const __m256 sf = _mm256_cvtepi32_ps(_mm256_sub_epi32(s[t], _mm256_set1_epi32(C::kOff * *sa[t])));
         l = _mm256_fmadd_ps(sf, _mm256_mul_ps(dv, da), l);
@@ -515,12 +583,14 @@ struct LegacyTile256 {
   }
 };
 
-// Q8TileOps::gemm of the legacy tiles: as q8_tile_gemm_256, four accumulators per token.
-template <class C>
+// Q8TileOps::gemm of the legacy tiles: as q8_tile_gemm_256, four accumulators per token. Tile:
+// QLegacyTile, or a Q4_0 / Q4_1 group (Q8Ops::rows16), whose blocks 32 ahead (~10 KB, as the
+// K-quants' kRows16PrefetchBlocks) the first pass prefetches into L2.
+template <class C, class Tile = QLegacyTile>
 inline void legacy_tile_gemm_256(const uint8_t* tile, int64_t n, const void* a, size_t astride, const int32_t* sums,
                                  int64_t n_tok, float* y, size_t ldy, int64_t nr) {
   constexpr int64_t kChunk = 32;
-  const auto* T = reinterpret_cast<const QLegacyTile*>(tile);
+  const auto* T = reinterpret_cast<const Tile*>(tile);
   const auto* ab = static_cast<const uint8_t*>(a);
   const int64_t nb = n / 32;
   __m256 acc[kChunk][4];
@@ -532,6 +602,10 @@ inline void legacy_tile_gemm_256(const uint8_t* tile, int64_t n, const void* a, 
       for (int64_t t = 0; t < nt; ++t)
         for (auto& l : acc[t]) l = _mm256_setzero_ps();
       for (int64_t i = 0; i < nb; ++i) {
+        if constexpr (LegacyGroup<Tile>)
+          if (h == 0 && t0 == 0)
+            for (size_t l = 0; l < sizeof(Tile); l += 64)
+              _mm_prefetch(reinterpret_cast<const char*>(T + i + 32) + l, _MM_HINT_T1);
         int64_t t = 0;
         for (; t + 2 <= nt; t += 2) {
           const block_q8_0* const at[2] = {act(t) + i, act(t + 1) + i};

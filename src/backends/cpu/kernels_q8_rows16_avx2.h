@@ -1,0 +1,173 @@
+// backends/cpu/kernels_q8_rows16_avx2: Q8Ops::rows16 for levels without VNNI (AVX2, and AVX-512
+// without VNNI): the interleaved groups (quant/rows16.h) of Q4_K, Q5_K, Q6_K, Q4_0 and Q4_1 read
+// by the 256-bit tiles' loops of kernels_q8_tiles_avx2.h, whose code vectors (4 inputs of 8 rows)
+// are the groups' words as they are. Included by kernels_q8_impl.h after that file; includes
+// nothing itself.
+//
+// Why: a row dot pays per 32 weights a vpmaddubsw AND a vpmaddwd by the sub-block's scale, and
+// on Zen 1/2 both issue on one pipe (two passes each at 256 bits): Q4_K decode ran ~7.4 GB/s of
+// weights per core there (1 thread, qwen3-30b-a3b synth), under the 16 GB/s one core reads. A
+// group's vpmaddubsw covers 8 rows, its pairs add in 16 bits over a whole sub-block and one
+// vpmaddwd closes it: ~1.1 multiplies per 32 weights instead of 2, and no horizontal sums.
+//
+// Numerics: the exact int32 sums and the fused multiply-adds of the tiles' loops, so a group
+// gives bitwise what its rows' tile gives (and the tiles' scalar twins), at every batch size.
+// One token (decode) runs fused (K4Rows16Decode, Q6KRows16Decode: each code vector unpacked in
+// registers, the activation broadcasts shared by both halves of 8 rows); more go through
+// q8_tile_gemm_256 (each super-block unpacked once per call into L1, then every token).
+
+// One token against a Q4_K / Q5_K group's nb super-blocks: y[0..16).
+template <class Group>
+struct K4Rows16Decode {
+  static constexpr bool kHighBit = requires(const Group& g) { g.qh; };
+  static void run(const Group* G, int64_t nb, const block_q8_K* a, float* y) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < nb; ++i) {
+      const Group& b = G[i];
+      const block_q8_K& ai = a[i];
+      __m128i sc[8], mn[8];
+      q8_k4_group_scales_mins(b.scales, sc, mn);
+      __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
+      for (int c = 0; c < 4; ++c) {  // chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high)
+        group_prefetch(b, 2 * c);
+        group_prefetch(b, 2 * c + 1);
+        constexpr int kRun = kHighBit ? 4 : 8;  // as K4Tile256: 16-bit runs never pass 2^15 - 1
+#pragma GCC unroll 8
+        for (int g0 = 0; g0 < 8; g0 += kRun) {
+          __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hi[2] = {lo[0], lo[0]};
+#pragma GCC unroll 8
+          for (int g = g0; g < g0 + kRun; ++g) {
+            const __m256i al = q8_bcst32_256(ai.qs + 64 * c + 4 * g), ah = q8_bcst32_256(ai.qs + 64 * c + 32 + 4 * g);
+#pragma GCC unroll 8
+            for (int h = 0; h < 2; ++h) {
+              const __m256i raw = q8_load(b.qs[8 * c + g] + 8 * h);
+              __m256i vl = _mm256_and_si256(raw, m4), vh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+              if constexpr (kHighBit) {  // bits 2c, 2c + 1 of each qh byte to bit 4 (as K4Tile256::unpack)
+                const __m256i q = q8_load(b.qh[g] + 8 * h), m10 = _mm256_set1_epi8(0x10);
+                const __m256i bl = c < 2    ? _mm256_slli_epi16(q, 4 - 2 * c)
+                                   : c == 2 ? q
+                                            : _mm256_srli_epi16(q, 2 * c - 4);
+                const __m256i bh = c < 2 ? _mm256_slli_epi16(q, 3 - 2 * c) : _mm256_srli_epi16(q, 2 * c - 3);
+                vl = _mm256_or_si256(vl, _mm256_and_si256(bl, m10));
+                vh = _mm256_or_si256(vh, _mm256_and_si256(bh, m10));
+              }
+              lo[h] = _mm256_add_epi16(lo[h], _mm256_maddubs_epi16(vl, al));
+              hi[h] = _mm256_add_epi16(hi[h], _mm256_maddubs_epi16(vh, ah));
+            }
+          }
+#pragma GCC unroll 8
+          for (int h = 0; h < 2; ++h)
+            sumi[h] = _mm256_add_epi32(sumi[h],
+                                       _mm256_add_epi32(_mm256_madd_epi16(lo[h], q8_pair16_u8(sc[2 * c], h)),
+                                                        _mm256_madd_epi16(hi[h], q8_pair16_u8(sc[2 * c + 1], h))));
+        }
+      }
+      const __m256 ad = _mm256_set1_ps(ai.d);
+#pragma GCC unroll 8
+      for (int h = 0; h < 2; ++h) {  // q8_tile_close_mins_256
+        __m256i mins = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k)
+          mins = _mm256_add_epi32(mins, _mm256_madd_epi16(q8_pair16_u8(mn[k], h), q8_bcst32_256(ai.bsums + 2 * k)));
+        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[h]), _mm256_mul_ps(q8_half8_256(b.d + 8 * h), ad), acc[h]);
+        acc[h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(q8_half8_256(b.dmin + 8 * h), ad), acc[h]);
+      }
+    }
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
+  }
+};
+
+// One token against a Q6_K group: y[0..16). Per 128-input half hh and word g, the ql words of
+// groups p and p + 2 are one load (low / high nibbles) and the qh word serves all four.
+struct Q6KRows16Decode {
+  static void run(const block_q6_K_x16* G, int64_t nb, const block_q8_K* a, float* y) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < nb; ++i) {
+      const block_q6_K_x16& b = G[i];
+      const block_q8_K& ai = a[i];
+      __m128i sc[16];
+#pragma GCC unroll 8
+      for (int s = 0; s < 16; ++s) sc[s] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[s]));
+      __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
+      for (int hh = 0; hh < 2; ++hh)
+#pragma GCC unroll 8
+        for (int p = 0; p < 2; ++p) {  // groups q = 4hh + p (low nibbles) and q + 2 (high nibbles)
+          group_prefetch(b, 4 * hh + 2 * p);
+          group_prefetch(b, 4 * hh + 2 * p + 1);
+          const int q = 4 * hh + p;
+#pragma GCC unroll 8
+          for (int g0 = 0; g0 < 8; g0 += 2) {  // runs of two vectors (≤ 4·63·127 per lane)
+            __m256i s0[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, s2[2] = {s0[0], s0[0]};
+#pragma GCC unroll 8
+            for (int g = g0; g < g0 + 2; ++g) {
+              const __m256i a0 = q8_bcst32_256(ai.qs + 32 * q + 4 * g),
+                            a2 = q8_bcst32_256(ai.qs + 32 * (q + 2) + 4 * g);
+#pragma GCC unroll 8
+              for (int h = 0; h < 2; ++h) {
+                const __m256i l = q8_load(b.ql[16 * hh + 8 * p + g] + 8 * h), qh = q8_load(b.qh[8 * hh + g] + 8 * h);
+                // bits 2p, 2p+1 (group q) and 2p+4, 2p+5 (group q + 2) of each qh byte to bits 4, 5
+                const __m256i h0 = p == 0 ? _mm256_slli_epi16(qh, 4) : _mm256_slli_epi16(qh, 2);
+                const __m256i h2 = p == 0 ? qh : _mm256_srli_epi16(qh, 2);
+                const __m256i w0 = _mm256_or_si256(_mm256_and_si256(l, m4), _mm256_and_si256(h0, m30));
+                const __m256i w2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), m4),
+                                                   _mm256_and_si256(h2, m30));
+                s0[h] = _mm256_add_epi16(s0[h], _mm256_maddubs_epi16(w0, a0));
+                s2[h] = _mm256_add_epi16(s2[h], _mm256_maddubs_epi16(w2, a2));
+              }
+            }
+#pragma GCC unroll 8
+            for (int h = 0; h < 2; ++h) {  // sub-blocks 2q + g0/4 and 2(q + 2) + g0/4
+              const __m256i t0 = _mm256_madd_epi16(s0[h], q8_pair16_i8(sc[2 * q + g0 / 4], h));
+              const __m256i t2 = _mm256_madd_epi16(s2[h], q8_pair16_i8(sc[2 * (q + 2) + g0 / 4], h));
+              sumi[h] = _mm256_add_epi32(sumi[h], _mm256_add_epi32(t0, t2));
+            }
+          }
+        }
+      const __m256 ad = _mm256_set1_ps(ai.d);
+#pragma GCC unroll 8
+      for (int h = 0; h < 2; ++h) {  // Q6KTile256::tokens' close
+        __m256i offs = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k)
+          offs = _mm256_add_epi32(offs, _mm256_madd_epi16(q6_group_sc2_256(b, k, h), q8_bcst32_256(ai.bsums + 2 * k)));
+        const __m256 sf = _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[h], offs));
+        acc[h] = _mm256_fmadd_ps(sf, _mm256_mul_ps(q8_half8_256(b.d + 8 * h), ad), acc[h]);
+      }
+    }
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
+  }
+};
+
+// Q8Ops::rows16 of the super-block types: per group of 16 rows, one token fused (Decode), more
+// through the tile loop (Kind) reading the group as its tile.
+template <class Group, class Kind, class Decode>
+inline void rows16_gemm_256(const void* w16, int64_t nr, int64_t n, const void* a, size_t astride, int64_t n_tok,
+                            float* y, size_t ldy) {
+  const int64_t nb = n / QK_K;
+  for (int64_t g = 0; g < nr / 16; ++g) {
+    const Group* G = static_cast<const Group*>(w16) + g * nb;
+    if (n_tok == 1)
+      Decode::run(G, nb, static_cast<const block_q8_K*>(a), y + 16 * g);
+    else
+      q8_tile_gemm_256<Group, Kind>(reinterpret_cast<const uint8_t*>(G), n, a, astride, nullptr, n_tok, y + 16 * g, ldy,
+                                    16);
+  }
+}
+
+// Q8Ops::rows16 of Q4_0 / Q4_1: the legacy tile loop on the group (legacy_codes_256 unpacks its
+// nibbles), with each activation block's Σa made once per call.
+template <class C, class Group>
+inline void rows16_legacy_256(const void* w16, int64_t nr, int64_t n, const void* a, size_t astride, int64_t n_tok,
+                              float* y, size_t ldy) {
+  const int64_t nb = n / 32;
+  const int32_t* sums = rows16_act_sums(static_cast<const uint8_t*>(a), astride, n_tok, nb);
+  for (int64_t g = 0; g < nr / 16; ++g)
+    legacy_tile_gemm_256<C, Group>(reinterpret_cast<const uint8_t*>(static_cast<const Group*>(w16) + g * nb), n, a,
+                                   astride, sums, n_tok, y + 16 * g, ldy, 16);
+}
