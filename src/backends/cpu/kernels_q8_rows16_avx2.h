@@ -65,12 +65,22 @@ struct K4Rows16Decode {
         }
       }
       const __m256 ad = _mm256_set1_ps(ai.d);
-#pragma GCC unroll 8
-      for (int h = 0; h < 2; ++h) {  // q8_tile_close_mins_256
+      // The activation's sub-block sums bsums[2j] + bsums[2j + 1] (|s| <= 32·127) as int16 pairs
+      // (j = 2k, 2k + 1) in word k: the mins of two sub-blocks per vpmaddwd.
+      const __m128i bs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ai.bsums)),
+                    bs2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ai.bsums + 8));
+      const __m128i pairs = _mm_packs_epi32(_mm_madd_epi16(bs, _mm_set1_epi16(1)),
+                                            _mm_madd_epi16(bs2, _mm_set1_epi16(1)));
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {  // q8_tile_close_mins_256's integer sum and fused multiply-adds
         __m256i mins = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; ++k)
-          mins = _mm256_add_epi32(mins, _mm256_madd_epi16(q8_pair16_u8(mn[k], h), q8_bcst32_256(ai.bsums + 2 * k)));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          const __m128i m = h ? _mm_unpackhi_epi8(mn[2 * k], mn[2 * k + 1])
+                              : _mm_unpacklo_epi8(mn[2 * k], mn[2 * k + 1]);
+          mins = _mm256_add_epi32(mins, _mm256_madd_epi16(_mm256_cvtepu8_epi16(m),
+                                                          _mm256_set1_epi32(_mm_extract_epi32(pairs, k))));
+        }
         acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[h]), _mm256_mul_ps(q8_half8_256(b.d + 8 * h), ad), acc[h]);
         acc[h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(q8_half8_256(b.dmin + 8 * h), ad), acc[h]);
       }
