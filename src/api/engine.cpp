@@ -105,11 +105,11 @@ std::unique_ptr<Engine> Engine::open(const std::string& model_path, const Engine
     if (!im.model->repack_summary().empty()) opt.on_load_note(im.model->repack_summary());
   }
   if (opt.experts.record_routing_trace) im.model->experts().record_routing_trace();
-  // The interleaved copies are read by the cpu backend's int8 kernels at AVX-512 VNNI only.
+  // The interleaved copies are read by the cpu backend's int8 kernels (every SIMD level).
   const char* q8 = cpu_backend_q8_level(*im.backend);
   if (mo.repack && opt.on_load_note && !cpu_backend_reads_rows16(*im.backend, DType::Q4_K))
     opt.on_load_note("repack: unused here (backend " + opt.backend + ", int8 kernels " + (q8 ? q8 : "off") +
-                     "): only the cpu backend's AVX-512 VNNI kernels read the interleaved copies");
+                     "): only the cpu backend's int8 kernels (AVX2, AVX-512) read the interleaved copies");
   im.kv = opt.kv;
   im.n_ctx_option = opt.n_ctx;
   return e;
