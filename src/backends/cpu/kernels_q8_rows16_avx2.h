@@ -44,14 +44,10 @@ struct K4Rows16Decode {
             for (int h = 0; h < 2; ++h) {
               const __m256i raw = q8_load(b.qs[8 * c + g] + 8 * h);
               __m256i vl = _mm256_and_si256(raw, m4), vh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-              if constexpr (kHighBit) {  // bits 2c, 2c + 1 of each qh byte to bit 4 (as K4Tile256::unpack)
-                const __m256i q = q8_load(b.qh[g] + 8 * h), m10 = _mm256_set1_epi8(0x10);
-                const __m256i bl = c < 2    ? _mm256_slli_epi16(q, 4 - 2 * c)
-                                   : c == 2 ? q
-                                            : _mm256_srli_epi16(q, 2 * c - 4);
-                const __m256i bh = c < 2 ? _mm256_slli_epi16(q, 3 - 2 * c) : _mm256_srli_epi16(q, 2 * c - 3);
-                vl = _mm256_or_si256(vl, _mm256_and_si256(bl, m10));
-                vh = _mm256_or_si256(vh, _mm256_and_si256(bh, m10));
+              if constexpr (kHighBit) {
+                const __m256i q = q8_load(b.qh[g] + 8 * h);
+                vl = _mm256_or_si256(vl, q5_high_bit_256(q, 2 * c));
+                vh = _mm256_or_si256(vh, q5_high_bit_256(q, 2 * c + 1));
               }
               lo[h] = _mm256_add_epi16(lo[h], _mm256_maddubs_epi16(vl, al));
               hi[h] = _mm256_add_epi16(hi[h], _mm256_maddubs_epi16(vh, ah));
@@ -94,7 +90,7 @@ struct K4Rows16Decode {
 // groups p and p + 2 are one load (low / high nibbles) and the qh word serves all four.
 struct Q6KRows16Decode {
   static void run(const block_q6_K_x16* G, int64_t nb, const block_q8_K* a, float* y) {
-    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+    const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < nb; ++i) {
       const block_q6_K_x16& b = G[i];
@@ -120,12 +116,9 @@ struct Q6KRows16Decode {
 #pragma GCC unroll 8
               for (int h = 0; h < 2; ++h) {
                 const __m256i l = q8_load(b.ql[16 * hh + 8 * p + g] + 8 * h), qh = q8_load(b.qh[8 * hh + g] + 8 * h);
-                // bits 2p, 2p+1 (group q) and 2p+4, 2p+5 (group q + 2) of each qh byte to bits 4, 5
-                const __m256i h0 = p == 0 ? _mm256_slli_epi16(qh, 4) : _mm256_slli_epi16(qh, 2);
-                const __m256i h2 = p == 0 ? qh : _mm256_srli_epi16(qh, 2);
-                const __m256i w0 = _mm256_or_si256(_mm256_and_si256(l, m4), _mm256_and_si256(h0, m30));
+                const __m256i w0 = _mm256_or_si256(_mm256_and_si256(l, m4), q6_high_bits_256(qh, p));
                 const __m256i w2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), m4),
-                                                   _mm256_and_si256(h2, m30));
+                                                   q6_high_bits_256(qh, p + 2));
                 s0[h] = _mm256_add_epi16(s0[h], _mm256_maddubs_epi16(w0, a0));
                 s2[h] = _mm256_add_epi16(s2[h], _mm256_maddubs_epi16(w2, a2));
               }

@@ -237,21 +237,33 @@ inline void q6_scales_256(const block_q6_K_x16& b, int h, Tile256Buf& u) {
   u.d = q8_half8_256(b.d + 8 * h);
 }
 
+// The high bits of a code vector from its qh vector, by 16-bit shifts (the mask drops what
+// crossed a byte): Q5_K's fifth bit of sub-block j (bit j of each byte) to bit 4; Q6_K's two
+// top bits of group p (bits 2p, 2p+1) to bits 4, 5. For the tiles' unpacks and the groups'
+// fused decode loops (kernels_q8_rows16_avx2.h).
+inline __m256i q5_high_bit_256(__m256i qh, int j) {
+  const __m256i hb = j < 4 ? _mm256_slli_epi16(qh, 4 - j) : j == 4 ? qh : _mm256_srli_epi16(qh, j - 4);
+  return _mm256_and_si256(hb, _mm256_set1_epi8(0x10));
+}
+inline __m256i q6_high_bits_256(__m256i qh, int p) {
+  const __m256i hb = p == 0   ? _mm256_slli_epi16(qh, 4)
+                     : p == 1 ? _mm256_slli_epi16(qh, 2)
+                     : p == 2 ? qh
+                              : _mm256_srli_epi16(qh, 2);
+  return _mm256_and_si256(hb, _mm256_set1_epi8(0x30));
+}
+
 // The Q4_K / Q5_K tiles: codes ≤ 15 add 8 maddubs in one 16-bit run, Q5_K's ≤ 31 two runs of 4.
 template <class Tile>
 struct K4Tile256 {
   static constexpr bool kHighBit = requires(const Tile& t) { t.qh; };
   static void unpack(const Tile& b, int h, Tile256Buf& u) {
-    const __m256i m4 = _mm256_set1_epi8(0xF), m10 = _mm256_set1_epi8(0x10);
+    const __m256i m4 = _mm256_set1_epi8(0xF);
     for (int j = 0; j < 8; ++j) {  // sub-block j: chunk j/2, low (even j) or high nibbles
       for (int g = 0; g < 8; ++g) {
         const __m256i raw = q8_load(b.qs[8 * (j / 2) + g] + 8 * h);
         __m256i v = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
-        if constexpr (kHighBit) {
-          const __m256i q = q8_load(b.qh[g] + 8 * h);
-          const __m256i hb = j < 4 ? _mm256_slli_epi16(q, 4 - j) : j == 4 ? q : _mm256_srli_epi16(q, j - 4);
-          v = _mm256_or_si256(v, _mm256_and_si256(hb, m10));
-        }
+        if constexpr (kHighBit) v = _mm256_or_si256(v, q5_high_bit_256(q8_load(b.qh[g] + 8 * h), j));
         u.w[8 * j + g] = v;
       }
     }
@@ -283,19 +295,13 @@ struct K4Tile256 {
 template <class Tile>
 struct Q6KTile256 {
   static void unpack(const Tile& b, int h, Tile256Buf& u) {
-    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+    const __m256i m4 = _mm256_set1_epi8(0xF);
     for (int hh = 0; hh < 2; ++hh)
       for (int p = 0; p < 4; ++p)
         for (int g = 0; g < 8; ++g) {
           const __m256i l = q8_load(b.ql[16 * hh + 8 * (p & 1) + g] + 8 * h);
           const __m256i lo = _mm256_and_si256(p < 2 ? l : _mm256_srli_epi16(l, 4), m4);
-          const __m256i qh = q8_load(b.qh[8 * hh + g] + 8 * h);
-          // bits 2p, 2p+1 of each byte to bits 4, 5 (16-bit shifts; the mask drops what crossed bytes)
-          const __m256i hb = p == 0   ? _mm256_slli_epi16(qh, 4)
-                             : p == 1 ? _mm256_slli_epi16(qh, 2)
-                             : p == 2 ? qh
-                                      : _mm256_srli_epi16(qh, 2);
-          u.w[8 * (4 * hh + p) + g] = _mm256_or_si256(lo, _mm256_and_si256(hb, m30));
+          u.w[8 * (4 * hh + p) + g] = _mm256_or_si256(lo, q6_high_bits_256(q8_load(b.qh[8 * hh + g] + 8 * h), p));
         }
     q6_scales_256(b, h, u);
   }
