@@ -193,9 +193,8 @@ void add_repack_flags(CLI::App* cmd, std::optional<bool>& repack) {
   auto* on = cmd->add_flag_callback(
       "--repack", [&repack] { repack = true; },
       "cpu: interleave the Q4_0, Q4_1, Q4_K, Q5_K and Q6_K matrices 16 rows at a time for the int8 kernels. The "
-      "default where the cpu backend's int8 kernels read them (AVX2, AVX-512) and the model is a GGUF file (its "
-      "rows go back to the "
-      "file's pages: no memory beyond the weights); a folder's converted weights get a copy beside them");
+      "default where the cpu backend's int8 kernels read them (AVX2, AVX-512); no memory beyond the weights (a "
+      "GGUF file's rows go back to the file's pages, a folder's converted weights are interleaved in place)");
   cmd->add_flag_callback(
          "--no-repack", [&repack] { repack = false; }, "keep the rows as the file has them")
       ->excludes(on);

@@ -95,7 +95,8 @@ std::unique_ptr<Engine> Engine::open(const std::string& model_path, const Engine
   }
   im.backend = make_backend(opt.backend, bo);
   ModelOptions mo = model_options(opt);
-  mo.repack = opt.repack.value_or(repack_by_default(*im.backend, model_path));
+  mo.repack = opt.repack.value_or(repack_by_default(*im.backend));
+  mo.repack_in_place = cpu_backend_reads_every_rows16(*im.backend);
   im.model = Model::load(model_path, mo);
   if (opt.on_load_note) {
     // A quantized folder's weights were repacked or dequantized at load (format/hf_folder.h).

@@ -227,7 +227,9 @@ int run_bench(const BenchArgs& a) {
     {
       CpuBackendOptions o = cpu_backend_default_options();
       o.q8_activations = !a.exact;  // what the runs below read, asked of a one-thread twin
-      mo.repack = a.repack.value_or(repack_by_default(*make_cpu_backend(1, cpu_isa_select(), o), path));
+      const auto twin = make_cpu_backend(1, cpu_isa_select(), o);
+      mo.repack = a.repack.value_or(repack_by_default(*twin));
+      mo.repack_in_place = cpu_backend_reads_every_rows16(*twin);
     }
     mo.repack_progress = [last = size_t{0}](size_t done, size_t total) mutable {
       if (done - last < (size_t{1} << 30) && done != total) return;  // a line per GiB

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace sluice {
 
@@ -30,11 +31,17 @@ struct TensorView {
   // r0 (a multiple of 16) starts r0·row_bytes() in, as in `data`; only a backend that reads
   // the layout uses it (the cpu backend's Q8Ops::rows16), every other reader keeps `data`.
   const void* rows16 = nullptr;
+  // The rows were interleaved in place (--repack on a folder's converted weights, whose rows no
+  // file keeps): data == rows16 holds only the 16-row layout, and row() refuses to read it, so
+  // a reader that wants rows fails by name instead of reading another layout's bytes.
+  bool rows_interleaved = false;
 
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
   size_t row_bytes() const { return dtype_row_bytes(type, ne[0]); }
   const uint8_t* row(int64_t i) const {
+    if (rows_interleaved) [[unlikely]]
+      fail("tensor '", name, "' holds only its interleaved copy (--repack in place): its rows cannot be read here");
     return static_cast<const uint8_t*>(data) + static_cast<size_t>(i) * row_bytes();
   }
   // The 2-D matrix of expert e of a stacked [in, out, n_expert] tensor.
@@ -43,7 +50,7 @@ struct TensorView {
     v.n_dims = 2;
     v.ne[2] = v.ne[3] = 1;
     v.nbytes = static_cast<size_t>(ne[1]) * row_bytes();
-    v.data = row(e * ne[1]);
+    v.data = static_cast<const uint8_t*>(data) + static_cast<size_t>(e * ne[1]) * row_bytes();
     if (rows16) v.rows16 = static_cast<const uint8_t*>(rows16) + static_cast<size_t>(e * ne[1]) * row_bytes();
     v.lora = expert_lora ? &(*expert_lora)[static_cast<size_t>(e)] : nullptr;
     v.expert_lora = nullptr;

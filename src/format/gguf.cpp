@@ -510,7 +510,8 @@ std::unique_ptr<GgufFile> GgufFile::from_memory(const void* data, size_t size, s
 }
 
 std::unique_ptr<GgufFile> GgufFile::synthetic(std::string name, std::vector<std::pair<std::string, GgufValue>> kv,
-                                              std::vector<TensorView> tensors, std::shared_ptr<void> keepalive) {
+                                              std::vector<TensorView> tensors, std::shared_ptr<void> keepalive,
+                                              std::vector<std::span<uint8_t>> converted) {
   auto f = std::unique_ptr<GgufFile>(new GgufFile(MemoryTag{}, nullptr, 0, std::move(name), /*parse=*/false));
   f->version_ = 3;
   f->kv_ = std::move(kv);
@@ -523,6 +524,7 @@ std::unique_ptr<GgufFile> GgufFile::synthetic(std::string name, std::vector<std:
       fail(f->path_, ": tensor ", f->tensors_[i].name, " twice");
   }
   f->keepalive_ = std::move(keepalive);
+  f->converted_ = std::move(converted);
   return f;
 }
 
@@ -556,8 +558,28 @@ void GgufFile::add_lora(std::string_view name, const LoraTerm& term, std::shared
 void GgufFile::set_rows16(std::string_view name, const void* rows16, std::shared_ptr<void> owner) {
   const auto it = tensor_index_.find(std::string(name));
   if (it == tensor_index_.end()) fail(path_, ": no tensor '", name, "' to interleave");
-  tensors_[it->second].rows16 = rows16;
-  replaced_.push_back(std::move(owner));
+  TensorView& t = tensors_[it->second];
+  if (rows16 == t.data && !writable_bytes(t))
+    fail(path_, ": tensor '", name, "' is not converted memory of its own: its rows cannot be interleaved in place");
+  t.rows16 = rows16;
+  t.rows_interleaved = rows16 == t.data;
+  if (owner) replaced_.push_back(std::move(owner));
+}
+
+uint8_t* GgufFile::writable_bytes(const TensorView& t) const {
+  const std::less_equal<const uint8_t*> le;
+  const auto* lo = static_cast<const uint8_t*>(t.data);
+  const uint8_t* hi = lo + t.nbytes;
+  const auto in = [&](std::span<uint8_t> r) { return le(r.data(), lo) && le(hi, r.data() + r.size()); };
+  const auto part = std::find_if(converted_.begin(), converted_.end(), in);
+  if (t.nbytes == 0 || part == converted_.end()) return nullptr;
+  for (const TensorView& o : tensors_) {  // another tensor over any of these bytes: an alias
+    const auto* olo = static_cast<const uint8_t*>(o.data);
+    if (&o != &t && o.name != t.name && o.nbytes > 0 && std::less<const uint8_t*>()(olo, hi) &&
+        std::less<const uint8_t*>()(lo, olo + o.nbytes))
+      return nullptr;
+  }
+  return part->data() + (lo - part->data());
 }
 
 size_t GgufFile::release_pages(const void* data, size_t n) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -73,8 +74,11 @@ class GgufFile {
   // A file made from parts, for model formats that are not GGUF (format/hf_folder.h): GGUF
   // metadata and tensor views whose data lives in memory that `keepalive` owns (mappings of
   // other files, converted small tensors). `name` stands in for the path. Names must be unique.
+  // `converted`: the parts of that memory no file keeps (weights converted at load), which
+  // writable_bytes may hand out to be rewritten in place.
   static std::unique_ptr<GgufFile> synthetic(std::string name, std::vector<std::pair<std::string, GgufValue>> kv,
-                                             std::vector<TensorView> tensors, std::shared_ptr<void> keepalive);
+                                             std::vector<TensorView> tensors, std::shared_ptr<void> keepalive,
+                                             std::vector<std::span<uint8_t>> converted = {});
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -128,8 +132,13 @@ class GgufFile {
   // one expert's [in, out]): tensor.expert_lora, which slice2d hands each expert's view.
   void add_expert_lora(std::string_view name, int64_t expert, const LoraTerm& term, std::shared_ptr<void> owner);
   // Gives tensor `name` an interleaved copy of its rows (TensorView::rows16, quant/rows16.h)
-  // that `owner` keeps alive. Call before anything binds or slices the tensor.
+  // that `owner` keeps alive. Call before anything binds or slices the tensor. rows16 == the
+  // tensor's data: its rows were interleaved in place (writable_bytes), and are gone
+  // (TensorView::rows_interleaved).
   void set_rows16(std::string_view name, const void* rows16, std::shared_ptr<void> owner);
+  // Tensor t's bytes, writable, where they lie in converted memory (synthetic()) that no other
+  // tensor shares; else null (a file's pages, a mapped file's tensor, an alias).
+  uint8_t* writable_bytes(const TensorView& t) const;
   // The bytes [data, data + n) of this file will seldom if ever be read again (an interleaved
   // copy took their place): gives back the memory of the whole pages inside them, which stay
   // readable, from the file. Load::read maps the file's pages over its copy (the same bytes),
@@ -166,6 +175,7 @@ class GgufFile {
   std::vector<TensorView> tensors_;
   std::unordered_map<std::string, size_t> tensor_index_;
   std::shared_ptr<void> keepalive_;                    // synthetic(): what owns the tensors' memory
+  std::vector<std::span<uint8_t>> converted_;          // synthetic(): the part of it no file keeps
   std::vector<std::shared_ptr<void>> replaced_;        // replace_tensor() and add_lora(): the new bytes' owners
   std::map<std::string, std::vector<LoraTerm>> lora_;  // add_lora(), by tensor (map nodes: stable addresses)
   std::map<std::string, std::vector<std::vector<LoraTerm>>> expert_lora_;  // add_expert_lora(), likewise

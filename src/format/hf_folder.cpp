@@ -603,7 +603,10 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
     line.pop_back();
     kv.emplace_back("sluice.folder.quantization", str(line));
   }
-  return GgufFile::synthetic(dir.string(), std::move(kv), std::move(tensors), owned);
+  // The converted weights are this load's own copies: --repack may interleave them in place.
+  std::vector<std::span<uint8_t>> converted;
+  for (AnonMap& m : owned->converted) converted.emplace_back(m.data(), m.size());
+  return GgufFile::synthetic(dir.string(), std::move(kv), std::move(tensors), owned, std::move(converted));
 }
 
 }  // namespace sluice

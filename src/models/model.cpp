@@ -47,8 +47,12 @@ namespace {
 // routed experts (the tensors `layout`'s views lie in) only when they stay where they are
 // (`experts`: resident), since the mmap and stream stores move or evict an expert's bytes; their
 // views, sliced before, get their part of the copy here. progress (optional) sees the bytes
-// packed so far, from the calling thread. Returns the summary line.
-std::string interleave_rows16(GgufFile& f, ExpertLayout& layout, bool experts, const GgufFile::Progress& progress) {
+// packed so far, from the calling thread. in_place: a matrix whose bytes are the file's own
+// converted copy (GgufFile::writable_bytes: a folder's repacked MLX weights) is interleaved where
+// it lies instead of copied, since no file keeps its rows to give back (its rows are then gone:
+// TensorView::rows_interleaved). Returns the summary line.
+std::string interleave_rows16(GgufFile& f, ExpertLayout& layout, bool experts, bool in_place,
+                              const GgufFile::Progress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto before = [](const void* a, const void* b) { return std::less<const void*>()(a, b); };
   std::vector<TensorView*> views;
@@ -67,18 +71,23 @@ std::string interleave_rows16(GgufFile& f, ExpertLayout& layout, bool experts, c
     return std::pair(first, last);
   };
   std::vector<const TensorView*> picked;
-  size_t bytes = 0;
+  std::vector<uint8_t*> own;  // per picked tensor: its bytes to interleave in place, or null (a copy)
+  size_t bytes = 0, copied = 0;
   for (const TensorView& t : f.tensors()) {
     if (!rows16_supported(t.type) || t.n_dims < 2 || t.ne[1] % 16 != 0 || t.ne[3] != 1) continue;
     if (const auto [first, last] = views_in(t); !experts && first != last) continue;
-    // The embedding table is read by rows (get_rows), unless it is also the output head.
-    if (t.name == "token_embd.weight" && f.find_tensor("output.weight")) continue;
+    uint8_t* here = in_place ? f.writable_bytes(t) : nullptr;
+    // The embedding table is read by rows (get_rows), unless it is also the output head (and a
+    // file keeps its rows).
+    if (t.name == "token_embd.weight" && (here || f.find_tensor("output.weight"))) continue;
     picked.push_back(&t);
-    bytes += (t.nbytes + 63) / 64 * 64;
+    own.push_back(here);
+    bytes += t.nbytes;
+    if (!here) copied += (t.nbytes + 63) / 64 * 64;
   }
   if (picked.empty())
     return "repack: no matrix has an interleaved layout (only Q4_0, Q4_1, Q4_K, Q5_K and Q6_K have one)";
-  auto map = std::make_shared<AnonMap>(bytes, AnonMap::Pages::huge);
+  auto map = copied ? std::make_shared<AnonMap>(copied, AnonMap::Pages::huge) : nullptr;
   // Spans of 256 rows of every tensor, packed on all cores (the copy is bound by touching new pages).
   struct Span {
     size_t tensor;  // index in picked
@@ -92,38 +101,59 @@ std::string interleave_rows16(GgufFile& f, ExpertLayout& layout, bool experts, c
   size_t at = 0;
   for (size_t k = 0; k < picked.size(); ++k) {
     const TensorView* t = picked[k];
-    uint8_t* dst = map->data() + at;
+    uint8_t* dst = own[k] ? own[k] : map->data() + at;
     for (int64_t r0 = 0; r0 < t->n_rows(); r0 += 256, ++left[k])
       spans.push_back(
           {k, r0, std::min<int64_t>(256, t->n_rows() - r0), dst + static_cast<size_t>(r0) * t->row_bytes()});
-    f.set_rows16(t->name, dst, map);
-    at += (t->nbytes + 63) / 64 * 64;
+    if (!own[k]) at += (t->nbytes + 63) / 64 * 64;
   }
   std::atomic<size_t> done{0}, released{0};
   ThreadPool pool(0);
+  // In place, each span's rows are read from a copy (a span's groups fill exactly its rows' bytes).
+  std::vector<std::vector<uint8_t>> rows_of(static_cast<size_t>(pool.size()));
   pool.parallel_for(static_cast<int64_t>(spans.size()), [&](int64_t i0, int64_t i1, int thread) {
     for (int64_t i = i0; i < i1; ++i) {
       const Span& sp = spans[static_cast<size_t>(i)];
       const TensorView* t = picked[sp.tensor];
-      rows16_pack(t->type, t->row(sp.r0), t->row_bytes(), sp.nr, t->ne[0], sp.dst);
-      if (left[sp.tensor].fetch_sub(1) == 1) released += f.release_pages(t->data, t->nbytes);
+      const uint8_t* src = t->row(sp.r0);
+      if (own[sp.tensor]) {
+        auto& tmp = rows_of[static_cast<size_t>(thread)];
+        tmp.assign(src, src + static_cast<size_t>(sp.nr) * t->row_bytes());
+        src = tmp.data();
+      }
+      rows16_pack(t->type, src, t->row_bytes(), sp.nr, t->ne[0], sp.dst);
+      if (!own[sp.tensor] && left[sp.tensor].fetch_sub(1) == 1) released += f.release_pages(t->data, t->nbytes);
       const size_t now = done.fetch_add(static_cast<size_t>(sp.nr) * t->row_bytes()) +
                          static_cast<size_t>(sp.nr) * t->row_bytes();
       if (thread == 0 && progress) progress(now, bytes);
     }
   });
   if (progress) progress(bytes, bytes);
-  for (const TensorView* t : picked) {
+  // Only now the tensors point at their copies: the packing above read their rows.
+  at = 0;
+  for (size_t k = 0; k < picked.size(); ++k) {
+    const TensorView* t = picked[k];
+    f.set_rows16(t->name, own[k] ? own[k] : map->data() + at, own[k] ? nullptr : map);
+    if (!own[k]) at += (t->nbytes + 63) / 64 * 64;
     const auto [first, last] = views_in(*t);
-    for (auto v = first; v != last; ++v)
+    for (auto v = first; v != last; ++v) {
       (*v)->rows16 = static_cast<const uint8_t*>(t->rows16) +
                      (static_cast<const uint8_t*>((*v)->data) - static_cast<const uint8_t*>(t->data));
+      (*v)->rows_interleaved = t->rows_interleaved;
+    }
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   char line[160];
   std::snprintf(line, sizeof line, "repack: %zu tensors, %.2f GB interleaved for the int8 kernels in %.1f s",
                 picked.size(), static_cast<double>(bytes) / 1e9, s);
   std::string summary = line;
+  if (size_t here = 0; in_place) {
+    for (size_t k = 0; k < picked.size(); ++k) here += own[k] ? picked[k]->nbytes : 0;
+    if (here > 0) {
+      std::snprintf(line, sizeof line, " (%.2f GB in place of the converted rows)", static_cast<double>(here) / 1e9);
+      summary += line;
+    }
+  }
   if (released > 0) {
     std::snprintf(line, sizeof line, " (their rows, %.2f GB, left to the file's pages)",
                   static_cast<double>(released.load()) / 1e9);
@@ -354,7 +384,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   // Experts: the store chosen in `opt` (resident by default); dense weights stay in the mapping.
   if (opt.repack)
     m->repack_summary_ = interleave_rows16(*m->file_, expert_layout, opt.experts.policy == ExpertPolicy::resident,
-                                           opt.repack_progress);
+                                           opt.repack_in_place, opt.repack_progress);
   m->experts_ = make_expert_store(f, std::move(expert_layout), opt.experts);
   if (strict)
     if (const auto unread = f.untracked_tensors(); !unread.empty())

@@ -144,10 +144,14 @@ struct ModelOptions {
   // Interleaved copies of the matrices whose type has a 16-row layout (quant/rows16.h: Q4_0,
   // Q4_1, Q4_K, Q5_K, Q6_K) for the cpu backend's int8 kernels (CLI --repack, on by default
   // where they are read: repack_by_default). A GGUF file's copied rows go back to the file's
-  // pages (GgufFile::release_pages), so the copy costs no memory beyond the weights; a folder's
-  // converted weights keep theirs. Experts only under the resident policy (a streamed expert's
-  // bytes move between cache slots).
+  // pages (GgufFile::release_pages), so the copy costs no memory beyond the weights. Experts
+  // only under the resident policy (a streamed expert's bytes move between cache slots).
   bool repack = false;
+  // With repack: a folder's converted weights (no file keeps their rows) are interleaved in
+  // place, so they are not held twice; their rows are gone (TensorView::rows_interleaved), so
+  // only for a backend that reads the layout of every such type at every batch size
+  // (cpu_backend_reads_every_rows16). Without it they are copied like a file's.
+  bool repack_in_place = false;
   GgufFile::Progress repack_progress;  // while packing: bytes done, total
 };
 

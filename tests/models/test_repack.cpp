@@ -2,7 +2,8 @@
 // copies of the Q4_K/Q6_K matrices (quant/rows16.h) that the cpu backend's int8 kernels read.
 // The model's logits and greedy tokens against the same file loaded without it (the kernels'
 // own parity and negative controls: tests/kernels/test_rows16.cpp); streamed experts keep the
-// file's layout (a streamed expert's bytes move between cache slots).
+// file's layout (a streamed expert's bytes move between cache slots); an MLX folder's converted
+// Q4_1 weights are interleaved in place (repack_in_place), and their rows refuse to be read.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -35,6 +36,19 @@ ModelOptions repacked(ExpertPolicy policy = ExpertPolicy::resident) {
   return o;
 }
 
+std::string synth_mlx_q4() {
+  SynthOptions o;
+  o.arch = "qwen3moe";
+  o.preset = "tiny";
+  o.vocab = 512;
+  o.type = "q4";
+  o.format = "mlx";
+  o.tokenizer = std::string(SLUICE_SOURCE_DIR) + "/tests/data/hf/qwen3";
+  const std::string dir = (test::scratch_dir() / "repack-qwen3moe-tiny-mlx-q4").string();
+  synth_write_mlx(o, dir);
+  return dir;
+}
+
 std::string synth_q4_k_m() {
   SynthOptions o;
   o.arch = "qwen3moe";
@@ -55,8 +69,8 @@ struct Outputs {
   std::vector<float> prompt_logits, decode_logits;  // decode: the last one-token step's
   std::vector<int32_t> greedy;
 };
-Outputs run(const Model& m) {
-  auto be = make_backend("cpu", 2);
+Outputs run(const Model& m, const char* backend = "cpu") {
+  auto be = make_backend(backend, 2);
   Session s(m, *be, KvCacheOptions{.n_ctx = 64});
   Outputs r;
   const auto l = s.eval(kPrompt, /*all_logits=*/true);
@@ -121,6 +135,58 @@ TEST(Repack, StreamedExpertsKeepTheFileLayout) {
   plain_streamed.repack = false;
   auto plain = Model::load(path, plain_streamed);
   EXPECT_LT(test::nmse(run(*plain).prompt_logits, run(*s).prompt_logits), 1e-9);
+}
+
+TEST(Repack, FolderWeightsInterleaveInPlace) {
+  const auto cpu = make_backend("cpu", 1);
+  if (!cpu_backend_reads_every_rows16(*cpu))
+    GTEST_SKIP() << "the cpu backend reads no interleaved layout at this level";
+  const std::string dir = synth_mlx_q4();
+  ModelOptions here = repacked(), copied = repacked();
+  here.repack_in_place = true;
+  auto plain = Model::load(dir), in_place = Model::load(dir, here), copy = Model::load(dir, copied);
+  // The attention projections and the gate/up/down experts of both layers and the output head
+  // are MLX 4-bit (Q4_1 once converted); token_embd is not interleaved (get_rows reads its rows).
+  EXPECT_EQ(repacked_tensors(*in_place), 15) << in_place->repack_summary();
+  EXPECT_NE(in_place->repack_summary().find("in place of the converted rows"), std::string::npos)
+      << in_place->repack_summary();
+  EXPECT_EQ(copy->repack_summary().find("in place"), std::string::npos) << copy->repack_summary();
+  int interleaved = 0;
+  for (const TensorView& t : in_place->file().tensors()) {
+    if (!t.rows16) continue;
+    ++interleaved;
+    EXPECT_EQ(t.type, DType::Q4_1) << t.name;
+    EXPECT_TRUE(t.rows_interleaved) << t.name;
+    EXPECT_EQ(t.rows16, t.data) << t.name;  // no second copy
+    // The bytes are the copy's layout, which the plain load's rows are not.
+    const TensorView& c = copy->file().tensor(t.name);
+    EXPECT_FALSE(c.rows_interleaved) << t.name;
+    EXPECT_NE(c.rows16, c.data) << t.name;
+    EXPECT_EQ(std::memcmp(t.rows16, c.rows16, t.nbytes), 0) << t.name;
+    EXPECT_NE(std::memcmp(t.data, plain->file().tensor(t.name).data, t.nbytes), 0) << t.name;
+    // A reader of rows fails by the tensor's name instead of reading the other layout.
+    try {
+      (void)t.row(0);
+      ADD_FAILURE() << t.name << ": row() read an interleaved tensor";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(t.name), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(interleaved, 15);
+  EXPECT_FALSE(in_place->file().tensor("token_embd.weight").rows_interleaved);
+  // The 32-block types' interleaved kernels keep the row dots' float order: the same bits at
+  // the prompt's 12-token batches and at every one-token step.
+  const Outputs a = run(*plain), b = run(*in_place);
+  EXPECT_EQ(a.prompt_logits, b.prompt_logits);
+  EXPECT_EQ(a.decode_logits, b.decode_logits);
+  EXPECT_EQ(a.greedy, b.greedy);
+  // A backend that reads rows (the reference) is refused by name, not fed the other layout.
+  try {
+    (void)run(*in_place, "ref");
+    ADD_FAILURE() << "the ref backend ran on interleaved-only weights";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("interleaved copy"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <vector>
 
@@ -24,6 +23,7 @@
 #include "core/thread_pool.h"
 #include "kvcodec/kvcodec.h"
 #include "quant/quant.h"
+#include "quant/rows16.h"
 
 namespace sluice {
 namespace {
@@ -67,7 +67,7 @@ class CpuBackend final : public Backend {
   CpuIsa isa() const { return k_.isa; }
   const char* q8_level() const { return q8_ ? q8_->name : nullptr; }
   bool reads_rows16(DType t) const {
-    const cpu::Q8Ops* op = q8_ ? q8_->get(t) : nullptr;
+    const cpu::Q8Ops* op = q8_op(t);
     return op && op->rows16;
   }
   int n_threads() const override { return pool_.size(); }
@@ -111,7 +111,7 @@ class CpuBackend final : public Backend {
                   float* y, size_t ldy, int thread) {
     const int64_t n_in = w.ne[0];
     const size_t ldw_bytes = w.row_bytes();
-    const uint8_t* wr = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes;
+    const uint8_t* wr = w.row(r0);
     switch (w.type) {
       case DType::F32:
         k_.gemm_f32(reinterpret_cast<const float*>(wr), ldw_bytes / 4, nr, x, n_in, n_tok, n_in, y, ldy);
@@ -151,9 +151,9 @@ class CpuBackend final : public Backend {
 
   // The int8 op for weights w, or null (exact backend, a type without an int8 path, or a
   // legacy 32-block type kept in float: q8_legacy_types off).
-  const cpu::Q8Ops* q8_op(const TensorView& w) const {
+  const cpu::Q8Ops* q8_op(const TensorView& w) const { return q8_op(w.type); }
+  const cpu::Q8Ops* q8_op(DType t) const {
     if (!q8_) return nullptr;
-    const DType t = w.type;
     if ((t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q8_A) && !q8_legacy_) return nullptr;
     return q8_->get(t);
   }
@@ -172,8 +172,7 @@ class CpuBackend final : public Backend {
       const size_t ldw_bytes = w.row_bytes();
       if (const uint8_t* w16 = rows16(w, *op, r0, nr))
         return op->rows16(w16 + static_cast<size_t>(r0) * ldw_bytes, nr, w.ne[0], xq, 0, 1, y, 1);
-      op->gemm(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes, ldw_bytes, nr, xq, 0, 1,
-               w.ne[0], y, 1);
+      op->gemm(w.row(r0), ldw_bytes, nr, xq, 0, 1, w.ne[0], y, 1);
       return;
     }
     float_rows(w, k_.quant(w.type), r0, nr, x, 1, y, 1, thread);
@@ -318,7 +317,7 @@ class CpuBackend final : public Backend {
                        const int32_t* sums, int64_t m, int64_t n_in, float* y, size_t ldy, uint8_t* tile) {
       if (const uint8_t* w16 = rows16(w, op, r0, nr))
         return op.rows16(w16 + static_cast<size_t>(r0) * w.row_bytes(), nr, n_in, a, ab, m, y, ldy);
-      const auto* wr = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * w.row_bytes();
+      const auto* wr = w.row(r0);
       if (!tiled(&op, m)) return op.gemm(wr, w.row_bytes(), nr, a, ab, m, n_in, y, ldy);
       for (int64_t s = 0; s < nr; s += cpu::kQ8TileRows) {
         const int64_t ns = std::min(cpu::kQ8TileRows, nr - s);
@@ -380,8 +379,8 @@ class CpuBackend final : public Backend {
     const bool tiled = q8_tiles_ && op.tile.any() && n_tok >= tile_min_tokens(op);
     // The interleaved groups at every batch size (from cpu::kRows16TileTokens on the kernel
     // makes each group's tile, so the rows are never read), except where the AMX tiles
-    // (gemm_rows) outrun it at prefill; the same bits.
-    const bool interleaved = rows16(w, op, 0, n_out) && !(tiled && op.tile.gemm_rows);
+    // (gemm_rows) outrun it at prefill where the rows are still there; the same bits.
+    const bool interleaved = rows16(w, op, 0, n_out) && !(tiled && op.tile.gemm_rows && !w.rows_interleaved);
     const bool tiles = tiled && !interleaved;
     // The 32-block tiles' activation sums (Q8TileOps::act_sums): nb per token.
     const bool sums = tiles && op.tile.act_sums;
@@ -424,8 +423,7 @@ class CpuBackend final : public Backend {
         run(n_units, n_out * n_in * n_tok, [&](int64_t u0, int64_t u1, int) {
           for (int64_t u = u0; u < u1; ++u) {
             const int64_t r0 = u * cpu::kQ8TileRows, nr = std::min(cpu::kQ8TileRows, n_out - r0);
-            op.tile.gemm_rows(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes, ldw_bytes, nr,
-                              n_in, a, n_tok, y + r0, static_cast<size_t>(n_out));
+            op.tile.gemm_rows(w.row(r0), ldw_bytes, nr, n_in, a, n_tok, y + r0, static_cast<size_t>(n_out));
           }
         });
         return;
@@ -435,8 +433,7 @@ class CpuBackend final : public Backend {
         uint8_t* tile = scratch_aligned(thread, tile_bytes);
         for (int64_t u = u0; u < u1; ++u) {
           const int64_t r0 = u * cpu::kQ8TileRows, nr = std::min(cpu::kQ8TileRows, n_out - r0);
-          op.tile.pack(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes, ldw_bytes, nr, n_in,
-                       tile);
+          op.tile.pack(w.row(r0), ldw_bytes, nr, n_in, tile);
           op.tile.gemm(tile, n_in, act, a_bytes, sums ? act_sums_.data() : nullptr, n_tok, y + r0,
                        static_cast<size_t>(n_out), nr);
         }
@@ -448,7 +445,7 @@ class CpuBackend final : public Backend {
     run(n_units, n_out * n_in * n_tok, [&](int64_t u0, int64_t u1, int) {
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t r0 = u * block, nr = std::min(block, n_out - r0);
-        const uint8_t* wr = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * ldw_bytes;
+        const uint8_t* wr = w.row(r0);
         for (int64_t t0 = 0; t0 < n_tok; t0 += kQ8TokTile)
           op.gemm(wr, ldw_bytes, nr, act + static_cast<size_t>(t0) * a_bytes, a_bytes, std::min(kQ8TokTile, n_tok - t0),
                   n_in, y + t0 * n_out + r0, static_cast<size_t>(n_out));
@@ -691,10 +688,13 @@ bool cpu_backend_reads_rows16(const Backend& b, DType t) {
   return c && c->reads_rows16(t);
 }
 
-bool repack_by_default(const Backend& b, const std::string& path) {
-  std::error_code ec;
-  return cpu_backend_reads_rows16(b, DType::Q4_K) && !std::filesystem::is_directory(path, ec);
+bool cpu_backend_reads_every_rows16(const Backend& b) {
+  for (uint32_t id = 0; id < kFirstSluiceDType; ++id)  // ggml's ids: every type with the layout is one
+    if (rows16_supported(static_cast<DType>(id)) && !cpu_backend_reads_rows16(b, static_cast<DType>(id))) return false;
+  return true;
 }
+
+bool repack_by_default(const Backend& b) { return cpu_backend_reads_rows16(b, DType::Q4_K); }
 
 std::optional<CpuIsa> cpu_backend_isa(const Backend& b) {
   if (const auto* c = dynamic_cast<const CpuBackend*>(&b)) return c->isa();

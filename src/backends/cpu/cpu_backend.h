@@ -70,11 +70,13 @@ const char* cpu_backend_q8_level(const Backend& b);
 // Whether b is a cpu backend whose int8 kernels read TensorView::rows16 of type t (--repack's
 // copies; quant/rows16.h): false for other backends, exact float matmuls and levels without them.
 bool cpu_backend_reads_rows16(const Backend& b, DType t);
-// Whether --repack is on when not asked for: where b reads the interleaved copies and they cost
-// no memory, i.e. the model at `path` is a GGUF file, whose rows go back to the file's pages
-// once copied (GgufFile::release_pages). A folder's converted weights are anonymous memory the
-// copy would double, so folders ask for it.
-bool repack_by_default(const Backend& b, const std::string& path);
+// Whether b reads the interleaved layout of every type that has one at every batch size, so a
+// matrix interleaved in place (ModelOptions::repack_in_place) is never read by rows.
+bool cpu_backend_reads_every_rows16(const Backend& b);
+// Whether --repack is on when not asked for: where b reads the interleaved copies. They cost no
+// memory: a GGUF file's copied rows go back to the file's pages (GgufFile::release_pages), a
+// folder's converted weights are interleaved in place (repack_in_place).
+bool repack_by_default(const Backend& b);
 // The kernel level of a cpu backend (nullopt if b is another backend): for logs and tests.
 std::optional<CpuIsa> cpu_backend_isa(const Backend& b);
 

@@ -1309,12 +1309,18 @@ inline void q5_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t 
 // 13.9, its line-fill buffers the limit; into L2 2 ahead 29.0 / 25.2, 4 ahead 39.6 / 27.8, 8
 // ahead 42.2 / 28.5 — 4 wastes less past a matrix's last group).
 constexpr int kRows16PrefetchBlocks = 4;
+// The 32-input Q4_0 / Q4_1 groups (288 / 320 bytes): about as many bytes ahead.
+constexpr int kLegacyPrefetchBlocks = 32;
+// Prefetches part `step` (0..7) of the group kRows16PrefetchBlocks / kLegacyPrefetchBlocks after b.
 template <class Group>
 inline void group_prefetch(const Group& b, int step) {
-  if constexpr (std::is_same_v<Group, block_q4_K_x16> || std::is_same_v<Group, block_q5_K_x16> ||
-                std::is_same_v<Group, block_q6_K_x16>) {
+  constexpr bool kSuper = std::is_same_v<Group, block_q4_K_x16> || std::is_same_v<Group, block_q5_K_x16> ||
+                          std::is_same_v<Group, block_q6_K_x16>;
+  constexpr bool kLegacy = std::is_same_v<Group, block_q4_0_x16> || std::is_same_v<Group, block_q4_1_x16>;
+  if constexpr (kSuper || kLegacy) {
     constexpr int kLines = (sizeof(Group) + 63) / 64, kPerStep = (kLines + 7) / 8;
-    const uintptr_t ahead = reinterpret_cast<uintptr_t>(&b) + kRows16PrefetchBlocks * sizeof(Group);
+    const uintptr_t ahead = reinterpret_cast<uintptr_t>(&b) +
+                            (kSuper ? kRows16PrefetchBlocks : kLegacyPrefetchBlocks) * sizeof(Group);
     // A volatile asm, not _mm_prefetch: with the loops unrolled GCC schedules every prefetch of a
     // super-block into one burst at its start, which Zen 1 drops (1 thread, 2048 x 32768 Q4_K
     // from DRAM, AVX2 group decode: 6.7 GB/s with the burst, 11.0 spread; rows 7.8).

@@ -12,7 +12,7 @@
 //
 // Numerics: the exact int32 sums and the fused multiply-adds of the tiles' loops, so a group
 // gives bitwise what its rows' tile gives (and the tiles' scalar twins), at every batch size.
-// One token (decode) runs fused (K4Rows16Decode, Q6KRows16Decode: each code vector unpacked in
+// One token (decode) runs fused (K4Rows16Decode, Q6KRows16Decode, LegacyRows16Decode: each code vector unpacked in
 // registers, the activation broadcasts shared by both halves of 8 rows); more go through
 // q8_tile_gemm_256 (each super-block unpacked once per call into L1, then every token).
 
@@ -147,6 +147,52 @@ struct Q6KRows16Decode {
   }
 };
 
+// One token against a Q4_0 / Q4_1 group's nb blocks: y[0..16), sa[i] = Σ of activation block
+// i. LegacyTile256::block's sums and fused multiply-adds (each block into accumulator i % 4 of
+// its half, summed as the tile loop sums them), both halves sharing the activation broadcasts.
+template <class C, class Group>
+struct LegacyRows16Decode {
+  static void run(const Group* G, int64_t nb, const block_q8_0* a, const int32_t* sa, float* y) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1);
+    __m256 acc[2][4];
+    for (auto& half : acc)
+      for (auto& l : half) l = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      const Group& b = G[i];
+      __m256i r[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};  // 8·2·15·127 < 2^15
+#pragma GCC unroll 4
+      for (int w = 0; w < 4; ++w) {  // word w: inputs 4w.. (low nibbles) and 16 + 4w.. (high)
+        group_prefetch(b, 2 * w);
+        group_prefetch(b, 2 * w + 1);
+        const __m256i al = q8_bcst32_256(a[i].qs + 4 * w), ah = q8_bcst32_256(a[i].qs + 16 + 4 * w);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m256i raw = q8_load(b.qs[w] + 8 * h);
+          r[h] = _mm256_add_epi16(r[h], _mm256_maddubs_epi16(_mm256_and_si256(raw, m4), al));
+          r[h] = _mm256_add_epi16(r[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), ah));
+        }
+      }
+      const __m256 da = _mm256_set1_ps(q8_half(a[i].d));
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i s = _mm256_madd_epi16(r[h], ones);
+        __m256& l = acc[h][i % 4];
+        if constexpr (C::kMin) {
+          l = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(legacy_d_256(b, h), da), l);
+          l = _mm256_fmadd_ps(_mm256_set1_ps(static_cast<float>(sa[i])), _mm256_mul_ps(legacy_m_256(b, h), da), l);
+        } else {
+          const __m256 sf = _mm256_cvtepi32_ps(_mm256_sub_epi32(s, _mm256_set1_epi32(C::kOff * sa[i])));
+          l = _mm256_fmadd_ps(sf, _mm256_mul_ps(legacy_d_256(b, h), da), l);
+        }
+      }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h)
+      _mm256_storeu_ps(y + 8 * h,
+                       _mm256_add_ps(_mm256_add_ps(acc[h][0], acc[h][2]), _mm256_add_ps(acc[h][1], acc[h][3])));
+  }
+};
+
 // Q8Ops::rows16 of the super-block types: per group of 16 rows, one token fused (Decode), more
 // through the tile loop (Kind) reading the group as its tile.
 template <class Group, class Kind, class Decode>
@@ -163,14 +209,20 @@ inline void rows16_gemm_256(const void* w16, int64_t nr, int64_t n, const void* 
   }
 }
 
-// Q8Ops::rows16 of Q4_0 / Q4_1: the legacy tile loop on the group (legacy_codes_256 unpacks its
-// nibbles), with each activation block's Σa made once per call.
+// Q8Ops::rows16 of Q4_0 / Q4_1: one token fused (LegacyRows16Decode), more through the legacy
+// tile loop on the group (legacy_codes_256 unpacks its nibbles), with each activation block's Σa
+// made once per call.
 template <class C, class Group>
 inline void rows16_legacy_256(const void* w16, int64_t nr, int64_t n, const void* a, size_t astride, int64_t n_tok,
                               float* y, size_t ldy) {
   const int64_t nb = n / 32;
   const int32_t* sums = rows16_act_sums(static_cast<const uint8_t*>(a), astride, n_tok, nb);
-  for (int64_t g = 0; g < nr / 16; ++g)
-    legacy_tile_gemm_256<C, Group>(reinterpret_cast<const uint8_t*>(static_cast<const Group*>(w16) + g * nb), n, a,
-                                   astride, sums, n_tok, y + 16 * g, ldy, 16);
+  for (int64_t g = 0; g < nr / 16; ++g) {
+    const Group* G = static_cast<const Group*>(w16) + g * nb;
+    if (n_tok == 1)
+      LegacyRows16Decode<C, Group>::run(G, nb, static_cast<const block_q8_0*>(a), sums, y + 16 * g);
+    else
+      legacy_tile_gemm_256<C, Group>(reinterpret_cast<const uint8_t*>(G), n, a, astride, sums, n_tok, y + 16 * g, ldy,
+                                     16);
+  }
 }

@@ -590,8 +590,8 @@ struct LegacyTile256 {
 };
 
 // Q8TileOps::gemm of the legacy tiles: as q8_tile_gemm_256, four accumulators per token. Tile:
-// QLegacyTile, or a Q4_0 / Q4_1 group (Q8Ops::rows16), whose blocks 32 ahead (~10 KB, as the
-// K-quants' kRows16PrefetchBlocks) the first pass prefetches into L2.
+// QLegacyTile, or a Q4_0 / Q4_1 group (Q8Ops::rows16), whose blocks kLegacyPrefetchBlocks ahead
+// (~10 KB, as the K-quants' kRows16PrefetchBlocks) the first pass prefetches into L2.
 template <class C, class Tile = QLegacyTile>
 inline void legacy_tile_gemm_256(const uint8_t* tile, int64_t n, const void* a, size_t astride, const int32_t* sums,
                                  int64_t n_tok, float* y, size_t ldy, int64_t nr) {
@@ -611,7 +611,7 @@ inline void legacy_tile_gemm_256(const uint8_t* tile, int64_t n, const void* a, 
         if constexpr (LegacyGroup<Tile>)
           if (h == 0 && t0 == 0)
             for (size_t l = 0; l < sizeof(Tile); l += 64)
-              _mm_prefetch(reinterpret_cast<const char*>(T + i + 32) + l, _MM_HINT_T1);
+              _mm_prefetch(reinterpret_cast<const char*>(T + i + kLegacyPrefetchBlocks) + l, _MM_HINT_T1);
         int64_t t = 0;
         for (; t + 2 <= nt; t += 2) {
           const block_q8_0* const at[2] = {act(t) + i, act(t + 1) + i};
