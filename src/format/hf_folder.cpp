@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -35,6 +36,14 @@ struct Owned {
   // zero-fill pass of its own before the conversion writes every byte (a std::vector wrote the
   // 4.8 GB of a 12-layer 30B-class folder's repacked experts twice).
   std::vector<AnonMap> converted;
+  // Source tensors converted into memory of ours are not read again: their pages leave this
+  // process (MLX 4-bit weights: the folder's bytes would otherwise stay resident beside their
+  // converted copy, doubling what a load holds).
+  void drop_sources(std::initializer_list<const StTensor*> sources) const {
+    for (const StTensor* t : sources)
+      for (const auto& f : files)
+        if (t && f->drop_pages(*t) > 0) break;
+  }
   template <class T = uint8_t>
   T* alloc(size_t count) {
     converted.emplace_back(count * sizeof(T), AnonMap::Pages::huge);
@@ -219,6 +228,7 @@ TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTens
     how = "f32 (dequantized)";
   }
   v.data = owned.converted.back().data();
+  owned.drop_sources({&w, s, b});
   auto& e = summary[std::to_string(f.bits) + "-bit g" + std::to_string(f.group_size) + " " +
                     std::string(dtype_name(f.scale_type)) + " → " + how];
   e.first += 1;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 
 #include "core/error.h"
 
@@ -48,6 +49,16 @@ int write_fully(int fd, const void* data, size_t n) {
     n -= static_cast<size_t>(w);
   }
   return 0;
+}
+
+size_t drop_mapped_pages(const uint8_t* base, size_t size, const void* p, size_t n) {
+  const auto* q = static_cast<const uint8_t*>(p);
+  const std::less_equal<const uint8_t*> le;
+  if (!base || !le(base, q) || !le(q + n, base + size)) return 0;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t off = static_cast<size_t>(q - base), lo = (off + page - 1) / page * page, hi = (off + n) / page * page;
+  if (hi <= lo) return 0;
+  return ::madvise(const_cast<uint8_t*>(base) + lo, hi - lo, MADV_DONTNEED) == 0 ? hi - lo : 0;
 }
 
 }  // namespace sluice

@@ -15,6 +15,10 @@ int open_regular_file(const std::string& path, size_t* size);
 // mapping). A file truncated by another process while mapped raises SIGBUS on a read past its
 // new end; nothing in-process can guard against that. Throws sluice::Error naming the path.
 const uint8_t* map_file_readonly(int fd, size_t size, const std::string& path);
+// Gives back the pages wholly inside [p, p + n) of such a mapping [base, base + size): they leave
+// this process's memory and come back from the file if read again. Nothing where the range is
+// not inside the mapping. Returns the bytes given back.
+size_t drop_mapped_pages(const uint8_t* base, size_t size, const void* p, size_t n);
 // Writes all n bytes to fd, looping over partial writes (Linux caps one at ~2 GiB) and EINTR.
 // Returns 0, or the errno of the failure (ENOSPC for a write that makes no progress).
 int write_fully(int fd, const void* data, size_t n);

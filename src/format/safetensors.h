@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "format/mapped_file.h"
 
 namespace sluice {
 
@@ -58,6 +59,10 @@ class SafetensorsFile {
 
   // The header may not exceed this (the format's own reader takes 100 MB).
   static constexpr size_t kMaxHeader = size_t{100} << 20;
+  // A tensor of this file that will not be read again (converted at load): its whole pages
+  // leave this process's memory (still readable: they come back from the file). Nothing for a
+  // tensor of another file or a file in memory (from_memory). Returns the bytes given back.
+  size_t drop_pages(const StTensor& t) const { return mapped_ ? drop_mapped_pages(base_, size_, t.data, t.nbytes) : 0; }
 
  private:
   struct MemoryTag {};

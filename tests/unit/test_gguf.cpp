@@ -3,6 +3,7 @@
 // are made by writing a valid file and patching bytes at offsets found by walking its layout
 // (GgufLayout below), not at hard-coded positions. Also runs the mutation fuzz loop.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "format/mapped_file.h"
 #include "fuzz/gguf_mutate.h"
 #include "test_util.h"
 
@@ -1018,6 +1020,31 @@ TEST(GgufLoad, ReadEqualsMap) {
   EXPECT_EQ(read.metadata().size(), mapped.metadata().size());
   // Read-only like the mapping: a write must fault (checked in a child so the test survives).
   EXPECT_DEATH(const_cast<uint8_t*>(read.base())[0] = 0, "");
+}
+
+// drop_mapped_pages (a folder's converted sources leave the process): only the whole pages
+// inside the range, only inside the mapping, and the bytes read the same afterwards (they come
+// back from the file).
+TEST(MappedFile, DroppedPagesReadBackFromTheFile) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE)), n = 16 * page;
+  std::vector<uint8_t> bytes(n);
+  for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<uint8_t>(i * 131 + (i >> 9));
+  const std::string path = (test::scratch_dir() / "mapped-file-drop.bin").string();
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(n));
+  size_t size = 0;
+  const int fd = open_regular_file(path, &size);
+  ASSERT_EQ(size, n);
+  const uint8_t* base = map_file_readonly(fd, size, path);
+  EXPECT_EQ(std::memcmp(base, bytes.data(), n), 0);                          // every page resident first
+  EXPECT_EQ(drop_mapped_pages(base, size, base + 100, 5 * page), 4 * page);  // pages 1..4 of a range in 0..5
+  EXPECT_EQ(drop_mapped_pages(base, size, base + 100, page), 0u);            // no whole page inside
+  EXPECT_EQ(drop_mapped_pages(base, size, base + 8 * page, 9 * page), 0u);   // past the mapping
+  EXPECT_EQ(drop_mapped_pages(base, size, bytes.data(), page), 0u);          // not in it at all
+  EXPECT_EQ(drop_mapped_pages(base, size, base, n), n);
+  EXPECT_EQ(std::memcmp(base, bytes.data(), n), 0);
+  ::munmap(const_cast<uint8_t*>(base), size);
+  ::close(fd);
 }
 
 }  // namespace
