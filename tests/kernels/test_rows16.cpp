@@ -102,7 +102,7 @@ TEST(Rows16, KernelEqualsTheTilesBitwise) {
         size_t ab = 0;
         const std::vector<uint8_t> a = quantized(op.act, n, n_tok, 11, ab);
         std::vector<float> got(static_cast<size_t>(n_tok * n_out)), tiles(got.size()), rows(got.size());
-        op.rows16(m.rows16.data(), n_out, n, a.data(), ab, n_tok, got.data(), n_out);
+        op.rows16(m.rows16.data(), n_out, n, a.data(), ab, nullptr, n_tok, got.data(), n_out);
         std::vector<uint8_t> tile(op.tile.bytes(n) + 64);
         const size_t rb = m.view.row_bytes();
         // The 32-block types' tiles read each activation block's Σa (Q8TileOps::act_sums).
@@ -119,6 +119,16 @@ TEST(Rows16, KernelEqualsTheTilesBitwise) {
         op.gemm(m.bytes.data(), rb, n_out, a.data(), ab, n_tok, n, rows.data(), n_out);
         EXPECT_EQ(std::memcmp(got.data(), tiles.data(), got.size() * sizeof(float)), 0);
         EXPECT_LT(nmse(rows, got), 1e-10);
+        if (!sums.empty()) {  // the caller's sums (the backend makes them once per activation): the same bits
+          std::vector<float> given(got.size());
+          op.rows16(m.rows16.data(), n_out, n, a.data(), ab, sums.data(), n_tok, given.data(), n_out);
+          EXPECT_EQ(std::memcmp(got.data(), given.data(), got.size() * sizeof(float)), 0);
+          // ... and it reads them: one sum off by one moves the outputs of its token
+          sums[0] += 1;
+          op.rows16(m.rows16.data(), n_out, n, a.data(), ab, sums.data(), n_tok, given.data(), n_out);
+          EXPECT_NE(std::memcmp(got.data(), given.data(), static_cast<size_t>(n_out) * sizeof(float)), 0);
+          sums[0] -= 1;
+        }
         if (t == DType::Q4_0 || t == DType::Q4_1) {  // the 32-block types' one float order: the row dots' bits too
           EXPECT_EQ(std::memcmp(got.data(), rows.data(), got.size() * sizeof(float)), 0);
         }
@@ -139,7 +149,7 @@ TEST(Rows16, NegativeControlOneScaleByte) {
         size_t ab = 0;
         const std::vector<uint8_t> a = quantized(op.act, n, n_tok, 12, ab);
         std::vector<float> good(static_cast<size_t>(n_tok * n_out)), bad(good.size());
-        op.rows16(m.rows16.data(), n_out, n, a.data(), ab, n_tok, good.data(), n_out);
+        op.rows16(m.rows16.data(), n_out, n, a.data(), ab, nullptr, n_tok, good.data(), n_out);
         // Group 1 (rows 16..31), super-block 0: row 16 + 5's scale of sub-block 2 (Q4_K, Q5_K: plane 2
         // holds its low 6 bits; Q6_K: scale 2), or block 0's fp16 factor d (Q4_0, Q4_1). Flip a low
         // bit so the value stays in range.
@@ -152,7 +162,7 @@ TEST(Rows16, NegativeControlOneScaleByte) {
                                                    : offsetof(block_q6_K_x16, scales);
           m.rows16[group + scales + 2 * 16 + 5] ^= 1;
         }
-        op.rows16(m.rows16.data(), n_out, n, a.data(), ab, n_tok, bad.data(), n_out);
+        op.rows16(m.rows16.data(), n_out, n, a.data(), ab, nullptr, n_tok, bad.data(), n_out);
         for (int64_t tok = 0; tok < n_tok; ++tok)
           for (int64_t r = 0; r < n_out; ++r) {
             const size_t i = static_cast<size_t>(tok * n_out + r);

@@ -164,14 +164,21 @@ class CpuBackend final : public Backend {
     return w.rows16 && op.rows16 && r0 % 16 == 0 && nr % 16 == 0 ? static_cast<const uint8_t*>(w.rows16) : nullptr;
   }
 
+  // Each 32-block of the quantized activation q (nb blocks of op.act Q8_0) summed, for the
+  // kernels that read them (Q8TileOps::act_sums): once per activation, not per call of 16 rows.
+  static void act_block_sums(const uint8_t* q, int64_t nb, int32_t* dst) {
+    for (int64_t i = 0; i < nb; ++i) dst[i] = cpu::q8_0_quant_sum(reinterpret_cast<const block_q8_0*>(q)[i]);
+  }
+
   // Rows [r0, r0 + nr) of w times one token: through op when given (xq = the token quantized
-  // to op->act), else the float path on x. Exactly what matmul computes for these rows.
+  // to op->act, sums its act_block_sums where op->tile.act_sums, else null), else the float path
+  // on x. Exactly what matmul computes for these rows.
   void rows_one_token(const TensorView& w, const cpu::Q8Ops* op, int64_t r0, int64_t nr, const float* x,
-                      const uint8_t* xq, float* y, int thread) {
+                      const uint8_t* xq, const int32_t* sums, float* y, int thread) {
     if (op) {
       const size_t ldw_bytes = w.row_bytes();
       if (const uint8_t* w16 = rows16(w, *op, r0, nr))
-        return op->rows16(w16 + static_cast<size_t>(r0) * ldw_bytes, nr, w.ne[0], xq, 0, 1, y, 1);
+        return op->rows16(w16 + static_cast<size_t>(r0) * ldw_bytes, nr, w.ne[0], xq, 0, sums, 1, y, 1);
       op->gemm(w.row(r0), ldw_bytes, nr, xq, 0, 1, w.ne[0], y, 1);
       return;
     }
@@ -210,6 +217,12 @@ class CpuBackend final : public Backend {
       else
         quantize_act(qu->act, x, xu, E);
     }
+    // The 32-block types' activation sums: x's for gate and up, each expert's h for down.
+    const bool sg = qg && qg->tile.act_sums, su = qu && qu->tile.act_sums, sd = qd && qd->tile.act_sums;
+    moe_sums_.resize(static_cast<size_t>(2 * (E / 32) + n * (F / 32)));
+    int32_t *xgs = moe_sums_.data(), *xus = xgs + E / 32, *hs = xus + E / 32;
+    if (sg) act_block_sums(xg, E / 32, xgs);
+    if (su) act_block_sums(xu, E / 32, xus);
     moe_gu_.resize(static_cast<size_t>(2 * n * F));
     float *g = moe_gu_.data(), *u = g + n * F;
 
@@ -218,14 +231,15 @@ class CpuBackend final : public Backend {
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t j = i / (2 * nbF), rem = i % (2 * nbF), r0 = (rem % nbF) * B, nr = std::min(B, F - r0);
         if (rem >= nbF)
-          rows_one_token(*ex[j].up, qu, r0, nr, x, xu, u + j * F + r0, th);
+          rows_one_token(*ex[j].up, qu, r0, nr, x, xu, su ? xus : nullptr, u + j * F + r0, th);
         else
-          rows_one_token(*ex[j].gate, qg, r0, nr, x, xg, g + j * F + r0, th);
+          rows_one_token(*ex[j].gate, qg, r0, nr, x, xg, sg ? xgs : nullptr, g + j * F + r0, th);
       }
     });
     for (int64_t j = 0; j < n; ++j) {
       swiglu(g + j * F, u + j * F, g + j * F, F, ex[static_cast<size_t>(j)].limit);
       if (qd) quantize_act(qd->act, g + j * F, hq + static_cast<size_t>(j) * hb, F);
+      if (sd) act_block_sums(hq + static_cast<size_t>(j) * hb, F / 32, hs + j * (F / 32));
     }
     // Phase 3 units are long row ranges (up to kMoeDownRows, at least 4 units per thread): each
     // expert's down rows of a unit are one contiguous stream (128 rows of Q6_K at F = 768 is
@@ -240,7 +254,8 @@ class CpuBackend final : public Backend {
         const int64_t r0 = i * B3, nr = std::min(B3, E - r0);
         std::fill(out + r0, out + r0 + nr, 0.0f);
         for (int64_t j = 0; j < n; ++j) {
-          rows_one_token(*ex[j].down, qd, r0, nr, g + j * F, hq + static_cast<size_t>(j) * hb, y, th);
+          rows_one_token(*ex[j].down, qd, r0, nr, g + j * F, hq + static_cast<size_t>(j) * hb,
+                         sd ? hs + j * (F / 32) : nullptr, y, th);
           for (int64_t c = 0; c < nr; ++c) out[r0 + c] += ex[j].weight * y[c];
         }
       }
@@ -294,9 +309,6 @@ class CpuBackend final : public Backend {
     moe_sums_.resize(static_cast<size_t>(rows * ((xsums ? E / 32 : 0) + (hsums ? F / 32 : 0))));
     int32_t* xs = moe_sums_.data();
     int32_t* hs = xsums ? xs + rows * (E / 32) : xs;
-    auto block_sums = [](const uint8_t* q, int64_t nb, int32_t* dst) {
-      for (int64_t i = 0; i < nb; ++i) dst[i] = cpu::q8_0_quant_sum(reinterpret_cast<const block_q8_0*>(q)[i]);
-    };
     run(n_tok, n_tok * E * 4, [&](int64_t t0, int64_t t1, int) {
       for (int64_t t = t0; t < t1; ++t) quantize_act(qg->act, x + t * E, xq + static_cast<size_t>(t) * xb, E);
     });
@@ -304,7 +316,7 @@ class CpuBackend final : public Backend {
       for (int64_t i = 0; i < ex[j].n; ++i) {
         const int64_t r = first[j] + i;
         std::copy_n(xq + static_cast<size_t>(ex[j].tokens[i]) * xb, xb, xr + static_cast<size_t>(r) * xb);
-        if (xsums) block_sums(xr + static_cast<size_t>(r) * xb, E / 32, xs + r * (E / 32));
+        if (xsums) act_block_sums(xr + static_cast<size_t>(r) * xb, E / 32, xs + r * (E / 32));
       }
     moe_gu_.resize(static_cast<size_t>(2 * rows * F));
     float *g = moe_gu_.data(), *u = g + rows * F;
@@ -316,7 +328,8 @@ class CpuBackend final : public Backend {
     auto rows_of = [&](const cpu::Q8Ops& op, const TensorView& w, int64_t r0, int64_t nr, const uint8_t* a, size_t ab,
                        const int32_t* sums, int64_t m, int64_t n_in, float* y, size_t ldy, uint8_t* tile) {
       if (const uint8_t* w16 = rows16(w, op, r0, nr))
-        return op.rows16(w16 + static_cast<size_t>(r0) * w.row_bytes(), nr, n_in, a, ab, m, y, ldy);
+        return op.rows16(w16 + static_cast<size_t>(r0) * w.row_bytes(), nr, n_in, a, ab,
+                         op.tile.act_sums ? sums : nullptr, m, y, ldy);
       const auto* wr = w.row(r0);
       if (!tiled(&op, m)) return op.gemm(wr, w.row_bytes(), nr, a, ab, m, n_in, y, ldy);
       for (int64_t s = 0; s < nr; s += cpu::kQ8TileRows) {
@@ -342,7 +355,7 @@ class CpuBackend final : public Backend {
         const int64_t j = std::upper_bound(first.begin(), first.end(), r) - first.begin() - 1;
         swiglu(g + r * F, u + r * F, g + r * F, F, ex[static_cast<size_t>(j)].limit);
         quantize_act(qd->act, g + r * F, hq + static_cast<size_t>(r) * hb, F);
-        if (hsums) block_sums(hq + static_cast<size_t>(r) * hb, F / 32, hs + r * (F / 32));
+        if (hsums) act_block_sums(hq + static_cast<size_t>(r) * hb, F / 32, hs + r * (F / 32));
       }
     });
     int64_t B3 = B;
@@ -383,7 +396,7 @@ class CpuBackend final : public Backend {
     const bool interleaved = rows16(w, op, 0, n_out) && !(tiled && op.tile.gemm_rows && !w.rows_interleaved);
     const bool tiles = tiled && !interleaved;
     // The 32-block tiles' activation sums (Q8TileOps::act_sums): nb per token.
-    const bool sums = tiles && op.tile.act_sums;
+    const bool sums = (tiles || interleaved) && op.tile.act_sums;
     const int64_t nb = n_in / 32;
     if (sums && act_sums_.size() < static_cast<size_t>(n_tok * nb)) act_sums_.resize(static_cast<size_t>(n_tok * nb));
     run(n_tok, n_tok * n_in * 4, [&](int64_t t0, int64_t t1, int) {
@@ -401,7 +414,8 @@ class CpuBackend final : public Backend {
       const int64_t n_units = n_out / 16;
       run(n_units, n_out * n_in * n_tok, [&](int64_t u0, int64_t u1, int) {
         op.rows16(static_cast<const uint8_t*>(w.rows16) + static_cast<size_t>(16 * u0) * ldw_bytes, 16 * (u1 - u0),
-                  n_in, act, a_bytes, n_tok, y + 16 * u0, static_cast<size_t>(n_out));
+                  n_in, act, a_bytes, sums ? act_sums_.data() : nullptr, n_tok, y + 16 * u0,
+                  static_cast<size_t>(n_out));
       });
       return;
     }
@@ -643,7 +657,7 @@ class CpuBackend final : public Backend {
   int64_t q8_tile_min_tokens_;               // CpuBackendOptions::q8_tile_min_tokens (0: per type)
   bool q8_legacy_;                           // CpuBackendOptions::q8_legacy_types
   std::vector<uint8_t> act_;                 // quantized activations of the current int8 matmul
-  std::vector<int32_t> moe_sums_;            // moe_ffn_batch's activation block sums
+  std::vector<int32_t> moe_sums_;            // the moe paths' activation block sums
   std::vector<uint8_t> act_tiles_;           // the same, repacked by Q8TileOps::act_pack (AMX)
   std::vector<int32_t> act_sums_;            // their block sums, for Q8TileOps::act_sums
   std::vector<uint8_t> moe_act_;             // moe_ffn_token: x and the k hidden rows, quantized

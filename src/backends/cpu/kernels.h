@@ -183,9 +183,11 @@ struct Q8Ops {
   // The same products from the interleaved layout (TensorView::rows16, quant/rows16.h): rows
   // [0, nr) of the groups at w16 (nr a multiple of 16), any n_tok, y[t*ldy + r]. The same
   // integer sums and float operations as tile.gemm, so bitwise its results at every batch
-  // size. Null: this level reads the rows (the backend ignores rows16).
-  void (*rows16)(const void* w16, int64_t nr, int64_t n, const void* a, size_t a_row_bytes, int64_t n_tok, float* y,
-                 size_t ldy) = nullptr;
+  // size. sums: where tile.act_sums, each token's 32-block sums as tile.gemm takes them (the
+  // caller's, made once per activation: a decode step calls this per 16 rows), or null (made
+  // here). Null: this level reads the rows (the backend ignores rows16).
+  void (*rows16)(const void* w16, int64_t nr, int64_t n, const void* a, size_t a_row_bytes, const int32_t* sums,
+                 int64_t n_tok, float* y, size_t ldy) = nullptr;
 };
 
 struct Q8Kernels {

@@ -1527,14 +1527,14 @@ constexpr int64_t kRows16TileTokens = 64;
 // Q8Ops::rows16: rows [0, nr) of the groups at w16, tokens 8 (at most kMaxNT), 4, then 3/2/1 at
 // a time (each token's sums are its own: the split never changes a result), or from
 // kRows16TileTokens on each group's tile. kSums: Run reads each activation block's Σa (the
-// 32-block types), made here once per call.
+// 32-block types): the caller's sums, or made here once per call.
 template <class Group, template <int> class Run, int kMaxNT = 8, bool kSums = false>
-inline void rows16_gemm(const void* w16, int64_t nr, int64_t n, const void* a, size_t astride, int64_t n_tok, float* y,
-                        size_t ldy) {
+inline void rows16_gemm(const void* w16, int64_t nr, int64_t n, const void* a, size_t astride,
+                        const int32_t* given_sums, int64_t n_tok, float* y, size_t ldy) {
   constexpr int64_t kBlock = kSums ? 32 : QK_K;
   const int64_t nb = n / kBlock;
   const auto* ab = static_cast<const uint8_t*>(a);
-  const int32_t* sums = kSums ? rows16_act_sums(ab, astride, n_tok, nb) : nullptr;
+  const int32_t* sums = !kSums ? nullptr : given_sums ? given_sums : rows16_act_sums(ab, astride, n_tok, nb);
   if (n_tok >= kRows16TileTokens) {
     using GT = GroupTile<Group>;
     thread_local std::vector<typename GT::Tile> tile;  // one group's, grows to the widest call's

@@ -196,8 +196,8 @@ struct LegacyRows16Decode {
 // Q8Ops::rows16 of the super-block types: per group of 16 rows, one token fused (Decode), more
 // through the tile loop (Kind) reading the group as its tile.
 template <class Group, class Kind, class Decode>
-inline void rows16_gemm_256(const void* w16, int64_t nr, int64_t n, const void* a, size_t astride, int64_t n_tok,
-                            float* y, size_t ldy) {
+inline void rows16_gemm_256(const void* w16, int64_t nr, int64_t n, const void* a, size_t astride, const int32_t*,
+                            int64_t n_tok, float* y, size_t ldy) {
   const int64_t nb = n / QK_K;
   for (int64_t g = 0; g < nr / 16; ++g) {
     const Group* G = static_cast<const Group*>(w16) + g * nb;
@@ -211,12 +211,12 @@ inline void rows16_gemm_256(const void* w16, int64_t nr, int64_t n, const void* 
 
 // Q8Ops::rows16 of Q4_0 / Q4_1: one token fused (LegacyRows16Decode), more through the legacy
 // tile loop on the group (legacy_codes_256 unpacks its nibbles), with each activation block's Σa
-// made once per call.
+// the caller's or made once per call.
 template <class C, class Group>
-inline void rows16_legacy_256(const void* w16, int64_t nr, int64_t n, const void* a, size_t astride, int64_t n_tok,
-                              float* y, size_t ldy) {
+inline void rows16_legacy_256(const void* w16, int64_t nr, int64_t n, const void* a, size_t astride,
+                              const int32_t* given_sums, int64_t n_tok, float* y, size_t ldy) {
   const int64_t nb = n / 32;
-  const int32_t* sums = rows16_act_sums(static_cast<const uint8_t*>(a), astride, n_tok, nb);
+  const int32_t* sums = given_sums ? given_sums : rows16_act_sums(static_cast<const uint8_t*>(a), astride, n_tok, nb);
   for (int64_t g = 0; g < nr / 16; ++g) {
     const Group* G = static_cast<const Group*>(w16) + g * nb;
     if (n_tok == 1)
