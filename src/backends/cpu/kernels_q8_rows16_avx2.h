@@ -12,16 +12,17 @@
 //
 // Numerics: the exact int32 sums and the fused multiply-adds of the tiles' loops, so a group
 // gives bitwise what its rows' tile gives (and the tiles' scalar twins), at every batch size.
-// One token (decode) runs fused (K4Rows16Decode, Q6KRows16Decode, LegacyRows16Decode: each code vector unpacked in
-// registers, the activation broadcasts shared by both halves of 8 rows); more go through
-// q8_tile_gemm_256 (each super-block unpacked once per call into L1, then every token).
+// A few tokens (decode, small batches) run fused (K4Rows16Decode, Q6KRows16Decode,
+// LegacyRows16Decode: each code vector unpacked in registers once for one or two tokens, the
+// activation broadcasts shared by both halves of 8 rows); more go through q8_tile_gemm_256 /
+// legacy_tile_gemm_256 (each super-block unpacked once per call into L1, then every token).
 
 // NT tokens (1 or 2; activation rows astride apart) against a Q4_K / Q5_K group's nb
 // super-blocks: y[t·ldy + 0..16). Each code vector is unpacked once for all NT tokens.
 template <class Group>
 struct K4Rows16Decode {
   static constexpr bool kHighBit = requires(const Group& g) { g.qh; };
-  static constexpr int kMaxTokens = 2;
+  static constexpr int64_t kFusedTokens = 4;
   template <int NT>
   static void run(const Group* G, int64_t nb, const uint8_t* a, size_t astride, float* y, size_t ldy) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
@@ -107,23 +108,25 @@ struct K4Rows16Decode {
   }
 };
 
-// One token against a Q6_K group: y[0..16). Per 128-input half hh and word g, the ql words of
-// groups p and p + 2 are one load (low / high nibbles) and the qh word serves all four.
+// NT tokens (1 or 2; activation rows astride apart) against a Q6_K group: y[t·ldy + 0..16).
+// Per 128-input half hh and word g, the ql words of groups p and p + 2 are one load (low / high
+// nibbles) and the qh word serves all four; each code vector unpacked once for all NT tokens.
 struct Q6KRows16Decode {
-  static constexpr int kMaxTokens = 1;
+  static constexpr int64_t kFusedTokens = 2;
   template <int NT>
-  static void run(const block_q6_K_x16* G, int64_t nb, const uint8_t* act, size_t, float* y, size_t) {
-    static_assert(NT == 1);
-    const auto* a = reinterpret_cast<const block_q8_K*>(act);
+  static void run(const block_q6_K_x16* G, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 acc[NT][2];
+    for (auto& t : acc) t[0] = t[1] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
       const block_q6_K_x16& b = G[i];
-      const block_q8_K& ai = a[i];
+      const block_q8_K* ai[NT];
+      for (int t = 0; t < NT; ++t) ai[t] = reinterpret_cast<const block_q8_K*>(act + t * astride) + i;
       __m128i sc[16];
 #pragma GCC unroll 8
       for (int s = 0; s < 16; ++s) sc[s] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[s]));
-      __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+      __m256i sumi[NT][2];
+      for (auto& t : sumi) t[0] = t[1] = _mm256_setzero_si256();
 #pragma GCC unroll 8
       for (int hh = 0; hh < 2; ++hh)
 #pragma GCC unroll 8
@@ -133,42 +136,54 @@ struct Q6KRows16Decode {
           const int q = 4 * hh + p;
 #pragma GCC unroll 8
           for (int g0 = 0; g0 < 8; g0 += 2) {  // runs of two vectors (≤ 4·63·127 per lane)
-            __m256i s0[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, s2[2] = {s0[0], s0[0]};
+            __m256i s0[NT][2], s2[NT][2];
+            for (int t = 0; t < NT; ++t) s0[t][0] = s0[t][1] = s2[t][0] = s2[t][1] = _mm256_setzero_si256();
 #pragma GCC unroll 8
             for (int g = g0; g < g0 + 2; ++g) {
-              const __m256i a0 = q8_bcst32_256(ai.qs + 32 * q + 4 * g),
-                            a2 = q8_bcst32_256(ai.qs + 32 * (q + 2) + 4 * g);
+              __m256i a0[NT], a2[NT];
+              for (int t = 0; t < NT; ++t) {
+                a0[t] = q8_bcst32_256(ai[t]->qs + 32 * q + 4 * g);
+                a2[t] = q8_bcst32_256(ai[t]->qs + 32 * (q + 2) + 4 * g);
+              }
 #pragma GCC unroll 8
               for (int h = 0; h < 2; ++h) {
                 const __m256i l = q8_load(b.ql[16 * hh + 8 * p + g] + 8 * h), qh = q8_load(b.qh[8 * hh + g] + 8 * h);
                 const __m256i w0 = _mm256_or_si256(_mm256_and_si256(l, m4), q6_high_bits_256(qh, p));
                 const __m256i w2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), m4),
                                                    q6_high_bits_256(qh, p + 2));
-                s0[h] = _mm256_add_epi16(s0[h], _mm256_maddubs_epi16(w0, a0));
-                s2[h] = _mm256_add_epi16(s2[h], _mm256_maddubs_epi16(w2, a2));
+                for (int t = 0; t < NT; ++t) {
+                  s0[t][h] = _mm256_add_epi16(s0[t][h], _mm256_maddubs_epi16(w0, a0[t]));
+                  s2[t][h] = _mm256_add_epi16(s2[t][h], _mm256_maddubs_epi16(w2, a2[t]));
+                }
               }
             }
 #pragma GCC unroll 8
             for (int h = 0; h < 2; ++h) {  // sub-blocks 2q + g0/4 and 2(q + 2) + g0/4
-              const __m256i t0 = _mm256_madd_epi16(s0[h], q8_pair16_i8(sc[2 * q + g0 / 4], h));
-              const __m256i t2 = _mm256_madd_epi16(s2[h], q8_pair16_i8(sc[2 * (q + 2) + g0 / 4], h));
-              sumi[h] = _mm256_add_epi32(sumi[h], _mm256_add_epi32(t0, t2));
+              const __m256i c0 = q8_pair16_i8(sc[2 * q + g0 / 4], h), c2 = q8_pair16_i8(sc[2 * (q + 2) + g0 / 4], h);
+              for (int t = 0; t < NT; ++t)
+                sumi[t][h] = _mm256_add_epi32(sumi[t][h], _mm256_add_epi32(_mm256_madd_epi16(s0[t][h], c0),
+                                                                           _mm256_madd_epi16(s2[t][h], c2)));
             }
           }
         }
-      const __m256 ad = _mm256_set1_ps(ai.d);
+      for (int t = 0; t < NT; ++t) {
+        const __m256 ad = _mm256_set1_ps(ai[t]->d);
 #pragma GCC unroll 8
-      for (int h = 0; h < 2; ++h) {  // Q6KTile256::tokens' close
-        __m256i offs = _mm256_setzero_si256();
+        for (int h = 0; h < 2; ++h) {  // Q6KTile256::tokens' close
+          __m256i offs = _mm256_setzero_si256();
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; ++k)
-          offs = _mm256_add_epi32(offs, _mm256_madd_epi16(q6_group_sc2_256(b, k, h), q8_bcst32_256(ai.bsums + 2 * k)));
-        const __m256 sf = _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[h], offs));
-        acc[h] = _mm256_fmadd_ps(sf, _mm256_mul_ps(q8_half8_256(b.d + 8 * h), ad), acc[h]);
+          for (int k = 0; k < 8; ++k)
+            offs = _mm256_add_epi32(offs,
+                                    _mm256_madd_epi16(q6_group_sc2_256(b, k, h), q8_bcst32_256(ai[t]->bsums + 2 * k)));
+          const __m256 sf = _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t][h], offs));
+          acc[t][h] = _mm256_fmadd_ps(sf, _mm256_mul_ps(q8_half8_256(b.d + 8 * h), ad), acc[t][h]);
+        }
       }
     }
-    _mm256_storeu_ps(y, acc[0]);
-    _mm256_storeu_ps(y + 8, acc[1]);
+    for (int t = 0; t < NT; ++t) {
+      _mm256_storeu_ps(y + t * ldy, acc[t][0]);
+      _mm256_storeu_ps(y + t * ldy + 8, acc[t][1]);
+    }
   }
 };
 
@@ -178,7 +193,7 @@ struct Q6KRows16Decode {
 // them); each code vector unpacked once for all NT tokens.
 template <class C, class Group>
 struct LegacyRows16Decode {
-  static constexpr int kMaxTokens = 2;
+  static constexpr int64_t kFusedTokens = 4;
   template <int NT>
   static void run(const Group* G, int64_t nb, const uint8_t* act, size_t astride, const int32_t* sa, float* y,
                   size_t ldy) {
@@ -237,21 +252,20 @@ struct LegacyRows16Decode {
   }
 };
 
-// Up to this many tokens the fused loops run (in pairs where the decoder takes two, each code
-// vector unpacked once per pair), past it the tile loop (each super-block unpacked once into L1
-// for all tokens). 1 thread, Zen 1, 2048 x 768 from L2, GMAC/s tile loop -> pairs: Q4_K 2
-// tokens 15.2 -> 20.8, 3 17.2 -> 21.2, 4 19.5 -> 22.4, 8 22.6 -> 22.5; Q5_K at 8 19.6 -> 16.1;
-// Q4_1 2 tokens 14.8 -> 20.3, 4 17.4 -> 19.9, 8 19.5 -> 20.3.
-constexpr int64_t kRows16FusedTokens = 4;
+// Up to Decode::kFusedTokens tokens the fused loops run in pairs (each code vector unpacked
+// once per pair), past it the tile loop (each super-block unpacked once into L1 for all tokens).
+// 1 thread, Zen 1, 2048 x 768 from L2, GMAC/s tile loop -> pairs: Q4_K 2 tokens 15.2 -> 20.8,
+// 3 17.2 -> 21.2, 4 19.5 -> 22.4, 8 22.6 -> 22.5 (Q5_K at 8: 19.6 -> 16.1); Q4_1 2 tokens
+// 14.8 -> 20.3, 4 17.4 -> 19.9, 8 19.5 -> 20.3; Q6_K 2 tokens 11.2 -> 13.7, 4 14.9 -> 13.9.
 
-// Q8Ops::rows16 of the super-block types: per group of 16 rows, up to kRows16FusedTokens tokens
-// fused (Decode), more through the tile loop (Kind) reading the group as its tile.
+// Q8Ops::rows16 of the super-block types: per group of 16 rows, up to Decode::kFusedTokens tokens
+// fused, more through the tile loop (Kind) reading the group as its tile.
 template <class Group, class Kind, class Decode>
 inline void rows16_gemm_256(const void* w16, int64_t nr, int64_t n, const void* a, size_t astride, const int32_t*,
                             int64_t n_tok, float* y, size_t ldy) {
   const int64_t nb = n / QK_K;
   const auto* ab = static_cast<const uint8_t*>(a);
-  const bool fused = n_tok == 1 || (Decode::kMaxTokens > 1 && n_tok <= kRows16FusedTokens);
+  const bool fused = n_tok <= Decode::kFusedTokens;
   for (int64_t g = 0; g < nr / 16; ++g) {
     const Group* G = static_cast<const Group*>(w16) + g * nb;
     if (!fused) {
@@ -260,14 +274,12 @@ inline void rows16_gemm_256(const void* w16, int64_t nr, int64_t n, const void* 
       continue;
     }
     int64_t t = 0;
-    if constexpr (Decode::kMaxTokens > 1)
-      for (; t + 2 <= n_tok; t += 2)
-        Decode::template run<2>(G, nb, ab + t * astride, astride, y + t * ldy + 16 * g, ldy);
+    for (; t + 2 <= n_tok; t += 2) Decode::template run<2>(G, nb, ab + t * astride, astride, y + t * ldy + 16 * g, ldy);
     if (t < n_tok) Decode::template run<1>(G, nb, ab + t * astride, astride, y + t * ldy + 16 * g, ldy);
   }
 }
 
-// Q8Ops::rows16 of Q4_0 / Q4_1: up to kRows16FusedTokens tokens fused (LegacyRows16Decode), more
+// Q8Ops::rows16 of Q4_0 / Q4_1: up to Decode::kFusedTokens tokens fused (LegacyRows16Decode), more
 // through the legacy tile loop on the group (legacy_codes_256 unpacks its nibbles), with each
 // activation block's Σa the caller's or made once per call.
 template <class C, class Group>
@@ -279,7 +291,7 @@ inline void rows16_legacy_256(const void* w16, int64_t nr, int64_t n, const void
   const int32_t* sums = given_sums ? given_sums : rows16_act_sums(ab, astride, n_tok, nb);
   for (int64_t g = 0; g < nr / 16; ++g) {
     const Group* G = static_cast<const Group*>(w16) + g * nb;
-    if (n_tok > kRows16FusedTokens) {
+    if (n_tok > Decode::kFusedTokens) {
       legacy_tile_gemm_256<C, Group>(reinterpret_cast<const uint8_t*>(G), n, a, astride, sums, n_tok, y + 16 * g, ldy,
                                      16);
       continue;
