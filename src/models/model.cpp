@@ -76,10 +76,9 @@ std::string interleave_rows16(GgufFile& f, ExpertLayout& layout, bool experts, b
   for (const TensorView& t : f.tensors()) {
     if (!rows16_supported(t.type) || t.n_dims < 2 || t.ne[1] % 16 != 0 || t.ne[3] != 1) continue;
     if (const auto [first, last] = views_in(t); !experts && first != last) continue;
+    // The embedding table is read by rows (get_rows), unless it is also the output head.
+    if (t.name == "token_embd.weight" && f.find_tensor("output.weight")) continue;
     uint8_t* here = in_place ? f.writable_bytes(t) : nullptr;
-    // The embedding table is read by rows (get_rows), unless it is also the output head (and a
-    // file keeps its rows).
-    if (t.name == "token_embd.weight" && (here || f.find_tensor("output.weight"))) continue;
     picked.push_back(&t);
     own.push_back(here);
     bytes += t.nbytes;

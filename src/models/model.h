@@ -149,8 +149,9 @@ struct ModelOptions {
   bool repack = false;
   // With repack: a folder's converted weights (no file keeps their rows) are interleaved in
   // place, so they are not held twice; their rows are gone (TensorView::rows_interleaved), so
-  // only for a backend that reads the layout of every such type at every batch size
-  // (cpu_backend_reads_every_rows16). Without it they are copied like a file's.
+  // only for a backend that reads the layout of every such type at every batch size, and
+  // get_rows from it (a tied embedding): cpu_backend_reads_every_rows16. Without it they are
+  // copied like a file's.
   bool repack_in_place = false;
   GgufFile::Progress repack_progress;  // while packing: bytes done, total
 };

@@ -180,6 +180,22 @@ TEST(Repack, FolderWeightsInterleaveInPlace) {
   EXPECT_EQ(a.prompt_logits, b.prompt_logits);
   EXPECT_EQ(a.decode_logits, b.decode_logits);
   EXPECT_EQ(a.greedy, b.greedy);
+  // A tied embedding (no output head of its own) is interleaved in place too: get_rows takes
+  // each row from its group. tests/data/hf/qwen3moe-q4 (vocab 400) ties them.
+  {
+    const std::string tied = std::string(SLUICE_SOURCE_DIR) + "/tests/data/hf/qwen3moe-q4";
+    auto p = Model::load(tied), q = Model::load(tied, here);
+    ASSERT_EQ(p->file().find_tensor("output.weight"), nullptr);
+    EXPECT_TRUE(q->file().tensor("token_embd.weight").rows_interleaved);
+    auto be = make_backend("cpu", 2);
+    Session sp(*p, *be, KvCacheOptions{.n_ctx = 32}), sq(*q, *be, KvCacheOptions{.n_ctx = 32});
+    const std::vector<int32_t> prompt = {1, 23, 45, 67, 89, 111, 133, 155, 177, 199, 221, 399};
+    const auto lp = sp.eval(prompt, /*all_logits=*/true);
+    const auto lq = sq.eval(prompt, /*all_logits=*/true);
+    EXPECT_EQ(std::vector<float>(lp.begin(), lp.end()), std::vector<float>(lq.begin(), lq.end()));
+    const auto dp = sp.eval(std::vector<int32_t>{398}), dq = sq.eval(std::vector<int32_t>{398});
+    EXPECT_EQ(std::vector<float>(dp.begin(), dp.end()), std::vector<float>(dq.begin(), dq.end()));
+  }
   // A backend that reads rows (the reference) is refused by name, not fed the other layout.
   try {
     (void)run(*in_place, "ref");

@@ -472,6 +472,20 @@ class CpuBackend final : public Backend {
     for (int64_t r = 0; r < n; ++r)
       if (ids[r] < 0 || ids[r] >= n_rows)
         fail("get_rows: id ", ids[r], " outside ", table.name, " (", n_rows, " rows)");
+    if (table.rows_interleaved) {
+      // A table interleaved in place (a tied embedding that is also the output head): each row
+      // from its 16-row group, unpacked into the thread's scratch.
+      const size_t rb = table.row_bytes();
+      run(n, n * n_embd, [&](int64_t r0, int64_t r1, int thread) {
+        uint8_t* rows = scratch_aligned(thread, 16 * rb);
+        for (int64_t r = r0; r < r1; ++r) {
+          const auto* group = static_cast<const uint8_t*>(table.rows16) + static_cast<size_t>(ids[r] / 16 * 16) * rb;
+          rows16_unpack(table.type, group, rb, 16, n_embd, rows);
+          decode(table.type, rows + static_cast<size_t>(ids[r] % 16) * rb, out + r * n_embd, n_embd);
+        }
+      });
+      return;
+    }
     run(n, n * n_embd, [&](int64_t r0, int64_t r1, int) {
       for (int64_t r = r0; r < r1; ++r) decode(table.type, table.row(ids[r]), out + r * n_embd, n_embd);
     });

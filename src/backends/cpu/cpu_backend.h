@@ -70,8 +70,9 @@ const char* cpu_backend_q8_level(const Backend& b);
 // Whether b is a cpu backend whose int8 kernels read TensorView::rows16 of type t (--repack's
 // copies; quant/rows16.h): false for other backends, exact float matmuls and levels without them.
 bool cpu_backend_reads_rows16(const Backend& b, DType t);
-// Whether b reads the interleaved layout of every type that has one at every batch size, so a
-// matrix interleaved in place (ModelOptions::repack_in_place) is never read by rows.
+// Whether b reads the interleaved layout of every type that has one at every batch size (and
+// get_rows from it), so a matrix interleaved in place (ModelOptions::repack_in_place) is never
+// read by rows.
 bool cpu_backend_reads_every_rows16(const Backend& b);
 // Whether --repack is on when not asked for: where b reads the interleaved copies. They cost no
 // memory: a GGUF file's copied rows go back to the file's pages (GgufFile::release_pages), a

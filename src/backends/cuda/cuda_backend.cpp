@@ -265,6 +265,7 @@ struct CudaBackend::Impl {
 
   // The device copy of w (uploaded on first use or when the host bytes changed).
   Weight& weight(const TensorView& w) {
+    (void)w.row(0);  // refuses, by name, rows interleaved in place (TensorView::rows_interleaved)
     const size_t bytes = w.row_bytes() * static_cast<size_t>(w.n_rows());
     const Key key{w.data, bytes};
     const uint64_t gen = host_buffer_generation(w.data);
@@ -423,7 +424,7 @@ void CudaBackend::matmul_weights(const TensorView& w, const float* x, float* y, 
   if (m.tier && cuda::weight_type_supported(w.type) && cuda::routed_expert_name(w.name)) {
     const size_t bytes = w.row_bytes() * static_cast<size_t>(n_out);
     void* dw = m.transient.reserve(bytes);  // the previous op has synchronised: free to reuse
-    SLUICE_CU(cudaMemcpyAsync(dw, w.data, bytes, cudaMemcpyHostToDevice, m.stream));
+    SLUICE_CU(cudaMemcpyAsync(dw, w.row(0), bytes, cudaMemcpyHostToDevice, m.stream));
     ++m.transient_uploads;
     m.transient_bytes += bytes;
     cuda::matmul(w.type, dw, w.row_bytes(), n_in, n_out, dx, dy, n_tok, m.stream);
