@@ -32,8 +32,8 @@ double membw_read(int n_threads, size_t bytes, int reps);
 double disk_read_bandwidth(const std::string& path, size_t bytes, size_t block, unsigned depth, int reps);
 
 // The int8 multiply-accumulate peak in MAC/s of n_threads threads: independent chains of
-// vpdpbusd (AVX-512 VNNI, 64 MACs per instruction), or of vpmaddubsw+vpmaddwd (AVX2, the pair
-// the AVX2 kernels use per 32 MACs) where VNNI is missing; 0 without AVX2. What a prefill's
+// vpdpbusd (AVX-512 VNNI, 64 MACs per instruction), or of vpmaddubsw into 16-bit sums (AVX2, 32
+// MACs per instruction, as the AVX2 kernels' inner loops) where VNNI is missing; 0 without AVX2. What a prefill's
 // matmul MACs are compared against.
 double int8_peak(int n_threads);
 // The AMX-INT8 peak of n_threads threads (tdpbssd, 16384 MACs each), where the cpu backend has
@@ -54,7 +54,9 @@ void kv_fill_synthetic(KvCache& kv, Backend& be, int64_t n_layer, int64_t n_pos,
 double decode_together(const Model& m, Backend& be, Memory& mem, const std::vector<int32_t>& seqs,
                        std::vector<int32_t> next, int n_steps);
 
-enum class BenchStage { embed, attention, linear_attn, router, experts, dense_ffn, output, other, count };
+// attention: its weights (q/k/v/o projections); attend: the rest of it (RoPE, the KV store, the
+// scores and their sum over V), so a profile tells the projections' rate from the cache's.
+enum class BenchStage { embed, attention, attend, linear_attn, router, experts, dense_ffn, output, other, count };
 std::string_view bench_stage_name(BenchStage s);
 // The stage a weight belongs to, from its GGUF name (blk.N.attn_q.weight, ..._exps, ...).
 BenchStage bench_stage_of(std::string_view tensor_name);

@@ -91,8 +91,8 @@ std::string base_name(const std::string& p) {
 }
 
 // The --profile table of a pp row: time per prompt batch by stage, and each stage's matmul
-// multiply-adds per second against the int8 peak measured in the same run (the attention stage
-// also holds the float attention op, which does no int8 multiply-adds).
+// multiply-adds per second against the int8 peak measured in the same run (the attend stage, the
+// float attention op, RoPE and the KV store, does no int8 multiply-adds).
 std::string pp_profile(const BenchCounters& c, const std::string& model, int threads, const std::string& cache,
                        int n_prompt, const std::string& at, int reps, double total_s, double peak) {
   std::string out;
@@ -598,7 +598,7 @@ int run_bench(const BenchArgs& a) {
   if (!a.json && a.n_prompt > 0)
     std::printf(
         "\npp rows: matmul multiply-accumulates per second (weights x activations, attention not counted) / "
-        "the int8 peak measured by the same binary (vpdpbusd chains, or vpmaddubsw+vpmaddwd without VNNI)%s.\n",
+        "the int8 peak measured by the same binary (vpdpbusd chains, or vpmaddubsw into 16-bit sums without VNNI)%s.\n",
         amx_used ? "; with AMX, the JSON also has amx_int8_peak_gmacs (tdpbssd chains) and amx_peak_fraction" : "");
   if (a.json)
     std::cout << out.dump(2) << "\n";

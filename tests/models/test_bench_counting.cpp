@@ -33,7 +33,10 @@ TEST(CountingBackend, ForwardsEveryOpBitwise) {
   const BenchCounters& c = counting.counters();
   EXPECT_GT(c.bytes[static_cast<size_t>(BenchStage::linear_attn)], 0u);
   EXPECT_GT(c.seconds[static_cast<size_t>(BenchStage::linear_attn)], 0.0);
-  EXPECT_GT(c.bytes[static_cast<size_t>(BenchStage::attention)], 0u);
+  EXPECT_GT(c.bytes[static_cast<size_t>(BenchStage::attention)], 0u);  // the projections
+  EXPECT_GT(c.bytes[static_cast<size_t>(BenchStage::attend)], 0u);     // the KV rows read
+  EXPECT_GT(c.seconds[static_cast<size_t>(BenchStage::attend)], 0.0);
+  EXPECT_EQ(c.stage_macs[static_cast<size_t>(BenchStage::attend)], 0u);
 }
 
 TEST(CountingBackend, StagesFromTensorNames) {

@@ -16,6 +16,15 @@
 // scalar twins (k4_tile_step, q6_K_tile_step), so the results are bitwise theirs. A tile's 16
 // rows run as two halves of 8 (one vector each); a half past nr is skipped.
 
+// Pins v in a register at this point (an empty asm the compiler cannot see through), so a chain
+// of adds into it stays a chain (K4Rows16Decode). Nothing where the vector types are SIMDe's.
+inline void q8_pin_256(__m256i& v) {
+#if !defined(SLUICE_EMULATED_AVX512)
+  asm("" : "+x"(v));
+#else
+  (void)v;
+#endif
+}
 inline __m256i q8_bcst32_256(const void* p) {
   int32_t v;
   __builtin_memcpy(&v, p, 4);
