@@ -33,8 +33,8 @@ double disk_read_bandwidth(const std::string& path, size_t bytes, size_t block, 
 
 // The int8 multiply-accumulate peak in MAC/s of n_threads threads: independent chains of
 // vpdpbusd (AVX-512 VNNI, 64 MACs per instruction), or of vpmaddubsw into 16-bit sums (AVX2, 32
-// MACs per instruction, as the AVX2 kernels' inner loops) where VNNI is missing; 0 without AVX2. What a prefill's
-// matmul MACs are compared against.
+// MACs per instruction, as the AVX2 kernels' inner loops run) where VNNI is missing; 0 without
+// AVX2. What a prefill's matmul MACs are compared against.
 double int8_peak(int n_threads);
 // The AMX-INT8 peak of n_threads threads (tdpbssd, 16384 MACs each), where the cpu backend has
 // AMX tiles (cpu::q8_kernels_amx()); else 0.

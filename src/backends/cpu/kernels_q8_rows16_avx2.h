@@ -66,8 +66,9 @@ struct K4Rows16Decode {
                 hi[t][h] = _mm256_add_epi16(hi[t][h], _mm256_maddubs_epi16(vh, ah[t]));
                 // Q4_K: each sum stays one chain in a register. Left to itself GCC computes a run's
                 // products first and adds them as a tree, spilling them (94 ymm stores per super-block
-                // at 1 token, 236 at 2). 1 thread, Zen 1, 2048 x 128: 1 token 19.0 -> 19.5 GMAC/s,
-                // 2 tokens 21.9 -> 24.5, 4 21.5 -> 24.0. Q5_K (runs of 4) lost 5% with it: left as is.
+                // at 1 token, 236 at 2). 1 thread, Zen 1, 2048 x 128 from L2, -O3, GMAC/s: 2 tokens
+                // 21.4-22.0 -> 23.2-25.0, 4 20.0-21.7 -> 23.6-24.7, 1 unchanged. Q5_K and Q6_K (the
+                // same pins on their sums) lost 5-10%: left as they are.
                 if constexpr (!kHighBit) {
                   q8_pin_256(lo[t][h]);
                   q8_pin_256(hi[t][h]);
