@@ -20,8 +20,11 @@ CommandRunner add_pack_command(CLI::App& app) {
       app.add_subcommand("pack",
                          "rewrite the expert tensors so each (layer, expert) is one 4 KiB-aligned region: one read "
                          "per streaming miss. The output is Sluice-only (llama.cpp needs the stacked tensors); "
-                         "--unpack restores them");
-  cmd->add_option("input", o->in, "GGUF model")->required()->check(CLI::ExistingFile);
+                         "--unpack restores them. A model folder (MLX / Hugging Face) becomes such a GGUF, its "
+                         "experts converted as they are written: how a folder's experts stream");
+  cmd->add_option("input", o->in, "GGUF model, or a model folder (config.json + safetensors)")
+      ->required()
+      ->check(CLI::ExistingPath);
   cmd->add_option("-o,--output", o->out, "output GGUF")->required();
   cmd->add_flag("--unpack", o->unpack, "the reverse: stacked expert tensors again, loadable by llama.cpp");
   return [o] {

@@ -2,6 +2,9 @@
 // hf_tokenizer.cpp; tensor names: hf_names.cpp).
 #include "format/hf_folder.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -9,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -48,6 +52,31 @@ struct Owned {
   T* alloc(size_t count) {
     converted.emplace_back(count * sizeof(T), AnonMap::Pages::huge);
     return reinterpret_cast<T*>(converted.back().data());
+  }
+
+  // Stacked experts left unconverted by a folder opened for rewriting (FolderForRewrite): their
+  // memory is reserved, and rows are converted when asked for and given back after.
+  struct Deferred {
+    uint8_t* dst = nullptr;
+    size_t row_bytes = 0;
+    int64_t rows = 0;
+    std::function<void(int64_t r0, int64_t r1)> convert;  // writes rows [r0, r1) at dst
+    std::function<void(int64_t r0, int64_t r1)> drop;     // drops those rows' source pages
+  };
+  bool defer_experts = false;
+  std::vector<Deferred> deferred;
+  // The deferred rows that hold bytes [p, p + n): their entry and [r0, r1), or nullptr.
+  const Deferred* rows_of(const void* p, size_t n, int64_t* r0, int64_t* r1) const {
+    const auto* q = static_cast<const uint8_t*>(p);
+    for (const Deferred& d : deferred) {
+      const size_t size = d.row_bytes * static_cast<size_t>(d.rows);
+      if (q < d.dst || q >= d.dst + size) continue;
+      const size_t off = static_cast<size_t>(q - d.dst), end = std::min(size, off + n);
+      *r0 = static_cast<int64_t>(off / d.row_bytes);
+      *r1 = static_cast<int64_t>((end + d.row_bytes - 1) / d.row_bytes);
+      return &d;
+    }
+    return nullptr;
   }
 };
 
@@ -187,48 +216,51 @@ TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTens
   v.ne[0] = in;
   v.ne[1] = rows / n_exp;
   if (dims == 3) v.ne[2] = n_exp;
-  const size_t ss = st_dtype_size(s->dtype);
-  auto codes_row = [&](int64_t r) {
-    return reinterpret_cast<const uint32_t*>(w.data + static_cast<size_t>(r * words) * 4);
-  };
-  auto group_row = [&](const StTensor* t, int64_t r) { return t->data + static_cast<size_t>(r * n_groups) * ss; };
-  std::string how;
-  if (const auto type = is_router(gguf) ? std::nullopt : mlx_affine_repack_type(f)) {
-    const size_t row_bytes = dtype_row_bytes(*type, in);
-    AnonMap blocks(row_bytes * static_cast<size_t>(rows), AnonMap::Pages::huge);
-    std::atomic<bool> exact = true;
-    auto repack = [&](int64_t r0, int64_t r1, int) {
-      for (int64_t r = r0; r < r1 && exact.load(std::memory_order_relaxed); ++r)
-        if (!mlx_affine_repack_row(f, *type, codes_row(r), group_row(s, r), group_row(b, r), in,
-                                   blocks.data() + static_cast<size_t>(r) * row_bytes))
-          exact = false;
-    };
-    // Every core on the big tensors: a 30B-class folder is gigabytes of groups to repack.
-    if (rows * in >= (int64_t{1} << 22))
-      ThreadPool(0).parallel_for(rows, repack);
-    else
-      repack(0, rows, 0);
-    if (exact) {
-      v.type = *type;
-      v.nbytes = row_bytes * static_cast<size_t>(rows);
-      owned.converted.push_back(std::move(blocks));
-      how = std::string(dtype_name(*type)) + " (exact)";
+  // Q4_1/Q5_1/Q8_A blocks where they hold the groups exactly; else (scales that are not fp16
+  // values, a group size that is not a multiple of 32) or for a router (kept in float: an int8
+  // rounding would move expert choices) float32, the numbers quantized_matmul computes.
+  std::optional<DType> type = is_router(gguf) ? std::nullopt : mlx_affine_repack_type(f);
+  if (type && !mlx_affine_groups_fp16_exact(f, s->data, b->data, rows * n_groups)) type.reset();
+  v.type = type.value_or(DType::F32);
+  const size_t row_bytes = dtype_row_bytes(v.type, in), ss = st_dtype_size(s->dtype);
+  v.nbytes = row_bytes * static_cast<size_t>(rows);
+  uint8_t* dst = owned.alloc(v.nbytes);
+  v.data = dst;
+  // Row r's codes, scales and biases: in the mapped shards, which must outlive the converter.
+  const uint8_t *codes = w.data, *scales = s->data, *biases = b->data;
+  const size_t code_row = static_cast<size_t>(words) * 4, group_row = static_cast<size_t>(n_groups) * ss;
+  auto convert = [=](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const auto* c = reinterpret_cast<const uint32_t*>(codes + static_cast<size_t>(r) * code_row);
+      const uint8_t *sc = scales + static_cast<size_t>(r) * group_row,
+                    *bi = biases + static_cast<size_t>(r) * group_row;
+      uint8_t* out = dst + static_cast<size_t>(r) * row_bytes;
+      if (!type)
+        mlx_affine_dequantize_row_f32(f, c, sc, bi, in, reinterpret_cast<float*>(out));
+      else if (!mlx_affine_repack_row(f, *type, c, sc, bi, in, out))
+        fail(at, ": row ", r, " has a scale or bias that is not an fp16 value after all (internal error)");
     }
+  };
+  if (owned.defer_experts && dims == 3 && gguf.ends_with("_exps.weight") && !gguf.ends_with("gate_up_exps.weight")) {
+    const Owned* o = &owned;  // the converter lives in `owned`, as do the files
+    auto drop = [=](int64_t r0, int64_t r1) {
+      const size_t n = static_cast<size_t>(r1 - r0);
+      for (const auto& file : o->files) {
+        file->drop_range(codes + static_cast<size_t>(r0) * code_row, n * code_row);
+        file->drop_range(scales + static_cast<size_t>(r0) * group_row, n * group_row);
+        file->drop_range(biases + static_cast<size_t>(r0) * group_row, n * group_row);
+      }
+    };
+    owned.deferred.push_back({dst, row_bytes, rows, convert, drop});
+  } else {
+    // Every core on the big tensors: a 30B-class folder is gigabytes of groups to convert.
+    if (rows * in >= (int64_t{1} << 22))
+      ThreadPool(0).parallel_for(rows, [&](int64_t r0, int64_t r1, int) { convert(r0, r1); });
+    else
+      convert(0, rows);
+    owned.drop_sources({&w, s, b});
   }
-  if (how.empty()) {
-    // No block holds these groups exactly (scales that are not fp16 values, a group size that
-    // is not a multiple of 32), or a router (kept in float: an int8 rounding would move expert
-    // choices): float32, the numbers quantized_matmul computes (4 bytes a weight).
-    float* out = owned.alloc<float>(static_cast<size_t>(rows * in));
-    for (int64_t r = 0; r < rows; ++r)
-      mlx_affine_dequantize_row_f32(f, codes_row(r), group_row(s, r), group_row(b, r), in,
-                                    out + static_cast<size_t>(r * in));
-    v.type = DType::F32;
-    v.nbytes = static_cast<size_t>(rows * in) * 4;
-    how = "f32 (dequantized)";
-  }
-  v.data = owned.converted.back().data();
-  owned.drop_sources({&w, s, b});
+  const std::string how = type ? std::string(dtype_name(*type)) + " (exact)" : "f32 (dequantized)";
   auto& e = summary[std::to_string(f.bits) + "-bit g" + std::to_string(f.group_size) + " " +
                     std::string(dtype_name(f.scale_type)) + " → " + how];
   e.first += 1;
@@ -408,7 +440,11 @@ std::unique_ptr<GgufFile> open_folder_tokenizer(const std::string& dir_s) {
   return GgufFile::synthetic(dir.string(), std::move(kv), {}, nullptr);
 }
 
-std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
+namespace {
+
+// The folder as a GGUF; with `defer_experts` the stacked experts that need converting are left
+// to FolderForRewrite's fill (`owned_out` gets the memory that holds them).
+std::unique_ptr<GgufFile> open_folder(const std::string& dir_s, bool defer_experts, std::shared_ptr<Owned>* owned_out) {
   const fs::path dir(dir_s), cfg_path = dir / "config.json";
   json top = read_json(cfg_path, true);
   if (!top.is_object()) fail(cfg_path.string(), ": not a JSON object");
@@ -435,6 +471,8 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
 
   // The weights: one file, or the shards the index names.
   auto owned = std::make_shared<Owned>();
+  owned->defer_experts = defer_experts;
+  if (owned_out) *owned_out = owned;
   std::vector<fs::path> shards;
   if (fs::exists(dir / "model.safetensors")) {
     shards.push_back(dir / "model.safetensors");
@@ -617,6 +655,35 @@ std::unique_ptr<GgufFile> open_model_folder(const std::string& dir_s) {
   std::vector<std::span<uint8_t>> converted;
   for (AnonMap& m : owned->converted) converted.emplace_back(m.data(), m.size());
   return GgufFile::synthetic(dir.string(), std::move(kv), std::move(tensors), owned, std::move(converted));
+}
+
+}  // namespace
+
+std::unique_ptr<GgufFile> open_model_folder(const std::string& dir) { return open_folder(dir, false, nullptr); }
+
+FolderForRewrite open_model_folder_for_rewrite(const std::string& dir) {
+  std::shared_ptr<Owned> owned;
+  FolderForRewrite r;
+  r.file = open_folder(dir, true, &owned);
+  // Every core on each expert's rows: converting is most of a pack's CPU time (a 12-layer
+  // 30B-class 4-bit folder: 12 s of one core, the write itself ~6 s).
+  auto pool = std::make_shared<ThreadPool>(0);
+  r.fill = [owned, pool](const void* p, size_t n) {
+    int64_t r0 = 0, r1 = 0;
+    if (const Owned::Deferred* d = owned->rows_of(p, n, &r0, &r1))
+      pool->parallel_for(r1 - r0, [&](int64_t a, int64_t b, int) { d->convert(r0 + a, r0 + b); });
+  };
+  r.release = [owned](const void* p, size_t n) {
+    int64_t r0 = 0, r1 = 0;
+    if (const Owned::Deferred* d = owned->rows_of(p, n, &r0, &r1)) {
+      // The converted rows' whole pages go back (a row shared with the next expert's stays).
+      const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+      const auto a = reinterpret_cast<uintptr_t>(p), lo = (a + page - 1) / page * page, hi = (a + n) / page * page;
+      if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+      d->drop(r0, r1);
+    }
+  };
+  return r;
 }
 
 }  // namespace sluice

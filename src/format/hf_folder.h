@@ -67,6 +67,7 @@
 // affine and non-MLX quantization_config (quant_method), quantized norms, rope_scaling,
 // tokenizers other than byte-level and SentencePiece-style BPE (Unigram, WordPiece).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -79,6 +80,17 @@ bool is_model_folder(const std::string& path);
 
 // Throws sluice::Error naming the file and what is wrong (or unsupported).
 std::unique_ptr<GgufFile> open_model_folder(const std::string& dir);
+// A folder opened to be rewritten as a GGUF (`sluice pack DIR`): the stacked experts that
+// loading converts (MLX affine groups into Q4_1/Q5_1/Q8_A blocks or float) are not converted
+// here; fill(p, n) converts the rows that hold bytes [p, p + n) of one of `file`'s tensors and
+// release(p, n) gives their memory and their source pages back, so a folder larger than memory
+// is rewritten expert by expert in bounded memory. Both do nothing outside those tensors; every
+// other tensor is as open_model_folder gives it.
+struct FolderForRewrite {
+  std::unique_ptr<GgufFile> file;
+  std::function<void(const void*p, size_t n)> fill, release;
+};
+FolderForRewrite open_model_folder_for_rewrite(const std::string& dir);
 // The folder's tokenizer files alone as tokenizer.ggml.* metadata (no config.json checks, no
 // tensors): for tokenizing without the weights.
 std::unique_ptr<GgufFile> open_folder_tokenizer(const std::string& dir);

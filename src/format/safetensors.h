@@ -62,7 +62,9 @@ class SafetensorsFile {
   // A tensor of this file that will not be read again (converted at load): its whole pages
   // leave this process's memory (still readable: they come back from the file). Nothing for a
   // tensor of another file or a file in memory (from_memory). Returns the bytes given back.
-  size_t drop_pages(const StTensor& t) const { return mapped_ ? drop_mapped_pages(base_, size_, t.data, t.nbytes) : 0; }
+  size_t drop_pages(const StTensor& t) const { return drop_range(t.data, t.nbytes); }
+  // The same for bytes [p, p + n) of a tensor (the rows of one expert).
+  size_t drop_range(const void* p, size_t n) const { return mapped_ ? drop_mapped_pages(base_, size_, p, n) : 0; }
 
  private:
   struct MemoryTag {};

@@ -9,11 +9,13 @@
 #include <cctype>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <vector>
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "format/hf_folder.h"
 #include "memory/expert_store.h"
 
 namespace sluice {
@@ -59,11 +61,35 @@ void copy_metadata(const GgufFile& in, GgufWriter& w, bool skip_sluice_pack_keys
   }
 }
 
+// The input as GGUF tensors: a GGUF file, or a model folder whose experts are converted as
+// they are written (format/hf_folder.h), so a folder larger than memory packs too.
+struct PackInput {
+  FolderForRewrite folder;
+  std::unique_ptr<GgufFile> gguf;
+  uint64_t bytes = 0;  // on disk
+  const GgufFile& file() const { return folder.file ? *folder.file : *gguf; }
+};
+
+PackInput open_pack_input(const std::string& path) {
+  PackInput in;
+  if (is_model_folder(path)) {
+    in.folder = open_model_folder_for_rewrite(path);
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(path, ec))
+      if (e.is_regular_file(ec)) in.bytes += e.file_size(ec);
+  } else {
+    in.gguf = std::make_unique<GgufFile>(path);
+    in.bytes = in.gguf->file_size();
+  }
+  return in;
+}
+
 }  // namespace
 
 PackResult pack_experts(const std::string& in_path, const std::string& out_path, const PackProgress& progress) {
   const double t0 = now_seconds();
-  GgufFile in(in_path);
+  const PackInput input = open_pack_input(in_path);
+  const GgufFile& in = input.file();
   if (gguf_has_bundled_experts(in)) fail(in_path, ": already packed (sluice.expert_layout = bundled)");
 
   // The MoE layers: those with all three stacked tensors, agreeing on the expert count.
@@ -121,7 +147,9 @@ PackResult pack_experts(const std::string& in_path, const std::string& out_path,
 
   w.begin(out_path);
   for (size_t i = 0; i < items.size(); ++i) {
+    if (input.folder.fill) input.folder.fill(items[i].data, items[i].nbytes);
     w.write_tensor_data(items[i].name, items[i].data, items[i].nbytes);
+    if (input.folder.release) input.folder.release(items[i].data, items[i].nbytes);
     drop_pages(items[i].data, items[i].nbytes);
     if (progress) progress(i + 1, items.size());
   }
@@ -130,7 +158,7 @@ PackResult pack_experts(const std::string& in_path, const std::string& out_path,
   PackResult r;
   r.moe_layers = static_cast<int>(layers.size());
   r.experts = n_bundles;
-  r.bytes_in = in.file_size();
+  r.bytes_in = input.bytes;
   r.bytes_out = file_size(out_path);
   r.seconds = now_seconds() - t0;
   return r;

@@ -14,6 +14,13 @@
 // it is marked `sluice.expert_layout = "bundled"`, and `sluice pack --unpack` restores a
 // llama.cpp-loadable file with the original tensor bytes.
 //
+// The input may be a model folder (format/hf_folder.h): the packed file then holds the
+// tensors a load of the folder makes (MLX groups as Q4_1/Q5_1/Q8_A blocks, GGUF names and
+// metadata), the experts converted one at a time as they are written, so a folder larger than
+// memory packs in bounded memory; it is how a folder's experts stream. --unpack of such a file
+// gives a stacked GGUF of the same tensors (Sluice's reading of the folder; not claimed loadable
+// by llama.cpp, whose converters reorder some of them).
+//
 // Layout of a packed file: every non-expert tensor first, in the input's order (so the dense
 // weights are one contiguous region for the mapping), then layer by layer, expert by expert,
 // gate, up, down. general.alignment becomes 4096, so every tensor (hence every bundle) starts

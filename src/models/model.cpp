@@ -327,9 +327,12 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   auto m = std::unique_ptr<Model>(new Model());
   const bool read = opt.read_weights && opt.experts.policy == ExpertPolicy::resident;
   if (is_model_folder(path)) {
-    // Streaming reads experts by file offset from one GGUF; a folder's live in its shards.
+    // Streaming reads experts by file offset from one GGUF; a folder's live in its shards, in
+    // MLX's layout where loading converts them. `sluice pack` writes the GGUF streaming reads.
     if (opt.experts.policy == ExpertPolicy::stream)
-      fail(path, ": --experts stream needs a GGUF file (a model folder's experts are mapped: use resident or mmap)");
+      fail(path, ": --experts stream needs a GGUF file: `sluice pack ", path,
+           " -o FILE.gguf` writes one from this folder (its experts converted as they are written, one read per ",
+           "expert), then run FILE.gguf");
     m->file_ = open_model_folder(path);
   } else {
     m->file_ = std::make_unique<GgufFile>(path, read ? GgufFile::Load::read : GgufFile::Load::map, opt.progress);

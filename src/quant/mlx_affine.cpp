@@ -129,6 +129,13 @@ std::optional<DType> mlx_affine_repack_type(const MlxAffineFormat& f) {
   return DType::Q8_A;  // 6 and 8 bits
 }
 
+bool mlx_affine_groups_fp16_exact(const MlxAffineFormat& f, const void* scales, const void* biases, int64_t n_groups) {
+  if (f.scale_type == DType::F16) return true;
+  for (int64_t g = 0; g < n_groups; ++g)
+    if (!exact_fp16(scale_at(f.scale_type, scales, g)) || !exact_fp16(scale_at(f.scale_type, biases, g))) return false;
+  return true;
+}
+
 bool mlx_affine_repack_row(const MlxAffineFormat& f, DType type, const uint32_t* codes, const void* scales,
                            const void* biases, int64_t n, void* dst) {
   if (mlx_affine_repack_type(f) != type) fail("MLX affine ", f.bits, "-bit: cannot repack into ", dtype_name(type));

@@ -59,6 +59,10 @@ void mlx_affine_quantize_row(const MlxAffineFormat& f, const float* x, int64_t n
 // 6 and 8 (no GGUF type has an offset and 6+ bit codes); nullopt for a group size that is not a
 // multiple of 32.
 std::optional<DType> mlx_affine_repack_type(const MlxAffineFormat& f);
+// Whether every one of `n_groups` scales and biases is exactly an fp16 value (always for f16
+// ones): what mlx_affine_repack_row needs, decided before any row is converted (the folder
+// loader converts the experts of `sluice pack DIR` only as it writes them).
+bool mlx_affine_groups_fp16_exact(const MlxAffineFormat& f, const void* scales, const void* biases, int64_t n_groups);
 // One row of n elements (n a multiple of the group size) into n/32 blocks of `type`
 // (mlx_affine_repack_type(f)): each block gets its group's scale as d and bias as m (fp16), and
 // the codes in ggml's order (qs[j]: element j in the low nibble, j+16 in the high one; Q5_1's

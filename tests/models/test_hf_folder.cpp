@@ -307,7 +307,7 @@ TEST(HfFolderErrors, RunTakesAFolder) {
                                                    " --experts stream -n 1 2>&1",
                                                &rc);
   EXPECT_EQ(rc, 1);
-  EXPECT_NE(stream.find("--experts stream needs a GGUF file"), std::string::npos) << stream;
+  EXPECT_NE(stream.find("--experts stream needs a GGUF file: `sluice pack "), std::string::npos) << stream;
 }
 
 struct QuantCase {

@@ -1,0 +1,179 @@
+// tests/models/test_folder_pack: `sluice pack DIR` — a model folder (MLX-LM's own quantized
+// folders in tests/data/hf) rewritten as a packed GGUF, its experts converted as they are
+// written (format/hf_folder.h FolderForRewrite), then streamed: every tensor byte-identical to
+// the folder loaded as usual, and the streamed logits bit-identical to the folder's.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "format/gguf.h"
+#include "format/hf_folder.h"
+#include "hf_folder_util.h"
+#include "memory/expert_store.h"
+#include "memory/pack.h"
+#include "models/model.h"
+#include "runtime/session.h"
+#include "test_util.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+using test_hf::folder;
+
+// Prefill of the golden prompt, then 3 greedy steps; every logit.
+std::vector<float> run_logits(const std::string& path, const ExpertStoreOptions& eo,
+                              const std::vector<int32_t>& prompt) {
+  ModelOptions mo;
+  mo.experts = eo;
+  auto m = Model::load(path, mo);
+  auto be = make_backend("cpu", 2);
+  KvCacheOptions kv;
+  kv.n_ctx = static_cast<int64_t>(prompt.size()) + 4;
+  Session s(*m, *be, kv);
+  auto l = s.eval(prompt, /*all_logits=*/true);
+  std::vector<float> out(l.begin(), l.end());
+  const int64_t nv = m->hparams().n_vocab;
+  for (int i = 0; i < 3; ++i) {
+    const auto last = std::span<const float>(out).subspan(out.size() - static_cast<size_t>(nv));
+    const int32_t next = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    const std::vector<int32_t> one{next};
+    l = s.eval(one);
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  return out;
+}
+
+bool same_bytes(const TensorView& a, const TensorView& b) {
+  return a.type == b.type && a.nbytes == b.nbytes && std::memcmp(a.data, b.data, a.nbytes) == 0;
+}
+
+class FolderPack : public ::testing::TestWithParam<std::string> {};
+
+// Deferred experts hold nothing until filled, then exactly what the usual load converts.
+TEST_P(FolderPack, DeferredExpertsFillToTheUsualBytes) {
+  const std::string dir = folder(GetParam());
+  const auto eager = open_model_folder(dir);
+  FolderForRewrite rw = open_model_folder_for_rewrite(dir);
+  ASSERT_EQ(rw.file->tensors().size(), eager->tensors().size());
+  int deferred = 0, converted_experts = 0;
+  for (const TensorView& t : eager->tensors()) {
+    // MLX groups that became blocks (these folders' scales are all fp16 values); float experts
+    // (modules mlx-lm left unquantized) stay mapped in place.
+    if (t.name.ends_with("_exps.weight") && t.type != DType::F32 && t.type != DType::F16 && t.type != DType::BF16)
+      ++converted_experts;
+    const TensorView* d = rw.file->find_tensor(t.name);
+    ASSERT_NE(d, nullptr) << t.name;
+    ASSERT_EQ(d->type, t.type) << t.name;
+    ASSERT_EQ(d->nbytes, t.nbytes) << t.name;
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(d->ne[k], t.ne[k]) << t.name;
+    if (!same_bytes(*d, t)) {
+      // Only the stacked experts wait; filled one expert at a time, as pack writes them.
+      EXPECT_TRUE(t.name.ends_with("_exps.weight")) << t.name << " differs before any fill";
+      ++deferred;
+      for (int64_t e = 0; e < t.ne[2]; ++e) {
+        const TensorView s = d->slice2d(e);
+        rw.fill(s.data, s.nbytes);
+      }
+    }
+    EXPECT_TRUE(same_bytes(*d, t)) << t.name;
+  }
+  // Every stacked MLX expert matrix was converted on demand, none at open.
+  EXPECT_GT(deferred, 0);
+  EXPECT_EQ(deferred, converted_experts);
+}
+
+// pack DIR -> stream the packed GGUF: the folder's logits, bit for bit; unpack gives back every
+// tensor of the folder as the usual load converts it.
+TEST_P(FolderPack, PackedFolderStreamsAsTheFolderRuns) {
+  const std::string dir = folder(GetParam());
+  const std::string tmp = fs::temp_directory_path() / ("sluice_fpack_" + GetParam() + "_" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  const std::string packed = tmp + "/packed.gguf", unpacked = tmp + "/unpacked.gguf";
+  const PackResult pr = pack_experts(dir, packed);
+  EXPECT_GT(pr.experts, 0);
+  EXPECT_GT(pr.bytes_in, 0u);
+  {
+    GgufFile f(packed);
+    EXPECT_TRUE(gguf_has_bundled_experts(f));
+  }
+  const std::vector<int32_t> prompt = test_hf::golden(GetParam())["ids"].get<std::vector<int32_t>>();
+  const std::vector<float> ref = run_logits(dir, ExpertStoreOptions{}, prompt);
+  ExpertStoreOptions s;
+  s.policy = ExpertPolicy::stream;
+  s.cache_bytes = size_t{1} << 20;  // a few experts of these tiny models: most uses miss
+  const std::vector<float> st = run_logits(packed, s, prompt);
+  ASSERT_EQ(st.size(), ref.size());
+  EXPECT_EQ(std::memcmp(st.data(), ref.data(), ref.size() * sizeof(float)), 0);
+
+  unpack_experts(packed, unpacked);
+  const auto eager = open_model_folder(dir);
+  GgufFile u(unpacked);
+  ASSERT_EQ(u.tensors().size(), eager->tensors().size());
+  for (const TensorView& t : eager->tensors()) {
+    const TensorView* x = u.find_tensor(t.name);
+    ASSERT_NE(x, nullptr) << t.name;
+    EXPECT_TRUE(same_bytes(*x, t)) << t.name;
+  }
+  for (const auto& [k, v] : eager->metadata()) EXPECT_TRUE(u.has(k)) << k;
+  fs::remove_all(tmp);
+}
+
+INSTANTIATE_TEST_SUITE_P(MlxLmFolders, FolderPack,
+                         ::testing::Values("qwen3moe-q4", "mixtral-q4", "deepseek2-q4", "qwen35moe-q4", "qwen3next-q4",
+                                           "kimi-linear-q4", "bailingmoe3-q4"),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           std::string n = i.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+// A float folder has nothing to convert: it packs through the same path, experts mapped in place.
+TEST(FolderPackFloat, FloatFolderPacks) {
+  const std::string dir = folder("qwen3moe");
+  const std::string tmp = fs::temp_directory_path() / ("sluice_fpackf_" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  const std::string packed = tmp + "/packed.gguf";
+  pack_experts(dir, packed);
+  const std::vector<int32_t> prompt = test_hf::golden("qwen3moe")["ids"].get<std::vector<int32_t>>();
+  ExpertStoreOptions s;
+  s.policy = ExpertPolicy::stream;
+  s.cache_bytes = size_t{4} << 20;
+  const std::vector<float> st = run_logits(packed, s, prompt), ref = run_logits(dir, ExpertStoreOptions{}, prompt);
+  ASSERT_EQ(st.size(), ref.size());
+  EXPECT_EQ(std::memcmp(st.data(), ref.data(), ref.size() * sizeof(float)), 0);
+  // A dense folder has no experts to pack: refused by name.
+  EXPECT_THROW(pack_experts(folder("llama-q4"), tmp + "/dense.gguf"), Error);
+  fs::remove_all(tmp);
+}
+
+// The CLI: `sluice pack DIR -o F.gguf`, then `eval -m F.gguf --experts stream` greedy as the folder.
+TEST(FolderPackCli, PackThenStream) {
+  const std::string cli = SLUICE_CLI_PATH, dir = folder("qwen3moe-q4");
+  const std::string tmp = fs::temp_directory_path() / ("sluice_fpackc_" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  int rc = 0;
+  std::string out = test::run_command(cli + " pack " + dir + " -o " + tmp + "/p.gguf 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("packed"), std::string::npos) << out;
+  const std::string ids = "299,337,374,261,346,14,323,301";
+  const std::string a =
+      test::run_command(cli + " eval -m " + dir + " --tokens " + ids + " --greedy 8 2>/dev/null", &rc);
+  ASSERT_EQ(rc, 0);
+  ASSERT_NE(a.find("\"generated\":["), std::string::npos) << a;
+  const std::string b = test::run_command(
+      cli + " eval -m " + tmp + "/p.gguf --experts stream --expert-cache 300K --tokens " + ids + " --greedy 8 2>&1",
+      &rc);
+  ASSERT_EQ(rc, 0) << b;
+  EXPECT_NE(b.find(a), std::string::npos) << a << "\n---\n" << b;
+  fs::remove_all(tmp);
+}
+
+}  // namespace
+}  // namespace sluice
