@@ -63,6 +63,9 @@ std::optional<DType> mlx_affine_repack_type(const MlxAffineFormat& f);
 // ones): what mlx_affine_repack_row needs, decided before any row is converted (the folder
 // loader converts the experts of `sluice pack DIR` only as it writes them).
 bool mlx_affine_groups_fp16_exact(const MlxAffineFormat& f, const void* scales, const void* biases, int64_t n_groups);
+// The fp16 bits of bf16 value h when it is exactly an fp16 value (±0, ±inf, normals in fp16's
+// range, subnormals on its 2^-24 grid), else nullopt (NaN, out of range, bits below the grid).
+std::optional<uint16_t> mlx_bf16_exact_fp16(uint16_t h);
 // One row of n elements (n a multiple of the group size) into n/32 blocks of `type`
 // (mlx_affine_repack_type(f)): each block gets its group's scale as d and bias as m (fp16), and
 // the codes in ggml's order (qs[j]: element j in the low nibble, j+16 in the high one; Q5_1's

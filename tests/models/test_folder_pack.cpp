@@ -163,13 +163,14 @@ TEST(FolderPackCli, PackThenStream) {
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("packed"), std::string::npos) << out;
   const std::string ids = "299,337,374,261,346,14,323,301";
-  const std::string a =
-      test::run_command(cli + " eval -m " + dir + " --tokens " + ids + " --greedy 8 2>/dev/null", &rc);
+  const std::string a = test::run_command(cli + " eval -m " + dir + " --tokens " + ids + " --greedy 8 2>/dev/null",
+                                          &rc);
   ASSERT_EQ(rc, 0);
   ASSERT_NE(a.find("\"generated\":["), std::string::npos) << a;
-  const std::string b = test::run_command(
-      cli + " eval -m " + tmp + "/p.gguf --experts stream --expert-cache 300K --tokens " + ids + " --greedy 8 2>&1",
-      &rc);
+  const std::string b = test::run_command(cli + " eval -m " + tmp +
+                                              "/p.gguf --experts stream --expert-cache 300K --tokens " + ids +
+                                              " --greedy 8 2>&1",
+                                          &rc);
   ASSERT_EQ(rc, 0) << b;
   EXPECT_NE(b.find(a), std::string::npos) << a << "\n---\n" << b;
   fs::remove_all(tmp);

@@ -158,7 +158,10 @@ TEST(MlxAffine, RepacksIntoQ4_1Q5_1AndQ8_ABitIdentically) {
             const uint16_t h = fp32_to_bf16(bad);
             std::memcpy(s2.data() + 2 * (n_groups - 1), &h, 2);
             EXPECT_FALSE(mlx_affine_repack_row(f, *type, codes.data(), s2.data(), b.data(), n, blocks.data())) << bad;
+            // The check made before any row is converted (a folder's deferred experts) agrees.
+            EXPECT_FALSE(mlx_affine_groups_fp16_exact(f, s2.data(), b.data(), n_groups)) << bad;
           }
+          EXPECT_TRUE(mlx_affine_groups_fp16_exact(f, s.data(), b.data(), n_groups));
         }
       }
     }
@@ -166,6 +169,28 @@ TEST(MlxAffine, RepacksIntoQ4_1Q5_1AndQ8_ABitIdentically) {
   EXPECT_EQ(repacked, 6 * 3 * 3);
   EXPECT_THROW(mlx_affine_repack_row({6, 64, DType::F16}, DType::Q4_1, nullptr, nullptr, nullptr, 64, nullptr), Error);
   EXPECT_THROW(mlx_affine_repack_row({4, 64, DType::F16}, DType::Q8_A, nullptr, nullptr, nullptr, 64, nullptr), Error);
+}
+
+// The bf16 -> fp16 exactness test by fields (what a bf16-scaled folder's load runs per group)
+// against the round trip through float, on every one of the 65536 bf16 values.
+TEST(MlxAffine, Bf16ExactFp16ByFieldsIsTheRoundTrip) {
+  int exact = 0;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float x = bf16_to_fp32(static_cast<uint16_t>(h));
+    const uint16_t r = fp32_to_fp16(x);
+    const float back = fp16_to_fp32(r);
+    const bool want = back == x && std::signbit(back) == std::signbit(x);  // NaN: never equal
+    const auto got = mlx_bf16_exact_fp16(static_cast<uint16_t>(h));
+    ASSERT_EQ(got.has_value(), want) << std::hex << h << " " << x;
+    if (got) {
+      ASSERT_EQ(*got, r) << std::hex << h << " " << x;
+      ++exact;
+    }
+  }
+  // Counted by hand, per sign: fp16's 30 normal binades x 128 mantissas; in its subnormal range
+  // the binades 2^-15..2^-17 whole (128 each) and then 64, 32, ..., 1 (2^-18..2^-24: the
+  // mantissa's low bits must be zero); zero and inf. 2 x (3840 + 384 + 127 + 2) = 8706.
+  EXPECT_EQ(exact, 8706);
 }
 
 // On MLX's own codes and scales (the fixture): f16/bf16 groups repack exactly.
