@@ -39,7 +39,7 @@ struct CpuBackendOptions {
   int64_t q8_tile_min_tokens = 0;
   // With q8_activations: Q4_1, Q5_0 and Q5_1 weights (ggml's legacy 32-blocks; and Q8_A) take the int8
   // path too (SLUICE_CPU_Q8_LEGACY=0 turns it off), with the VNNI prefill tiles
-  // (kernels_q8_impl.h, QLegacyTile; Q4_0 and Q8_0 always have both), as llama.cpp multiplies
+  // (kernels_q8_tiles32_impl.h, QLegacyTile; Q4_0 and Q8_0 always have both), as llama.cpp multiplies
   // them. SmolLM2-135M Q4_1, 2 threads, AMD EPYC Zen 4 (a VM at 30 GB/s), int8 vs float,
   // interleaved: pp512 484/432 vs 195/177 tok/s, tg32 138/140 vs 101/74. Tiles and row dots of
   // the 32-block types give the same bits (one float order), so batches, parallel requests and

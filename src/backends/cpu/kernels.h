@@ -113,14 +113,14 @@ struct Kernels {
 // ggml_vec_dot_<w>_<act>. They read each weight byte once and never form floats of the
 // weights; the result differs from the float path by the activation rounding (~0.4% per
 // element). Determinism: each dot's value depends only on its two operands.
-// Prefill tiles (kernels_q8_impl.h, "row-interleaved tiles"): kQ8TileRows weight rows
-// repacked so that one 64-byte vector holds 4 consecutive inputs of each of 16 rows. A vpdpbusd
-// of that vector with 4 broadcast activation bytes then gives 16 rows' partial sums in 16
-// lanes: no horizontal sums, sub-block scales applied per lane, and each unpacked weight vector
-// is reused by several tokens. The repack is paid once per 16 rows and call, so one token
+// Prefill tiles (kernels_q8_ktiles_impl.h, kernels_q8_tiles32_impl.h: "row-interleaved tiles"):
+// kQ8TileRows weight rows repacked so that one 64-byte vector holds 4 consecutive inputs of each of
+// 16 rows. A vpdpbusd of that vector with 4 broadcast activation bytes then gives 16 rows' partial
+// sums in 16 lanes: no horizontal sums, sub-block scales applied per lane, and each unpacked weight
+// vector is reused by several tokens. The repack is paid once per 16 rows and call, so one token
 // (decode, bandwidth-bound) keeps the row path; from two tokens on, tiles win (1 thread, Zen 4,
-// 2048×768 Q4_K, 768×2048 Q6_K, 2048×768 Q8_0 in GMAC/s, tiles vs rows: 47 vs 35, 31 vs 27,
-// 32 vs 24 at 2 tokens; 110 vs 51, 100 vs 55 at 16; Q8_0 76 vs 35 at 32).
+// 2048×768 Q4_K, 768×2048 Q6_K, 2048×768 Q8_0 in GMAC/s, tiles vs rows: 47 vs 35, 31 vs 27, 32 vs
+// 24 at 2 tokens; 110 vs 51, 100 vs 55 at 16; Q8_0 76 vs 35 at 32).
 //
 // Numerics: a tile computes for row r and token t, (super-)block by (super-)block,
 //   acc = fma(float(sumi), d_r·d_t, acc)   (Q4_K then also acc = fma(-float(mins), dmin_r·d_t, acc))
