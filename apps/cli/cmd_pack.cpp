@@ -29,8 +29,14 @@ CommandRunner add_pack_command(CLI::App& app) {
   cmd->add_flag("--unpack", o->unpack, "the reverse: stacked expert tensors again, loadable by llama.cpp");
   return [o] {
     const bool tty = ::isatty(2);
-    const auto progress = [tty](size_t done, size_t total) {
+    // A counter on a terminal; elsewhere (logs, CI) a line per tenth, so a long pack still shows
+    // it is moving.
+    const auto progress = [tty, tenth = size_t{0}](size_t done, size_t total) mutable {
       if (tty && (done % 64 == 0 || done == total)) std::fprintf(stderr, "\rwriting tensor %zu/%zu", done, total);
+      if (!tty && done * 10 / total > tenth) {
+        tenth = done * 10 / total;
+        std::fprintf(stderr, "pack: %zu/%zu tensors written\n", done, total);
+      }
     };
     const PackSummary r = pack_model(o->in, o->out, o->unpack, progress);
     std::fprintf(stderr, "%s%s %s -> %s: %d MoE layers, %lld experts, %.1f MB -> %.1f MB in %.2f s\n", tty ? "\r" : "",
