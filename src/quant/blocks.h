@@ -151,11 +151,15 @@ struct block_q6_K {
   uint16_t d;
 };
 
-// 16 rows of Q6_K interleaved, as block_q4_K_x16: ql[w][r] / qh[w][r] the 4-byte words of row
-// r's ql and qh, scales[k][r] its sub-block scales, d[r] its fp16 factor.
+// 16 rows of Q6_K interleaved, with the codes regrouped so the int8 kernels unpack them in fewer
+// operations. Element 128h + 32p + 4g + k of a super-block (half h, group p = 0..3, step g = 0..7,
+// byte k = 0..3) has the 6-bit code v_p; q[24h + 3g + j][r] is row r's 4-byte word whose byte k
+// holds v_j in bits 0-5 (j = 0, 1, 2) and bits 2j, 2j + 1 of v_3 in bits 6-7. Groups 0-2 are
+// then one vpand each and group 3 three shifts, where ggml's ql/qh need five shifts for four
+// code vectors: a vector shift issues at half the rate of the other operations on Zen 1, and the
+// Q6_K decode loop was bound by them. scales[k][r]: row r's sub-block scales, d[r] its fp16 factor.
 struct block_q6_K_x16 {
-  uint32_t ql[QK_K / 8][16];
-  uint32_t qh[QK_K / 16][16];
+  uint32_t q[QK_K / 16 * 3][16];  // 2 halves x 8 steps x 3 words
   int8_t scales[QK_K / 16][16];
   uint16_t d[16];
 };

@@ -36,8 +36,31 @@ void move_group(uint8_t* rows_side, size_t row_bytes, Group& g, int64_t i, bool 
       move.template operator()<2>(&b.d, &g.d[r]);
       move.template operator()<2>(&b.dmin, &g.dmin[r]);
     } else {
-      for (int w = 0; w < QK_K / 8; ++w) move.template operator()<4>(b.ql + 4 * w, &g.ql[w][r]);
-      for (int w = 0; w < QK_K / 16; ++w) move.template operator()<4>(b.qh + 4 * w, &g.qh[w][r]);
+      for (int h = 0; h < 2; ++h)
+        for (int g4 = 0; g4 < 8; ++g4) {
+          uint8_t* ql = b.ql + 64 * h + 4 * g4;  // + 32 for groups 1 and 3 (their high nibbles: 2, 3)
+          uint8_t* qh = b.qh + 32 * h + 4 * g4;
+          uint8_t bytes[3][4];
+          if (to_rows) {
+            for (int j = 0; j < 3; ++j) std::memcpy(bytes[j], &g.q[24 * h + 3 * g4 + j][r], 4);
+            for (int k = 0; k < 4; ++k) {
+              int v[4];
+              for (int j = 0; j < 3; ++j) v[j] = bytes[j][k] & 0x3F;
+              v[3] = bytes[0][k] >> 6 | (bytes[1][k] >> 6) << 2 | (bytes[2][k] >> 6) << 4;
+              ql[k] = static_cast<uint8_t>((v[0] & 0xF) | (v[2] & 0xF) << 4);
+              ql[32 + k] = static_cast<uint8_t>((v[1] & 0xF) | (v[3] & 0xF) << 4);
+              qh[k] = static_cast<uint8_t>(v[0] >> 4 | (v[1] >> 4) << 2 | (v[2] >> 4) << 4 | (v[3] >> 4) << 6);
+            }
+          } else {
+            for (int k = 0; k < 4; ++k) {
+              int v[4];
+              for (int p = 0; p < 4; ++p)
+                v[p] = ((p < 2 ? ql[32 * p + k] : ql[32 * (p - 2) + k] >> 4) & 0xF) | ((qh[k] >> (2 * p)) & 3) << 4;
+              for (int j = 0; j < 3; ++j) bytes[j][k] = static_cast<uint8_t>(v[j] | ((v[3] >> (2 * j)) & 3) << 6);
+            }
+            for (int j = 0; j < 3; ++j) std::memcpy(&g.q[24 * h + 3 * g4 + j][r], bytes[j], 4);
+          }
+        }
       for (int k = 0; k < QK_K / 16; ++k) move.template operator()<1>(&b.scales[k], &g.scales[k][r]);
       move.template operator()<2>(&b.d, &g.d[r]);
     }

@@ -564,7 +564,7 @@ inline void q6_K_tile_pack(const void* w, size_t row_bytes, int64_t nr, int64_t 
 
 #if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
 // The 6-bit q (0..63) of inputs 128h + 32p + 4g..+3 of the tile's 16 rows, 4 bytes per row.
-template <class Tile>  // Q6KTile or block_q6_K_x16: the same ql/qh words
+template <class Tile>  // Q6KTile (ggml's ql/qh words); a block_q6_K_x16 group: the overload below
 inline __m512i q6_K_tile_q(const Tile& b, int h, int p, int g) {
   const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
   const __m512i l = _mm512_loadu_si512(b.ql[16 * h + 8 * (p & 1) + g]);
@@ -577,6 +577,18 @@ inline __m512i q6_K_tile_q(const Tile& b, int h, int p, int g) {
                               : _mm512_srli_epi16(qh, 2);
   return _mm512_or_si512(lo, _mm512_and_si512(hb, m30));
 }
+
+// The same from an interleaved group's word triple (quant/blocks.h block_q6_K_x16): groups 0-2
+// in bits 0-5 of their word, group 3 from the three words' bits 6-7.
+inline __m512i q6_group_q_512(const block_q6_K_x16& b, int h, int p, int g) {
+  const uint32_t(*q)[16] = b.q + 24 * h + 3 * g;
+  if (p < 3) return _mm512_and_si512(_mm512_loadu_si512(q[p]), _mm512_set1_epi8(0x3F));
+  const __m512i x = _mm512_loadu_si512(q[0]), y = _mm512_loadu_si512(q[1]), z = _mm512_loadu_si512(q[2]);
+  return _mm512_or_si512(_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(x, 6), _mm512_set1_epi8(0x03)),
+                                         _mm512_and_si512(_mm512_srli_epi16(y, 4), _mm512_set1_epi8(0x0C))),
+                         _mm512_and_si512(_mm512_srli_epi16(z, 2), _mm512_set1_epi8(0x30)));
+}
+inline __m512i q6_K_tile_q(const block_q6_K_x16& b, int h, int p, int g) { return q6_group_q_512(b, h, p, g); }
 
 // The sub-block scales of a Q6_K super-block of 16 rows (int8, 16 bytes per sub-block), and the
 // (32·sc[2k], 32·sc[2k+1]) int16 pairs of the -32 offset: a tile holds the pairs, a group's are
@@ -643,11 +655,26 @@ struct Q6KTokens {
   };
 };
 
-// A Q6_K group's tile: ql, qh and the scales as they are, the offset pairs and the factor as the
-// token loop forms them (the bytes q6_K_tile_pack makes of the rows).
+// A Q6_K group's tile: ggml's ql and qh words again from the word triples, the scales as they
+// are, the offset pairs and the factor as the token loop forms them (the bytes q6_K_tile_pack
+// makes of the rows).
 inline void q8_group_tile(const block_q6_K_x16& g, Q6KTile& b) {
-  __builtin_memcpy(b.ql, g.ql, sizeof b.ql);
-  __builtin_memcpy(b.qh, g.qh, sizeof b.qh);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  auto bits = [](__m512i v, int mask) { return _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(mask))); };
+  for (int h = 0; h < 2; ++h)
+    for (int s = 0; s < 8; ++s) {
+      __m512i v[4];
+      for (int p = 0; p < 4; ++p) v[p] = q6_group_q_512(g, h, p, s);
+      // ql: groups 0 | 2 and 1 | 3 as low | high nibbles; qh: the four groups' bits 4-5 at 2p.
+      _mm512_storeu_si512(b.ql[16 * h + s], _mm512_or_si512(_mm512_and_si512(v[0], m4),
+                                                            _mm512_slli_epi16(_mm512_and_si512(v[2], m4), 4)));
+      _mm512_storeu_si512(b.ql[16 * h + 8 + s], _mm512_or_si512(_mm512_and_si512(v[1], m4),
+                                                                _mm512_slli_epi16(_mm512_and_si512(v[3], m4), 4)));
+      _mm512_storeu_si512(b.qh[8 * h + s],
+                          _mm512_or_si512(_mm512_or_si512(bits(_mm512_srli_epi16(v[0], 4), 0x03),
+                                                          bits(_mm512_srli_epi16(v[1], 2), 0x0C)),
+                                          _mm512_or_si512(bits(v[2], 0x30), bits(_mm512_slli_epi16(v[3], 2), 0xC0))));
+    }
   __builtin_memcpy(b.sc, g.scales, sizeof b.sc);
   for (int k = 0; k < 8; ++k) _mm512_storeu_si512(b.sc2[k], q6_offset_pair(g, k));
   _mm512_storeu_ps(b.d, group_factors(g.d));

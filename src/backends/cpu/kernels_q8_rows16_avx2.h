@@ -118,13 +118,12 @@ struct K4Rows16Decode {
 };
 
 // NT tokens (1 or 2; activation rows astride apart) against a Q6_K group: y[t·ldy + 0..16).
-// Per 128-input half hh and word g, the ql words of groups p and p + 2 are one load (low / high
-// nibbles) and the qh word serves all four; each code vector unpacked once for all NT tokens.
+// Per 128-input half hh and step g, one word triple gives the four groups' code vectors
+// (q6_group_codes_256); each unpacked once for all NT tokens, 8 rows (h) at a time.
 struct Q6KRows16Decode {
   static constexpr int64_t kFusedTokens = 2;
   template <int NT>
   static void run(const block_q6_K_x16* G, int64_t nb, const uint8_t* act, size_t astride, float* y, size_t ldy) {
-    const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256 acc[NT][2];
     for (auto& t : acc) t[0] = t[1] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
@@ -139,39 +138,27 @@ struct Q6KRows16Decode {
 #pragma GCC unroll 8
       for (int hh = 0; hh < 2; ++hh)
 #pragma GCC unroll 8
-        for (int p = 0; p < 2; ++p) {  // groups q = 4hh + p (low nibbles) and q + 2 (high nibbles)
-          group_prefetch(b, 4 * hh + 2 * p);
-          group_prefetch(b, 4 * hh + 2 * p + 1);
-          const int q = 4 * hh + p;
-#pragma GCC unroll 8
-          for (int g0 = 0; g0 < 8; g0 += 2) {  // runs of two vectors (≤ 4·63·127 per lane)
-            __m256i s0[NT][2], s2[NT][2];
-            for (int t = 0; t < NT; ++t) s0[t][0] = s0[t][1] = s2[t][0] = s2[t][1] = _mm256_setzero_si256();
-#pragma GCC unroll 8
+        for (int g0 = 0; g0 < 8; g0 += 2) {  // runs of two steps (≤ 4·63·127 per lane)
+          group_prefetch(b, 4 * hh + g0 / 2);
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h) {
+            __m256i s[4][NT];
+            for (auto& p : s)
+              for (auto& t : p) t = _mm256_setzero_si256();
+#pragma GCC unroll 2
             for (int g = g0; g < g0 + 2; ++g) {
-              __m256i a0[NT], a2[NT];
-              for (int t = 0; t < NT; ++t) {
-                a0[t] = q8_bcst32_256(ai[t]->qs + 32 * q + 4 * g);
-                a2[t] = q8_bcst32_256(ai[t]->qs + 32 * (q + 2) + 4 * g);
-              }
-#pragma GCC unroll 8
-              for (int h = 0; h < 2; ++h) {
-                const __m256i l = q8_load(b.ql[16 * hh + 8 * p + g] + 8 * h), qh = q8_load(b.qh[8 * hh + g] + 8 * h);
-                const __m256i w0 = _mm256_or_si256(_mm256_and_si256(l, m4), q6_high_bits_256(qh, p));
-                const __m256i w2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), m4),
-                                                   q6_high_bits_256(qh, p + 2));
-                for (int t = 0; t < NT; ++t) {
-                  s0[t][h] = _mm256_add_epi16(s0[t][h], _mm256_maddubs_epi16(w0, a0[t]));
-                  s2[t][h] = _mm256_add_epi16(s2[t][h], _mm256_maddubs_epi16(w2, a2[t]));
-                }
-              }
+              __m256i v[4];
+              q6_group_codes_256(b, hh, g, h, v);
+#pragma GCC unroll 4
+              for (int p = 0; p < 4; ++p)
+                for (int t = 0; t < NT; ++t)
+                  s[p][t] = _mm256_add_epi16(s[p][t], _mm256_maddubs_epi16(v[p], q8_bcst32_256(ai[t]->qs + 128 * hh +
+                                                                                               32 * p + 4 * g)));
             }
-#pragma GCC unroll 8
-            for (int h = 0; h < 2; ++h) {  // sub-blocks 2q + g0/4 and 2(q + 2) + g0/4
-              const __m256i c0 = q8_pair16_i8(sc[2 * q + g0 / 4], h), c2 = q8_pair16_i8(sc[2 * (q + 2) + g0 / 4], h);
-              for (int t = 0; t < NT; ++t)
-                sumi[t][h] = _mm256_add_epi32(sumi[t][h], _mm256_add_epi32(_mm256_madd_epi16(s0[t][h], c0),
-                                                                           _mm256_madd_epi16(s2[t][h], c2)));
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; ++p) {  // sub-block 2(4hh + p) + g0/4
+              const __m256i c = q8_pair16_i8(sc[8 * hh + 2 * p + g0 / 4], h);
+              for (int t = 0; t < NT; ++t) sumi[t][h] = _mm256_add_epi32(sumi[t][h], _mm256_madd_epi16(s[p][t], c));
             }
           }
         }

@@ -254,6 +254,20 @@ inline __m256i q5_high_bit_256(__m256i qh, int j) {
   const __m256i hb = j < 4 ? _mm256_slli_epi16(qh, 4 - j) : j == 4 ? qh : _mm256_srli_epi16(qh, j - 4);
   return _mm256_and_si256(hb, _mm256_set1_epi8(0x10));
 }
+// The four 6-bit code vectors (groups p = 0..3, 8 rows x inputs 4g..4g+3 of each) of a Q6_K
+// group's word triple (quant/blocks.h block_q6_K_x16): groups 0-2 by one vpand each, group 3
+// from the three bytes' top bits by three shifts (the masks drop what crossed a byte).
+inline void q6_group_codes_256(const block_q6_K_x16& b, int hh, int g, int h, __m256i v[4]) {
+  const __m256i m3f = _mm256_set1_epi8(0x3F);
+  const uint32_t(*q)[16] = b.q + 24 * hh + 3 * g;
+  const __m256i x = q8_load(q[0] + 8 * h), y = q8_load(q[1] + 8 * h), z = q8_load(q[2] + 8 * h);
+  v[0] = _mm256_and_si256(x, m3f);
+  v[1] = _mm256_and_si256(y, m3f);
+  v[2] = _mm256_and_si256(z, m3f);
+  v[3] = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(x, 6), _mm256_set1_epi8(0x03)),
+                                         _mm256_and_si256(_mm256_srli_epi16(y, 4), _mm256_set1_epi8(0x0C))),
+                         _mm256_and_si256(_mm256_srli_epi16(z, 2), _mm256_set1_epi8(0x30)));
+}
 inline __m256i q6_high_bits_256(__m256i qh, int p) {
   const __m256i hb = p == 0   ? _mm256_slli_epi16(qh, 4)
                      : p == 1 ? _mm256_slli_epi16(qh, 2)
@@ -304,14 +318,23 @@ struct K4Tile256 {
 template <class Tile>
 struct Q6KTile256 {
   static void unpack(const Tile& b, int h, Tile256Buf& u) {
-    const __m256i m4 = _mm256_set1_epi8(0xF);
-    for (int hh = 0; hh < 2; ++hh)
-      for (int p = 0; p < 4; ++p)
+    if constexpr (std::is_same_v<Tile, block_q6_K_x16>) {  // an interleaved group's word triples
+      for (int hh = 0; hh < 2; ++hh)
         for (int g = 0; g < 8; ++g) {
-          const __m256i l = q8_load(b.ql[16 * hh + 8 * (p & 1) + g] + 8 * h);
-          const __m256i lo = _mm256_and_si256(p < 2 ? l : _mm256_srli_epi16(l, 4), m4);
-          u.w[8 * (4 * hh + p) + g] = _mm256_or_si256(lo, q6_high_bits_256(q8_load(b.qh[8 * hh + g] + 8 * h), p));
+          __m256i v[4];
+          q6_group_codes_256(b, hh, g, h, v);
+          for (int p = 0; p < 4; ++p) u.w[8 * (4 * hh + p) + g] = v[p];
         }
+    } else {  // a tile's ggml ql/qh words
+      const __m256i m4 = _mm256_set1_epi8(0xF);
+      for (int hh = 0; hh < 2; ++hh)
+        for (int p = 0; p < 4; ++p)
+          for (int g = 0; g < 8; ++g) {
+            const __m256i l = q8_load(b.ql[16 * hh + 8 * (p & 1) + g] + 8 * h);
+            const __m256i lo = _mm256_and_si256(p < 2 ? l : _mm256_srli_epi16(l, 4), m4);
+            u.w[8 * (4 * hh + p) + g] = _mm256_or_si256(lo, q6_high_bits_256(q8_load(b.qh[8 * hh + g] + 8 * h), p));
+          }
+    }
     q6_scales_256(b, h, u);
   }
   template <int NT>
