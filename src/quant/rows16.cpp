@@ -36,29 +36,37 @@ void move_group(uint8_t* rows_side, size_t row_bytes, Group& g, int64_t i, bool 
       move.template operator()<2>(&b.d, &g.d[r]);
       move.template operator()<2>(&b.dmin, &g.dmin[r]);
     } else {
+      // Four bytes at a time (one per input of the step); the masks drop what a shift moved
+      // across a byte. v_p: the 6-bit codes of group p; ggml keeps groups 0 | 2 and 1 | 3 as the
+      // low | high nibbles of ql and ql + 32, their top bits at 2p in qh.
+      constexpr uint32_t k03 = 0x03030303, k0c = 0x0C0C0C0C, k0f = 0x0F0F0F0F, k30 = 0x30303030, k3f = 0x3F3F3F3F,
+                         kc0 = 0xC0C0C0C0;
       for (int h = 0; h < 2; ++h)
-        for (int g4 = 0; g4 < 8; ++g4) {
-          uint8_t* ql = b.ql + 64 * h + 4 * g4;  // + 32 for groups 1 and 3 (their high nibbles: 2, 3)
-          uint8_t* qh = b.qh + 32 * h + 4 * g4;
-          uint8_t bytes[3][4];
+        for (int step = 0; step < 8; ++step) {
+          uint8_t* ql = b.ql + 64 * h + 4 * step;
+          uint8_t* qh = b.qh + 32 * h + 4 * step;
+          uint32_t(*q)[16] = g.q + 24 * h + 3 * step;
+          uint32_t v[4];
           if (to_rows) {
-            for (int j = 0; j < 3; ++j) std::memcpy(bytes[j], &g.q[24 * h + 3 * g4 + j][r], 4);
-            for (int k = 0; k < 4; ++k) {
-              int v[4];
-              for (int j = 0; j < 3; ++j) v[j] = bytes[j][k] & 0x3F;
-              v[3] = bytes[0][k] >> 6 | (bytes[1][k] >> 6) << 2 | (bytes[2][k] >> 6) << 4;
-              ql[k] = static_cast<uint8_t>((v[0] & 0xF) | (v[2] & 0xF) << 4);
-              ql[32 + k] = static_cast<uint8_t>((v[1] & 0xF) | (v[3] & 0xF) << 4);
-              qh[k] = static_cast<uint8_t>(v[0] >> 4 | (v[1] >> 4) << 2 | (v[2] >> 4) << 4 | (v[3] >> 4) << 6);
-            }
+            for (int j = 0; j < 3; ++j) v[j] = q[j][r] & k3f;
+            v[3] = (q[0][r] >> 6 & k03) | (q[1][r] >> 4 & k0c) | (q[2][r] >> 2 & k30);
+            const uint32_t l0 = (v[0] & k0f) | (v[2] & k0f) << 4, l1 = (v[1] & k0f) | (v[3] & k0f) << 4;
+            const uint32_t hb = (v[0] >> 4 & k03) | (v[1] >> 2 & k0c) | (v[2] & k30) | (v[3] << 2 & kc0);
+            std::memcpy(ql, &l0, 4);
+            std::memcpy(ql + 32, &l1, 4);
+            std::memcpy(qh, &hb, 4);
           } else {
-            for (int k = 0; k < 4; ++k) {
-              int v[4];
-              for (int p = 0; p < 4; ++p)
-                v[p] = ((p < 2 ? ql[32 * p + k] : ql[32 * (p - 2) + k] >> 4) & 0xF) | ((qh[k] >> (2 * p)) & 3) << 4;
-              for (int j = 0; j < 3; ++j) bytes[j][k] = static_cast<uint8_t>(v[j] | ((v[3] >> (2 * j)) & 3) << 6);
-            }
-            for (int j = 0; j < 3; ++j) std::memcpy(&g.q[24 * h + 3 * g4 + j][r], bytes[j], 4);
+            uint32_t l0, l1, hb;
+            std::memcpy(&l0, ql, 4);
+            std::memcpy(&l1, ql + 32, 4);
+            std::memcpy(&hb, qh, 4);
+            v[0] = (l0 & k0f) | (hb << 4 & k30);
+            v[1] = (l1 & k0f) | (hb << 2 & k30);
+            v[2] = (l0 >> 4 & k0f) | (hb & k30);
+            v[3] = (l1 >> 4 & k0f) | (hb >> 2 & k30);
+            q[0][r] = v[0] | (v[3] << 6 & kc0);
+            q[1][r] = v[1] | (v[3] << 4 & kc0);
+            q[2][r] = v[2] | (v[3] << 2 & kc0);
           }
         }
       for (int k = 0; k < QK_K / 16; ++k) move.template operator()<1>(&b.scales[k], &g.scales[k][r]);
