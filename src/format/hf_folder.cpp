@@ -2,9 +2,6 @@
 // hf_tokenizer.cpp; tensor names: hf_names.cpp).
 #include "format/hf_folder.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +22,7 @@
 #include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "format/hf_common.h"
+#include "format/mapped_file.h"
 #include "format/safetensors.h"
 #include "quant/mlx_affine.h"
 
@@ -676,9 +674,7 @@ FolderForRewrite open_model_folder_for_rewrite(const std::string& dir) {
     int64_t r0 = 0, r1 = 0;
     if (const Owned::Deferred* d = owned->rows_of(p, n, &r0, &r1)) {
       // The converted rows' whole pages go back (a row shared with the next expert's stays).
-      const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-      const auto a = reinterpret_cast<uintptr_t>(p), lo = (a + page - 1) / page * page, hi = (a + n) / page * page;
-      if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+      drop_mapped_pages(d->dst, d->row_bytes * static_cast<size_t>(d->rows), p, n);
       d->drop(r0, r1);
     }
   };
