@@ -27,11 +27,6 @@ std::string tmp_path(const std::string& name) {
   return (fs::path(::testing::TempDir()) / ("sluice_gguf_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
-
 void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
@@ -165,7 +160,7 @@ std::vector<uint8_t> small_file_bytes() {
     w.add_tensor("c", DType::F16, {8}, c.data(), c.size());
     std::string p = tmp_path("small_seed.gguf");
     w.write(p);
-    auto out = read_bytes(p);
+    auto out = test::read_file_bytes(p);
     fs::remove(p);
     return out;
   }();
@@ -548,7 +543,7 @@ TEST(GgufWriter, StreamingMatchesInMemory) {
     w.write_tensor_data("b", b.data(), b.size());
     w.finish();
   }
-  auto b1 = read_bytes(p1), b2 = read_bytes(p2);
+  auto b1 = test::read_file_bytes(p1), b2 = test::read_file_bytes(p2);
   EXPECT_EQ(b1, b2);
   EXPECT_EQ(b1.size() % 32, 0u);  // the last tensor is padded too
   GgufFile f(p2);
@@ -887,7 +882,7 @@ TEST(GgufCorrupt, BadValues) {
     w.add_tensor("t", DType::F32, {4}, d.data(), d.size());
     std::string p = tmp_path("align_src.gguf");
     w.write(p);
-    auto out = read_bytes(p);
+    auto out = test::read_file_bytes(p);
     fs::remove(p);
     auto lay = walk(out);
     const auto& kv = lay.kv("general.alignment");
@@ -974,7 +969,7 @@ TEST(GgufFuzz, MutatedEveryValueFile) {
   auto d = pattern(2 * 18 * 18, 1);
   w.add_tensor("q", DType::Q4_0, {64, 18}, d.data(), d.size());
   w.write(p);
-  auto seed = read_bytes(p);
+  auto seed = test::read_file_bytes(p);
   fs::remove(p);
   fuzz_run(seed, walk(seed).header_end, 3000, 777, 0);
 }
@@ -982,7 +977,7 @@ TEST(GgufFuzz, MutatedEveryValueFile) {
 TEST(GgufFuzz, MutatedStories260K) {
   std::string p = std::string(SLUICE_SHARED_DIR) + "/models/stories260K.gguf";
   if (!fs::exists(p)) GTEST_SKIP() << "\n\n*** stories260K.gguf NOT FOUND at " << p << " — fuzz on it skipped ***\n\n";
-  auto seed = read_bytes(p);
+  auto seed = test::read_file_bytes(p);
   GgufFile f(p);
   fuzz_run(seed, f.data_offset(), 300, 4242, 0);
 }

@@ -656,10 +656,6 @@ void write_bytes(const std::string& path, const void* p, size_t n) {
   std::ofstream o(path, std::ios::binary);
   o.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
 }
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // Runs the oracle on a jobs file; fails the test with the script's output on error.
 bool run_oracle_batch(const TempDir& dir, const std::string& jobs) {
@@ -700,7 +696,8 @@ const std::vector<OracleTensor>& oracle_dump_gguf(const std::string& model) {
     std::getline(ls, id, '\t');
     std::getline(ls, n, '\t');
     std::getline(ls, has, '\t');
-    OracleTensor t{name, static_cast<DType>(std::stoul(id)), std::stoll(n), read_bytes(dir / (i + ".raw")), {}};
+    OracleTensor t{
+        name, static_cast<DType>(std::stoul(id)), std::stoll(n), test::read_file_bytes(dir / (i + ".raw")), {}};
     if (has == "1") t.f32 = test::read_f32_file(dir / (i + ".f32"));
     out.push_back(std::move(t));
   }
@@ -844,7 +841,7 @@ TEST(QuantOracle, QuantizeMatchesGgufPy) {
   }
   ASSERT_TRUE(run_oracle_batch(dir, jobs));
   for (DType t : types) {
-    const auto want = read_bytes(dir / (std::string(dtype_name(t)) + ".raw"));
+    const auto want = test::read_file_bytes(dir / (std::string(dtype_name(t)) + ".raw"));
     const auto got = quant(t, x);
     ASSERT_EQ(want.size(), got.size()) << dtype_name(t);
     size_t bad = 0;
@@ -915,7 +912,7 @@ TEST(QuantOracle, Iq4MatchesGgml) {
   const std::vector<float> x = test::read_f32_file(dir + "input.f32");
   ASSERT_EQ(x.size(), 32u * 256) << dir + "input.f32";
   for (DType t : {DType::IQ4_NL, DType::IQ4_XS}) {
-    const auto want = read_bytes(dir + std::string(dtype_name(t)) + ".bin");
+    const auto want = test::read_file_bytes(dir + std::string(dtype_name(t)) + ".bin");
     const auto got = quant(t, x);
     ASSERT_EQ(got.size(), want.size()) << dtype_name(t);
     const size_t bb = dtype_traits(t).block_bytes;
@@ -926,7 +923,7 @@ TEST(QuantOracle, Iq4MatchesGgml) {
       }
     EXPECT_EQ(diff, 0) << dtype_name(t) << ": " << diff << " of " << got.size() / bb << " blocks differ";
   }
-  const auto want = read_bytes(dir + "iq4_nl.bin");
+  const auto want = test::read_file_bytes(dir + "iq4_nl.bin");
   std::vector<block_iq4_nl> naive(x.size() / 32);
   const int8_t* lv = kIq4nlValues;
   for (size_t b = 0; b < naive.size(); ++b) {
