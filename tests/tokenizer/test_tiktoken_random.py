@@ -54,16 +54,26 @@ def train_ranks(texts, n_merges, n_extra, rng):
     words = collections.Counter(w.encode("utf-8") for t in texts for w in split.findall(t))
     ranks = {bytes([b]): b for b in range(256)}
     seqs = {w: [bytes([c]) for c in w] for w in words}
+    # The pair counts are kept up to date as merges rewrite words, and where[pair] holds (a
+    # superset of) the words that contain the pair: only those are rewritten. Recounting every
+    # pair of every word after each merge took over a minute.
+    pairs = collections.Counter()
+    where = collections.defaultdict(set)
+    for w, s in seqs.items():
+        for p in zip(s, s[1:]):
+            pairs[p] += words[w]
+            where[p].add(w)
     for _ in range(n_merges):
-        pairs = collections.Counter()
-        for w, s in seqs.items():
-            for a, b in zip(s, s[1:]):
-                pairs[(a, b)] += words[w]
         if not pairs:
             break
         (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
         ranks[a + b] = len(ranks)
-        for w, s in seqs.items():
+        for w in where.pop((a, b)):
+            s, n = seqs[w], words[w]
+            for p in zip(s, s[1:]):
+                pairs[p] -= n
+                if pairs[p] == 0:
+                    del pairs[p]
             i, out = 0, []
             while i < len(s):
                 if i + 1 < len(s) and s[i] == a and s[i + 1] == b:
@@ -73,6 +83,9 @@ def train_ranks(texts, n_merges, n_extra, rng):
                     out.append(s[i])
                     i += 1
             seqs[w] = out
+            for p in zip(out, out[1:]):
+                pairs[p] += n
+                where[p].add(w)
     pool = [w for w in words if len(w) >= 3]
     while n_extra > 0:
         w = rng.choice(pool)

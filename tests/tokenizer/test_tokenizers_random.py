@@ -14,6 +14,7 @@ away must disagree with Sluice on strings NFC changes. Any other mismatch fails,
 
   .venv/bin/python tests/tokenizer/test_tokenizers_random.py build/ci/sluice
 """
+import functools
 import json
 import os
 import random
@@ -40,17 +41,23 @@ EXTRAS = ["'s", "'T", "'LL", "'re", "'Ve", "'m", "'D", "e\u0301", "a\u0308", "o\
 
 
 def random_string(rng, special):
+    # rng.random() and rng.choices() rather than randint()/choice() per character: generating the
+    # strings took most of this test's time.
+    rand = rng.random
+
+    def pick(seq):
+        return seq[int(rand() * len(seq))]
+
     parts = []
-    for _ in range(rng.randint(1, 10)):
-        r = rng.random()
+    for _ in range(1 + int(rand() * 10)):
+        r = rand()
         if r < 0.12:
-            parts.append(rng.choice(EXTRAS))
+            parts.append(pick(EXTRAS))
         elif r < 0.14 and special:
-            parts.append(rng.choice(special))
+            parts.append(pick(special))
         else:
-            pool = rng.choice(WORD_POOLS)
-            parts.append("".join(rng.choice(pool) for _ in range(rng.randint(1, 8))))
-        parts.append(rng.choice(SEPARATORS))
+            parts.append("".join(rng.choices(pick(WORD_POOLS), k=1 + int(rand() * 8))))
+        parts.append(pick(SEPARATORS))
     return "".join(parts)
 
 
@@ -83,14 +90,12 @@ def folder_for(tokenizer_json, config_json=None):
     return d
 
 
-def spm_tokenizer_json(gguf_path, out_dir, metaspace=None):
-    """A Llama 2-style tokenizer.json (BPE with byte_fallback, the legacy Prepend + Replace
-    normalizer; or, with metaspace "always" / "first", a Metaspace pre-tokenizer as newer files
-    have) from the SentencePiece vocabulary of a GGUF (tokens, scores, types), its merges
-    extracted as transformers' SentencePieceExtractor does (every split of a token into two
-    tokens, ordered by the token's score): what convert_slow_tokenizer writes for Llama 2."""
+@functools.lru_cache
+def spm_vocab_and_merges(gguf_path):
+    """The tokens, types, vocab and merges of a GGUF's SentencePiece vocabulary (tokens, scores,
+    types), the merges extracted as transformers' SentencePieceExtractor does (every split of a
+    token into two tokens, ordered by the token's score); once per file, as it takes seconds."""
     import gguf
-    from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers
     r = gguf.GGUFReader(gguf_path)
     f = r.fields["tokenizer.ggml.tokens"]
     toks = [bytes(f.parts[i]).decode("utf-8") for i in f.data]
@@ -103,6 +108,16 @@ def spm_tokenizer_json(gguf_path, out_dir, metaspace=None):
         local = [(piece[:k], piece[k:], score) for k in range(1, len(piece)) if piece[:k] in vocab and piece[k:] in vocab]
         merges.extend(sorted(local, key=lambda x: (vocab[x[0]], vocab[x[1]])))
     merges = [(a, b) for a, b, _ in sorted(merges, key=lambda m: m[2], reverse=True)]
+    return toks, types, vocab, merges
+
+
+def spm_tokenizer_json(gguf_path, out_dir, metaspace=None):
+    """A Llama 2-style tokenizer.json (BPE with byte_fallback, the legacy Prepend + Replace
+    normalizer; or, with metaspace "always" / "first", a Metaspace pre-tokenizer as newer files
+    have) from the SentencePiece vocabulary of a GGUF: what convert_slow_tokenizer writes for
+    Llama 2."""
+    from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers
+    toks, types, vocab, merges = spm_vocab_and_merges(gguf_path)
     tok = Tokenizer(models.BPE(vocab, merges, unk_token=toks[0], fuse_unk=True, byte_fallback=True))
     if metaspace:
         tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=metaspace, split=False)
