@@ -3,8 +3,10 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/attn_kernels.h"
@@ -57,11 +59,19 @@ struct RandomMatrix {
   }
 };
 
-// The kernel levels this machine can run (generic always; AVX2 / AVX-512 when present).
+// The kernel levels this machine can run (generic always; AVX2 / AVX-512 when present), less
+// those SLUICE_TEST_ISAS (comma-separated names) leaves out: the Avx512Emulated test sets it to
+// "avx512", as its other levels are the native ones sluice_tests already ran.
 inline std::vector<CpuIsa> available_isas() {
+  const char* only = std::getenv("SLUICE_TEST_ISAS");
+  auto wanted = [only](CpuIsa i) {
+    if (!only) return true;
+    const std::string list = "," + std::string(only) + ",";
+    return list.find("," + std::string(cpu_isa_name(i)) + ",") != std::string::npos;
+  };
   std::vector<CpuIsa> v;
   for (CpuIsa i : {CpuIsa::generic, CpuIsa::avx2, CpuIsa::avx512})
-    if (cpu_isa_available(i)) v.push_back(i);
+    if (cpu_isa_available(i) && wanted(i)) v.push_back(i);
   return v;
 }
 
