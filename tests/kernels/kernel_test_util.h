@@ -1,12 +1,15 @@
 // tests/kernels/kernel_test_util: what every kernel parity test needs — the NMSE metric
 // (as llama.cpp's test-backend-ops), seeded Gaussian inputs, and the ISA levels to sweep.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backends/cpu/attn_kernels.h"
@@ -61,17 +64,27 @@ struct RandomMatrix {
 
 // The kernel levels this machine can run (generic always; AVX2 / AVX-512 when present), less
 // those SLUICE_TEST_ISAS (comma-separated names) leaves out: the Avx512Emulated test sets it to
-// "avx512", as its other levels are the native ones sluice_tests already ran.
+// "avx512", as its other levels are the native ones sluice_tests already ran. A name that is no
+// level, or a list that leaves none, throws: a loop over no level would pass without testing.
 inline std::vector<CpuIsa> available_isas() {
-  const char* only = std::getenv("SLUICE_TEST_ISAS");
-  auto wanted = [only](CpuIsa i) {
-    if (!only) return true;
-    const std::string list = "," + std::string(only) + ",";
-    return list.find("," + std::string(cpu_isa_name(i)) + ",") != std::string::npos;
-  };
+  std::vector<CpuIsa> wanted = {CpuIsa::generic, CpuIsa::avx2, CpuIsa::avx512};
+  if (const char* only = std::getenv("SLUICE_TEST_ISAS")) {
+    wanted.clear();
+    const std::string list = only;
+    for (size_t at = 0; at <= list.size();) {
+      const size_t end = std::min(list.find(',', at), list.size());
+      const auto isa = cpu_isa_from_name(std::string_view(list).substr(at, end - at));
+      if (!isa)
+        throw std::invalid_argument("SLUICE_TEST_ISAS='" + list + "': '" + list.substr(at, end - at) +
+                                    "' is no ISA level");
+      wanted.push_back(*isa);
+      at = end + 1;
+    }
+  }
   std::vector<CpuIsa> v;
-  for (CpuIsa i : {CpuIsa::generic, CpuIsa::avx2, CpuIsa::avx512})
-    if (cpu_isa_available(i) && wanted(i)) v.push_back(i);
+  for (CpuIsa i : wanted)
+    if (cpu_isa_available(i)) v.push_back(i);
+  if (v.empty()) throw std::runtime_error("SLUICE_TEST_ISAS leaves no ISA level this machine runs");
   return v;
 }
 
