@@ -17,6 +17,8 @@
 namespace sluice::test {
 
 inline std::string shared_dir() { return SLUICE_SHARED_DIR; }
+// The `sluice` CLI built beside this test binary (the sanitizer twin's for its tests; cli_path.cpp).
+const char* cli_path();
 inline bool have_shared() { return std::filesystem::exists(shared_dir() + "/models/stories260K.gguf"); }
 
 // Skips the test, loudly, when ../shared is not beside the checkout.

@@ -54,7 +54,6 @@ std::string_view gguf_type_name(GgufType t) {
 
 namespace {
 
-constexpr uint32_t kGgufMagic = 0x46554747;                // "GGUF" read as a little-endian u32
 constexpr int kMaxArrayDepth = 16;                         // nested arrays: real files use 1 level; bounds recursion
 constexpr size_t kMinKvBytes = 8 + 4 + 1;                  // empty key, type, smallest value
 constexpr size_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // empty name, n_dims, 1 dim, type, offset

@@ -19,6 +19,8 @@
 
 namespace sluice {
 
+constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as a little-endian u32
+
 // GGUF metadata value types (gguf_type ids as stored in the file).
 enum class GgufType : uint32_t {
   UINT8 = 0,

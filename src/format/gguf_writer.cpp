@@ -19,7 +19,6 @@ namespace sluice {
 
 namespace {
 
-constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" as a little-endian u32
 constexpr uint32_t kGgufVersion = 3;
 
 // A value built by hand can carry a type tag that disagrees with the variant; the variant's

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "format/gguf.h"
 #include "memory/expert_stream.h"
@@ -22,10 +22,6 @@
 
 namespace sluice {
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 size_t page_size() {
   static const size_t p = static_cast<size_t>(::sysconf(_SC_PAGESIZE));

@@ -8,10 +8,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "format/gguf.h"
 
@@ -26,10 +26,6 @@ constexpr uint64_t kDirectAlign = 4096;
 constexpr int kMaxAttempts = 3;
 // Prefetch loads in flight at once (see issue_prefetch).
 constexpr int kPrefetchInFlight = 2;
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string mb(double bytes) {
   char buf[32];

@@ -7,12 +7,12 @@
 
 #include <array>
 #include <cctype>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "format/gguf.h"
 #include "format/hf_folder.h"
@@ -23,10 +23,6 @@ namespace {
 
 constexpr uint32_t kPackAlignment = 4096;  // O_DIRECT's alignment: a bundle is one aligned read
 const char* kKinds[3] = {"gate", "up", "down"};
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::vector<int64_t> shape_of(const TensorView& t) { return std::vector<int64_t>(t.ne, t.ne + t.n_dims); }
 

@@ -3,10 +3,10 @@
 
 #include <algorithm>
 
+#include "core/ascii.h"
+
 namespace sluice {
 namespace {
-
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 // Length of the longest suffix of `s` that is a proper prefix of `tag` (held back: the tag may
 // be completed by the next piece).
@@ -18,7 +18,7 @@ size_t partial_tag_tail(std::string_view s, std::string_view tag) {
 
 size_t trailing_space(std::string_view s, size_t end) {
   size_t n = 0;
-  while (n < end && is_space(s[end - n - 1])) ++n;
+  while (n < end && is_ascii_space(s[end - n - 1])) ++n;
   return n;
 }
 
@@ -37,7 +37,7 @@ bool prompt_opens_reasoning(std::string_view prompt, const ReasoningMarkers& m) 
   const size_t open = prompt.rfind(m.open);
   if (open == std::string_view::npos || prompt.find(m.close, open) != std::string_view::npos) return false;
   const std::string_view rest = prompt.substr(open + m.open.size());
-  return std::all_of(rest.begin(), rest.end(), is_space);
+  return std::all_of(rest.begin(), rest.end(), is_ascii_space);
 }
 
 ReasoningSplitter::ReasoningSplitter(bool open, Out out, ReasoningMarkers m)
@@ -49,7 +49,7 @@ void ReasoningSplitter::push(std::string_view piece) {
     switch (state_) {
       case State::start: {
         size_t lead = 0;
-        while (lead < held_.size() && is_space(held_[lead])) ++lead;
+        while (lead < held_.size() && is_ascii_space(held_[lead])) ++lead;
         const std::string_view rest = std::string_view(held_).substr(lead);
         if (rest.starts_with(m_.open)) {
           held_.erase(0, lead + m_.open.size());
@@ -63,7 +63,7 @@ void ReasoningSplitter::push(std::string_view piece) {
       }
       case State::reasoning_start: {  // the whitespace after the opening marker is not reasoning
         size_t lead = 0;
-        while (lead < held_.size() && is_space(held_[lead])) ++lead;
+        while (lead < held_.size() && is_ascii_space(held_[lead])) ++lead;
         held_.erase(0, lead);
         if (held_.empty()) return;
         state_ = State::reasoning;
@@ -87,7 +87,7 @@ void ReasoningSplitter::push(std::string_view piece) {
       }
       case State::after_reasoning: {  // templates write blank lines after the close
         size_t lead = 0;
-        while (lead < held_.size() && is_space(held_[lead])) ++lead;
+        while (lead < held_.size() && is_ascii_space(held_[lead])) ++lead;
         held_.erase(0, lead);
         if (held_.empty()) return;
         state_ = State::answer;

@@ -8,6 +8,8 @@
 #include <optional>
 #include <random>
 
+#include "core/ascii.h"
+
 namespace sluice {
 namespace {
 
@@ -24,16 +26,14 @@ constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
 constexpr std::string_view kDsCallsBeginVariants[] = {kDsCallsBegin, "<｜tool_calls_begin｜>", "<｜tool calls begin｜>",
                                                       "<｜tool\\_calls\\_begin｜>", "<｜tool▁calls｜>"};
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  while (!s.empty() && is_ascii_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_ascii_space(s.back())) s.remove_suffix(1);
   return s;
 }
 
 size_t skip_space(std::string_view s, size_t i) {
-  while (i < s.size() && is_space(s[i])) ++i;
+  while (i < s.size() && is_ascii_space(s[i])) ++i;
   return i;
 }
 

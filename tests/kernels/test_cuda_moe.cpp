@@ -248,7 +248,7 @@ TEST(CudaExpertResidency, BudgetBelowOneCallRefusesInsteadOfEvictingHeld) {
 // with every expert in VRAM, and the run ends with the tier's figures.
 TEST(CudaMoeCli, GpuExpertCacheOption) {
   SLUICE_REQUIRE_SHARED();
-  const std::string cli = SLUICE_CLI_PATH, m = test::shared_dir() + "/models/stories260K-moe8top4-dup.gguf";
+  const std::string cli = ::sluice::test::cli_path(), m = test::shared_dir() + "/models/stories260K-moe8top4-dup.gguf";
   const std::string base = cli + " run -m " + m + " -p 'Once upon a time' -n 24 --temp 0 --ignore-eos";
   int rc = 0;
   std::string err = test::run_command(base + " --gpu-expert-cache 1G 2>&1 >/dev/null", &rc);

@@ -257,7 +257,7 @@ TEST(KvRotation, ModelParityWithRotatedCaches) {
 // --no-kv-rotation parses on run, bench and perplexity.
 TEST(KvRotation, CliTakesNoKvRotation) {
   SLUICE_REQUIRE_SHARED();
-  const std::string cli = SLUICE_CLI_PATH, m = test::shared_dir() + "/models/stories260K.gguf";
+  const std::string cli = ::sluice::test::cli_path(), m = test::shared_dir() + "/models/stories260K.gguf";
   for (const std::string& args :
        {" run -m " + m + " -p Hello -n 2 --temp 0 --cache-type q4_0 --no-kv-rotation",
         " bench -m " + m + " -p 0 -n 2 -r 1 -t 1 --membw-mib 8 --cache-type q4_0 --no-kv-rotation",

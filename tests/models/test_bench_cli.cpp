@@ -18,7 +18,7 @@
 namespace sluice {
 namespace {
 
-const std::string kCli = SLUICE_CLI_PATH;
+const std::string kCli = ::sluice::test::cli_path();
 
 std::string bench(const std::string& args, int* rc) {
   return test::run_command(kCli + " bench -m " + test::shared_dir() + "/models/stories260K.gguf -p 0 -n 2 -r 1 -t 1 " +

@@ -12,7 +12,7 @@ namespace sluice {
 namespace {
 
 using ojson = nlohmann::ordered_json;
-const std::string kCli = SLUICE_CLI_PATH;
+const std::string kCli = ::sluice::test::cli_path();
 
 // Per test (ctest runs the tests of this file in parallel processes).
 std::string tmp(const std::string& name) {

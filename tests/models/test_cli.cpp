@@ -11,7 +11,7 @@
 namespace sluice {
 namespace {
 
-const std::string kCli = SLUICE_CLI_PATH;
+const std::string kCli = ::sluice::test::cli_path();
 
 TEST(Cli, RunPrintsAStory) {
   SLUICE_REQUIRE_SHARED();

@@ -155,7 +155,7 @@ TEST(FolderPackFloat, FloatFolderPacks) {
 
 // The CLI: `sluice pack DIR -o F.gguf`, then `eval -m F.gguf --experts stream` greedy as the folder.
 TEST(FolderPackCli, PackThenStream) {
-  const std::string cli = SLUICE_CLI_PATH, dir = folder("qwen3moe-q4");
+  const std::string cli = ::sluice::test::cli_path(), dir = folder("qwen3moe-q4");
   const std::string tmp = fs::temp_directory_path() / ("sluice_fpackc_" + std::to_string(::getpid()));
   fs::create_directories(tmp);
   int rc = 0;

@@ -298,12 +298,12 @@ TEST(HfFolderErrors, PerExpertLayoutRefusedByName) {
 // The CLI takes a folder where it takes a GGUF file.
 TEST(HfFolderErrors, RunTakesAFolder) {
   int rc = 0;
-  const std::string out = test::run_command(std::string(SLUICE_CLI_PATH) + " run -m " + folder("llama") +
+  const std::string out = test::run_command(std::string(::sluice::test::cli_path()) + " run -m " + folder("llama") +
                                                 " -p 'Once upon' -n 4 --temp 0 2>&1",
                                             &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("loaded"), std::string::npos) << out;
-  const std::string stream = test::run_command(std::string(SLUICE_CLI_PATH) + " run -m " + folder("llama") +
+  const std::string stream = test::run_command(std::string(::sluice::test::cli_path()) + " run -m " + folder("llama") +
                                                    " --experts stream -n 1 2>&1",
                                                &rc);
   EXPECT_EQ(rc, 1);

@@ -26,7 +26,7 @@ namespace sluice {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kCli = SLUICE_CLI_PATH;
+const std::string kCli = ::sluice::test::cli_path();
 
 struct RunResult {
   std::vector<float> logits;  // prompt logits (all rows), then each decode step's row

@@ -151,7 +151,7 @@ TEST(StreamingMemory, PeakRssStaysWithinDensePlusKvPlusBudget) {
   const size_t budget = 16 << 20;
   ASSERT_GT(big.expert_bytes, 12 * budget);
 
-  const std::string cli = SLUICE_CLI_PATH, err = (dir / "err.txt").string();
+  const std::string cli = ::sluice::test::cli_path(), err = (dir / "err.txt").string();
   // Short prompt + a few decode steps; ctx 64 keeps the KV cache small and known.
   auto args = [&](const std::string& model, std::vector<std::string> extra) {
     std::vector<std::string> a = {cli,  "run", "-m",     model, "-p",           "Once upon a time there was",

@@ -788,7 +788,7 @@ TEST(Synth, GgufPyCheckOfLlamaCppRules) {
 // (f) The CLI end to end: synth (default tokenizer, found from the binary's location) + run.
 TEST(Synth, CliEndToEnd) {
   SLUICE_REQUIRE_SHARED();
-  const std::string cli = SLUICE_CLI_PATH, out = (tmp_dir() / "cli.gguf").string();
+  const std::string cli = ::sluice::test::cli_path(), out = (tmp_dir() / "cli.gguf").string();
   int status = 0;
   std::string log = test::run_command(cli + " synth --arch qwen3moe --preset tiny --type q4_k_m --seed 3 -o " + out +
                                           " 2>&1",

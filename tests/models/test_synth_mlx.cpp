@@ -210,7 +210,7 @@ TEST(SynthMlx, ClearErrors) {
 // The CLI: --format mlx writes a folder (default tokenizer: tests/data/hf/qwen3, found from the
 // binary) that `inspect` and `run` read.
 TEST(SynthMlx, CliEndToEnd) {
-  const std::string cli = SLUICE_CLI_PATH, out = (tmp_dir() / "cli-folder").string();
+  const std::string cli = ::sluice::test::cli_path(), out = (tmp_dir() / "cli-folder").string();
   int status = 0;
   std::string log = test::run_command(cli + " synth --format mlx --arch qwen35moe --type q4 --group-size 32 -o " + out +
                                           " 2>&1",

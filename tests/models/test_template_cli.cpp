@@ -12,7 +12,7 @@
 namespace sluice {
 namespace {
 
-const std::string kCli = SLUICE_CLI_PATH;
+const std::string kCli = ::sluice::test::cli_path();
 using ojson = nlohmann::ordered_json;
 
 std::string write_temp(const std::string& name, const std::string& text) {

@@ -14,7 +14,7 @@ namespace sluice {
 namespace {
 
 std::string serve(const std::string& args, int* status) {
-  return test::run_command(std::string(SLUICE_CLI_PATH) + " serve -m " + test::shared_dir() +
+  return test::run_command(std::string(::sluice::test::cli_path()) + " serve -m " + test::shared_dir() +
                                "/models/stories260K.gguf " + args + " 2>&1",
                            status);
 }

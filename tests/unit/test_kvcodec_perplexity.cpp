@@ -200,7 +200,7 @@ TEST(Perplexity, ModelParityWithCompressedCaches) {
 // The CLI end to end: PPL, a base file, a KLD run with split K/V types, a bad type name.
 TEST(Perplexity, CliPrintsPplAndKldBlock) {
   SLUICE_REQUIRE_SHARED();
-  const std::string cli = SLUICE_CLI_PATH, m = shared_dir() + "/models/stories260K.gguf";
+  const std::string cli = ::sluice::test::cli_path(), m = shared_dir() + "/models/stories260K.gguf";
   const std::string base = (test::scratch_dir() / "sluice_test_cli_kld.bin").string();
   int st = 0;
   std::string out = test::run_command(cli + " perplexity -m " + m + " -f " + shared_dir() +

@@ -37,7 +37,7 @@ TEST(PublicApi, GreedyGenerateEqualsCliRun) {
   SLUICE_REQUIRE_SHARED();
   const std::string model = sluice::test::shared_dir() + "/models/stories260K.gguf";
   int rc = 0;
-  const std::string cli = sluice::test::run_command(std::string(SLUICE_CLI_PATH) + " run -m " + model +
+  const std::string cli = sluice::test::run_command(std::string(::sluice::test::cli_path()) + " run -m " + model +
                                                         " -p 'Lily and Ben' -n 80 --temp 0 2>/dev/null",
                                                     &rc);
   ASSERT_EQ(rc, 0);
