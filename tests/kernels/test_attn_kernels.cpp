@@ -24,7 +24,7 @@
 #include "quant/blocks.h"
 #include "quant/quant.h"
 
-namespace sluice {
+namespace sluice::test_attn_kernels {
 namespace {
 
 using cpu::AttnKernels;
@@ -413,4 +413,4 @@ TEST(AttnKernels, TypesWithoutFusedOps) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_attn_kernels

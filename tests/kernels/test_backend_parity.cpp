@@ -30,7 +30,7 @@
 #include "kernels/parity_tolerances.h"
 #include "quant/quant.h"
 
-namespace sluice {
+namespace sluice::test_backend_parity {
 namespace {
 
 using test::available_isas;
@@ -578,4 +578,4 @@ TEST(BackendFactory, NamesAndErrors) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_backend_parity

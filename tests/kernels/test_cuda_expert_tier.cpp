@@ -16,7 +16,7 @@
 #include "backends/cuda/expert_tier.h"
 #endif
 
-namespace sluice {
+namespace sluice::test_cuda_expert_tier {
 namespace {
 
 TEST(CudaExpertTier, CopiesHitsBudgetAndPins) {
@@ -65,4 +65,4 @@ TEST(CudaExpertTier, CopiesHitsBudgetAndPins) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_cuda_expert_tier

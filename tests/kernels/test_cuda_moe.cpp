@@ -37,7 +37,7 @@
 #include "backends/cuda/expert_tier.h"
 #endif
 
-namespace sluice {
+namespace sluice::test_cuda_moe {
 namespace {
 
 using test::nmse;
@@ -466,4 +466,4 @@ TEST(CudaMoe, NegativeControls) {
 #endif  // SLUICE_HAVE_CUDA
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_cuda_moe

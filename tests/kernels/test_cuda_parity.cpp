@@ -38,7 +38,7 @@
 #include "quant/quant.h"
 #include "runtime/session.h"
 
-namespace sluice {
+namespace sluice::test_cuda_parity {
 namespace {
 
 using test::nmse;
@@ -452,4 +452,4 @@ TEST(CudaDevice, CopyBandwidthAndWeightCacheStats) {
 #endif  // SLUICE_HAVE_CUDA
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_cuda_parity

@@ -13,7 +13,7 @@
 #include "backends/backend.h"
 #include "kernels/kernel_test_util.h"
 
-namespace sluice {
+namespace sluice::test_host_ops {
 namespace {
 
 std::vector<std::unique_ptr<Backend>> backends() {
@@ -129,4 +129,4 @@ TEST(HostOps, MoeRouteSigmoidBiasGroupsAndScale) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_host_ops

@@ -22,7 +22,7 @@
 #include "memory/kv_cache.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_kv_fit {
 namespace {
 
 using test::nmse;
@@ -151,4 +151,4 @@ TEST(KvFit, FrozenAndCarriedByForksAndSnapshots) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_kv_fit

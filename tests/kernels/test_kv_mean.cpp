@@ -21,7 +21,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_kv_mean {
 namespace {
 
 using test::nmse;
@@ -171,4 +171,4 @@ TEST(KvMean, ModelLogitsUnchangedWithUnquantizedCache) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_kv_mean

@@ -21,7 +21,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_kv_rotation {
 namespace {
 
 using test::nmse;
@@ -270,4 +270,4 @@ TEST(KvRotation, CliTakesNoKvRotation) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_kv_rotation

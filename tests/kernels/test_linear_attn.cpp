@@ -21,7 +21,7 @@
 #include "core/thread_pool.h"
 #include "kernel_test_util.h"
 
-namespace sluice {
+namespace sluice::test_linear_attn {
 namespace {
 
 using test::nmse;
@@ -308,4 +308,4 @@ TEST(LinearAttnElementwise, KdaSafeGateCpuMatchesRef) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_linear_attn

@@ -24,7 +24,7 @@
 #include "quant/blocks.h"
 #include "quant/quant.h"
 
-namespace sluice {
+namespace sluice::test_q8_matmul {
 namespace {
 
 using test::available_isas;
@@ -425,4 +425,4 @@ TEST(Q8Matmul, DeterministicAcrossThreadsAndBatch) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_q8_matmul

@@ -21,7 +21,7 @@
 #include "quant/quant.h"
 #include "quant/rows16.h"
 
-namespace sluice {
+namespace sluice::test_rows16 {
 namespace {
 
 using test::nmse;
@@ -259,4 +259,4 @@ TEST(Rows16, BackendMoeReadsTheInterleavedRows) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_rows16

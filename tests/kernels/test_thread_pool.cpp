@@ -12,7 +12,7 @@
 
 #include "core/thread_pool.h"
 
-namespace sluice {
+namespace sluice::test_thread_pool {
 namespace {
 
 TEST(ThreadPool, SizeDefaultsToHardware) {
@@ -102,4 +102,4 @@ TEST(ThreadPool, NestedCallRunsInline) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_thread_pool

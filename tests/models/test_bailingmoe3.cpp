@@ -33,7 +33,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_bailingmoe3 {
 namespace {
 
 const std::string kGolden = std::string(SLUICE_SOURCE_DIR) + "/tests/data/golden/bailingmoe3";
@@ -313,4 +313,4 @@ TEST(BailingMoe3Negative, ClampGoldenWithNormRopeFails) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_bailingmoe3

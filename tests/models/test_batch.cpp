@@ -24,7 +24,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_batch {
 namespace {
 
 // cpu: |Δlogit| between a row computed in a 1-token decode step and the same row in a batch
@@ -322,4 +322,4 @@ INSTANTIATE_TEST_SUITE_P(
     case_name);
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_batch

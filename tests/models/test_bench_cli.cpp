@@ -15,7 +15,7 @@
 #include "core/cpu_features.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_bench_cli {
 namespace {
 
 const std::string kCli = ::sluice::test::cli_path();
@@ -227,4 +227,4 @@ TEST(BenchCli, BadOptionsFail) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_bench_cli

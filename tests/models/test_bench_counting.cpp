@@ -14,7 +14,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_bench_counting {
 namespace {
 
 TEST(CountingBackend, ForwardsEveryOpBitwise) {
@@ -50,4 +50,4 @@ TEST(CountingBackend, StagesFromTensorNames) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_bench_counting

@@ -8,7 +8,7 @@
 
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_chat_cli {
 namespace {
 
 using ojson = nlohmann::ordered_json;
@@ -99,4 +99,4 @@ TEST(ChatCli, FullContextAndBadCommandsAreReportedAndTheChatGoesOn) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_chat_cli

@@ -17,7 +17,7 @@
 #include "runtime/chat_session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_chat_session {
 namespace {
 
 using ojson = nlohmann::ordered_json;
@@ -284,4 +284,4 @@ TEST(ReasoningSplitter, SplitsTagsAcrossPieces) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_chat_session

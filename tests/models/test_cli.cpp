@@ -8,7 +8,7 @@
 
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_cli {
 namespace {
 
 const std::string kCli = ::sluice::test::cli_path();
@@ -204,4 +204,4 @@ TEST(Cli, RunParsesSpecialTokensAndStopsAtEog) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_cli

@@ -20,7 +20,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_folder_pack {
 namespace {
 
 namespace fs = std::filesystem;
@@ -177,4 +177,4 @@ TEST(FolderPackCli, PackThenStream) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_folder_pack

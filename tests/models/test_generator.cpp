@@ -15,7 +15,7 @@
 #include "sluice/sluice.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_generator {
 namespace {
 
 // True when `s` is well-formed UTF-8 (no overlong/surrogate checks: the tests only need to see
@@ -285,4 +285,4 @@ TEST(Generator, EosStopsUnlessIgnored) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_generator

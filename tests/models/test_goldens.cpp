@@ -24,7 +24,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_goldens {
 namespace {
 
 using nlohmann::json;
@@ -215,9 +215,9 @@ INSTANTIATE_TEST_SUITE_P(Variants, GoldenStories,
                          [](const auto& info) { return test_name_part(info.param.substr(0, info.param.size() - 5)); });
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_goldens
 
-namespace sluice {
+namespace sluice::test_goldens {
 namespace {
 
 // Negative controls: a plausible-but-wrong routing rule must fail the golden comparison,
@@ -288,7 +288,7 @@ TEST(GoldenNegative, OlmoeWithRenormalisationFails) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_goldens
 
 // smollm2-Q4_1: SmolLM2-135M-Instruct (llama arch, Q4_1 weights, byte-level BPE, ChatML) against
 // llama.cpp, with ../shared/golden/smollm2-Q4_1/README.md's tolerances. llama.cpp quantizes the
@@ -298,7 +298,7 @@ TEST(GoldenNegative, OlmoeWithRenormalisationFails) {
 //  - mean over the 16 prompt positions of KL(llama.cpp softmax || ours) <= 0.01,
 //  - max |Δlogit| over all prompt logits <= 2.5,
 //  - greedy tokens identical over check.json's safe_prefix (30 of 32).
-namespace sluice {
+namespace sluice::test_goldens {
 namespace {
 
 constexpr double kSmolMaxMeanKld = 0.01;
@@ -558,4 +558,4 @@ TEST(GoldenRealKv, smollm2Tq4gCacheBeatsRotatedQ4_0) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_goldens

@@ -30,7 +30,7 @@
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
-namespace sluice {
+namespace sluice::test_hf_folder {
 namespace {
 
 using namespace test_hf;
@@ -759,4 +759,4 @@ TEST(HfLora, BrokenAdaptersAreRefusedByName) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_hf_folder

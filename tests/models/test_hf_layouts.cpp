@@ -13,7 +13,7 @@
 #include "models/model.h"
 #include "models/qwen35.h"
 
-namespace sluice {
+namespace sluice::test_hf_layouts {
 namespace {
 
 using namespace test_hf;
@@ -199,4 +199,4 @@ INSTANTIATE_TEST_SUITE_P(Archs, HfYarn, ::testing::Values("deepseek2", "qwen3"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_hf_layouts

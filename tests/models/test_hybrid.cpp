@@ -20,7 +20,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_hybrid {
 namespace {
 
 constexpr int64_t kPrompt = 300;
@@ -149,4 +149,4 @@ TEST_P(Hybrid, Q8KvCacheStaysWithinTheGoldensAllowance) {
 INSTANTIATE_TEST_SUITE_P(Qwen35Moe, Hybrid, ::testing::Values("ref", "cpu"));
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_hybrid

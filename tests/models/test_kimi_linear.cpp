@@ -30,7 +30,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_kimi_linear {
 namespace {
 
 const std::string kGolden = std::string(SLUICE_SOURCE_DIR) + "/tests/data/golden/kimi-linear";
@@ -165,4 +165,4 @@ TEST(KimiLinearNegative, StateNotCarriedFails) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_kimi_linear

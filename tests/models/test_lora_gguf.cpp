@@ -25,7 +25,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_lora_gguf {
 namespace {
 
 std::string data_dir() { return std::string(SLUICE_SOURCE_DIR) + "/tests/data/lora-gguf"; }
@@ -270,4 +270,4 @@ TEST(LoraGguf, BrokenAdaptersAreRefusedByName) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_lora_gguf

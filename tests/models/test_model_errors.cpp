@@ -10,7 +10,7 @@
 #include "models/model.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_model_errors {
 namespace {
 
 namespace fs = std::filesystem;
@@ -87,4 +87,4 @@ TEST(ModelErrors, UnsupportedArchitectureIsNamed) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_model_errors

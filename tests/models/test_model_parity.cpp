@@ -10,7 +10,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_model_parity {
 namespace {
 
 const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 400, 428};
@@ -88,9 +88,9 @@ TEST(ModelParityNegative, SlightlyWrongRopeBaseIsCaught) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_model_parity
 
-namespace sluice {
+namespace sluice::test_model_parity {
 namespace {
 
 // Work is split by output rows only, never across a sum, so the default (int8) cpu backend
@@ -120,4 +120,4 @@ TEST(ThreadDeterminism, GreedyTokensIdenticalFor1And2Threads) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_model_parity

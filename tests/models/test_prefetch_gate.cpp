@@ -19,7 +19,7 @@
 #include "synth/synth.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_prefetch_gate {
 namespace {
 
 namespace fs = std::filesystem;
@@ -198,4 +198,4 @@ TEST(PrefetchGate, ARightPredictorRaisesTheHitRateWithoutEvictingTheWorkingSet) 
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_prefetch_gate

@@ -20,7 +20,7 @@
 #include "synth/synth.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_repack {
 namespace {
 
 const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 400, 428};
@@ -206,4 +206,4 @@ TEST(Repack, FolderWeightsInterleaveInPlace) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_repack

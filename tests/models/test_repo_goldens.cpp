@@ -23,7 +23,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_repo_goldens {
 namespace {
 
 using nlohmann::json;
@@ -181,4 +181,4 @@ INSTANTIATE_TEST_SUITE_P(Hybrids, RepoGolden, ::testing::ValuesIn(cases()),
                          });
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_repo_goldens

@@ -16,7 +16,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_scheduler {
 namespace {
 
 GenerateParams greedy(int n, std::vector<std::string> stop = {}) {
@@ -139,4 +139,4 @@ TEST_F(SchedulerTest, ABudgetTooSmallForTheStepThrowsAndKeepsState) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_scheduler

@@ -15,7 +15,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_session {
 namespace {
 
 std::vector<int32_t> prompt(int64_t n) {
@@ -75,4 +75,4 @@ TEST(Session, PromptThatDoesNotFitIsRefusedWhole) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_session

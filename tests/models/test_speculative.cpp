@@ -18,7 +18,7 @@
 #include "runtime/speculative.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_speculative {
 namespace {
 
 TEST(Speculative, NgramDraftTakesTheLatestLongestMatch) {
@@ -189,4 +189,4 @@ TEST(Speculative, RollsBackRecurrentStateOnAHybridModel) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_speculative

@@ -22,7 +22,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_streaming {
 namespace {
 
 namespace fs = std::filesystem;
@@ -401,4 +401,4 @@ TEST(StreamingCli, PackThenEval) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_streaming

@@ -18,7 +18,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_streaming_faults {
 namespace {
 
 namespace fs = std::filesystem;
@@ -164,4 +164,4 @@ TEST(StreamingFaults, FileTruncatedAfterOpenIsAnError) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_streaming_faults

@@ -20,7 +20,7 @@
 #include "quant/quant.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_streaming_memory {
 namespace {
 
 namespace fs = std::filesystem;
@@ -198,4 +198,4 @@ TEST(StreamingMemory, PeakRssStaysWithinDensePlusKvPlusBudget) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_streaming_memory

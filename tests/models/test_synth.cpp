@@ -25,7 +25,7 @@
 #include "synth/synth.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_synth {
 namespace {
 
 namespace fs = std::filesystem;
@@ -815,4 +815,4 @@ TEST(Synth, CliEndToEnd) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_synth

@@ -24,7 +24,7 @@
 #include "synth/synth.h"
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_synth_mlx {
 namespace {
 
 namespace fs = std::filesystem;
@@ -229,4 +229,4 @@ TEST(SynthMlx, CliEndToEnd) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_synth_mlx

@@ -9,7 +9,7 @@
 
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_template_cli {
 namespace {
 
 const std::string kCli = ::sluice::test::cli_path();
@@ -73,4 +73,4 @@ TEST(TemplateCli, BadInputNamesTheFileAndFails) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_template_cli

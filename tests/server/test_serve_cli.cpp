@@ -10,7 +10,7 @@
 
 #include "test_util.h"
 
-namespace sluice {
+namespace sluice::test_serve_cli {
 namespace {
 
 std::string serve(const std::string& args, int* status) {
@@ -54,4 +54,4 @@ TEST(ServeCli, APortInUseIsAnError) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_serve_cli

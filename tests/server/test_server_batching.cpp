@@ -19,7 +19,7 @@
 #include "runtime/session.h"
 #include "server_test_util.h"
 
-namespace sluice {
+namespace sluice::test_server_batching {
 namespace {
 
 using nlohmann::json;
@@ -247,7 +247,7 @@ class ServerBatchingTest : public ::testing::Test {
   std::unique_ptr<Backend> be_;
 };
 
-json completion(const std::string& prompt, int max_tokens) {
+json ignore_eos_completion(const std::string& prompt, int max_tokens) {
   return {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
 }
 
@@ -270,7 +270,8 @@ TEST_F(ServerBatchingTest, EightParallelGreedyRequestsEqualEachAlone) {
                                          "There was a big dog",
                                          "A bird sat on a tree and"};
   std::vector<json> bodies;
-  for (size_t i = 0; i < prompts.size(); ++i) bodies.push_back(completion(prompts[i], 20 + 3 * static_cast<int>(i)));
+  for (size_t i = 0; i < prompts.size(); ++i)
+    bodies.push_back(ignore_eos_completion(prompts[i], 20 + 3 * static_cast<int>(i)));
   std::vector<std::string> alone;
   int64_t alone_steps = 0;
   {
@@ -357,4 +358,4 @@ TEST_F(ServerBatchingTest, MultiTurnChatsReuseTheirPrefixAndAnswerAsWithoutTheCa
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_server_batching

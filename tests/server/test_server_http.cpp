@@ -14,7 +14,7 @@
 #include "runtime/session.h"
 #include "server_test_util.h"
 
-namespace sluice {
+namespace sluice::test_server_http {
 namespace {
 
 using nlohmann::json;
@@ -631,4 +631,4 @@ TEST_F(ServerHttpTest, GracefulStopFinishesOrCancelsRunningRequests) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_server_http

@@ -15,7 +15,7 @@
 
 #include "server_test_util.h"
 
-namespace sluice {
+namespace sluice::test_server_load {
 namespace {
 
 using nlohmann::json;
@@ -152,4 +152,4 @@ TEST(ServerLoad, TwoHundredRequestsSixteenAtOnceWithFaults) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_server_load

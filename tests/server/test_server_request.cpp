@@ -8,8 +8,8 @@
 namespace sluice::server {
 namespace {
 
-CompletionRequest chat(const std::string& body) { return parse_completion_request(body, true, 1000); }
-CompletionRequest text(const std::string& body) { return parse_completion_request(body, false, 1000); }
+CompletionRequest parse_chat(const std::string& body) { return parse_completion_request(body, true, 1000); }
+CompletionRequest parse_text(const std::string& body) { return parse_completion_request(body, false, 1000); }
 
 // The field a rejected body names (empty: accepted).
 std::string rejected(const std::string& body, bool is_chat = false) {
@@ -23,7 +23,7 @@ std::string rejected(const std::string& body, bool is_chat = false) {
 }
 
 TEST(ServerRequest, FieldsBecomeGenerateParams) {
-  const auto r = text(R"({"prompt": "hi", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 5,
+  const auto r = parse_text(R"({"prompt": "hi", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 5,
     "min_p": 0.1, "seed": 42, "stop": "END", "presence_penalty": 0.5, "frequency_penalty": -0.5,
     "stream": true, "stream_options": {"include_usage": true}, "logprobs": 2})");
   EXPECT_EQ(r.prompt, "hi");
@@ -38,15 +38,15 @@ TEST(ServerRequest, FieldsBecomeGenerateParams) {
   EXPECT_FLOAT_EQ(r.gen.sampler.frequency_penalty, -0.5f);
   EXPECT_TRUE(r.stream && r.include_usage && r.logprobs);
   EXPECT_EQ(r.gen.n_logprobs, 2);
-  EXPECT_EQ(text(R"({"prompt": [[1, 2, 3]]})").prompt_ids, (std::vector<int32_t>{1, 2, 3}));
-  EXPECT_EQ(text(R"({"prompt": ["only"]})").prompt, "only");
-  EXPECT_EQ(text(R"({"prompt": "x", "max_tokens": 3.0})").max_tokens, 3);  // JSON has one number type
+  EXPECT_EQ(parse_text(R"({"prompt": [[1, 2, 3]]})").prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(parse_text(R"({"prompt": ["only"]})").prompt, "only");
+  EXPECT_EQ(parse_text(R"({"prompt": "x", "max_tokens": 3.0})").max_tokens, 3);  // JSON has one number type
   // max_completion_tokens is the newer name and wins.
-  EXPECT_EQ(chat(R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": 3,
+  EXPECT_EQ(parse_chat(R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": 3,
     "max_completion_tokens": 9})")
                 .max_tokens,
             9);
-  const auto c = chat(R"({"messages": [{"role": "developer", "content": [{"type": "text", "text": "a"},
+  const auto c = parse_chat(R"({"messages": [{"role": "developer", "content": [{"type": "text", "text": "a"},
     {"type": "text", "text": "b"}]}, {"role": "user", "content": "q"}], "logprobs": true, "top_logprobs": 3,
     "stop": ["x", "y"], "tools": [{"type": "function", "function": {"name": "f"}}], "user": "ignored"})");
   EXPECT_EQ(c.messages[0]["role"], "system");
@@ -54,10 +54,10 @@ TEST(ServerRequest, FieldsBecomeGenerateParams) {
   EXPECT_EQ(c.gen.n_logprobs, 3);
   EXPECT_EQ(c.gen.stop.size(), 2u);
   EXPECT_TRUE(c.tools.is_array());
-  EXPECT_TRUE(chat(R"({"messages": [{"role": "user", "content": "q"}], "tool_choice": "none",
+  EXPECT_TRUE(parse_chat(R"({"messages": [{"role": "user", "content": "q"}], "tool_choice": "none",
     "tools": [{"type": "function", "function": {"name": "f"}}]})")
                   .tools.is_null());
-  EXPECT_EQ(chat(R"({"messages": [{"role": "user", "content": "q"}]})").gen.n_logprobs, -1);
+  EXPECT_EQ(parse_chat(R"({"messages": [{"role": "user", "content": "q"}]})").gen.n_logprobs, -1);
 }
 
 TEST(ServerRequest, BadFieldsAreNamed) {
@@ -161,18 +161,18 @@ TEST(ServerRequest, ForcedToolChoiceAndReasoningFormat) {
     {"type": "function", "function": {"name": "g", "parameters": {"type": "object",
      "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}])";
   const std::string head = R"({"messages": [{"role": "user", "content": "q"}], )";
-  auto r = chat(head + R"("tool_choice": "required", )" + tools + "}");
+  auto r = parse_chat(head + R"("tool_choice": "required", )" + tools + "}");
   ASSERT_EQ(r.forced_tools.size(), 2u);
   EXPECT_EQ(r.forced_tools[0].name, "f");
   EXPECT_EQ(r.forced_tools[1].name, "g");
-  r = chat(head + R"("tool_choice": {"type": "function", "function": {"name": "g"}}, )" + tools + "}");
+  r = parse_chat(head + R"("tool_choice": {"type": "function", "function": {"name": "g"}}, )" + tools + "}");
   ASSERT_EQ(r.forced_tools.size(), 1u);
   EXPECT_EQ(r.forced_tools[0].name, "g");
-  EXPECT_TRUE(chat(head + R"("tool_choice": "auto", )" + tools + "}").forced_tools.empty());
-  EXPECT_TRUE(chat(head + R"("tool_choice": "none", )" + tools + "}").tools.is_null());
-  EXPECT_FALSE(chat(head + R"("stream": false})").split_reasoning.has_value());
-  EXPECT_EQ(chat(head + R"("reasoning_format": "none"})").split_reasoning, false);
-  EXPECT_EQ(chat(head + R"("reasoning_format": "deepseek"})").split_reasoning, true);
+  EXPECT_TRUE(parse_chat(head + R"("tool_choice": "auto", )" + tools + "}").forced_tools.empty());
+  EXPECT_TRUE(parse_chat(head + R"("tool_choice": "none", )" + tools + "}").tools.is_null());
+  EXPECT_FALSE(parse_chat(head + R"("stream": false})").split_reasoning.has_value());
+  EXPECT_EQ(parse_chat(head + R"("reasoning_format": "none"})").split_reasoning, false);
+  EXPECT_EQ(parse_chat(head + R"("reasoning_format": "deepseek"})").split_reasoning, true);
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 
 #include "server_test_util.h"
 
-namespace sluice {
+namespace sluice::test_server_smollm2 {
 namespace {
 
 using nlohmann::json;
@@ -32,7 +32,7 @@ class ServerSmolLM2 : public ::testing::Test {
 // SmolLM..."), after which greedy decoding answers the France question in French fragments
 // ("L'Étoile, la Marseillaise, ..."; `sluice run` on the same rendered prompt agrees); with this
 // one it answers "The capital of France is Paris.".
-json chat(const std::string& user, int max_tokens) {
+json chat_request(const std::string& user, int max_tokens) {
   return {{"messages", json::array({{{"role", "system"}, {"content", "You are a helpful assistant."}},
                                     {{"role", "user"}, {"content", user}}})},
           {"max_tokens", max_tokens},
@@ -59,14 +59,15 @@ TEST_F(ServerSmolLM2, ChatAnswersAndEightParallelEqualEachAlone) {
     auto o = test::server_options(1, 512);
     o.engine.prompt_cache = false;
     test::TestServer s(*m_, *be_, o);
-    for (const auto& q : qs) alone.push_back(content(test::post(s.port(), "/v1/chat/completions", chat(q, 24))));
+    for (const auto& q : qs)
+      alone.push_back(content(test::post(s.port(), "/v1/chat/completions", chat_request(q, 24))));
   }
   EXPECT_NE(alone[0].find("Paris"), std::string::npos) << alone[0];
   test::TestServer s(*m_, *be_, test::server_options(8, 512));
   std::vector<std::string> got(qs.size());
   std::vector<std::thread> t;
   for (size_t i = 0; i < qs.size(); ++i)
-    t.emplace_back([&, i] { got[i] = content(test::post(s.port(), "/v1/chat/completions", chat(qs[i], 24))); });
+    t.emplace_back([&, i] { got[i] = content(test::post(s.port(), "/v1/chat/completions", chat_request(qs[i], 24))); });
   for (auto& th : t) th.join();
   for (size_t i = 0; i < qs.size(); ++i) EXPECT_EQ(got[i], alone[i]) << qs[i];
 }
@@ -102,7 +103,7 @@ TEST_F(ServerSmolLM2, SecondTurnOfALongConversationComesFromTheCache) {
 TEST_F(ServerSmolLM2, SecondTurnsResumeFromHostRamWhenTheirSlotWasReused) {
   const std::vector<std::string> topics{"the moon", "bread", "rivers"};
   auto first_turn = [&](const std::string& topic) {
-    json msgs = chat("Tell me one fact about " + topic + ".", 16)["messages"];
+    json msgs = chat_request("Tell me one fact about " + topic + ".", 16)["messages"];
     return msgs;
   };
   auto run = [&](bool cache, std::vector<json>* usage, std::string* metrics) {
@@ -148,4 +149,4 @@ TEST_F(ServerSmolLM2, SecondTurnsResumeFromHostRamWhenTheirSlotWasReused) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::test_server_smollm2
