@@ -117,8 +117,7 @@ inline void edit_json(const fs::path& p, const std::function<void(nlohmann::json
 
 // Rewrites a safetensors file's header (the data bytes kept).
 inline void edit_st_header(const fs::path& p, const std::function<void(nlohmann::json&)>& f) {
-  std::ifstream in(p, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  const std::string bytes = test::read_text_file(p.string());
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   nlohmann::json h = nlohmann::json::parse(bytes.substr(8, n));

@@ -604,8 +604,7 @@ TEST(HfLora, ExpertAdaptersMatchMlxLm) {
       "lora_experts_zeroed",
       [](const fs::path& d) {
         const fs::path p = d / "adapters.safetensors";
-        std::ifstream in(p, std::ios::binary);
-        std::string bytes((std::istreambuf_iterator<char>(in)), {});
+        std::string bytes = test::read_text_file(p.string());
         uint64_t n = 0;
         std::memcpy(&n, bytes.data(), 8);
         const nlohmann::json h = nlohmann::json::parse(bytes.substr(8, n));

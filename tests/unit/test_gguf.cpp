@@ -514,8 +514,7 @@ TEST(GgufFile, ReleasedPagesReadTheFileBytes) {
     EXPECT_EQ(f.release_pages(big.data(), big.size()), 0u);
   }
   // Memory-backed (the same file's bytes): nothing to give back, the bytes stay.
-  std::ifstream in(p, std::ios::binary);
-  const std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<uint8_t> file = test::read_file_bytes(p);
   auto m = GgufFile::from_memory(file.data(), file.size(), "mem");
   const TensorView& mb = m->tensor("big");
   EXPECT_EQ(m->release_pages(mb.data, mb.nbytes), 0u);
