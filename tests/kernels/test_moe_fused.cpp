@@ -189,9 +189,9 @@ std::vector<float> batch_default(Backend& b, const BatchRouting& r, const std::v
 // 40 tokens: ~13 per expert, past the tile threshold, so the fused path's tiles (and the
 // 32-block types' activation sums) are held to the per-expert matmuls too.
 TEST(MoeFusedBatch, BitwiseEqualToTheDefault) {
-  for (const Mix& mx : kMixes)
+  for (const Mix& mx : kMixes) {
+    const Experts e(mx.gate_up, mx.down, mx.E, mx.F, 12, 41);  // quantized once: most of the test's setup
     for (int64_t n_tok : {2, 4, 8, 40}) {
-      Experts e(mx.gate_up, mx.down, mx.E, mx.F, 12, 41);
       const BatchRouting r(e, n_tok, 4, 3);
       const std::vector<float> x = randn(static_cast<size_t>(n_tok * mx.E), 9);
       for (CpuIsa isa : available_isas())
@@ -208,6 +208,7 @@ TEST(MoeFusedBatch, BitwiseEqualToTheDefault) {
           }
         }
     }
+  }
 }
 
 TEST(MoeFusedBatch, EachTokenEqualsItsOwnDecodeOnRefAndMatchesRef) {
