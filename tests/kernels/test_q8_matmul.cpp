@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <tuple>
@@ -389,35 +390,37 @@ TEST(Q8Matmul, NegativeControls) {
 // not depend on its batch. With tiles (a batch of ≥ Q8TileOps::min_tokens tokens) against the same
 // token alone (the row path): bitwise for the 32-block types, to float rounding for the others.
 TEST(Q8Matmul, DeterministicAcrossThreadsAndBatch) {
+  // Each type's weights and the input made once, not per level (quantizing them was most of the
+  // sanitizer twin's time here).
+  const int64_t T = 67;
+  const auto x = randn(static_cast<size_t>(T * 512), 22);
+  std::vector<std::unique_ptr<Weights>> ws;
+  for (DType t : kQ8Types) ws.push_back(std::make_unique<Weights>(t, 512, 301, 21));
   for (CpuIsa isa : available_isas()) {
     auto tiled = q8_backend(2, isa);
     auto q8_rows = [&](int threads) {
       return make_cpu_backend(threads, isa, CpuBackendOptions{.q8_activations = true, .q8_tiles = false});
     };
     auto c1 = q8_rows(1), c2 = q8_rows(2), c3 = q8_rows(3);
-    for (DType t : kQ8Types) {
-      Weights w(t, 512, 301, 21);
-      const int64_t T = 67;
-      const auto x = randn(static_cast<size_t>(T * 512), 22);
-      const auto yt = matmul(*tiled, w.view, x, T);
-      EXPECT_EQ(0, std::memcmp(yt.data(), matmul(*q8_backend(1, isa), w.view, x, T).data(), yt.size() * 4))
+    for (const auto& w : ws) {
+      const DType t = w->view.type;
+      const auto yt = matmul(*tiled, w->view, x, T);
+      EXPECT_EQ(0, std::memcmp(yt.data(), matmul(*q8_backend(1, isa), w->view, x, T).data(), yt.size() * 4))
           << dtype_name(t);
-      EXPECT_EQ(0, std::memcmp(yt.data(), matmul(*q8_backend(3, isa), w.view, x, T).data(), yt.size() * 4))
+      EXPECT_EQ(0, std::memcmp(yt.data(), matmul(*q8_backend(3, isa), w->view, x, T).data(), yt.size() * 4))
           << dtype_name(t);
       std::vector<float> x0(x.begin(), x.begin() + 512);
-      expect_same_path_result(t, std::vector<float>(yt.begin(), yt.begin() + 301), matmul(*tiled, w.view, x0, 1),
+      expect_same_path_result(t, std::vector<float>(yt.begin(), yt.begin() + 301), matmul(*tiled, w->view, x0, 1),
                               "a batch's first token vs the same token alone");
     }
-    for (DType t : kQ8Types) {
-      Weights w(t, 512, 301, 21);
-      const int64_t T = 67;
-      const auto x = randn(static_cast<size_t>(T * 512), 22);
-      const auto y1 = matmul(*c1, w.view, x, T);
-      EXPECT_EQ(0, std::memcmp(y1.data(), matmul(*c2, w.view, x, T).data(), y1.size() * 4)) << dtype_name(t);
-      EXPECT_EQ(0, std::memcmp(y1.data(), matmul(*c3, w.view, x, T).data(), y1.size() * 4)) << dtype_name(t);
+    for (const auto& w : ws) {
+      const DType t = w->view.type;
+      const auto y1 = matmul(*c1, w->view, x, T);
+      EXPECT_EQ(0, std::memcmp(y1.data(), matmul(*c2, w->view, x, T).data(), y1.size() * 4)) << dtype_name(t);
+      EXPECT_EQ(0, std::memcmp(y1.data(), matmul(*c3, w->view, x, T).data(), y1.size() * 4)) << dtype_name(t);
       for (int64_t tok : {0, 66}) {
         std::vector<float> xt(x.begin() + tok * 512, x.begin() + (tok + 1) * 512);
-        const auto ys = matmul(*c2, w.view, xt, 1);
+        const auto ys = matmul(*c2, w->view, xt, 1);
         EXPECT_EQ(0, std::memcmp(ys.data(), y1.data() + tok * 301, 301 * 4)) << dtype_name(t) << " tok=" << tok;
       }
     }
