@@ -32,7 +32,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <unordered_map>
@@ -182,6 +184,32 @@ struct CudaBackend::Impl {
   uint64_t overflow_experts = 0;
   DevBuf transient;  // matmul of a routed expert with a budget: not cached
   uint64_t transient_uploads = 0, transient_bytes = 0;
+
+  // SLUICE_CUDA_PROFILE=1: each op's wall time (its uploads, kernels, download and sync), in
+  // stats_line(): where a step's time goes on this op-by-op path.
+  struct OpStat {
+    const char* name;
+    uint64_t calls = 0;
+    double seconds = 0;
+  };
+  bool profile = false;
+  std::vector<OpStat> op_stats;
+  struct OpTimer {
+    Impl* m;
+    const char* name;
+    std::chrono::steady_clock::time_point t0;
+    ~OpTimer() {
+      if (!m) return;
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      auto it = std::find_if(m->op_stats.begin(), m->op_stats.end(), [&](const OpStat& o) { return o.name == name; });
+      if (it == m->op_stats.end()) it = m->op_stats.insert(m->op_stats.end(), OpStat{name});
+      ++it->calls;
+      it->seconds += dt;
+    }
+  };
+  OpTimer timed(const char* name) {
+    return profile ? OpTimer{this, name, std::chrono::steady_clock::now()} : OpTimer{nullptr, name, {}};
+  }
 
   ~Impl() {
     tier.reset();
@@ -360,6 +388,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& opt) : impl_(std::make_unique
   SLUICE_CU(cudaGetDeviceProperties(&impl_->prop, opt.device));
   SLUICE_CU(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
   if (opt.expert_cache_bytes) impl_->tier = std::make_unique<CudaExpertTier>(opt.expert_cache_bytes);
+  const char* prof = std::getenv("SLUICE_CUDA_PROFILE");
+  impl_->profile = prof && *prof && std::string_view(prof) != "0";
 }
 
 CudaBackend::~CudaBackend() = default;
@@ -415,7 +445,27 @@ std::string CudaBackend::expert_stats_line() const {
   return buf;
 }
 
+std::string CudaBackend::stats_line() const {
+  std::string line = expert_stats_line();
+  const Impl& m = *impl_;
+  if (!m.profile || m.op_stats.empty()) return line;
+  std::vector<Impl::OpStat> ops = m.op_stats;
+  std::sort(ops.begin(), ops.end(), [](const Impl::OpStat& a, const Impl::OpStat& b) { return a.seconds > b.seconds; });
+  double total = 0;
+  for (const auto& o : ops) total += o.seconds;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%scuda ops: %.3f s in all", line.empty() ? "" : "\n", total);
+  line += buf;
+  for (const auto& o : ops) {
+    std::snprintf(buf, sizeof buf, "; %s %llu x %.1f us (%.1f%%)", o.name, static_cast<unsigned long long>(o.calls),
+                  1e6 * o.seconds / static_cast<double>(o.calls), total > 0 ? 100 * o.seconds / total : 0.0);
+    line += buf;
+  }
+  return line;
+}
+
 void CudaBackend::matmul_weights(const TensorView& w, const float* x, float* y, int64_t n_tok) {
+  const auto op_timer = impl_->timed("matmul_weights");
   Impl& m = *impl_;
   const int64_t n_in = w.ne[0], n_out = w.n_rows();
   if (n_tok <= 0 || n_out <= 0) return;
@@ -437,6 +487,7 @@ void CudaBackend::matmul_weights(const TensorView& w, const float* x, float* y, 
 }
 
 void CudaBackend::get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) {
+  const auto op_timer = impl_->timed("get_rows");
   Impl& m = *impl_;
   const int64_t n_embd = table.ne[0], n_rows = table.n_rows();
   for (int64_t r = 0; r < n; ++r)
@@ -451,6 +502,7 @@ void CudaBackend::get_rows(const TensorView& table, const int32_t* ids, int64_t 
 }
 
 void CudaBackend::rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) {
+  const auto op_timer = impl_->timed("rms_norm");
   Impl& m = *impl_;
   const size_t bytes = static_cast<size_t>(n_rows * n) * sizeof(float);
   if (!bytes) return;
@@ -463,6 +515,7 @@ void CudaBackend::rms_norm(const float* x, const float* w, float* y, int64_t n_r
 }
 
 void CudaBackend::rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, const Rope& r) {
+  const auto op_timer = impl_->timed("rope");
   Impl& m = *impl_;
   const size_t bytes = static_cast<size_t>(n_tok * n_head * head_dim) * sizeof(float);
   if (!bytes) return;
@@ -473,6 +526,7 @@ void CudaBackend::rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_he
 }
 
 void CudaBackend::softmax(float* x, int64_t n_rows, int64_t n) {
+  const auto op_timer = impl_->timed("softmax");
   Impl& m = *impl_;
   const size_t bytes = static_cast<size_t>(n_rows * n) * sizeof(float);
   if (!bytes) return;
@@ -482,6 +536,7 @@ void CudaBackend::softmax(float* x, int64_t n_rows, int64_t n) {
 }
 
 void CudaBackend::swiglu(const float* gate, const float* up, float* out, int64_t n, float limit) {
+  const auto op_timer = impl_->timed("swiglu");
   Impl& m = *impl_;
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
   if (!bytes) return;
@@ -492,6 +547,7 @@ void CudaBackend::swiglu(const float* gate, const float* up, float* out, int64_t
 }
 
 void CudaBackend::gelu(const float* x, float* out, int64_t n) {
+  const auto op_timer = impl_->timed("gelu");
   Impl& m = *impl_;
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
   if (!bytes) return;
@@ -501,6 +557,7 @@ void CudaBackend::gelu(const float* x, float* out, int64_t n) {
 }
 
 void CudaBackend::add(const float* a, const float* b, float* out, int64_t n) {
+  const auto op_timer = impl_->timed("add");
   Impl& m = *impl_;
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
   if (!bytes) return;
@@ -511,6 +568,7 @@ void CudaBackend::add(const float* a, const float* b, float* out, int64_t n) {
 }
 
 void CudaBackend::store_row(const float* src, DType t, void* dst, int64_t n) {
+  const auto op_timer = impl_->timed("store_row");
   if (t == DType::F32) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
     return;
@@ -534,6 +592,7 @@ void CudaBackend::store_row(const float* src, DType t, void* dst, int64_t n) {
 }
 
 void CudaBackend::attention(const AttentionArgs& a) {
+  const auto op_timer = impl_->timed("attention");
   Impl& m = *impl_;
   const int64_t T = a.n_tok, H = a.n_head, Hkv = a.n_head_kv, Dk = a.head_dim_k, Dv = a.head_dim_v;
   if (Hkv <= 0 || H % Hkv != 0) fail("attention: n_head ", H, " is not a multiple of n_head_kv ", Hkv);
@@ -560,6 +619,7 @@ void CudaBackend::attention(const AttentionArgs& a) {
 }
 
 void CudaBackend::moe_ffn_token(std::span<const FfnExpert> ex, const float* x, float* out, int64_t E) {
+  const auto op_timer = impl_->timed("moe_ffn_token");
   Impl& m = *impl_;
   if (E <= 0) return;
   const int k = static_cast<int>(ex.size());
@@ -719,6 +779,7 @@ void CudaBackend::moe_ffn_token(std::span<const FfnExpert> ex, const float* x, f
 }
 
 int32_t CudaBackend::argmax(const float* logits, int64_t n) {
+  const auto op_timer = impl_->timed("argmax");
   Impl& m = *impl_;
   if (n <= 0) return 0;
   const float* dx = m.upload(0, logits, static_cast<size_t>(n) * sizeof(float));

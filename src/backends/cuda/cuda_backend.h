@@ -97,7 +97,8 @@ class CudaBackend final : public Backend {
   CudaExpertStats expert_stats() const;
   // One line for the end of a run ("gpu expert cache: ..."); empty without an expert budget.
   std::string expert_stats_line() const;
-  std::string stats_line() const override { return expert_stats_line(); }
+  // The expert tier's line, and with SLUICE_CUDA_PROFILE=1 one of each op's calls and wall time.
+  std::string stats_line() const override;
   // Drops every cached weight, KV mirror and tier expert (e.g. before loading another model).
   void forget_cached();
 

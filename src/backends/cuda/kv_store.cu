@@ -21,6 +21,14 @@ __device__ __forceinline__ uint16_t f2bf(float f) {
   return static_cast<uint16_t>((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
 }
 
+// A block's fp16 scale, its first two bytes, as one 16-bit store (blocks are 18 or 34 bytes and
+// rows start on even addresses, so b is 2-byte aligned). Two byte stores of the converted half
+// (b[0] = h & 0xFF, b[1] = h >> 8) left the low byte 0 on an H100 (every Q8_0 and Q4_0 block of
+// CudaParity.GetRowsAndStoreRowBitExact): nvcc 13.0 emits st.global.u8 of the cvt.rn.f16
+// register, which ptxas turns into F2I.U8.F16 (the half's VALUE as an integer, 0 for |d| < 1)
+// on sm_80, sm_89 and sm_90 alike (cuobjdump -sass). The 16-bit store has no such conversion.
+__device__ __forceinline__ void store_scale(uint8_t* b, uint16_t h) { *reinterpret_cast<uint16_t*>(b) = h; }
+
 __global__ void store_f16_kernel(const float* src, uint16_t* dst, int64_t n, int bf16) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -32,9 +40,7 @@ __global__ void store_q8_0_kernel(const float* src, uint8_t* dst, int64_t nb) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= nb) return;
   uint8_t* b = dst + i * 34;
-  const uint16_t dh = q8_0_encode(src + i * 32, reinterpret_cast<int8_t*>(b + 2));
-  b[0] = static_cast<uint8_t>(dh & 0xFF);
-  b[1] = static_cast<uint8_t>(dh >> 8);
+  store_scale(b, q8_0_encode(src + i * 32, reinterpret_cast<int8_t*>(b + 2)));
 }
 
 // One thread per 32-element block (quantize_q4_0): the value of largest magnitude, with its
@@ -53,9 +59,7 @@ __global__ void store_q4_0_kernel(const float* src, uint8_t* dst, int64_t nb) {
   }
   const float d = __fdiv_rn(max, -8.0f);
   const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  const uint16_t dh = f2h(d);
-  b[0] = static_cast<uint8_t>(dh & 0xFF);
-  b[1] = static_cast<uint8_t>(dh >> 8);
+  store_scale(b, f2h(d));
   for (int j = 0; j < 16; ++j) {
     const int q0 = clampi(trunc_to_int(__fadd_rn(__fmul_rn(x[j], id), 8.5f)), 0, 15);
     const int q1 = clampi(trunc_to_int(__fadd_rn(__fmul_rn(x[j + 16], id), 8.5f)), 0, 15);
