@@ -17,7 +17,8 @@
 # decode: the first tokens fill the cache). RUNS picks the runs (default: stream nopf mmap;
 # also nogate: prefetch reading every guess, as before the prefetch gate; plain: the experts in
 # the file mapping without any advice, demand-paged as llama.cpp's are; llamacpp: llama.cpp
-# through llama-cpp-python in the same cgroup, needs LLAMACPP_PY).
+# through llama-cpp-python in the same cgroup, needs LLAMACPP_PY; llamabench: llama.cpp's llama-bench
+# binary, LLAMA_BENCH, mmap and repack off).
 #
 #   LAYERS=48 LIMIT=8G CACHE=auto NTOK=64 bench/stream/run_bench.sh
 #   RUNS="mmap llamacpp" LLAMACPP_PY=/tmp/llvenv/bin/python bench/stream/run_bench.sh
@@ -37,6 +38,7 @@ TEMP=${TEMP:-1}
 PROMPT=${PROMPT:-"Once upon a time"}
 RUNS=${RUNS:-"stream nopf mmap"}
 LLAMACPP_PY=${LLAMACPP_PY:-/tmp/llvenv/bin/python}
+LLAMA_BENCH=${LLAMA_BENCH:-llama-bench}  # a llama.cpp build's llama-bench, for RUNS=llamabench
 CG=/sys/fs/cgroup/memory/sluice
 
 mkdir -p "$(dirname "$MODEL")"
@@ -85,13 +87,22 @@ for r in $RUNS; do
     nopf) run --experts stream --expert-cache "$CACHE" --no-prefetch ;;
     nogate) run --experts stream --expert-cache "$CACHE" --no-prefetch-gate ;;
     mmap) echo 128 > "$RA"; run --experts mmap; restore ;;
-    # plain demand paging, as llama.cpp does: the experts stay in the file mapping, no advice
-    plain) echo 128 > "$RA"; run --experts resident --mmap; restore ;;
+    # plain demand paging, as llama.cpp does: the experts stay in the file mapping, no advice;
+    # --no-repack, since interleaving every matrix would copy the whole model into memory
+    plain) echo 128 > "$RA"; run --experts resident --mmap --no-repack; restore ;;
     llamacpp)
       echo "== llama.cpp (llama-cpp-python, use_mmap), random token ids"
       echo 128 > "$RA"
       in_cgroup "$LLAMACPP_PY" "$(dirname "$0")/llamacpp_decode.py" -m "$MODEL" -t "$THREADS" -n "$NTOK"
       restore ;;
-    *) echo "unknown run '$r' (stream nopf nogate mmap plain llamacpp)"; exit 1 ;;
+    # llama.cpp's own llama-bench binary (LLAMA_BENCH): mmap, repack off (its repack copies the
+    # weights into anonymous memory, which a memory limit cannot page back to the file)
+    llamabench)
+      echo "== llama-bench ($LLAMA_BENCH): mmap, --repack 0, tg$NTOK"
+      echo 128 > "$RA"
+      in_cgroup sh -c 'exec "$0" "$@" 1>&2' "$LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p 0 -n "$NTOK" -r 1 \
+        -lm mmap --repack 0
+      restore ;;
+    *) echo "unknown run '$r' (stream nopf nogate mmap plain llamacpp llamabench)"; exit 1 ;;
   esac
 done
