@@ -91,6 +91,9 @@ void CommonOpts::add(CLI::App* app) {
   app->add_option("--prefetch-extra", prefetch_extra, "the predictor stages the top k+M experts (-1: M = max(1, k/4))");
   app->add_option("--expert-io", expert_io, "stream: auto | uring | pread")->capture_default_str();
   app->add_flag("--no-direct-io", no_direct_io, "stream: read experts through the page cache instead of O_DIRECT");
+  app->add_option("--pack-dir", pack_dir,
+                  "stream on a model folder: where its experts are packed once and read from then on (default: "
+                  "$SLUICE_PACK_DIR, $XDG_CACHE_HOME/sluice/packed or ~/.cache/sluice/packed)");
   app->add_option("--lora", lora,
                   "a LoRA adapter applied at run time (y += scale·B·A·x, the weights untouched): PATH or "
                   "PATH:SCALE, PATH a llama.cpp LoRA GGUF or an MLX-LM adapter folder (adapter_config.json, "
@@ -127,6 +130,7 @@ EngineOptions CommonOpts::engine_options() const {
   o.experts.direct_io = !no_direct_io;
   o.experts.progress = true;
   o.experts.record_routing_trace = !routing_trace_out.empty();
+  o.experts.pack_dir = pack_dir;
   o.read_weights = !mmap_weights;
   o.lora = lora;
   o.lora_merge = lora_merge;
@@ -142,6 +146,11 @@ EngineOptions CommonOpts::engine_options() const {
   };
   o.load_progress = per_gib("loading");
   o.repack_progress = per_gib("repack");
+  o.pack_progress = [last = size_t{0}](size_t done, size_t total) mutable {  // a line per 10% of the tensors
+    if (done != total && done * 10 / total == last * 10 / total) return;
+    last = done;
+    std::fprintf(stderr, "pack: %zu / %zu tensors\n", done, total);
+  };
   o.on_load_note = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   return o;
 }

@@ -35,6 +35,7 @@ struct CommonOpts {
   int prefetch_extra = -1;
   std::string expert_io = "auto";
   bool no_direct_io = false;
+  std::string pack_dir;
   std::string gpu_expert_cache;
   bool mmap_weights = false;
   std::optional<bool> repack;     // --repack / --no-repack; unset: the engine decides

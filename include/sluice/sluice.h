@@ -51,6 +51,9 @@ struct ExpertOptions {
   bool direct_io = true;              // stream: O_DIRECT reads
   bool progress = false;              // stream: progress lines on stderr while pins load and the cache warms
   bool record_routing_trace = false;  // keep every expert request for Engine::save_routing_trace
+  // stream on a model folder: where its packed copy is written once and read from then on
+  // (empty: $SLUICE_PACK_DIR, else $XDG_CACHE_HOME/sluice/packed, else ~/.cache/sluice/packed)
+  std::string pack_dir{};
 };
 
 struct EngineOptions {
@@ -71,7 +74,9 @@ struct EngineOptions {
   std::optional<bool> repack{};
   std::function<void(size_t done, size_t total)> load_progress{};    // bytes of weights read so far
   std::function<void(size_t done, size_t total)> repack_progress{};  // bytes interleaved so far
-  // A line about what the load did (a quantized folder repacked, a LoRA merged), as it happens.
+  std::function<void(size_t done, size_t total)> pack_progress{};    // a folder's packed copy: tensors written
+  // A line about what the load did (a quantized folder repacked, a LoRA merged, a folder's experts
+  // packed for streaming), as it happens.
   std::function<void(const std::string& line)> on_load_note{};
 };
 

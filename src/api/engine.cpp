@@ -42,6 +42,9 @@ ModelOptions model_options(const EngineOptions& opt) {
   o.lora_merge = opt.lora_merge;
   o.progress = opt.load_progress;
   o.repack_progress = opt.repack_progress;
+  o.pack_dir = opt.experts.pack_dir;
+  o.pack_progress = opt.pack_progress;
+  o.on_note = opt.on_load_note;
   return o;
 }
 

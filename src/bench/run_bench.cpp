@@ -224,6 +224,7 @@ int run_bench(const BenchArgs& a) {
     mo.experts.auto_extra_bytes = a.membw_mib << 20;  // the bandwidth test's buffer, allocated before each tg rep
     mo.experts.prefetch = a.prefetch;
     mo.experts.progress = true;
+    mo.on_note = [](const std::string& line) { std::fprintf(stderr, "bench: %s\n", line.c_str()); };
     {
       CpuBackendOptions o = cpu_backend_default_options();
       o.q8_activations = !a.exact;  // what the runs below read, asked of a one-thread twin

@@ -5,8 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -273,6 +276,58 @@ PackResult unpack_experts(const std::string& in_path, const std::string& out_pat
   r.bytes_in = in.file_size();
   r.bytes_out = file_size(out_path);
   r.seconds = now_seconds() - t0;
+  return r;
+}
+
+}  // namespace sluice
+
+namespace sluice {
+
+std::string default_pack_dir() {
+  if (const char* d = std::getenv("SLUICE_PACK_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/sluice/packed";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/sluice/packed";
+  fail("--experts stream on a model folder: no directory for its packed copy (set SLUICE_PACK_DIR or HOME)");
+}
+
+std::string folder_pack_path(const std::string& folder, const std::string& pack_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path real = fs::canonical(folder, ec);
+  if (ec) fail(folder, ": ", ec.message());
+  // FNV-1a over the real path and every file's name, size and modification time, in name order.
+  std::vector<std::string> parts{real.string()};
+  for (const auto& e : fs::directory_iterator(real, ec)) {
+    if (!e.is_regular_file()) continue;
+    const auto mtime = e.last_write_time().time_since_epoch().count();
+    parts.push_back(e.path().filename().string() + "\n" + std::to_string(e.file_size()) + "\n" + std::to_string(mtime));
+  }
+  if (ec) fail(folder, ": cannot list the folder: ", ec.message());
+  std::sort(parts.begin() + 1, parts.end());
+  uint64_t h = 1469598103934665603ull;
+  for (const std::string& part : parts)
+    for (unsigned char c : part + '\0') h = (h ^ c) * 1099511628211ull;
+  std::string name = real.filename().string();
+  for (char& c : name)
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  char key[17];
+  std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(h));
+  return (pack_dir.empty() ? default_pack_dir() : pack_dir) + "/" + name + "-" + key + ".gguf";
+}
+
+PackResult write_folder_pack(const std::string& folder, const std::string& path, const PackProgress& progress) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::path(path).parent_path();
+  fs::create_directories(dir, ec);
+  if (ec) fail(folder, ": cannot create ", dir.string(), " for its packed copy (--experts stream): ", ec.message());
+  const std::string tmp = path + ".part-" + std::to_string(::getpid());
+  const PackResult r = pack_experts(folder, tmp, progress);  // removes its partial output when it fails
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail(path, ": cannot rename the packed copy into place: ", std::strerror(err));
+  }
   return r;
 }
 

@@ -45,4 +45,18 @@ using PackProgress = std::function<void(size_t done, size_t total)>;
 PackResult pack_experts(const std::string& in_path, const std::string& out_path, const PackProgress& progress = {});
 PackResult unpack_experts(const std::string& in_path, const std::string& out_path, const PackProgress& progress = {});
 
+// `--experts stream` on a model folder: streaming reads each expert by file offset from one
+// packed GGUF, so an MoE folder's experts are packed once (pack_experts, bounded memory) into
+// pack_dir and read from there on every later run (models/model.cpp Model::load).
+// folder_pack_path: the copy's path, pack_dir/NAME-KEY.gguf, NAME the folder's, KEY a hash of
+// its real path and of each file's name, size and modification time, so an edited or replaced
+// folder gets a new copy (an old one stays until removed by hand). pack_dir empty:
+// default_pack_dir(). Nothing is created.
+std::string folder_pack_path(const std::string& folder, const std::string& pack_dir);
+// Packs `folder` into `path` (created with its directory) under a temporary name renamed at
+// the end, so an interrupted or failed pack leaves no copy that looks whole.
+PackResult write_folder_pack(const std::string& folder, const std::string& path, const PackProgress& progress = {});
+// $SLUICE_PACK_DIR, else $XDG_CACHE_HOME/sluice/packed, else $HOME/.cache/sluice/packed.
+std::string default_pack_dir();
+
 }  // namespace sluice

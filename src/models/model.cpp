@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <numeric>
 
 #include "core/anon_map.h"
@@ -18,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "memory/batch.h"
 #include "memory/memory.h"
+#include "memory/pack.h"
 #include "models/arch.h"
 #include "models/moe_ffn.h"
 #include "models/predictor.h"
@@ -326,13 +328,34 @@ void Model::set_predictor(std::unique_ptr<Predictor> p) { predictor_ = std::move
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opt) {
   auto m = std::unique_ptr<Model>(new Model());
   const bool read = opt.read_weights && opt.experts.policy == ExpertPolicy::resident;
-  if (is_model_folder(path)) {
+  if (is_model_folder(path) && opt.experts.policy == ExpertPolicy::stream) {
     // Streaming reads experts by file offset from one GGUF; a folder's live in its shards, in
-    // MLX's layout where loading converts them. `sluice pack` writes the GGUF streaming reads.
-    if (opt.experts.policy == ExpertPolicy::stream)
-      fail(path, ": --experts stream needs a GGUF file: `sluice pack ", path,
-           " -o FILE.gguf` writes one from this folder (its experts converted as they are written, one read per ",
-           "expert), then run FILE.gguf");
+    // MLX's layout where loading converts them: they stream from the folder's packed copy,
+    // written once (memory/pack.h). A dense folder has nothing to stream: loaded as it is.
+    const std::string packed = folder_pack_path(path, opt.pack_dir);
+    const auto note = [&](const std::string& line) {
+      if (opt.on_note) opt.on_note(line);
+    };
+    if (std::filesystem::is_regular_file(packed)) {
+      note("experts stream from " + packed + " (the packed copy of " + path + ", written by an earlier run)");
+    } else {
+      FolderForRewrite probe = open_model_folder_for_rewrite(path);  // the experts stay unconverted
+      const auto& ts = probe.file->tensors();
+      if (std::none_of(ts.begin(), ts.end(), [](const TensorView& t) { return t.name.ends_with("_exps.weight"); })) {
+        m->file_ = std::move(probe.file);
+      } else {
+        probe = {};
+        note("packing the experts of " + path + " into " + packed +
+             " for --experts stream (once; streaming reads each expert in one request)");
+        const PackResult r = write_folder_pack(path, packed, opt.pack_progress);
+        char line[160];
+        std::snprintf(line, sizeof line, "packed %lld experts of %d layers (%.2f GB) in %.1f s",
+                      static_cast<long long>(r.experts), r.moe_layers, r.bytes_out / 1e9, r.seconds);
+        note(line);
+      }
+    }
+    if (!m->file_) m->file_ = std::make_unique<GgufFile>(packed, GgufFile::Load::map, opt.progress);
+  } else if (is_model_folder(path)) {
     m->file_ = open_model_folder(path);
   } else {
     m->file_ = std::make_unique<GgufFile>(path, read ? GgufFile::Load::read : GgufFile::Load::map, opt.progress);

@@ -154,6 +154,11 @@ struct ModelOptions {
   // copied like a file's.
   bool repack_in_place = false;
   GgufFile::Progress repack_progress;  // while packing: bytes done, total
+  // --experts stream on a model folder: where its packed copy is kept (empty: default_pack_dir(),
+  // memory/pack.h), the pack's progress (tensors written, total) and a line about what happens.
+  std::string pack_dir;
+  std::function<void(size_t done, size_t total)> pack_progress;
+  std::function<void(const std::string& line)> on_note;
 };
 
 class Model {

@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -27,10 +30,7 @@ namespace fs = std::filesystem;
 using test_hf::folder;
 
 // Prefill of the golden prompt, then 3 greedy steps; every logit.
-std::vector<float> run_logits(const std::string& path, const ExpertStoreOptions& eo,
-                              const std::vector<int32_t>& prompt) {
-  ModelOptions mo;
-  mo.experts = eo;
+std::vector<float> run_logits(const std::string& path, const ModelOptions& mo, const std::vector<int32_t>& prompt) {
   auto m = Model::load(path, mo);
   auto be = make_backend("cpu", 2);
   KvCacheOptions kv;
@@ -47,6 +47,13 @@ std::vector<float> run_logits(const std::string& path, const ExpertStoreOptions&
     out.insert(out.end(), l.begin(), l.end());
   }
   return out;
+}
+
+std::vector<float> run_logits(const std::string& path, const ExpertStoreOptions& eo,
+                              const std::vector<int32_t>& prompt) {
+  ModelOptions mo;
+  mo.experts = eo;
+  return run_logits(path, mo, prompt);
 }
 
 bool same_bytes(const TensorView& a, const TensorView& b) {
@@ -153,6 +160,93 @@ TEST(FolderPackFloat, FloatFolderPacks) {
   fs::remove_all(tmp);
 }
 
+// The .gguf files in dir, and whether a temporary (.part-) one was left there.
+std::vector<std::string> packed_copies(const std::string& dir, bool* partial = nullptr) {
+  std::vector<std::string> out;
+  if (partial) *partial = false;
+  if (!fs::exists(dir)) return out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n.ends_with(".gguf")) out.push_back(n);
+    if (partial && n.find(".part-") != std::string::npos) *partial = true;
+  }
+  return out;
+}
+
+// --experts stream on a model folder: the experts packed once into the pack directory, read from
+// there by later runs (the folder's logits, bit for bit), packed again when the folder changes;
+// a dense folder loads as it is; a failed pack leaves nothing; an unusable directory is named.
+TEST(FolderPackCopy, StreamsFromOnePackedCopyPerVersionOfTheFolder) {
+  const std::string tmp = fs::temp_directory_path() / ("sluice_fpcopy_" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  const std::string src = tmp + "/qwen3moe-q4", packs = tmp + "/packs";
+  fs::create_directories(src);
+  fs::copy(folder("qwen3moe-q4"), src, fs::copy_options::recursive);
+  const std::vector<int32_t> prompt = test_hf::golden("qwen3moe-q4")["ids"].get<std::vector<int32_t>>();
+  const std::vector<float> ref = run_logits(src, ExpertStoreOptions{}, prompt);
+
+  std::vector<std::string> notes;
+  ModelOptions mo;
+  mo.experts.policy = ExpertPolicy::stream;
+  mo.experts.cache_bytes = size_t{1} << 20;  // a few experts: most uses miss
+  mo.pack_dir = packs;
+  mo.on_note = [&](const std::string& line) { notes.push_back(line); };
+  auto noted = [&](const std::string& what) {
+    return std::any_of(notes.begin(), notes.end(), [&](const std::string& n) { return n.find(what) != n.npos; });
+  };
+  std::vector<float> st = run_logits(src, mo, prompt);
+  ASSERT_EQ(st.size(), ref.size());
+  EXPECT_EQ(std::memcmp(st.data(), ref.data(), ref.size() * sizeof(float)), 0);
+  EXPECT_TRUE(noted("packing the experts of " + src)) << ::testing::PrintToString(notes);
+  bool partial = true;
+  const std::vector<std::string> first = packed_copies(packs, &partial);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_FALSE(partial);
+  EXPECT_TRUE(first[0].starts_with("qwen3moe-q4-")) << first[0];
+  EXPECT_EQ(mo.pack_dir + "/" + first[0], folder_pack_path(src, packs));
+  const auto written = fs::last_write_time(packs + "/" + first[0]);
+
+  notes.clear();  // again: read from the copy, not packed again
+  st = run_logits(src, mo, prompt);
+  EXPECT_EQ(std::memcmp(st.data(), ref.data(), ref.size() * sizeof(float)), 0);
+  EXPECT_TRUE(noted("written by an earlier run")) << ::testing::PrintToString(notes);
+  EXPECT_FALSE(noted("packing"));
+  EXPECT_EQ(packed_copies(packs).size(), 1u);
+  EXPECT_EQ(fs::last_write_time(packs + "/" + first[0]), written);
+
+  // The folder changes (a file's time): a new copy, the old one left where it was.
+  fs::last_write_time(src + "/config.json", fs::last_write_time(src + "/config.json") + std::chrono::hours(1));
+  notes.clear();
+  st = run_logits(src, mo, prompt);
+  EXPECT_EQ(std::memcmp(st.data(), ref.data(), ref.size() * sizeof(float)), 0);
+  EXPECT_TRUE(noted("packing the experts of"));
+  EXPECT_EQ(packed_copies(packs).size(), 2u);
+
+  // A dense folder has no experts: loaded as it is, nothing written.
+  const std::vector<int32_t> dense_prompt = test_hf::golden("llama-q4")["ids"].get<std::vector<int32_t>>();
+  const std::vector<float> dense = run_logits(folder("llama-q4"), mo, dense_prompt),
+                           dense_ref = run_logits(folder("llama-q4"), ExpertStoreOptions{}, dense_prompt);
+  EXPECT_EQ(dense, dense_ref);
+  EXPECT_EQ(packed_copies(packs).size(), 2u);
+
+  // A pack that fails (no experts to pack) leaves neither the copy nor its temporary file.
+  EXPECT_THROW(write_folder_pack(folder("llama-q4"), packs + "/dense.gguf"), Error);
+  EXPECT_EQ(packed_copies(packs, &partial).size(), 2u);
+  EXPECT_FALSE(partial);
+
+  // A pack directory that cannot be made: the error names it.
+  std::ofstream(tmp + "/a-file") << "x";
+  mo.pack_dir = tmp + "/a-file/packs";
+  fs::last_write_time(src + "/config.json", fs::last_write_time(src + "/config.json") + std::chrono::hours(1));
+  try {
+    Model::load(src, mo);
+    ADD_FAILURE() << "no error for an unusable pack directory";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot create " + tmp + "/a-file/packs"), std::string::npos) << e.what();
+  }
+  fs::remove_all(tmp);
+}
+
 // The CLI: `sluice pack DIR -o F.gguf`, then `eval -m F.gguf --experts stream` greedy as the folder.
 TEST(FolderPackCli, PackThenStream) {
   const std::string cli = ::sluice::test::cli_path(), dir = folder("qwen3moe-q4");
@@ -173,6 +267,15 @@ TEST(FolderPackCli, PackThenStream) {
                                           &rc);
   ASSERT_EQ(rc, 0) << b;
   EXPECT_NE(b.find(a), std::string::npos) << a << "\n---\n" << b;
+  // Or the folder itself with --experts stream: packed into --pack-dir on the way.
+  const std::string c = test::run_command(cli + " eval -m " + dir +
+                                              " --experts stream --expert-cache 300K --pack-dir " + tmp +
+                                              "/packs --tokens " + ids + " --greedy 8 2>&1",
+                                          &rc);
+  ASSERT_EQ(rc, 0) << c;
+  EXPECT_NE(c.find("packing the experts of " + dir), std::string::npos) << c;
+  EXPECT_NE(c.find(a), std::string::npos) << a << "\n---\n" << c;
+  EXPECT_EQ(packed_copies(tmp + "/packs").size(), 1u);
   fs::remove_all(tmp);
 }
 
