@@ -37,6 +37,11 @@ struct DeltaCase {
   int64_t T, Hk, Hv, Dk, Dv;
   bool per_channel;
 };
+// What gtest prints for a case (ctest's test list, failures), instead of its bytes.
+void PrintTo(const DeltaCase& c, std::ostream* os) {
+  *os << "T=" << c.T << " Hk=" << c.Hk << " Hv=" << c.Hv << " Dk=" << c.Dk << " Dv=" << c.Dv
+      << (c.per_channel ? " per-channel (KDA)" : " per-head (GDN)");
+}
 
 struct DeltaData {
   std::vector<float> qk, v, g, beta, state;
