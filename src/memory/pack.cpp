@@ -17,6 +17,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "format/gguf.h"
 #include "format/hf_folder.h"
 #include "memory/expert_store.h"
@@ -279,10 +280,6 @@ PackResult unpack_experts(const std::string& in_path, const std::string& out_pat
   return r;
 }
 
-}  // namespace sluice
-
-namespace sluice {
-
 std::string default_pack_dir() {
   if (const char* d = std::getenv("SLUICE_PACK_DIR"); d && *d) return d;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/sluice/packed";
@@ -304,9 +301,8 @@ std::string folder_pack_path(const std::string& folder, const std::string& pack_
   }
   if (ec) fail(folder, ": cannot list the folder: ", ec.message());
   std::sort(parts.begin() + 1, parts.end());
-  uint64_t h = 1469598103934665603ull;
-  for (const std::string& part : parts)
-    for (unsigned char c : part + '\0') h = (h ^ c) * 1099511628211ull;
+  uint64_t h = kFnv1aOffset;
+  for (const std::string& part : parts) h = fnv1a64(part.c_str(), part.size() + 1, h);  // with its '\0'
   std::string name = real.filename().string();
   for (char& c : name)
     if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';

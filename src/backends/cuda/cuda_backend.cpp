@@ -45,6 +45,7 @@
 #include "backends/cuda/moe_plan.h"
 #include "core/error.h"
 #include "core/expert_cache.h"
+#include "core/hash.h"
 #include "kvcodec/kvcodec.h"
 #include "quant/quant.h"
 
@@ -111,18 +112,9 @@ struct PinBuf {
 // FNV-1a over [p, p+n), or over three 64-byte windows (start, middle, end) when n > 192.
 uint64_t fingerprint(const void* data, size_t n) {
   const auto* b = static_cast<const uint8_t*>(data);
-  uint64_t h = 1469598103934665603ull ^ n;
-  auto mix = [&](size_t off, size_t len) {
-    for (size_t i = 0; i < len; ++i) h = (h ^ b[off + i]) * 1099511628211ull;
-  };
-  if (n <= 192) {
-    mix(0, n);
-  } else {
-    mix(0, 64);
-    mix(n / 2 - 32, 64);
-    mix(n - 64, 64);
-  }
-  return h;
+  const uint64_t h = kFnv1aOffset ^ n;
+  if (n <= 192) return fnv1a64(b, n, h);
+  return fnv1a64(b + n - 64, 64, fnv1a64(b + n / 2 - 32, 64, fnv1a64(b, 64, h)));
 }
 
 constexpr int kSlots = 6;  // staging slots: the most buffers one op moves
