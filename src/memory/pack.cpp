@@ -70,13 +70,19 @@ struct PackInput {
   const GgufFile& file() const { return folder.file ? *folder.file : *gguf; }
 };
 
+uint64_t folder_bytes(const std::string& dir) {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) n += e.file_size(ec);
+  return n;
+}
+
 PackInput open_pack_input(const std::string& path) {
   PackInput in;
   if (is_model_folder(path)) {
     in.folder = open_model_folder_for_rewrite(path);
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(path, ec))
-      if (e.is_regular_file(ec)) in.bytes += e.file_size(ec);
+    in.bytes = folder_bytes(path);
   } else {
     in.gguf = std::make_unique<GgufFile>(path);
     in.bytes = in.gguf->file_size();
@@ -84,11 +90,9 @@ PackInput open_pack_input(const std::string& path) {
   return in;
 }
 
-}  // namespace
-
-PackResult pack_experts(const std::string& in_path, const std::string& out_path, const PackProgress& progress) {
-  const double t0 = now_seconds();
-  const PackInput input = open_pack_input(in_path);
+// pack_experts of an input already open (t0: when its opening began).
+PackResult pack_input(const PackInput& input, const std::string& in_path, const std::string& out_path,
+                      const PackProgress& progress, double t0) {
   const GgufFile& in = input.file();
   if (gguf_has_bundled_experts(in)) fail(in_path, ": already packed (sluice.expert_layout = bundled)");
 
@@ -162,6 +166,13 @@ PackResult pack_experts(const std::string& in_path, const std::string& out_path,
   r.bytes_out = file_size(out_path);
   r.seconds = now_seconds() - t0;
   return r;
+}
+
+}  // namespace
+
+PackResult pack_experts(const std::string& in_path, const std::string& out_path, const PackProgress& progress) {
+  const double t0 = now_seconds();
+  return pack_input(open_pack_input(in_path), in_path, out_path, progress, t0);
 }
 
 PackResult unpack_experts(const std::string& in_path, const std::string& out_path, const PackProgress& progress) {
@@ -311,14 +322,19 @@ std::string folder_pack_path(const std::string& folder, const std::string& pack_
   return (pack_dir.empty() ? default_pack_dir() : pack_dir) + "/" + name + "-" + key + ".gguf";
 }
 
-PackResult write_folder_pack(const std::string& folder, const std::string& path, const PackProgress& progress) {
+PackResult write_folder_pack(const std::string& folder, FolderForRewrite opened, const std::string& path,
+                             const PackProgress& progress) {
   namespace fs = std::filesystem;
+  const double t0 = now_seconds();
+  PackInput input;
+  input.folder = std::move(opened);
+  input.bytes = folder_bytes(folder);
   std::error_code ec;
   const fs::path dir = fs::path(path).parent_path();
   fs::create_directories(dir, ec);
   if (ec) fail(folder, ": cannot create ", dir.string(), " for its packed copy (--experts stream): ", ec.message());
   const std::string tmp = path + ".part-" + std::to_string(::getpid());
-  const PackResult r = pack_experts(folder, tmp, progress);  // removes its partial output when it fails
+  const PackResult r = pack_input(input, folder, tmp, progress, t0);  // removes its partial output when it fails
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());

@@ -30,6 +30,7 @@
 #include <functional>
 #include <string>
 
+#include "format/hf_folder.h"
 #include "sluice/pack.h"
 
 namespace sluice {
@@ -53,9 +54,11 @@ PackResult unpack_experts(const std::string& in_path, const std::string& out_pat
 // folder gets a new copy (an old one stays until removed by hand). pack_dir empty:
 // default_pack_dir(). Nothing is created.
 std::string folder_pack_path(const std::string& folder, const std::string& pack_dir);
-// Packs `folder` into `path` (created with its directory) under a temporary name renamed at
-// the end, so an interrupted or failed pack leaves no copy that looks whole.
-PackResult write_folder_pack(const std::string& folder, const std::string& path, const PackProgress& progress = {});
+// Packs `folder`, `opened` by open_model_folder_for_rewrite (the caller looked into it: its dense
+// tensors are not converted twice), into `path` (created with its directory) under a temporary
+// name renamed at the end, so an interrupted or failed pack leaves no copy that looks whole.
+PackResult write_folder_pack(const std::string& folder, FolderForRewrite opened, const std::string& path,
+                             const PackProgress& progress = {});
 // $SLUICE_PACK_DIR, else $XDG_CACHE_HOME/sluice/packed, else $HOME/.cache/sluice/packed.
 std::string default_pack_dir();
 

@@ -339,15 +339,14 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     if (std::filesystem::is_regular_file(packed)) {
       note("experts stream from " + packed + " (the packed copy of " + path + ", written by an earlier run)");
     } else {
-      FolderForRewrite probe = open_model_folder_for_rewrite(path);  // the experts stay unconverted
+      FolderForRewrite probe = open_model_folder_for_rewrite(path);  // the experts stay unconverted, packed from here
       const auto& ts = probe.file->tensors();
       if (std::none_of(ts.begin(), ts.end(), [](const TensorView& t) { return t.name.ends_with("_exps.weight"); })) {
         m->file_ = std::move(probe.file);
       } else {
-        probe = {};
         note("packing the experts of " + path + " into " + packed +
              " for --experts stream (once; streaming reads each expert in one request)");
-        const PackResult r = write_folder_pack(path, packed, opt.pack_progress);
+        const PackResult r = write_folder_pack(path, std::move(probe), packed, opt.pack_progress);
         char line[160];
         std::snprintf(line, sizeof line, "packed %lld experts of %d layers (%.2f GB) in %.1f s",
                       static_cast<long long>(r.experts), r.moe_layers, r.bytes_out / 1e9, r.seconds);

@@ -230,7 +230,9 @@ TEST(FolderPackCopy, StreamsFromOnePackedCopyPerVersionOfTheFolder) {
   EXPECT_EQ(packed_copies(packs).size(), 2u);
 
   // A pack that fails (no experts to pack) leaves neither the copy nor its temporary file.
-  EXPECT_THROW(write_folder_pack(folder("llama-q4"), packs + "/dense.gguf"), Error);
+  EXPECT_THROW(write_folder_pack(folder("llama-q4"), open_model_folder_for_rewrite(folder("llama-q4")),
+                                 packs + "/dense.gguf"),
+               Error);
   EXPECT_EQ(packed_copies(packs, &partial).size(), 2u);
   EXPECT_FALSE(partial);
 
