@@ -108,7 +108,7 @@ struct FfnExpert {
   float limit = 0.0f;  // the SwiGLU clamp (Backend::swiglu); 0: none
 };
 
-// One routed expert of a small batch's MoE FFN (Backend::moe_ffn_batch): its matrices and the
+// One routed expert of a batch's MoE FFN (Backend::moe_ffn_batch): its matrices and the
 // batch tokens sent to it with their routing weights.
 struct FfnExpertRows {
   const TensorView* gate = nullptr;  // ne = [n_embd, F]
@@ -197,12 +197,12 @@ class Backend {
   // one pass: activations quantized once, one pool wake per phase instead of three per expert.
   virtual void moe_ffn_token(std::span<const FfnExpert> experts, const float* x, float* out, int64_t n_embd);
 
-  // The MoE FFN of a small batch (several sequences decoding together): out[t] = Σ_e w_te ·
-  // down_e(silu(gate_e·x_t) ⊙ up_e·x_t) over the experts given, x and out [n_tok][n_embd].
-  // The default gathers each expert's token rows, runs matmul/swiglu per expert, then adds
-  // the outputs to out (zeroed first) expert by expert in the order given — the semantics
-  // every override must reproduce (the cpu backend's fused pass is bitwise equal to it for
-  // batches below its tile size, tests/kernels/test_moe_fused.cpp).
+  // The MoE FFN of a batch (several sequences decoding together, a prompt chunk, a prefill):
+  // out[t] = Σ_e w_te · down_e(silu(gate_e·x_t) ⊙ up_e·x_t) over the experts given, x and out
+  // [n_tok][n_embd]. The default gathers each expert's token rows, runs matmul/swiglu per
+  // expert, then adds the outputs to out (zeroed first) expert by expert in the order given —
+  // the semantics every override must reproduce (the cpu backend's fused pass is bitwise equal
+  // to it below and past its tile size, tests/kernels/test_moe_fused.cpp).
   virtual void moe_ffn_batch(std::span<const FfnExpertRows> experts, const float* x, float* out, int64_t n_tok,
                              int64_t n_embd);
 

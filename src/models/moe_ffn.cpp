@@ -148,11 +148,11 @@ void moe_experts_one_token(Backend& be, ExpertBatch& batch, int layer, const Moe
     be.moe_ffn_token(ex, x, out, n_embd);
 }
 
-// A few tokens (several sequences decoding together) with views that outlive next(): all
+// Several tokens (sequences decoding together, a prompt) with views that outlive next(): all
 // chosen experts with their tokens in one backend call, in ascending expert order (the order
 // of the grouped path's sum below, so the result is the same).
-void moe_experts_small_batch(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x,
-                             float* out, int64_t n_tok, int64_t n_embd, float limit) {
+void moe_experts_batched(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r, const float* x, float* out,
+                         int64_t n_tok, int64_t n_embd, float limit) {
   const ExpertGroups g = group_by_expert(r, n_tok);
   std::vector<ExpertWeights> views;
   take_views(batch, g, views);
@@ -179,8 +179,7 @@ void moe_experts(Backend& be, ExpertBatch& batch, int layer, const MoeRouting& r
                  int64_t n_tok, int64_t n_embd, float swiglu_limit) {
   if (n_tok == 1 && batch.views_outlive_next())
     return moe_experts_one_token(be, batch, layer, r, x, out, n_embd, swiglu_limit);
-  if (n_tok <= kMoeSmallBatch && batch.views_outlive_next())
-    return moe_experts_small_batch(be, batch, layer, r, x, out, n_tok, n_embd, swiglu_limit);
+  if (batch.views_outlive_next()) return moe_experts_batched(be, batch, layer, r, x, out, n_tok, n_embd, swiglu_limit);
   // Each expert's output rows (in its group's token order) start at row first[i] of one
   // buffer. Experts come in the order the store has them ready; the sum waits for all.
   const ExpertGroups g = group_by_expert(r, n_tok);
