@@ -15,20 +15,28 @@
 
 namespace sluice {
 
+std::shared_ptr<void> Backend::alloc_bytes(size_t n_bytes) {
+  if (n_bytes == 0) return {};
+  void* p = std::calloc(1, n_bytes);
+  if (!p) fail("out of memory: ", n_bytes, " bytes of activations");
+  return {p, std::free};
+}
+
 void Backend::matmul(const TensorView& w, const float* x, float* y, int64_t n_tok) {
   matmul_weights(w, x, y, n_tok);
   if (!w.lora) return;
   // Unmerged adapters: y += scale·B·(A·x), A·x of rank r first (r << in, out), on the same
-  // backend's products; the base weight stays as the file has it. Per-thread scratch: no
-  // allocation per adapted matmul once warm (decode calls this per token per weight).
-  thread_local std::vector<float> ax, bax;
+  // backend's products and activation memory; the base weight stays as the file has it.
   for (const LoraTerm& t : *w.lora) {
     if (t.scale == 0.0f) continue;
-    ax.resize(static_cast<size_t>(n_tok * t.a.ne[1]));
-    bax.resize(static_cast<size_t>(n_tok * t.b.ne[1]));
+    ActBuf<float> ax = alloc<float>(n_tok * t.a.ne[1]), bax = alloc<float>(n_tok * t.b.ne[1]);
     matmul_weights(t.a, x, ax.data(), n_tok);
     matmul_weights(t.b, ax.data(), bax.data(), n_tok);
-    for (size_t i = 0; i < bax.size(); ++i) y[i] += t.scale * bax[i];
+    // y[t] += scale · bax[t], row by row (add_rows_weighted's o += w·y).
+    std::vector<int64_t> rows(static_cast<size_t>(n_tok));
+    for (int64_t i = 0; i < n_tok; ++i) rows[static_cast<size_t>(i)] = i;
+    const std::vector<float> scale(static_cast<size_t>(n_tok), t.scale);
+    add_rows_weighted(bax.data(), t.b.ne[1], rows.data(), scale.data(), n_tok, y);
   }
 }
 

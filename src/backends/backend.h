@@ -149,6 +149,24 @@ struct DeltaRuleArgs {
   int64_t key_head(int64_t h) const { return grouped_heads ? h / (n_head_v / n_head_k) : h % n_head_k; }
 };
 
+// n elements of activation memory from Backend::alloc: what one forward step's ops read and
+// write (host memory on ref and cpu; a device backend may hand out its own). Shared ownership,
+// so a copy is a second handle, not a second buffer. The host touches it only through ops and
+// Backend::host_view; tests/models/test_host_guard.cpp runs every architecture on a backend
+// whose buffers fault on any other host access, so a device backend can keep them resident.
+template <class T>
+class ActBuf {
+ public:
+  ActBuf() = default;
+  ActBuf(std::shared_ptr<void> mem, int64_t n) : mem_(std::move(mem)), n_(n) {}
+  T* data() const { return static_cast<T*>(mem_.get()); }
+  int64_t size() const { return n_; }
+
+ private:
+  std::shared_ptr<void> mem_;
+  int64_t n_ = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -156,6 +174,22 @@ class Backend {
   virtual int n_threads() const { return 1; }
   // One line of figures for the end of a run (cuda: its VRAM expert tier); empty: nothing to say.
   virtual std::string stats_line() const { return {}; }
+
+  // Activation memory (ActBuf): n_bytes, zeroed. The default is host memory.
+  virtual std::shared_ptr<void> alloc_bytes(size_t n_bytes);
+  template <class T>
+  ActBuf<T> alloc(int64_t n) {
+    return ActBuf<T>(alloc_bytes(static_cast<size_t>(n) * sizeof(T)), n);
+  }
+  // The n_bytes at p (activation memory of this backend, or host memory) readable by the host
+  // until the next op, at the address returned: p itself on a host backend (the default), a
+  // copy where the buffers live elsewhere. For what the host must look at between ops: hooks,
+  // a KV codec's statistics, the predictor's guess.
+  virtual const void* host_read(const void* p, size_t n_bytes) { return (void)n_bytes, p; }
+  template <class T>
+  const T* host_view(const T* p, int64_t n) {
+    return static_cast<const T*>(host_read(p, static_cast<size_t>(n) * sizeof(T)));
+  }
 
   // y[t][o] = Σ_i W[o][i]·x[t][i] for a 2-D weight W with ne = [in, out]; x: [T][in], y: [T][out];
   // plus each of w's LoRA adapters' scale·B·(A·x) (w.lora), through matmul_weights.

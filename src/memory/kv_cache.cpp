@@ -291,10 +291,24 @@ void KvCache::store_run(Backend& be, int64_t layer, int64_t pos0, int64_t n, con
     fail("kv cache: positions ", pos0, "..", pos0 + n - 1, " outside the context of ", n_ctx_);
   if (pos0 + n > capacity_) reserve(pos0 + n);
   const int64_t wk = geo_.n_head_kv * geo_.head_dim_k, wv = geo_.n_head_kv * geo_.head_dim_v;
+  // The codecs' host math (the K mean and channel order, rotations, tq, the fp16 sinks) reads
+  // the rows on the host: copied out once through Backend::host_view (the ops between would
+  // end a view); a plain side goes to store_row as it is.
+  std::vector<float> k_host, v_host, q_host;
+  auto to_host = [&](const float*& x, int64_t count, std::vector<float>& buf) {
+    const float* h = be.host_view(x, count);
+    buf.assign(h, h + count);
+    x = buf.data();
+  };
+  if (k_mean_on_ || k_rot_.on() || k_tq_ || pos0 < n_sink_k_) to_host(k, n * wk, k_host);
+  if (v_rot_.on() || v_tq_ || pos0 < n_sink_v_) to_host(v, n * wv, v_host);
   // A run at position 0 starts the sequence's rows afresh (positions continue without a gap,
   // so no row written against an earlier mean stays visible): the mean is set again from it,
   // from its positions 1..mean_window-1 (the header says why BOS is left out).
-  if (k_mean_on_ && (pos0 == 0 || k_fit_[layer].mean.empty())) fit_k(layer, pos0, n, k, q);
+  if (k_mean_on_ && (pos0 == 0 || k_fit_[layer].mean.empty())) {
+    if (q) to_host(q, n * geo_.n_head * geo_.head_dim_k, q_host);
+    fit_k(layer, pos0, n, k, q);
+  }
   static const KvKFit kNone;
   for (int64_t t = 0; t < n; ++t) {
     const int64_t p = pos0 + t;
@@ -314,6 +328,7 @@ const float* KvCache::query_for_cache(Backend& be, int64_t layer, const float* q
                                       std::vector<float>* buf) const {
   const KvKFit& fit = k_fit_[layer];
   if (!k_rot_.on() && fit.order.empty()) return q;
+  q = be.host_view(q, n);  // read on the host into buf, which the rotation then turns in place
   if (fit.order.empty()) {
     buf->assign(q, q + n);
   } else {  // each query head as its KV head's keys are stored

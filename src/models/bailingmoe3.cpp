@@ -167,8 +167,9 @@ MemoryLayout memory_layout(const Hparams& hp) {
 
 // Buffers of one forward step, sized once for its T tokens.
 struct Scratch {
-  std::vector<float> proj, q, k, v, gate_in, g, beta, a_ch;  // KDA
-  std::vector<float> head_gate, head_gate_wide;              // MLA: [T][H], broadcast to [T][H*V]
+  ActBuf<float> proj, q, k, v, gate_in, g, beta;  // KDA
+  std::vector<float> a_ch;                        // KDA: A per channel (from the weights: host memory)
+  ActBuf<float> head_gate, head_gate_wide;        // MLA: [T][H], broadcast to [T][H*V]
 };
 
 void kda_layer(const Model& m, Backend& be, Memory& mem, const std::vector<BatchRun>& runs, int64_t l, int64_t T,
@@ -180,7 +181,7 @@ void kda_layer(const Model& m, Backend& be, Memory& mem, const std::vector<Batch
   const int il = static_cast<int>(l);
   const int64_t H = hp.n_head, D = shape.head_dim, I = shape.inner();
   auto report = [&](std::string_view name, const float* data, int64_t rows, int64_t cols) {
-    if (hook && *hook) (*hook)(name, il, data, rows, cols);
+    report_to(hook, be, name, il, data, rows, cols);
   };
   // q, k, v: projection, short conv, silu; q and k l2-normed.
   kda_qkv(be, mem, runs, l, shape, w.qkv, h, T, hp.rms_eps, s.proj.data(), s.q.data(), s.k.data(), s.v.data(), report);
@@ -217,11 +218,12 @@ void gated_mla_layer(const Model& m, Backend& be, Memory& mem, const Batch& b, c
   mla_attention(hp, bh.mla, w.mla, be, mem, b, runs, l, h, attn, ms, hook);
   if (!bh.attn_head_gate) return;  // negative control only
   // Head-wise gate: head hh of token t scaled by sigmoid((W_gate·x_t)_hh). The [T][H] logits
-  // are repeated over each head's V values (a copy, no arithmetic) so sigmoid_mul can apply them.
+  // are repeated over each head's V values (a copy, no arithmetic: column j of every head's
+  // row, one strided copy each) so sigmoid_mul can apply them.
   be.matmul(*w.gate, h, s.head_gate.data(), T);
-  for (int64_t i = 0; i < T * H; ++i) std::fill_n(s.head_gate_wide.data() + i * V, V, s.head_gate[i]);
+  for (int64_t j = 0; j < V; ++j) be.copy_2d(s.head_gate.data(), 1, s.head_gate_wide.data() + j, V, T * H, 1);
   be.sigmoid_mul(attn, s.head_gate_wide.data(), attn, T * H * V);
-  if (hook && *hook) (*hook)("attn_gated", static_cast<int>(l), attn, T, H * V);
+  report_to(hook, be, "attn_gated", static_cast<int>(l), attn, T, H * V);
 }
 
 void forward(const Model& m, Backend& be, Memory& mem, const Batch& b, const std::vector<BatchRun>& runs, float* logits,
@@ -229,18 +231,20 @@ void forward(const Model& m, Backend& be, Memory& mem, const Batch& b, const std
   const Hparams& hp = m.hparams();
   const BailingMoe3Hparams& bh = hp.ext_as<BailingMoe3Hparams>();
   const int64_t T = b.size(), E = hp.n_embd, H = hp.n_head, I = bh.kda_shape.inner(), V = bh.mla.v_head;
-  std::vector<float> x(T * E), h(T * E), o(T * E), attn(T * std::max(I, H * V));
+  ActBuf<float> x = be.alloc<float>(T * E), h = be.alloc<float>(T * E), o = be.alloc<float>(T * E),
+                attn = be.alloc<float>(T * std::max(I, H * V));
   MlaScratch ms;
-  ms.resize(hp, bh.mla, T);
+  ms.alloc(be, hp, bh.mla, T);
   Scratch s;
-  for (auto* v : {&s.proj, &s.q, &s.k, &s.v, &s.gate_in, &s.g}) v->resize(T * I);
-  s.beta.resize(T * H), s.a_ch.resize(I), s.head_gate.resize(T * H), s.head_gate_wide.resize(T * H * V);
+  for (auto* v : {&s.proj, &s.q, &s.k, &s.v, &s.gate_in, &s.g}) *v = be.alloc<float>(T * I);
+  s.beta = be.alloc<float>(T * H), s.head_gate = be.alloc<float>(T * H), s.head_gate_wide = be.alloc<float>(T * H * V);
+  s.a_ch.resize(static_cast<size_t>(I));
 
   m.embed(be, b.tokens.data(), T, x.data(), hook);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const LayerWeights& lw = m.layers()[static_cast<size_t>(l)];
     be.rms_norm(x.data(), static_cast<const float*>(lw.attn_norm->data), h.data(), T, E, hp.rms_eps);
-    if (hook && *hook) (*hook)("attn_norm", static_cast<int>(l), h.data(), T, E);
+    report_to(hook, be, "attn_norm", static_cast<int>(l), h.data(), T, E);
     if (bh.kda[l])
       kda_layer(m, be, mem, runs, l, T, h.data(), attn.data(), s, hook);
     else

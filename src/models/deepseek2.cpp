@@ -46,15 +46,16 @@ void forward(const Model& m, Backend& be, Memory& mem, const Batch& b, const std
   const Hparams& hp = m.hparams();
   const MlaHparams& mla = hp.ext_as<Deepseek2Hparams>().mla;
   const int64_t T = b.size(), E = hp.n_embd;
-  std::vector<float> x(T * E), h(T * E), o(T * E), attn(T * hp.n_head * mla.v_head);
+  ActBuf<float> x = be.alloc<float>(T * E), h = be.alloc<float>(T * E), o = be.alloc<float>(T * E),
+                attn = be.alloc<float>(T * hp.n_head * mla.v_head);
   MlaScratch s;
-  s.resize(hp, mla, T);
+  s.alloc(be, hp, mla, T);
 
   m.embed(be, b.tokens.data(), T, x.data(), hook);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const LayerWeights& lw = m.layers()[static_cast<size_t>(l)];
     be.rms_norm(x.data(), static_cast<const float*>(lw.attn_norm->data), h.data(), T, E, hp.rms_eps);
-    if (hook && *hook) (*hook)("attn_norm", static_cast<int>(l), h.data(), T, E);
+    report_to(hook, be, "attn_norm", static_cast<int>(l), h.data(), T, E);
     mla_attention(hp, mla, lw.ext_as<MlaWeights>(), be, mem, b, runs, l, h.data(), attn.data(), s, hook);
     m.attn_output_and_ffn(be, l, attn.data(), x.data(), h.data(), o.data(), T, hook);
   }

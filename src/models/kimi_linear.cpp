@@ -104,7 +104,8 @@ MemoryLayout memory_layout(const Hparams& hp) {
 
 // Buffers of one forward step's KDA layers, sized once for its T tokens.
 struct KdaScratch {
-  std::vector<float> proj, q, k, v, low, gate_in, g, g_head, unused, beta, a_ch;
+  ActBuf<float> proj, q, k, v, low, gate_in, g, g_head, unused, beta;
+  std::vector<float> a_ch;  // A per channel (from the weights: host memory, an op input)
 };
 
 void kda_layer(const Model& m, Backend& be, Memory& mem, const Batch& b, const std::vector<BatchRun>& runs, int64_t l,
@@ -115,7 +116,7 @@ void kda_layer(const Model& m, Backend& be, Memory& mem, const Batch& b, const s
   const int il = static_cast<int>(l);
   const int64_t T = b.size(), H = hp.n_head, D = kh.head_dim, I = kh.inner, K = kh.conv_kernel;
   auto report = [&](std::string_view name, const float* data, int64_t rows, int64_t cols) {
-    if (hook && *hook) (*hook)(name, il, data, rows, cols);
+    report_to(hook, be, name, il, data, rows, cols);
   };
   const KdaShape shape{H, D, K};
   // q, k, v: projection, then each its own short conv; q and k l2-normed (models/kda.h).
@@ -155,18 +156,20 @@ void forward(const Model& m, Backend& be, Memory& mem, const Batch& b, const std
   const Hparams& hp = m.hparams();
   const KimiLinearHparams& kh = hp.ext_as<KimiLinearHparams>();
   const int64_t T = b.size(), E = hp.n_embd, H = hp.n_head, I = kh.inner, D = kh.head_dim;
-  std::vector<float> x(T * E), h(T * E), o(T * E), attn(T * std::max(I, H * kh.mla.v_head));
+  ActBuf<float> x = be.alloc<float>(T * E), h = be.alloc<float>(T * E), o = be.alloc<float>(T * E),
+                attn = be.alloc<float>(T * std::max(I, H * kh.mla.v_head));
   MlaScratch ms;
-  ms.resize(hp, kh.mla, T);
+  ms.alloc(be, hp, kh.mla, T);
   KdaScratch ks;
-  for (auto* v : {&ks.proj, &ks.q, &ks.k, &ks.v, &ks.gate_in, &ks.g, &ks.unused}) v->resize(T * I);
-  ks.low.resize(T * D), ks.g_head.resize(T * H), ks.beta.resize(T * H), ks.a_ch.resize(I);
+  for (auto* v : {&ks.proj, &ks.q, &ks.k, &ks.v, &ks.gate_in, &ks.g, &ks.unused}) *v = be.alloc<float>(T * I);
+  ks.low = be.alloc<float>(T * D), ks.g_head = be.alloc<float>(T * H), ks.beta = be.alloc<float>(T * H);
+  ks.a_ch.resize(static_cast<size_t>(I));
 
   m.embed(be, b.tokens.data(), T, x.data(), hook);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const LayerWeights& lw = m.layers()[static_cast<size_t>(l)];
     be.rms_norm(x.data(), static_cast<const float*>(lw.attn_norm->data), h.data(), T, E, hp.rms_eps);
-    if (hook && *hook) (*hook)("attn_norm", static_cast<int>(l), h.data(), T, E);
+    report_to(hook, be, "attn_norm", static_cast<int>(l), h.data(), T, E);
     if (kh.kda[l])
       kda_layer(m, be, mem, b, runs, l, h.data(), attn.data(), ks, hook);
     else

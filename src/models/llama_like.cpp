@@ -61,9 +61,11 @@ void forward(const Model& m, Backend& be, Memory& mem, const Batch& b, const std
   const Hparams& hp = m.hparams();
   const int64_t T = b.size(), E = hp.n_embd, H = hp.n_head, Hkv = hp.n_head_kv, Dk = hp.head_dim_k, Dv = hp.head_dim_v;
   auto report = [&](std::string_view name, int layer, const float* data, int64_t rows, int64_t cols) {
-    if (hook && *hook) (*hook)(name, layer, data, rows, cols);
+    report_to(hook, be, name, layer, data, rows, cols);
   };
-  std::vector<float> x(T * E), h(T * E), q(T * H * Dk), k(T * Hkv * Dk), v(T * Hkv * Dv), attn(T * H * Dv), o(T * E);
+  ActBuf<float> x = be.alloc<float>(T * E), h = be.alloc<float>(T * E), q = be.alloc<float>(T * H * Dk),
+                k = be.alloc<float>(T * Hkv * Dk), v = be.alloc<float>(T * Hkv * Dv),
+                attn = be.alloc<float>(T * H * Dv), o = be.alloc<float>(T * E);
   const int32_t* pos = b.pos.data();
   const AttendShape shape{H, Hkv, Dk, Dv, 1.0f / std::sqrt(static_cast<float>(Dk))};
 

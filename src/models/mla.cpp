@@ -50,12 +50,13 @@ void mla_bind(const GgufFile& f, const Hparams& hp, const MlaHparams& mla, int64
   lw.ext = std::move(w);
 }
 
-void MlaScratch::resize(const Hparams& hp, const MlaHparams& mla, int64_t T) {
+void MlaScratch::alloc(Backend& be, const Hparams& hp, const MlaHparams& mla, int64_t T) {
   const int64_t H = hp.n_head, N = mla.qk_nope, R = hp.n_rot, L = mla.kv_lora_rank, V = mla.v_head;
-  qa.resize(T * std::max<int64_t>(mla.q_lora_rank, 1)), q.resize(T * H * (N + R)), kv_a.resize(T * (L + R));
-  q_pe.resize(T * H * R), k_pe.resize(T * R), k_lat.resize(T * (L + R)), c_kv.resize(T * L);
-  q_lat.resize(T * H * (L + R)), head_in.resize(T * std::max(N, L)), head_out.resize(T * std::max(L, V));
-  attn_lat.resize(T * H * L);
+  auto a = [&](int64_t n) { return be.alloc<float>(n); };
+  qa = a(T * std::max<int64_t>(mla.q_lora_rank, 1)), q = a(T * H * (N + R)), kv_a = a(T * (L + R));
+  q_pe = a(T * H * R), k_pe = a(T * R), k_lat = a(T * (L + R)), c_kv = a(T * L);
+  q_lat = a(T * H * (L + R)), head_in = a(T * std::max(N, L)), head_out = a(T * std::max(L, V));
+  attn_lat = a(T * H * L);
 }
 
 void mla_attention(const Hparams& hp, const MlaHparams& mla, const MlaWeights& w, Backend& be, Memory& mem,
@@ -65,7 +66,7 @@ void mla_attention(const Hparams& hp, const MlaHparams& mla, const MlaWeights& w
   const int64_t T = b.size(), H = hp.n_head, N = mla.qk_nope, R = hp.n_rot, L = mla.kv_lora_rank, V = mla.v_head;
   const int il = static_cast<int>(l);
   auto report = [&](std::string_view name, const float* data, int64_t rows, int64_t cols) {
-    if (hook && *hook) (*hook)(name, il, data, rows, cols);
+    report_to(hook, be, name, il, data, rows, cols);
   };
   const int32_t* pos = b.pos.data();
   // The latent cache has one "head" per position: K row = [c_kv | k_rope], V row = c_kv.

@@ -46,8 +46,8 @@ void mla_bind(const GgufFile& f, const Hparams& hp, const MlaHparams& mla, int64
 
 // Buffers of one forward step's MLA layers, sized once for T tokens.
 struct MlaScratch {
-  std::vector<float> qa, q, kv_a, q_pe, k_pe, k_lat, c_kv, q_lat, head_in, head_out, attn_lat;
-  void resize(const Hparams& hp, const MlaHparams& mla, int64_t n_tok);
+  ActBuf<float> qa, q, kv_a, q_pe, k_pe, k_lat, c_kv, q_lat, head_in, head_out, attn_lat;
+  void alloc(Backend& be, const Hparams& hp, const MlaHparams& mla, int64_t n_tok);
 };
 
 // Layer l's attention on normed input h [T][n_embd] -> attn [T][n_head*v_head] (before W_o).

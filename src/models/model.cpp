@@ -445,7 +445,7 @@ void Model::forward(Backend& be, Memory& mem, const Batch& b, float* logits, con
 
 void Model::embed(Backend& be, const int32_t* tokens, int64_t n_tok, float* x, const TensorHook* hook) const {
   be.get_rows(*tok_embd_, tokens, n_tok, x);
-  if (hook && *hook) (*hook)("inp_embd", -1, x, n_tok, hp_.n_embd);
+  report_to(hook, be, "inp_embd", -1, x, n_tok, hp_.n_embd);
 }
 
 void Model::output_head(Backend& be, const float* x, const Batch& b, float* logits, const TensorHook* hook) const {
@@ -457,7 +457,7 @@ void Model::output_head(Backend& be, const float* x, const Batch& b, float* logi
   while (!b.logits[first]) ++first;
   const bool contiguous = std::all_of(b.logits.begin() + first, b.logits.begin() + first + n_out,
                                       [](uint8_t f) { return f; });
-  std::vector<float> h(n_out * E);
+  ActBuf<float> h = be.alloc<float>(n_out * E);
   if (contiguous) {
     be.rms_norm(x + first * E, static_cast<const float*>(output_norm_->data), h.data(), n_out, E, hp_.rms_eps);
   } else {
@@ -467,9 +467,9 @@ void Model::output_head(Backend& be, const float* x, const Batch& b, float* logi
     be.gather_rows(x, E, rows.data(), n_out, h.data());
     be.rms_norm(h.data(), static_cast<const float*>(output_norm_->data), h.data(), n_out, E, hp_.rms_eps);
   }
-  if (hook && *hook) (*hook)("result_norm", -1, h.data(), n_out, E);
+  report_to(hook, be, "result_norm", -1, h.data(), n_out, E);
   be.matmul(*output_, h.data(), logits, n_out);
-  if (hook && *hook) (*hook)("result_output", -1, logits, n_out, hp_.n_vocab);
+  report_to(hook, be, "result_output", -1, logits, n_out, hp_.n_vocab);
 }
 
 void Model::attn_output_and_ffn(Backend& be, int64_t l, const float* attn, float* x, float* h, float* o, int64_t T,
@@ -477,9 +477,7 @@ void Model::attn_output_and_ffn(Backend& be, int64_t l, const float* attn, float
   const LayerWeights& w = layers_[l];
   const int il = static_cast<int>(l);
   const int64_t E = hp_.n_embd;
-  auto report = [&](std::string_view name, const float* d) {
-    if (hook && *hook) (*hook)(name, il, d, T, E);
-  };
+  auto report = [&](std::string_view name, const float* d) { report_to(hook, be, name, il, d, T, E); };
   be.matmul(*w.wo, attn, o, T);
   report("attn_out", o);
   be.add(x, o, x, T * E);
@@ -498,14 +496,14 @@ void Model::ffn_block(Backend& be, int64_t l, const float* h, float* out, int64_
   const int il = static_cast<int>(l);
   const int64_t E = hp_.n_embd;
   auto report = [&](std::string_view name, const float* d, int64_t rows, int64_t cols) {
-    if (hook && *hook) (*hook)(name, il, d, rows, cols);
+    report_to(hook, be, name, il, d, rows, cols);
   };
   if (!w.is_moe()) {
     ffn_swiglu(be, {*w.ffn_gate, *w.ffn_up, *w.ffn_down}, h, out, T, hp_.swiglu_limit(hp_.swiglu_limit_shexp, l));
     return;
   }
   const int64_t n_exp = hp_.moe.n_expert;
-  std::vector<float> router(T * n_exp), probs(T * n_exp);
+  ActBuf<float> router = be.alloc<float>(T * n_exp), probs = be.alloc<float>(T * n_exp);
   be.matmul(*w.ffn_gate_inp, h, router.data(), T);
   report("ffn_moe_logits", router.data(), T, n_exp);
   const float* bias = w.exp_probs_b ? static_cast<const float*>(w.exp_probs_b->data) : nullptr;
@@ -526,12 +524,12 @@ void Model::ffn_block(Backend& be, int64_t l, const float* h, float* out, int64_
   report("ffn_moe_out", out, T, E);
   if (w.ffn_gate_shexp) {
     // Shared experts: always on, weight 1, or sigmoid(gate·x) per token where gated.
-    std::vector<float> sh(T * E);
+    ActBuf<float> sh = be.alloc<float>(T * E);
     ffn_swiglu(be, {*w.ffn_gate_shexp, *w.ffn_up_shexp, *w.ffn_down_shexp}, h, sh.data(), T,
                hp_.swiglu_limit(hp_.swiglu_limit_shexp, l));
     report("ffn_shexp", sh.data(), T, E);
     if (w.ffn_gate_inp_shexp) {
-      std::vector<float> gate(T);
+      ActBuf<float> gate = be.alloc<float>(T);
       std::vector<int64_t> rows(T);
       std::iota(rows.begin(), rows.end(), 0);
       be.matmul(*w.ffn_gate_inp_shexp, h, gate.data(), T);

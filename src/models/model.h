@@ -128,6 +128,11 @@ struct LayerWeights {
 // `cols` floats (rows = tokens, or tokens*heads for per-head tensors). Layer is -1 outside
 // the blocks. Used by the parity tool and by tests to diff backends layer by layer.
 using TensorHook = std::function<void(std::string_view name, int layer, const float* data, int64_t rows, int64_t cols)>;
+// Calls a set hook with an activation of be, read through Backend::host_view.
+inline void report_to(const TensorHook* hook, Backend& be, std::string_view name, int layer, const float* data,
+                      int64_t rows, int64_t cols) {
+  if (hook && *hook) (*hook)(name, layer, be.host_view(data, rows * cols), rows, cols);
+}
 
 // How Model::load places the weights. The defaults keep everything resident in the mapping.
 struct ModelOptions {

@@ -35,9 +35,11 @@ int RouterLookahead::predict(Backend& be, int layer, const float* h, int64_t n_t
 
   // Re-weight the normed input for the next layer's norm (a zero weight hides its channel;
   // the guess then does without it).
+  // The guess is host math: h read through host_view, x handed to the router as host memory.
+  const float* hh = be.host_view(h, n_tok * E);
   std::vector<float> x(n_tok * E);
   for (int64_t t = 0; t < n_tok; ++t)
-    for (int64_t c = 0; c < E; ++c) x[t * E + c] = w_cur[c] != 0.0f ? h[t * E + c] / w_cur[c] * w_nxt[c] : 0.0f;
+    for (int64_t c = 0; c < E; ++c) x[t * E + c] = w_cur[c] != 0.0f ? hh[t * E + c] / w_cur[c] * w_nxt[c] : 0.0f;
   std::vector<float> logits(n_tok * n_exp), probs(n_tok * n_exp);
   be.matmul(*nxt.ffn_gate_inp, x.data(), logits.data(), n_tok);
   MoeOptions opt = hp.moe;

@@ -137,11 +137,11 @@ MemoryLayout memory_layout(const Hparams& hp) {
 
 // Buffers of one forward step, sized once for its T tokens.
 struct Scratch {
-  std::vector<float> x, h, o, attn;
+  ActBuf<float> x, h, o, attn;
   // Gated attention.
-  std::vector<float> qg, q, gate, k, v;
+  ActBuf<float> qg, q, gate, k, v;
   // Gated DeltaNet.
-  std::vector<float> mixed, conv, qk, z, ba, alpha, beta_logit, g, beta;
+  ActBuf<float> mixed, conv, qk, z, ba, alpha, beta_logit, g, beta;
 };
 
 void gated_attention(const Model& m, Backend& be, Memory& mem, const Batch& b, const std::vector<BatchRun>& runs,
@@ -151,7 +151,7 @@ void gated_attention(const Model& m, Backend& be, Memory& mem, const Batch& b, c
   const int il = static_cast<int>(l);
   const int64_t T = b.size(), H = hp.n_head, Hkv = hp.n_head_kv, Dk = hp.head_dim_k, Dv = hp.head_dim_v;
   auto report = [&](std::string_view name, const float* data, int64_t rows, int64_t cols) {
-    if (hook && *hook) (*hook)(name, il, data, rows, cols);
+    report_to(hook, be, name, il, data, rows, cols);
   };
   be.matmul(*w.wq, s.h.data(), s.qg.data(), T);
   be.matmul(*w.wk, s.h.data(), s.k.data(), T);
@@ -184,7 +184,7 @@ void gated_deltanet(const Model& m, Backend& be, Memory& mem, const Batch& b, co
   const int il = static_cast<int>(l);
   const int64_t T = b.size(), Hk = dn.n_head_k, Hv = dn.n_head_v, Dk = dn.dim_k, Dv = dn.dim_v, C = dn.conv_dim();
   auto report = [&](std::string_view name, const float* data, int64_t rows, int64_t cols) {
-    if (hook && *hook) (*hook)(name, il, data, rows, cols);
+    report_to(hook, be, name, il, data, rows, cols);
   };
   be.matmul(*w.wqkv, s.h.data(), s.mixed.data(), T);
   be.matmul(*w.wgate, s.h.data(), s.z.data(), T);
@@ -248,19 +248,19 @@ void forward(const Model& m, Backend& be, Memory& mem, const Batch& b, const std
   const int64_t T = b.size(), E = hp.n_embd, H = hp.n_head, Dk = hp.head_dim_k, Hkv = hp.n_head_kv;
   const int64_t C = dn.conv_dim(), Hv = dn.n_head_v, vd = Hv * dn.dim_v;
   Scratch s;
-  s.x.resize(T * E), s.h.resize(T * E), s.o.resize(T * E);
-  s.attn.resize(T * std::max(H * hp.head_dim_v, vd));
-  s.qg.resize(T * 2 * H * Dk), s.q.resize(T * H * Dk), s.gate.resize(T * H * Dk);
-  s.k.resize(T * Hkv * Dk), s.v.resize(T * Hkv * hp.head_dim_v);
-  s.mixed.resize(T * C), s.conv.resize(T * C), s.qk.resize(T * 2 * dn.n_head_k * dn.dim_k), s.z.resize(T * vd);
-  s.ba.resize(T * 2 * Hv), s.alpha.resize(T * Hv), s.beta_logit.resize(T * Hv), s.g.resize(T * Hv),
-      s.beta.resize(T * Hv);
+  auto a = [&](int64_t n) { return be.alloc<float>(n); };
+  s.x = a(T * E), s.h = a(T * E), s.o = a(T * E);
+  s.attn = a(T * std::max(H * hp.head_dim_v, vd));
+  s.qg = a(T * 2 * H * Dk), s.q = a(T * H * Dk), s.gate = a(T * H * Dk);
+  s.k = a(T * Hkv * Dk), s.v = a(T * Hkv * hp.head_dim_v);
+  s.mixed = a(T * C), s.conv = a(T * C), s.qk = a(T * 2 * dn.n_head_k * dn.dim_k), s.z = a(T * vd);
+  s.ba = a(T * 2 * Hv), s.alpha = a(T * Hv), s.beta_logit = a(T * Hv), s.g = a(T * Hv), s.beta = a(T * Hv);
 
   m.embed(be, b.tokens.data(), T, s.x.data(), hook);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const LayerWeights& w = m.layers()[static_cast<size_t>(l)];
     be.rms_norm(s.x.data(), static_cast<const float*>(w.attn_norm->data), s.h.data(), T, E, hp.rms_eps);
-    if (hook && *hook) (*hook)("attn_norm", static_cast<int>(l), s.h.data(), T, E);
+    report_to(hook, be, "attn_norm", static_cast<int>(l), s.h.data(), T, E);
     if (dn.linear[l])
       gated_deltanet(m, be, mem, b, runs, l, s, hook);
     else
