@@ -100,6 +100,8 @@ std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOption
 #ifdef SLUICE_HAVE_CUDA
     CudaBackendOptions opt;
     opt.expert_cache_bytes = o.gpu_expert_cache;
+    opt.host_threads = n_threads;
+    if (const char* e = std::getenv("SLUICE_CUDA_RESIDENT")) opt.resident_activations = std::string(e) == "1";
     return make_cuda_backend(opt);  // throws "cuda backend: no CUDA device found (...)" without one
 #else
     fail("backend 'cuda' is not built into this binary (configure where CMake finds nvcc, or with -DSLUICE_CUDA=ON)");

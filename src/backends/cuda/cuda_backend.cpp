@@ -370,7 +370,10 @@ struct CudaBackend::Impl {
   }
 };
 
-CudaBackend::CudaBackend(const CudaBackendOptions& opt) : impl_(std::make_unique<Impl>()) {
+// The host twin runs only the staged ops of resident_activations: one thread without it.
+CudaBackend::CudaBackend(const CudaBackendOptions& opt)
+    : StagingBackend(make_backend("cpu", opt.resident_activations ? opt.host_threads : 1)),
+      impl_(std::make_unique<Impl>()) {
   std::string why;
   const int n = cuda_device_count(&why);
   if (n == 0) fail("cuda backend: no CUDA device found (", why, ")");
@@ -457,6 +460,8 @@ std::string CudaBackend::stats_line() const {
 }
 
 void CudaBackend::matmul_weights(const TensorView& w, const float* x, float* y, int64_t n_tok) {
+  if (staged({x, y})) return StagingBackend::matmul_weights(w, x, y, n_tok);
+
   const auto op_timer = impl_->timed("matmul_weights");
   Impl& m = *impl_;
   const int64_t n_in = w.ne[0], n_out = w.n_rows();
@@ -479,6 +484,8 @@ void CudaBackend::matmul_weights(const TensorView& w, const float* x, float* y, 
 }
 
 void CudaBackend::get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) {
+  if (staged({ids, out})) return StagingBackend::get_rows(table, ids, n, out);
+
   const auto op_timer = impl_->timed("get_rows");
   Impl& m = *impl_;
   const int64_t n_embd = table.ne[0], n_rows = table.n_rows();
@@ -494,6 +501,8 @@ void CudaBackend::get_rows(const TensorView& table, const int32_t* ids, int64_t 
 }
 
 void CudaBackend::rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) {
+  if (staged({x, w, y})) return StagingBackend::rms_norm(x, w, y, n_rows, n, eps);
+
   const auto op_timer = impl_->timed("rms_norm");
   Impl& m = *impl_;
   const size_t bytes = static_cast<size_t>(n_rows * n) * sizeof(float);
@@ -507,6 +516,8 @@ void CudaBackend::rms_norm(const float* x, const float* w, float* y, int64_t n_r
 }
 
 void CudaBackend::rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, const Rope& r) {
+  if (staged({x, pos})) return StagingBackend::rope(x, pos, n_tok, n_head, head_dim, r);
+
   const auto op_timer = impl_->timed("rope");
   Impl& m = *impl_;
   const size_t bytes = static_cast<size_t>(n_tok * n_head * head_dim) * sizeof(float);
@@ -518,6 +529,8 @@ void CudaBackend::rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_he
 }
 
 void CudaBackend::softmax(float* x, int64_t n_rows, int64_t n) {
+  if (staged({x})) return StagingBackend::softmax(x, n_rows, n);
+
   const auto op_timer = impl_->timed("softmax");
   Impl& m = *impl_;
   const size_t bytes = static_cast<size_t>(n_rows * n) * sizeof(float);
@@ -528,6 +541,8 @@ void CudaBackend::softmax(float* x, int64_t n_rows, int64_t n) {
 }
 
 void CudaBackend::swiglu(const float* gate, const float* up, float* out, int64_t n, float limit) {
+  if (staged({gate, up, out})) return StagingBackend::swiglu(gate, up, out, n, limit);
+
   const auto op_timer = impl_->timed("swiglu");
   Impl& m = *impl_;
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
@@ -539,6 +554,8 @@ void CudaBackend::swiglu(const float* gate, const float* up, float* out, int64_t
 }
 
 void CudaBackend::gelu(const float* x, float* out, int64_t n) {
+  if (staged({x, out})) return StagingBackend::gelu(x, out, n);
+
   const auto op_timer = impl_->timed("gelu");
   Impl& m = *impl_;
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
@@ -549,6 +566,8 @@ void CudaBackend::gelu(const float* x, float* out, int64_t n) {
 }
 
 void CudaBackend::add(const float* a, const float* b, float* out, int64_t n) {
+  if (staged({a, b, out})) return StagingBackend::add(a, b, out, n);
+
   const auto op_timer = impl_->timed("add");
   Impl& m = *impl_;
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
@@ -560,6 +579,8 @@ void CudaBackend::add(const float* a, const float* b, float* out, int64_t n) {
 }
 
 void CudaBackend::store_row(const float* src, DType t, void* dst, int64_t n) {
+  if (staged({src, dst})) return StagingBackend::store_row(src, t, dst, n);
+
   const auto op_timer = impl_->timed("store_row");
   if (t == DType::F32) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
@@ -584,6 +605,8 @@ void CudaBackend::store_row(const float* src, DType t, void* dst, int64_t n) {
 }
 
 void CudaBackend::attention(const AttentionArgs& a) {
+  if (staged({a.q, a.k, a.v, a.out})) return StagingBackend::attention(a);
+
   const auto op_timer = impl_->timed("attention");
   Impl& m = *impl_;
   const int64_t T = a.n_tok, H = a.n_head, Hkv = a.n_head_kv, Dk = a.head_dim_k, Dv = a.head_dim_v;
@@ -611,6 +634,8 @@ void CudaBackend::attention(const AttentionArgs& a) {
 }
 
 void CudaBackend::moe_ffn_token(std::span<const FfnExpert> ex, const float* x, float* out, int64_t E) {
+  if (staged({x, out})) return StagingBackend::moe_ffn_token(ex, x, out, E);
+
   const auto op_timer = impl_->timed("moe_ffn_token");
   Impl& m = *impl_;
   if (E <= 0) return;
@@ -807,6 +832,110 @@ double CudaBackend::copy_bandwidth(size_t bytes, int reps) {
   cudaEventDestroy(t0);
   cudaEventDestroy(t1);
   return best;
+}
+
+// ---- resident activations (backends/staging.h) ----
+
+std::shared_ptr<void> CudaBackend::alloc_bytes(size_t n_bytes) {
+  return impl_->opt.resident_activations ? StagingBackend::alloc_bytes(n_bytes) : Backend::alloc_bytes(n_bytes);
+}
+
+bool CudaBackend::staged(std::initializer_list<const void*> operands) const {
+  if (!impl_->opt.resident_activations) return false;
+  for (const void* p : operands)
+    if (p && on_device(p)) return true;
+  return false;
+}
+
+void* CudaBackend::dev_alloc(size_t n_bytes) {
+  void* p = nullptr;
+  SLUICE_CU(cudaMalloc(&p, n_bytes));
+  SLUICE_CU(cudaMemsetAsync(p, 0, n_bytes, impl_->stream));
+  SLUICE_CU(cudaStreamSynchronize(impl_->stream));
+  return p;
+}
+
+void CudaBackend::dev_free(void* p, size_t) {
+  // From a buffer's deleter: no throwing; the stream may still read it.
+  cudaStreamSynchronize(impl_->stream);
+  cudaFree(p);
+}
+
+void CudaBackend::dev_to_host(void* host_dst, const void* dev_src, size_t n_bytes) {
+  SLUICE_CU(cudaStreamSynchronize(impl_->stream));
+  SLUICE_CU(cudaMemcpy(host_dst, dev_src, n_bytes, cudaMemcpyDeviceToHost));
+}
+
+void CudaBackend::host_to_dev(void* dev_dst, const void* host_src, size_t n_bytes) {
+  SLUICE_CU(cudaStreamSynchronize(impl_->stream));
+  SLUICE_CU(cudaMemcpy(dev_dst, host_src, n_bytes, cudaMemcpyHostToDevice));
+}
+
+// The ops without a kernel: Backend's defaults on host operands, exactly as before resident
+// activations existed; the staged twin with device ones.
+void CudaBackend::kv_rotate(const KvRotation& r, float* x, int64_t n, bool inverse) {
+  if (staged({x})) return StagingBackend::kv_rotate(r, x, n, inverse);
+  Backend::kv_rotate(r, x, n, inverse);
+}
+void CudaBackend::moe_ffn_batch(std::span<const FfnExpertRows> experts, const float* x, float* out, int64_t n_tok,
+                                int64_t n_embd) {
+  if (staged({x, out})) return StagingBackend::moe_ffn_batch(experts, x, out, n_tok, n_embd);
+  Backend::moe_ffn_batch(experts, x, out, n_tok, n_embd);
+}
+void CudaBackend::copy_2d(const float* src, int64_t ss, float* dst, int64_t ds, int64_t rows, int64_t cols) {
+  if (staged({src, dst})) return StagingBackend::copy_2d(src, ss, dst, ds, rows, cols);
+  Backend::copy_2d(src, ss, dst, ds, rows, cols);
+}
+void CudaBackend::gather_rows(const float* src, int64_t width, const int64_t* idx, int64_t n, float* dst) {
+  if (staged({src, idx, dst})) return StagingBackend::gather_rows(src, width, idx, n, dst);
+  Backend::gather_rows(src, width, idx, n, dst);
+}
+void CudaBackend::add_rows_weighted(const float* y, int64_t width, const int64_t* idx, const float* w, int64_t n,
+                                    float* out) {
+  if (staged({y, idx, w, out})) return StagingBackend::add_rows_weighted(y, width, idx, w, n, out);
+  Backend::add_rows_weighted(y, width, idx, w, n, out);
+}
+void CudaBackend::fill(float* x, int64_t n, float v) {
+  if (staged({x})) return StagingBackend::fill(x, n, v);
+  Backend::fill(x, n, v);
+}
+void CudaBackend::moe_route(const MoeOptions& opt, const float* logits, float* probs, int64_t n_tok, const float* bias,
+                            int32_t* experts, float* weights) {
+  if (staged({logits, probs, bias, experts, weights}))
+    return StagingBackend::moe_route(opt, logits, probs, n_tok, bias, experts, weights);
+  Backend::moe_route(opt, logits, probs, n_tok, bias, experts, weights);
+}
+void CudaBackend::conv1d_causal(const float* x, const float* w, float* state, float* out, int64_t n_tok, int64_t n_ch,
+                                int64_t kernel, bool silu) {
+  if (staged({x, w, state, out})) return StagingBackend::conv1d_causal(x, w, state, out, n_tok, n_ch, kernel, silu);
+  Backend::conv1d_causal(x, w, state, out, n_tok, n_ch, kernel, silu);
+}
+void CudaBackend::l2_norm(const float* x, float* y, int64_t n_rows, int64_t n, float eps) {
+  if (staged({x, y})) return StagingBackend::l2_norm(x, y, n_rows, n, eps);
+  Backend::l2_norm(x, y, n_rows, n, eps);
+}
+void CudaBackend::delta_rule(const DeltaRuleArgs& a) {
+  if (staged({a.q, a.k, a.v, a.g, a.beta, a.state, a.out})) return StagingBackend::delta_rule(a);
+  Backend::delta_rule(a);
+}
+void CudaBackend::delta_gates(const float* alpha, const float* beta_logit, const float* bias, const float* a, float* g,
+                              float* beta, int64_t n_tok, int64_t n) {
+  if (staged({alpha, beta_logit, bias, a, g, beta}))
+    return StagingBackend::delta_gates(alpha, beta_logit, bias, a, g, beta, n_tok, n);
+  Backend::delta_gates(alpha, beta_logit, bias, a, g, beta, n_tok, n);
+}
+void CudaBackend::kda_safe_gate(const float* x, const float* bias, const float* a, float lower_bound, float* g,
+                                int64_t n_tok, int64_t n) {
+  if (staged({x, bias, a, g})) return StagingBackend::kda_safe_gate(x, bias, a, lower_bound, g, n_tok, n);
+  Backend::kda_safe_gate(x, bias, a, lower_bound, g, n_tok, n);
+}
+void CudaBackend::sigmoid_mul(const float* x, const float* gate, float* out, int64_t n) {
+  if (staged({x, gate, out})) return StagingBackend::sigmoid_mul(x, gate, out, n);
+  Backend::sigmoid_mul(x, gate, out, n);
+}
+void CudaBackend::sigmoid(const float* x, float* out, int64_t n) {
+  if (staged({x, out})) return StagingBackend::sigmoid(x, out, n);
+  Backend::sigmoid(x, out, n);
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& opt) { return std::make_unique<CudaBackend>(opt); }

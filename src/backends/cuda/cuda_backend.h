@@ -13,14 +13,20 @@
 // expert tier (expert_tier.h) instead of the weight cache. This op-level path is correct and
 // good for parity; it is not the fast path: a device-resident decode step (activations never leave the GPU, the whole step
 // captured as a CUDA graph, greedy argmax on the device) is what reaches the HBM speed of
-// light, and needs a model-level entry point the interface does not have yet.
+// light, and needs a model-level entry point the interface does not have yet. The way there
+// (docs/ARCHITECTURE.md, "Backend-resident tensors"): with resident_activations the forwards'
+// buffers are device memory (backends/staging.h); an op given device operands runs staged on
+// a host twin until its kernel takes them as they are, one op at a time, each checked by
+// scripts/gpu-check's resident goldens.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
 #include "backends/backend.h"
+#include "backends/staging.h"
 
 namespace sluice {
 
@@ -42,6 +48,12 @@ struct CudaBackendOptions {
   // without one, experts are cached like any other weight. make_backend("cuda") takes it from
   // BackendOptions::gpu_expert_cache (the CLI's --gpu-expert-cache).
   size_t expert_cache_bytes = 0;
+  // Activation buffers (Backend::alloc) in device memory, the StagingBackend way: an op given
+  // device operands runs on the host twin over staged copies until its kernel takes them as
+  // they are (docs/ARCHITECTURE.md, "Backend-resident tensors", step 3). Off by default until
+  // scripts/gpu-check has run the goldens with it on a GPU; SLUICE_CUDA_RESIDENT=1 turns it on.
+  bool resident_activations = false;
+  int host_threads = 0;  // the host twin's (a cpu backend's) threads; <= 0: the core count
 };
 
 // The expert tier's figures (all 0 without a budget).
@@ -63,7 +75,7 @@ struct CudaWeightCacheStats {
   uint64_t bytes_uploaded = 0;
 };
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public StagingBackend {
  public:
   // Throws Error "cuda backend: no CUDA device found (...)" when there is none.
   explicit CudaBackend(const CudaBackendOptions& opt = {});
@@ -85,6 +97,30 @@ class CudaBackend final : public Backend {
   // Decode MoE in one round trip: x up, every expert's gate/up (one launch per weight type),
   // swiglu, the downs with the weighted sum fused, out down. Same semantics as the default.
   void moe_ffn_token(std::span<const FfnExpert> experts, const float* x, float* out, int64_t n_embd) override;
+  // Host memory unless resident_activations (then device memory, see StagingBackend).
+  std::shared_ptr<void> alloc_bytes(size_t n_bytes) override;
+  // The ops without a kernel: Backend's host defaults on host operands (on this backend, so a
+  // composite default such as moe_ffn_batch runs its matmuls here), staged with device ones.
+  void kv_rotate(const KvRotation& r, float* x, int64_t n, bool inverse) override;
+  void moe_ffn_batch(std::span<const FfnExpertRows> experts, const float* x, float* out, int64_t n_tok,
+                     int64_t n_embd) override;
+  void copy_2d(const float* src, int64_t ss, float* dst, int64_t ds, int64_t rows, int64_t cols) override;
+  void gather_rows(const float* src, int64_t width, const int64_t* idx, int64_t n, float* dst) override;
+  void add_rows_weighted(const float* y, int64_t width, const int64_t* idx, const float* w, int64_t n,
+                         float* out) override;
+  void fill(float* x, int64_t n, float v) override;
+  void moe_route(const MoeOptions& opt, const float* logits, float* probs, int64_t n_tok, const float* bias,
+                 int32_t* experts, float* weights) override;
+  void conv1d_causal(const float* x, const float* w, float* state, float* out, int64_t n_tok, int64_t n_ch,
+                     int64_t kernel, bool silu) override;
+  void l2_norm(const float* x, float* y, int64_t n_rows, int64_t n, float eps) override;
+  void delta_rule(const DeltaRuleArgs& a) override;
+  void delta_gates(const float* alpha, const float* beta_logit, const float* bias, const float* a, float* g,
+                   float* beta, int64_t n_tok, int64_t n) override;
+  void kda_safe_gate(const float* x, const float* bias, const float* a, float lower_bound, float* g, int64_t n_tok,
+                     int64_t n) override;
+  void sigmoid_mul(const float* x, const float* gate, float* out, int64_t n) override;
+  void sigmoid(const float* x, float* out, int64_t n) override;
 
   // Greedy sampling on the device: index of the largest of n logits, ties to the lowest.
   int32_t argmax(const float* logits, int64_t n);
@@ -102,7 +138,17 @@ class CudaBackend final : public Backend {
   // Drops every cached weight, KV mirror and tier expert (e.g. before loading another model).
   void forget_cached();
 
+ protected:
+  void* dev_alloc(size_t n_bytes) override;
+  void dev_free(void* p, size_t n_bytes) override;
+  void dev_to_host(void* host_dst, const void* dev_src, size_t n_bytes) override;
+  void host_to_dev(void* dev_dst, const void* host_src, size_t n_bytes) override;
+
  private:
+  // Whether an op with these pointer operands goes to the staged host twin: some are device
+  // memory (only with resident_activations).
+  bool staged(std::initializer_list<const void*> operands) const;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
