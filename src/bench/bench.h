@@ -87,6 +87,9 @@ class CountingBackend final : public Backend {
 
   std::string_view name() const override { return in_.name(); }
   int n_threads() const override { return in_.n_threads(); }
+  // The wrapped backend's activation memory (a device's, where it has its own).
+  std::shared_ptr<void> alloc_bytes(size_t n_bytes) override { return in_.alloc_bytes(n_bytes); }
+  const void* host_read(const void* p, size_t n_bytes) override { return in_.host_read(p, n_bytes); }
   void matmul_weights(const TensorView& w, const float* x, float* y, int64_t n_tok) override;
   void get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) override;
   void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) override;

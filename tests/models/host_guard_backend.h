@@ -28,6 +28,7 @@ class HostGuardBackend final : public Backend {
   int n_threads() const override { return in_.n_threads(); }
   int64_t ops() const { return ops_; }           // ops forwarded
   int64_t host_reads() const { return reads_; }  // host_read calls on a guarded buffer
+  int64_t allocs() const { return allocs_; }     // buffers handed out
 
   std::shared_ptr<void> alloc_bytes(size_t n_bytes) override {
     if (n_bytes == 0) return {};
@@ -36,6 +37,7 @@ class HostGuardBackend final : public Backend {
     if (p == MAP_FAILED) fail("host guard: mmap of ", len, " bytes failed");
     auto bufs = bufs_;
     (*bufs)[static_cast<uint8_t*>(p)] = len;
+    ++allocs_;
     return {p, [bufs, len](void* q) {
               bufs->erase(static_cast<uint8_t*>(q));
               munmap(q, len);
@@ -182,7 +184,7 @@ class HostGuardBackend final : public Backend {
   Backend& in_;
   // Shared with the buffers' deleters, which may run after this backend is gone.
   std::shared_ptr<std::map<uint8_t*, size_t>> bufs_ = std::make_shared<std::map<uint8_t*, size_t>>();
-  int64_t ops_ = 0, reads_ = 0;
+  int64_t ops_ = 0, reads_ = 0, allocs_ = 0;
 };
 
 }  // namespace sluice::test

@@ -22,6 +22,7 @@
 
 #include "backends/backend.h"
 #include "backends/staging.h"
+#include "bench/bench.h"
 #include "host_guard_backend.h"
 #include "kvcodec/kvcodec.h"
 #include "models/model.h"
@@ -218,6 +219,23 @@ INSTANTIATE_TEST_SUITE_P(Models, HostGuard, ::testing::ValuesIn(cases()), [](con
 
 INSTANTIATE_TEST_SUITE_P(Models, DeviceStaging, ::testing::ValuesIn(cases(/*cpu_only=*/true)),
                          [](const ::testing::TestParamInfo<Case>& i) { return test::test_name_part(i.param.model); });
+
+// bench's CountingBackend (the profile) hands the forward its inner backend's buffers and
+// views: a device keeps its activations when measured.
+TEST(HostGuardCounting, CountingBackendForwardsBuffersAndViews) {
+  SLUICE_REQUIRE_SHARED();
+  for (const char* name : {"qwen3moe", "qwen35moe"}) {
+    auto m = Model::load(model_path(name));
+    auto be = make_backend("cpu", 2);
+    test::HostGuardBackend guard(*be);
+    CountingBackend counting(guard, /*profile=*/true);
+    const KvCacheOptions plain{.n_ctx = 64};
+    expect_same(run(*m, *be, plain, true), run(*m, counting, plain, true));
+    EXPECT_GT(guard.allocs(), 0) << name;
+    EXPECT_GT(guard.host_reads(), 0) << name;
+    EXPECT_GT(counting.counters().total_bytes(), 0u) << name;
+  }
+}
 
 // The guard can fail: a host write to, or read of, an activation outside an op faults.
 TEST(HostGuardNegative, HostTouchOutsideAnOpDies) {
