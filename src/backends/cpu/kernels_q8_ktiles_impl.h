@@ -609,6 +609,11 @@ template <class Tile>
 struct Q6KTokens {
   template <int NT>
   struct Run {
+    // The −32 offset of the codes: with one or two tokens (decode) subtracted per sub-block
+    // (32·its activation sum, one broadcast) before the scale, which costs less than forming
+    // the tile's offset pairs from the scales for every group; with more tokens the pairs,
+    // formed once per group, cost less. The same integers either way (exact int32 sums).
+    static constexpr bool kOffsetPerSubBlock = NT <= 2;
     static void run(const Tile* T, int64_t nb, const uint8_t* act, size_t astride, const int32_t*, float* y, size_t ldy,
                     __mmask16 rows) {
       __m512 acc[NT];
@@ -636,18 +641,27 @@ struct Q6KTokens {
               __m512i s = _mm512_setzero_si512(), u = _mm512_setzero_si512();
               for (int g = 0; g < 4; ++g) s = _mm512_dpbusd_epi32(s, wv[g], q8_bcst32(aq + 4 * g));
               for (int g = 4; g < 8; ++g) u = _mm512_dpbusd_epi32(u, wv[g], q8_bcst32(aq + 4 * g));
+              if constexpr (kOffsetPerSubBlock) {  // Σ (q − 32)·a of each sub-block before its scale
+                s = _mm512_sub_epi32(s, _mm512_set1_epi32(32 * a[t]->bsums[s0]));
+                u = _mm512_sub_epi32(u, _mm512_set1_epi32(32 * a[t]->bsums[s0 + 1]));
+              }
               sumi[t] = _mm512_add_epi32(sumi[t],
                                          _mm512_add_epi32(_mm512_mullo_epi32(s, sc0), _mm512_mullo_epi32(u, sc1)));
             }
           }
-        __m512i pairs[8];
-        for (int k = 0; k < 8; ++k) pairs[k] = q6_offset_pair(b, k);
         const __m512 dv = group_factors(b.d);
-        for (int t = 0; t < NT; ++t) {
-          __m512i offs = _mm512_setzero_si512();
-          for (int k = 0; k < 8; ++k) offs = _mm512_dpwssd_epi32(offs, pairs[k], q8_bcst32(a[t]->bsums + 2 * k));
-          const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[t], offs));
-          acc[t] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dv, _mm512_set1_ps(a[t]->d)), acc[t]);
+        if constexpr (kOffsetPerSubBlock) {
+          for (int t = 0; t < NT; ++t)
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dv, _mm512_set1_ps(a[t]->d)), acc[t]);
+        } else {
+          __m512i pairs[8];
+          for (int k = 0; k < 8; ++k) pairs[k] = q6_offset_pair(b, k);
+          for (int t = 0; t < NT; ++t) {
+            __m512i offs = _mm512_setzero_si512();
+            for (int k = 0; k < 8; ++k) offs = _mm512_dpwssd_epi32(offs, pairs[k], q8_bcst32(a[t]->bsums + 2 * k));
+            const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[t], offs));
+            acc[t] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dv, _mm512_set1_ps(a[t]->d)), acc[t]);
+          }
         }
       }
       for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, rows, acc[t]);
