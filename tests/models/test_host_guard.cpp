@@ -87,15 +87,22 @@ void expect_same(const Run& a, const Run& b) {
   EXPECT_EQ(a.hook_sums, b.hook_sums);
 }
 
-class HostGuard : public ::testing::TestWithParam<Case> {};
+// The case's model, loaded (the test skipped where ../shared or the file is missing).
+class ModelCase : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    SLUICE_REQUIRE_SHARED();
+    const std::string path = model_path(GetParam().model);
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found";
+    m = Model::load(path);
+  }
+  std::unique_ptr<Model> m;
+};
+
+class HostGuard : public ModelCase {};
 
 TEST_P(HostGuard, ForwardTouchesActivationsOnlyThroughOps) {
-  SLUICE_REQUIRE_SHARED();
-  const Case& c = GetParam();
-  const std::string path = model_path(c.model);
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found";
-  auto m = Model::load(path);
-  auto be = make_backend(c.backend, 2);
+  auto be = make_backend(GetParam().backend, 2);
   test::HostGuardBackend guard(*be);
   const KvCacheOptions plain{.n_ctx = 64};
   expect_same(run(*m, *be, plain, false), run(*m, guard, plain, false));
@@ -117,14 +124,9 @@ TEST_P(HostGuard, ForwardTouchesActivationsOnlyThroughOps) {
 }
 
 TEST_P(HostGuard, PredictorGuessReadsThroughHostView) {
-  SLUICE_REQUIRE_SHARED();
-  const Case& c = GetParam();
-  const std::string path = model_path(c.model);
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found";
-  auto m = Model::load(path);
-  if (m->hparams().moe.n_expert == 0) GTEST_SKIP() << c.model << " has no experts";
+  if (m->hparams().moe.n_expert == 0) GTEST_SKIP() << GetParam().model << " has no experts";
   m->set_predictor(std::make_unique<RouterLookahead>(*m, 2));
-  auto be = make_backend(c.backend, 2);
+  auto be = make_backend(GetParam().backend, 2);
   test::HostGuardBackend guard(*be);
   const KvCacheOptions plain{.n_ctx = 64};
   expect_same(run(*m, *be, plain, false), run(*m, guard, plain, false));
@@ -184,14 +186,9 @@ class FakeDevice final : public StagingBackend {
   std::map<uint8_t*, size_t> allocs_;
 };
 
-class DeviceStaging : public ::testing::TestWithParam<Case> {};
+class DeviceStaging : public ModelCase {};
 
 TEST_P(DeviceStaging, FakeDeviceEqualsItsHostTwin) {
-  SLUICE_REQUIRE_SHARED();
-  const Case& c = GetParam();
-  const std::string path = model_path(c.model);
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found";
-  auto m = Model::load(path);
   if (m->hparams().moe.n_expert > 0) m->set_predictor(std::make_unique<RouterLookahead>(*m, 2));
   auto cpu = make_backend("cpu", 2);
   FakeDevice dev;
