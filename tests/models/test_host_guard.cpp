@@ -3,9 +3,9 @@
 // host access outside an op or Backend::host_view, a prompt (past the batched MoE path's
 // threshold) and decode steps give logits bitwise equal to the same backend unguarded — with
 // hooks reading every intermediate, compressed KV sides whose codecs do host math (q8_0
-// rotated, tq4 with the K mean and sinks), and the expert predictor's guess. Negative
-// controls: a host write to a guarded buffer, and a host read of one, each die with SIGSEGV.
-// The same runs on a fake device (backends/staging.h over memory the host cannot touch, one
+// rotated, tq4 with the K mean and sinks), two sequences sharing a batch, and the expert
+// predictor's guess. Negative controls: a host write to a guarded buffer, and a host read of
+// one, each die with SIGSEGV. The same runs on a fake device (backends/staging.h over memory the host cannot touch, one
 // op as a "kernel" on device pointers, the rest staged through a cpu twin) equal cpu bitwise.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -25,6 +25,8 @@
 #include "bench/bench.h"
 #include "host_guard_backend.h"
 #include "kvcodec/kvcodec.h"
+#include "memory/batch.h"
+#include "memory/memory.h"
 #include "models/model.h"
 #include "models/predictor.h"
 #include "runtime/session.h"
@@ -121,6 +123,37 @@ TEST_P(HostGuard, ForwardTouchesActivationsOnlyThroughOps) {
     tq.n_sink_k = tq.n_sink_v = 2;
     expect_same(run(*m, *be, tq, false), run(*m, guard, tq, false));
   }
+}
+
+// Two sequences in one batch (a prompt each, then a decode step of both): several runs per
+// layer through attention, the recurrent state and the MoE batch path.
+std::vector<float> two_sequences(const Model& m, Backend& be) {
+  MemoryOptions mo;
+  mo.kv.n_ctx = 64;
+  Memory mem(m.memory_layout(), mo);
+  const int32_t a = mem.seq_new(), b = mem.seq_new();
+  const int64_t V = m.hparams().n_vocab;
+  std::vector<float> out, logits;
+  Batch first;
+  for (int t = 0; t < 5; ++t) first.add(static_cast<int32_t>(3 + (t * 37) % (V - 3)), a, t, t == 4);
+  for (int t = 0; t < 9; ++t) first.add(static_cast<int32_t>(3 + (t * 53 + 11) % (V - 3)), b, t, t == 8);
+  logits.assign(static_cast<size_t>(first.n_outputs() * V), 0.0f);
+  m.forward(be, mem, first, logits.data(), nullptr);
+  out.insert(out.end(), logits.begin(), logits.end());
+  Batch next;
+  next.add(7, a, 5, true);
+  next.add(9, b, 9, true);
+  m.forward(be, mem, next, logits.data(), nullptr);
+  out.insert(out.end(), logits.begin(), logits.end());
+  return out;
+}
+
+TEST_P(HostGuard, SequencesSharingABatch) {
+  auto be = make_backend(GetParam().backend, 2);
+  test::HostGuardBackend guard(*be);
+  const std::vector<float> want = two_sequences(*m, *be), got = two_sequences(*m, guard);
+  ASSERT_EQ(want.size(), got.size());
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
 }
 
 TEST_P(HostGuard, PredictorGuessReadsThroughHostView) {
