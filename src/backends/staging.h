@@ -6,8 +6,9 @@
 // the twin runs on the mirrors, and the buffers it wrote are copied back. Host memory passes as
 // it is: weights, positions and token ids, the KV cache and recurrent state (Memory), routing
 // results, logits. A device overrides the ops it has kernels for, taking device pointers
-// where on_device() says so; tests/models/test_staging.cpp runs every architecture on a fake
-// device whose memory faults on any host access, bitwise equal to the twin alone.
+// where on_device() says so; tests/models/test_host_guard.cpp (DeviceStaging) runs every
+// architecture on a fake device whose memory faults on any host access, bitwise equal to the
+// twin alone.
 #pragma once
 #include <cstdint>
 #include <map>
