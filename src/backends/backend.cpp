@@ -32,10 +32,13 @@ void Backend::matmul(const TensorView& w, const float* x, float* y, int64_t n_to
     ActBuf<float> ax = alloc<float>(n_tok * t.a.ne[1]), bax = alloc<float>(n_tok * t.b.ne[1]);
     matmul_weights(t.a, x, ax.data(), n_tok);
     matmul_weights(t.b, ax.data(), bax.data(), n_tok);
-    // y[t] += scale · bax[t], row by row (add_rows_weighted's o += w·y).
-    std::vector<int64_t> rows(static_cast<size_t>(n_tok));
+    // y[t] += scale · bax[t], row by row (add_rows_weighted's o += w·y). Its index and weight
+    // arrays are host memory kept per thread: decode calls this per token per adapted weight.
+    thread_local std::vector<int64_t> rows;
+    thread_local std::vector<float> scale;
+    rows.resize(static_cast<size_t>(n_tok));
     for (int64_t i = 0; i < n_tok; ++i) rows[static_cast<size_t>(i)] = i;
-    const std::vector<float> scale(static_cast<size_t>(n_tok), t.scale);
+    scale.assign(static_cast<size_t>(n_tok), t.scale);
     add_rows_weighted(bax.data(), t.b.ne[1], rows.data(), scale.data(), n_tok, y);
   }
 }
