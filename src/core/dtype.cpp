@@ -11,7 +11,7 @@
 namespace sluice {
 namespace {
 constexpr int64_t QK_K = 256;
-constexpr std::array<DTypeTraits, 23> kTraits = {{
+constexpr std::array<DTypeTraits, 29> kTraits = {{
     {DType::F32, "f32", 1, 4, false},
     {DType::F16, "f16", 1, 2, false},
     {DType::Q4_0, "q4_0", 32, 2 + 16, true},
@@ -35,6 +35,13 @@ constexpr std::array<DTypeTraits, 23> kTraits = {{
     {DType::F64, "f64", 1, 8, false},
     {DType::BF16, "bf16", 1, 2, false},
     {DType::Q8_A, "q8_a", 32, 2 + 2 + 32, true},
+    // The codes only: a row's scales and biases are TensorView::affine's.
+    {DType::MLX_A2, "mlx_a2", 32, 8, true},
+    {DType::MLX_A3, "mlx_a3", 32, 12, true},
+    {DType::MLX_A4, "mlx_a4", 32, 16, true},
+    {DType::MLX_A5, "mlx_a5", 32, 20, true},
+    {DType::MLX_A6, "mlx_a6", 32, 24, true},
+    {DType::MLX_A8, "mlx_a8", 32, 32, true},
 }};
 }  // namespace
 

@@ -37,10 +37,41 @@ enum class DType : uint32_t {
   // 32 unsigned 8-bit codes with an fp16 scale and offset (quant/blocks.h block_q8_a): MLX's
   // 6- and 8-bit affine groups, held exactly (format/hf_folder).
   Q8_A = 1024,
+  // MLX affine codes as MLX stores them (quant/mlx_affine.h): `bits`-bit codes packed LSB-first
+  // in uint32 words, 32 elements in 4·bits bytes; the per-group scales and biases live in their
+  // own arrays (TensorView::affine), so these types are read in place, never converted.
+  MLX_A2 = 1025,
+  MLX_A3 = 1026,
+  MLX_A4 = 1027,
+  MLX_A5 = 1028,
+  MLX_A6 = 1029,
+  MLX_A8 = 1030,
 };
 constexpr uint32_t kFirstSluiceDType = 1024;
 // True for ggml's own ids (what a GGUF file may name).
 constexpr bool dtype_is_ggml(DType t) { return static_cast<uint32_t>(t) < kFirstSluiceDType; }
+// The MLX affine code types, and their bits per code (0 for every other type).
+constexpr int dtype_affine_bits(DType t) {
+  switch (t) {
+    case DType::MLX_A2: return 2;
+    case DType::MLX_A3: return 3;
+    case DType::MLX_A4: return 4;
+    case DType::MLX_A5: return 5;
+    case DType::MLX_A6: return 6;
+    case DType::MLX_A8: return 8;
+    default: return 0;
+  }
+}
+constexpr bool dtype_is_affine(DType t) { return dtype_affine_bits(t) != 0; }
+// The code type of `bits`-bit MLX affine groups (2, 3, 4, 5, 6 or 8).
+constexpr DType dtype_affine_of_bits(int bits) {
+  return bits == 2   ? DType::MLX_A2
+         : bits == 3 ? DType::MLX_A3
+         : bits == 4 ? DType::MLX_A4
+         : bits == 5 ? DType::MLX_A5
+         : bits == 6 ? DType::MLX_A6
+                     : DType::MLX_A8;
+}
 
 struct DTypeTraits {
   DType type;

@@ -14,6 +14,17 @@ namespace sluice {
 
 struct LoraTerm;
 
+// The per-group arrays of an MLX affine tensor (DType::MLX_A*): row r's n / group_size scales
+// and biases at scales / biases + r · group_row_bytes, of scale_type (F16, BF16 or F32), where
+// the file keeps them; w = code · scale + bias (quant/mlx_affine.h).
+struct AffinePlanes {
+  const uint8_t* scales = nullptr;
+  const uint8_t* biases = nullptr;
+  size_t group_row_bytes = 0;
+  int group_size = 0;
+  DType scale_type = DType::F16;
+};
+
 struct TensorView {
   std::string name;
   DType type = DType::F32;
@@ -35,10 +46,15 @@ struct TensorView {
   // file keeps): data == rows16 holds only the 16-row layout, and row() refuses to read it, so
   // a reader that wants rows fails by name instead of reading another layout's bytes.
   bool rows_interleaved = false;
+  // An MLX affine tensor's scales and biases (dtype_is_affine(type)); unused otherwise.
+  AffinePlanes affine;
 
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
+  // Bytes of one row's codes or blocks (the stride of `data`).
   size_t row_bytes() const { return dtype_row_bytes(type, ne[0]); }
+  // Bytes a reader of one row touches: row_bytes(), and an affine row's scales and biases.
+  size_t read_bytes_per_row() const { return row_bytes() + (dtype_is_affine(type) ? 2 * affine.group_row_bytes : 0); }
   const uint8_t* row(int64_t i) const {
     if (rows_interleaved) [[unlikely]]
       fail("tensor '", name, "' holds only its interleaved copy (--repack in place): its rows cannot be read here");
@@ -52,6 +68,11 @@ struct TensorView {
     v.nbytes = static_cast<size_t>(ne[1]) * row_bytes();
     v.data = static_cast<const uint8_t*>(data) + static_cast<size_t>(e * ne[1]) * row_bytes();
     if (rows16) v.rows16 = static_cast<const uint8_t*>(rows16) + static_cast<size_t>(e * ne[1]) * row_bytes();
+    if (dtype_is_affine(type)) {
+      const size_t off = static_cast<size_t>(e * ne[1]) * affine.group_row_bytes;
+      v.affine.scales += off;
+      v.affine.biases += off;
+    }
     v.lora = expert_lora ? &(*expert_lora)[static_cast<size_t>(e)] : nullptr;
     v.expert_lora = nullptr;
     return v;

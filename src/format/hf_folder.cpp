@@ -213,13 +213,32 @@ TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTens
   v.ne[0] = in;
   v.ne[1] = rows / n_exp;
   if (dims == 3) v.ne[2] = n_exp;
+  const size_t ss = st_dtype_size(s->dtype);
+  if (!is_router(gguf) && !owned.defer_experts) {
+    // Read where the file keeps it: the codes as the tensor's rows, the scales and biases as its
+    // planes (DType::MLX_A*; the cpu backend's int8 kernels and every decoder take them as they
+    // are). Routers stay float (below); a folder opened for `pack` converts, as GGUF has no such type.
+    v.type = dtype_affine_of_bits(f.bits);
+    v.data = w.data;
+    v.nbytes = w.nbytes;
+    v.affine.scales = s->data;
+    v.affine.biases = b->data;
+    v.affine.group_row_bytes = static_cast<size_t>(n_groups) * ss;
+    v.affine.group_size = f.group_size;
+    v.affine.scale_type = f.scale_type;
+    auto& e = summary[std::to_string(f.bits) + "-bit g" + std::to_string(f.group_size) + " " +
+                      std::string(dtype_name(f.scale_type)) + " → " + std::string(dtype_name(v.type)) + " (in place)"];
+    e.first += 1;
+    e.second += w.nbytes + s->nbytes + b->nbytes;
+    return v;
+  }
   // Q4_1/Q5_1/Q8_A blocks where they hold the groups exactly; else (scales that are not fp16
   // values, a group size that is not a multiple of 32) or for a router (kept in float: an int8
   // rounding would move expert choices) float32, the numbers quantized_matmul computes.
   std::optional<DType> type = is_router(gguf) ? std::nullopt : mlx_affine_repack_type(f);
   if (type && !mlx_affine_groups_fp16_exact(f, s->data, b->data, rows * n_groups)) type.reset();
   v.type = type.value_or(DType::F32);
-  const size_t row_bytes = dtype_row_bytes(v.type, in), ss = st_dtype_size(s->dtype);
+  const size_t row_bytes = dtype_row_bytes(v.type, in);
   v.nbytes = row_bytes * static_cast<size_t>(rows);
   uint8_t* dst = owned.alloc(v.nbytes);
   v.data = dst;
@@ -314,6 +333,50 @@ TensorView stack_experts(const std::string& gguf, const std::map<int64_t, std::p
   return v;
 }
 
+// The rows of t in `order` (source row indices), copied once into memory `owned` keeps: the
+// rows' bytes, and an MLX affine tensor's scale and bias rows with them. The view keeps t's name
+// and shape but for its rows (ne[1] = order.size(), ne[2] = 1); callers reshape it.
+TensorView copy_rows(const TensorView& t, const std::vector<int64_t>& order, Owned& owned) {
+  const size_t rb = t.nbytes / static_cast<size_t>(t.n_rows()), n = order.size();
+  const bool affine = dtype_is_affine(t.type);
+  const size_t gb = affine ? t.affine.group_row_bytes : 0;
+  uint8_t* dst = owned.alloc(n * (rb + 2 * gb));
+  const auto* src = static_cast<const uint8_t*>(t.data);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t r = static_cast<size_t>(order[i]);
+    std::memcpy(dst + i * rb, src + r * rb, rb);
+    if (affine) {
+      std::memcpy(dst + n * rb + i * gb, t.affine.scales + r * gb, gb);
+      std::memcpy(dst + n * (rb + gb) + i * gb, t.affine.biases + r * gb, gb);
+    }
+  }
+  TensorView v = t;
+  v.ne[1] = static_cast<int64_t>(n);
+  v.ne[2] = v.ne[3] = 1;
+  v.nbytes = n * rb;
+  v.data = dst;
+  if (affine) {
+    v.affine.scales = dst + n * rb;
+    v.affine.biases = dst + n * (rb + gb);
+  }
+  return v;
+}
+
+// Rows [r0, r0 + n) of t as a view of its own (affine planes with them).
+TensorView row_range(const TensorView& t, int64_t r0, int64_t n) {
+  const size_t rb = t.nbytes / static_cast<size_t>(t.n_rows());
+  TensorView v = t;
+  v.ne[1] = n;
+  v.ne[2] = v.ne[3] = 1;
+  v.nbytes = static_cast<size_t>(n) * rb;
+  v.data = static_cast<const uint8_t*>(t.data) + static_cast<size_t>(r0) * rb;
+  if (dtype_is_affine(t.type)) {
+    v.affine.scales += static_cast<size_t>(r0) * t.affine.group_row_bytes;
+    v.affine.biases += static_cast<size_t>(r0) * t.affine.group_row_bytes;
+  }
+  return v;
+}
+
 // transformers' fused Qwen3.5-MoE experts (GGUF name ffn_gate_up_exps, [in, 2·n_ff_exp, E]):
 // each expert's first n_ff_exp rows are its gate, the next its up; copied once into the two
 // stacked tensors.
@@ -323,20 +386,21 @@ std::pair<TensorView, TensorView> split_gate_up(const TensorView& t, int64_t n_f
     fail(file.string(), ": tensor '", t.name, "' has ", t.ne[1], " rows per expert, want 2 x moe_intermediate_size ",
          n_ff_exp);
   const int64_t E = t.ne[2];
-  const size_t half = t.nbytes / static_cast<size_t>(2 * E);  // one expert's gate (or up) rows
-  uint8_t* dst = owned.alloc(t.nbytes);
-  const auto* src = static_cast<const uint8_t*>(t.data);
-  for (int64_t e = 0; e < E; ++e)
-    for (int h = 0; h < 2; ++h)  // gate to the first E·half bytes, up to the rest
-      std::memcpy(dst + (static_cast<size_t>(h * E + e)) * half, src + static_cast<size_t>(2 * e + h) * half, half);
+  std::vector<int64_t> order;  // every expert's gate rows, then every expert's up rows
+  order.reserve(static_cast<size_t>(2 * E * n_ff_exp));
+  for (int h = 0; h < 2; ++h)
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t i = 0; i < n_ff_exp; ++i) order.push_back((2 * e + h) * n_ff_exp + i);
+  const TensorView all = copy_rows(t, order, owned);
   const std::string blk = t.name.substr(0, t.name.size() - std::string("ffn_gate_up_exps.weight").size());
-  TensorView gate = t, up = t;
+  TensorView gate = row_range(all, 0, E * n_ff_exp), up = row_range(all, E * n_ff_exp, E * n_ff_exp);
   gate.name = blk + "ffn_gate_exps.weight";
   up.name = blk + "ffn_up_exps.weight";
-  gate.ne[1] = up.ne[1] = n_ff_exp;
-  gate.nbytes = up.nbytes = t.nbytes / 2;
-  gate.data = dst;
-  up.data = static_cast<const uint8_t*>(gate.data) + gate.nbytes;
+  for (TensorView* v : {&gate, &up}) {
+    v->n_dims = 3;
+    v->ne[1] = n_ff_exp;
+    v->ne[2] = E;
+  }
   return {gate, up};
 }
 
@@ -365,22 +429,12 @@ std::pair<TensorView, TensorView> split_qkvz(const TensorView& t, int64_t hk, in
   if (t.n_dims != 2 || rows != hk * group)
     fail(file.string(), ": tensor '", t.name, "' has ", rows, " rows, want linear_num_key_heads ", hk, " x (2 x ", dk,
          " + 2 x ", r, " x ", dv, ") = ", hk * group);
-  const size_t row_bytes = t.nbytes / static_cast<size_t>(rows);
-  uint8_t* dst = owned.alloc(t.nbytes);
-  const auto* src = static_cast<const uint8_t*>(t.data);
-  const std::vector<int64_t> order = qkvz_split_rows(hk, hv, dk, dv);
-  for (size_t i = 0; i < order.size(); ++i)
-    std::memcpy(dst + i * row_bytes, src + static_cast<size_t>(order[i]) * row_bytes, row_bytes);
+  const TensorView all = copy_rows(t, qkvz_split_rows(hk, hv, dk, dv), owned);
   const std::string blk = t.name.substr(0, t.name.size() - std::string("attn_qkvz.weight").size());
-  TensorView qkv = t, z = t;
+  const int64_t n_qkv = 2 * hk * dk + hv * dv;
+  TensorView qkv = row_range(all, 0, n_qkv), z = row_range(all, n_qkv, hv * dv);
   qkv.name = blk + "attn_qkv.weight";
-  qkv.ne[1] = 2 * hk * dk + hv * dv;
-  qkv.nbytes = static_cast<size_t>(qkv.ne[1]) * row_bytes;
-  qkv.data = dst;
   z.name = blk + "attn_gate.weight";
-  z.ne[1] = hv * dv;
-  z.nbytes = static_cast<size_t>(z.ne[1]) * row_bytes;
-  z.data = static_cast<const uint8_t*>(qkv.data) + qkv.nbytes;
   return {qkv, z};
 }
 

@@ -12,6 +12,8 @@
 
 #include "core/error.h"
 #include "quant/quant.h"
+
+#include "quant/mlx_affine.h"
 #include "quant/quant_impl.h"
 
 namespace sluice {
@@ -261,6 +263,17 @@ void check_row(const char* what, DType t, int64_t n) {
     fail(what, ": type ", dtype_name(t), ": n = ", n, " is not a multiple of the block size ", bs);
 }
 }  // namespace
+
+void dequantize_weight_row(const TensorView& w, int64_t r, float* out) {
+  if (!dtype_is_affine(w.type)) return dequantize_row(w.type, w.row(r), out, w.ne[0]);
+  MlxAffineFormat f;
+  f.bits = dtype_affine_bits(w.type);
+  f.group_size = w.affine.group_size;
+  f.scale_type = w.affine.scale_type;
+  const size_t g = static_cast<size_t>(r) * w.affine.group_row_bytes;
+  mlx_affine_dequantize_row_f32(f, reinterpret_cast<const uint32_t*>(w.row(r)), w.affine.scales + g,
+                                w.affine.biases + g, w.ne[0], out);
+}
 
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
   check_row("dequantize_row", t, n);

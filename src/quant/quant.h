@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/fp16.h"
+#include "core/tensor.h"
 
 namespace sluice {
 
@@ -22,5 +23,11 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 // True if dequantize_row/quantize_row handle t.
 bool quant_supported(DType t);
+// Row r of the weight w decoded to float (w.ne[0] elements): dequantize_row of its bytes, or an
+// MLX affine row (DType::MLX_A*) from its codes and its planes' scale and bias
+// (mlx_affine_dequantize_row_f32: the float32 numbers of MLX's quantized_matmul).
+void dequantize_weight_row(const TensorView& w, int64_t r, float* out);
+// Whether dequantize_weight_row decodes w's type.
+inline bool weight_decodable(DType t) { return quant_supported(t) || dtype_is_affine(t); }
 
 }  // namespace sluice

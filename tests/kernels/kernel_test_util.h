@@ -16,6 +16,7 @@
 #include "core/cpu_features.h"
 #include "core/tensor.h"
 #include "kernels/parity_tolerances.h"
+#include "quant/mlx_affine.h"
 #include "quant/quant.h"
 
 namespace sluice::test {
@@ -44,21 +45,32 @@ inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
 // A weight matrix of type t with ne = [n_in, n_out] (view.name "w"), from seeded Gaussian
 // floats of the given scale: copied for F32, otherwise through quant/'s encoder.
 struct RandomMatrix {
-  std::vector<uint8_t> bytes;
+  std::vector<uint8_t> bytes, planes;
   TensorView view;
-  RandomMatrix(DType t, int64_t n_in, int64_t n_out, uint32_t seed, float scale = 1.0f) {
+  // t an MLX affine type (DType::MLX_A*): groups of `group` with scales and biases of
+  // `scale_type` in planes of their own, as a folder keeps them.
+  RandomMatrix(DType t, int64_t n_in, int64_t n_out, uint32_t seed, float scale = 1.0f, int group = 64,
+               DType scale_type = DType::BF16) {
     const std::vector<float> f = randn(static_cast<size_t>(n_in * n_out), seed, scale);
     const size_t rb = dtype_row_bytes(t, n_in);
     bytes.resize(rb * static_cast<size_t>(n_out));
+    MlxAffineFormat af{dtype_affine_bits(t), group, scale_type};
+    const size_t gb = dtype_is_affine(t) ? static_cast<size_t>(n_in / group) * (scale_type == DType::F32 ? 4 : 2) : 0;
+    planes.resize(2 * gb * static_cast<size_t>(n_out));
     for (int64_t r = 0; r < n_out; ++r) {
       if (t == DType::F32)
         std::memcpy(bytes.data() + r * rb, f.data() + r * n_in, rb);
+      else if (dtype_is_affine(t))
+        mlx_affine_quantize_row(af, f.data() + r * n_in, n_in, reinterpret_cast<uint32_t*>(bytes.data() + r * rb),
+                                planes.data() + r * gb, planes.data() + (n_out + r) * gb);
       else
         quantize_row(t, f.data() + r * n_in, bytes.data() + r * rb, n_in);
     }
     // Aggregate init: assigning a literal to view.name trips GCC 12's -Wrestrict false
     // positive (GCC bug 105329) at -O3.
     view = TensorView{"w", t, 2, {n_in, n_out, 1, 1}, bytes.data(), bytes.size()};
+    if (dtype_is_affine(t))
+      view.affine = {planes.data(), planes.data() + gb * static_cast<size_t>(n_out), gb, group, scale_type};
   }
 };
 

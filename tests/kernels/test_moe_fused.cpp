@@ -75,11 +75,18 @@ struct Mix {
   int64_t E, F;
 };
 // qwen3moe Q4_K_M (Q4_K gate/up, Q6_K down), pure K types, the Q8_0/Q4_0 int8 paths, float
-// types, and a type without an int8 path (Q5_0: float path inside the int8 backend).
-const Mix kMixes[] = {{DType::Q4_K, DType::Q6_K, 512, 256}, {DType::Q4_K, DType::Q4_K, 256, 512},
-                      {DType::Q5_K, DType::Q6_K, 256, 256}, {DType::Q8_0, DType::Q8_0, 256, 96},
-                      {DType::Q4_0, DType::Q8_0, 128, 64},  {DType::F16, DType::F16, 128, 72},
-                      {DType::F32, DType::BF16, 64, 40},    {DType::Q5_0, DType::Q4_K, 256, 256}};
+// types, a type without an int8 path (Q5_0: float path inside the int8 backend), and MLX affine.
+const Mix kMixes[] = {{DType::Q4_K, DType::Q6_K, 512, 256},
+                      {DType::Q4_K, DType::Q4_K, 256, 512},
+                      {DType::Q5_K, DType::Q6_K, 256, 256},
+                      {DType::Q8_0, DType::Q8_0, 256, 96},
+                      {DType::Q4_0, DType::Q8_0, 128, 64},
+                      {DType::F16, DType::F16, 128, 72},
+                      {DType::F32, DType::BF16, 64, 40},
+                      {DType::Q5_0, DType::Q4_K, 256, 256},
+                      // MLX folders' affine experts read in place (groups of 64, bf16 scales).
+                      {DType::MLX_A4, DType::MLX_A4, 256, 192},
+                      {DType::MLX_A8, DType::MLX_A3, 128, 64}};
 
 TEST(MoeFused, BitwiseEqualToPerExpertMatmuls) {
   for (const Mix& mx : kMixes) {

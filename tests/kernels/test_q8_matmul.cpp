@@ -123,6 +123,49 @@ TEST(Q8Matmul, AgainstRefTightAndLoose) {
   std::printf("[  NMSE    ] q8 matmul tight max %.3g, loose max %.3g\n", worst_tight, worst_loose);
 }
 
+// MLX affine weights read in place (codes, scales and biases in their own arrays): every code
+// width, group size and scale type, against ref on the Q8_0-rounded activations (tight) and on
+// the float ones (loose); every level bitwise the scalar twin (kernels_q8_affine_impl.h walks the
+// same 8 lanes). 192 inputs leave half a 128-input group pair at the end of the 4-bit layout.
+// Negative control: the scales read as the biases and back.
+TEST(Q8Matmul, AffineInPlaceAgainstRefAndLevelsBitwise) {
+  auto ref = make_ref_backend();
+  auto gen = q8_backend(1, CpuIsa::generic);
+  double worst_tight = 0, worst_loose = 0;
+  for (int bits : {2, 3, 4, 5, 6, 8})
+    for (int group : {32, 64, 128})
+      for (DType st : {DType::BF16, DType::F16, DType::F32}) {
+        const int64_t n_in = group == 128 ? 384 : 192, n_out = 37;
+        const DType t = dtype_affine_of_bits(bits);
+        const std::string what = std::string(dtype_name(t)) + " g" + std::to_string(group) + " " +
+                                 std::string(dtype_name(st));
+        Weights w(t, n_in, n_out, static_cast<uint32_t>(bits * 100 + group), 1.0f, group, st);
+        for (int64_t T : {1, 3, 70}) {
+          const auto x = randn(static_cast<size_t>(T * n_in), 9 + static_cast<uint32_t>(T));
+          const auto y_loose = matmul(*ref, w.view, x, T);
+          const auto y_tight = matmul(*ref, w.view, requantize(x, n_in, DType::Q8_0), T);
+          const auto yg = matmul(*gen, w.view, x, T);
+          for (CpuIsa isa : available_isas()) {
+            auto cpu = q8_backend(2, isa);
+            const auto y = matmul(*cpu, w.view, x, T);
+            const double et = nmse(y_tight, y), el = nmse(y_loose, y);
+            worst_tight = std::max(worst_tight, et);
+            worst_loose = std::max(worst_loose, el);
+            EXPECT_LE(et, kTolQ8Tight) << what << " " << cpu_isa_name(isa) << " T=" << T;
+            EXPECT_LE(el, kTolQ8Loose) << what << " " << cpu_isa_name(isa) << " T=" << T;
+            EXPECT_EQ(0, std::memcmp(y.data(), yg.data(), y.size() * sizeof(float)))
+                << what << " " << cpu_isa_name(isa);
+          }
+          if (T == 3) {
+            TensorView swapped = w.view;
+            std::swap(swapped.affine.scales, swapped.affine.biases);
+            EXPECT_GT(nmse(y_tight, matmul(*gen, swapped, x, T)), 1e-2) << what << ": negative control";
+          }
+        }
+      }
+  std::printf("[  NMSE    ] affine in place: tight max %.3g, loose max %.3g\n", worst_tight, worst_loose);
+}
+
 // The scalar generic level is the twin of the SIMD levels: same integer sums; for the 32-block
 // types also the same float operations in the same order (kernels_q8_impl.h), so the same
 // bits. 1056 inputs = 33 blocks of 32 leaves a partial group of four.

@@ -80,9 +80,13 @@ class CpuBackend final : public Backend {
         matmul_q8(*op, w, x, y, n_tok);
         return;
       }
+      if (affine_int8(w)) {
+        matmul_affine(w, x, y, n_tok);
+        return;
+      }
     }
     const bool direct = w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16;
-    if (!direct && !quant_supported(w.type))
+    if (!direct && !weight_decodable(w.type))
       fail("cpu backend: matmul on unsupported weight type ", dtype_name(w.type));
 
     // Rows per work unit. Direct types read the weights in place, and so does the fused
@@ -133,7 +137,7 @@ class CpuBackend final : public Backend {
       if (qops)
         qops->decode(wr + r * ldw_bytes, buf + r * n_in, n_in);
       else
-        dequantize_row(w.type, wr + r * ldw_bytes, buf + r * n_in, n_in);
+        dequantize_weight_row(w, r0 + r, buf + r * n_in);
     }
     k_.gemm_f32(buf, n_in, nr, x, n_in, n_tok, n_in, y, ldy);
   }
@@ -196,6 +200,15 @@ class CpuBackend final : public Backend {
     if (ex.empty()) {
       std::fill(out, out + E, 0.0f);
       return;
+    }
+    if (affine_int8(*ex[0].gate)) {
+      moe_rows_.resize(ex.size());
+      static constexpr int64_t kToken0 = 0;
+      for (size_t j = 0; j < ex.size(); ++j)
+        moe_rows_[j] = {ex[j].gate, ex[j].up,    ex[j].down,   &kToken0,   &ex[j].weight,
+                        1,          ex[j].layer, ex[j].expert, ex[j].limit};
+      if (moe_affine(moe_rows_, x, out, 1, E)) return;
+      return Backend::moe_ffn_token(ex, x, out, E);
     }
     const TensorView &g0 = *ex[0].gate, &u0 = *ex[0].up, &d0 = *ex[0].down;
     const int64_t F = g0.ne[1], n = static_cast<int64_t>(ex.size());
@@ -275,6 +288,10 @@ class CpuBackend final : public Backend {
   // wake-ups cost more than the work at 16 tokens per expert: Qwen3.5-MoE's 256 experts, pp512).
   void moe_ffn_batch(std::span<const FfnExpertRows> ex, const float* x, float* out, int64_t n_tok, int64_t E) override {
     if (ex.empty()) return Backend::moe_ffn_batch(ex, x, out, n_tok, E);
+    if (affine_int8(*ex[0].gate)) {
+      if (!moe_affine(ex, x, out, n_tok, E)) Backend::moe_ffn_batch(ex, x, out, n_tok, E);
+      return;
+    }
     const TensorView &g0 = *ex[0].gate, &u0 = *ex[0].up, &d0 = *ex[0].down;
     const int64_t F = g0.ne[1], n = static_cast<int64_t>(ex.size());
     const cpu::Q8Ops *qg = q8_op(g0), *qu = q8_op(u0), *qd = q8_op(d0);
@@ -382,6 +399,117 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // Whether w is an MLX affine matrix that the int8 kernels read in place (AffineOps): rows a
+  // whole number of 64-input chunks. Otherwise (and on the exact backend) it is decoded to float.
+  bool affine_int8(const TensorView& w) const { return q8_ && dtype_is_affine(w.type) && w.ne[0] % 64 == 0; }
+  static cpu::AffineRows affine_rows(const TensorView& w, int64_t r0) {
+    cpu::AffineRows a;
+    a.code_row_bytes = w.row_bytes();
+    a.codes = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * a.code_row_bytes;
+    a.group_row_bytes = w.affine.group_row_bytes;
+    a.scales = w.affine.scales + static_cast<size_t>(r0) * a.group_row_bytes;
+    a.biases = w.affine.biases + static_cast<size_t>(r0) * a.group_row_bytes;
+    a.bits = dtype_affine_bits(w.type);
+    a.group_size = w.affine.group_size;
+    a.scale_type = w.affine.scale_type;
+    return a;
+  }
+  // n_tok rows of x (n inputs each) prepared for `bits`-bit codes into dst, in parallel.
+  void affine_prepare_rows(const float* x, int64_t n, int64_t n_tok, int bits, uint8_t* dst) {
+    const size_t ab = cpu::affine_act_bytes(n);
+    run(n_tok, n_tok * n * 4, [&](int64_t t0, int64_t t1, int) {
+      for (int64_t t = t0; t < t1; ++t) q8_->affine.act_prepare(x + t * n, n, bits, dst + static_cast<size_t>(t) * ab);
+    });
+  }
+
+  // MLX affine weights by the int8 kernels, read where the file keeps them: every token prepared
+  // once, then units of rows (16 for one token, 32 for more) against all tokens.
+  void matmul_affine(const TensorView& w, const float* x, float* y, int64_t n_tok) {
+    const int64_t n_in = w.ne[0], n_out = w.n_rows();
+    const size_t ab = cpu::affine_act_bytes(n_in);
+    if (act_.size() < ab * static_cast<size_t>(n_tok)) act_.resize(ab * static_cast<size_t>(n_tok));
+    affine_prepare_rows(x, n_in, n_tok, dtype_affine_bits(w.type), act_.data());
+    const int64_t block = n_tok == 1 ? kQ8RowsDecode : kQ8RowsBatch;
+    run((n_out + block - 1) / block, n_out * n_in * n_tok, [&](int64_t u0, int64_t u1, int) {
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t r0 = u * block, nr = std::min(block, n_out - r0);
+        for (int64_t t0 = 0; t0 < n_tok; t0 += kQ8TokTile)
+          q8_->affine.gemm(affine_rows(w, r0), nr, act_.data() + static_cast<size_t>(t0) * ab, ab,
+                           std::min(kQ8TokTile, n_tok - t0), n_in, y + t0 * n_out + r0, static_cast<size_t>(n_out));
+      }
+    });
+  }
+
+  // moe_ffn_batch's three phases for MLX affine experts (moe_ffn_token calls it with one token):
+  // the gate and up rows of all experts as one parallel job, h = silu(g) ⊙ u prepared per row,
+  // then the output rows, each unit adding every expert's down rows to out in the order given:
+  // the same kernels and order as a matmul per expert (Backend::moe_ffn_batch), bitwise.
+  // False (nothing done) for experts of mixed types or shapes.
+  bool moe_affine(std::span<const FfnExpertRows> ex, const float* x, float* out, int64_t n_tok, int64_t E) {
+    const TensorView &g0 = *ex[0].gate, &u0 = *ex[0].up, &d0 = *ex[0].down;
+    const int64_t F = g0.ne[1], n = static_cast<int64_t>(ex.size());
+    if (!affine_int8(u0) || !affine_int8(d0) || g0.type != u0.type) return false;
+    for (const FfnExpertRows& e : ex)
+      if (e.n < 1 || e.gate->type != g0.type || e.up->type != u0.type || e.down->type != d0.type ||
+          e.gate->ne[0] != E || e.gate->ne[1] != F || e.up->ne[0] != E || e.up->ne[1] != F || e.down->ne[0] != F ||
+          e.down->ne[1] != E)
+        return false;
+    std::vector<int64_t> first(static_cast<size_t>(n) + 1, 0);
+    int64_t most = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      first[j + 1] = first[j] + ex[j].n;
+      most = std::max(most, ex[j].n);
+    }
+    const int64_t rows = first[n];
+    const size_t xb = cpu::affine_act_bytes(E), hb = cpu::affine_act_bytes(F);
+    moe_act_.resize(xb * static_cast<size_t>(n_tok + rows) + hb * static_cast<size_t>(rows));
+    uint8_t *xq = moe_act_.data(), *xr = xq + xb * static_cast<size_t>(n_tok),
+            *hq = xr + xb * static_cast<size_t>(rows);
+    affine_prepare_rows(x, E, n_tok, dtype_affine_bits(g0.type), xq);
+    for (int64_t j = 0; j < n; ++j)  // each expert's token rows side by side
+      for (int64_t i = 0; i < ex[j].n; ++i)
+        std::copy_n(xq + static_cast<size_t>(ex[j].tokens[i]) * xb, xb, xr + static_cast<size_t>(first[j] + i) * xb);
+    moe_gu_.resize(static_cast<size_t>(2 * rows * F));
+    float *g = moe_gu_.data(), *u = g + rows * F;
+    const int64_t B = kQ8RowsDecode, nbF = (F + B - 1) / B;
+    run(2 * n * nbF, 2 * rows * F * E, [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t j = i / (2 * nbF), rem = i % (2 * nbF), r0 = (rem % nbF) * B, nr = std::min(B, F - r0);
+        const bool is_up = rem >= nbF;
+        q8_->affine.gemm(affine_rows(is_up ? *ex[j].up : *ex[j].gate, r0), nr, xr + static_cast<size_t>(first[j]) * xb,
+                         xb, ex[j].n, E, (is_up ? u : g) + first[j] * F + r0, static_cast<size_t>(F));
+      }
+    });
+    const int bits_d = dtype_affine_bits(d0.type);
+    run(rows, rows * F * 8, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t j = std::upper_bound(first.begin(), first.end(), r) - first.begin() - 1;
+        swiglu(g + r * F, u + r * F, g + r * F, F, ex[static_cast<size_t>(j)].limit);
+        q8_->affine.act_prepare(g + r * F, F, bits_d, hq + static_cast<size_t>(r) * hb);
+      }
+    });
+    int64_t B3 = B;
+    while (B3 < kMoeDownRows && E / (2 * B3) >= 4 * pool_.size()) B3 *= 2;
+    std::fill(out, out + n_tok * E, 0.0f);
+    run((E + B3 - 1) / B3, rows * E * F, [&](int64_t i0, int64_t i1, int th) {
+      float* y = reinterpret_cast<float*>(
+          scratch_aligned(th, static_cast<size_t>(most * kMoeDownRows) * sizeof(float)));
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t r0 = i * B3, nr = std::min(B3, E - r0);
+        for (int64_t j = 0; j < n; ++j) {
+          q8_->affine.gemm(affine_rows(*ex[j].down, r0), nr, hq + static_cast<size_t>(first[j]) * hb, hb, ex[j].n, F, y,
+                           static_cast<size_t>(nr));
+          for (int64_t t = 0; t < ex[j].n; ++t) {
+            float* o = out + ex[j].tokens[t] * E + r0;
+            const float wt = ex[j].weights[t];
+            for (int64_t c = 0; c < nr; ++c) o[c] += wt * y[t * nr + c];
+          }
+        }
+      }
+    });
+    return true;
+  }
+
   // The int8 path: x quantized once per call (per token) to op.act, then each output is one
   // int8 dot product of a weight row with a quantized activation row.
   void matmul_q8(const cpu::Q8Ops& op, const TensorView& w, const float* x, float* y, int64_t n_tok) {
@@ -487,7 +615,12 @@ class CpuBackend final : public Backend {
       return;
     }
     run(n, n * n_embd, [&](int64_t r0, int64_t r1, int) {
-      for (int64_t r = r0; r < r1; ++r) decode(table.type, table.row(ids[r]), out + r * n_embd, n_embd);
+      for (int64_t r = r0; r < r1; ++r) {
+        if (dtype_is_affine(table.type))
+          dequantize_weight_row(table, ids[r], out + r * n_embd);
+        else
+          decode(table.type, table.row(ids[r]), out + r * n_embd, n_embd);
+      }
     });
   }
 
@@ -676,6 +809,7 @@ class CpuBackend final : public Backend {
   std::vector<int32_t> act_sums_;            // their block sums, for Q8TileOps::act_sums
   std::vector<uint8_t> moe_act_;             // moe_ffn_token: x and the k hidden rows, quantized
   std::vector<float> moe_gu_;                // moe_ffn_token: gate then up outputs, [2][k][F]
+  std::vector<FfnExpertRows> moe_rows_;      // moe_ffn_token of affine experts: one row each
   std::vector<std::vector<float>> scratch_;  // per pool thread; a backend runs one op at a time
 };
 

@@ -10,12 +10,16 @@
 //
 // Legend: n = elements per row, ldw/ldx/ldy = row strides in elements.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "quant/blocks.h"
+#include "quant/quant.h"
 
 namespace sluice::cpu {
 
@@ -190,6 +194,35 @@ struct Q8Ops {
                  int64_t n_tok, float* y, size_t ldy) = nullptr;
 };
 
+// Rows of one MLX affine matrix (DType::MLX_A*, TensorView::affine) where the file keeps them:
+// row r's codes at codes + r·code_row_bytes, its n / group_size scales and biases (scale_type)
+// at scales / biases + r·group_row_bytes.
+struct AffineRows {
+  const uint8_t* codes = nullptr;
+  size_t code_row_bytes = 0;
+  const uint8_t* scales = nullptr;
+  const uint8_t* biases = nullptr;
+  size_t group_row_bytes = 0;
+  int bits = 4, group_size = 64;
+  DType scale_type = DType::F16;
+};
+
+// One token's affine activation row per 64 inputs (kernels_q8_affine_impl.h): 64 quants, 16
+// lane scales, 16 lane sums.
+constexpr int64_t kAffineChunk = 64;
+constexpr size_t kAffineChunkBytes = 64 + 16 * 4 + 16 * 4;
+// Bytes of one token's activation row of n inputs (n a multiple of kAffineChunk).
+constexpr size_t affine_act_bytes(int64_t n) { return static_cast<size_t>(n / kAffineChunk) * kAffineChunkBytes; }
+
+// The int8 path of the affine types (kernels_q8_affine_impl.h): activations prepared once per
+// token into affine_act_bytes(n) bytes (n a multiple of 64; the layout depends on the code width),
+// then y[t·ldy + r] = dot(W_r, A_t) for r < n_rows, t < n_tok.
+struct AffineOps {
+  void (*act_prepare)(const float* x, int64_t n, int bits, uint8_t* out) = nullptr;
+  void (*gemm)(const AffineRows& w, int64_t n_rows, const uint8_t* a, size_t a_row_bytes, int64_t n_tok, int64_t n,
+               float* y, size_t ldy) = nullptr;
+};
+
 struct Q8Kernels {
   const char* name;  // "generic", "avx2", "avx512", "avx512-vnni"
   Q8Ops q4_0, q4_1, q5_0, q5_1, q8_a, q8_0, q4_K, q5_K, q6_K, q2_K, q3_K, iq4_nl, iq4_xs;
@@ -198,6 +231,7 @@ struct Q8Kernels {
   void (*quantize_q8_K)(const float* x, void* y, int64_t n) = nullptr;
   // quantize_row(Q8_0, x, y, n) likewise (the activations of the 32-block types).
   void (*quantize_q8_0)(const float* x, void* y, int64_t n) = nullptr;
+  AffineOps affine;
   const Q8Ops* get(DType t) const {
     const Q8Ops* q = nullptr;
     switch (t) {

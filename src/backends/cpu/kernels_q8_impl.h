@@ -1291,6 +1291,8 @@ inline void q8_quantize_q8_0_256(const float* x, void* yv, int64_t n) {
 #include "backends/cpu/kernels_q8_rows16_avx2.h"
 #endif
 
+#include "backends/cpu/kernels_q8_affine_impl.h"
+
 constexpr Q8Kernels q8_table(const char* name) {
   Q8Kernels k{
       .name = name,
@@ -1309,6 +1311,7 @@ constexpr Q8Kernels q8_table(const char* name) {
       .iq4_xs = {DType::Q8_K, q8_gemm<Dot_iq4_xs, QK_K>, SLUICE_Q8_IQ4_XS_TILE},
       .quantize_q8_K = SLUICE_Q8_QUANTIZE_Q8_K,
       .quantize_q8_0 = SLUICE_Q8_QUANTIZE_Q8_0,
+      .affine = {affine_act_prepare, affine_gemm},
   };
 #if SLUICE_Q8_AVX512 && SLUICE_Q8_VNNI
   // The VNNI K-quant tiles beat the row dots from a few tokens, now that a pack prefetches the

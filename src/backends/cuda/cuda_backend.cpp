@@ -314,9 +314,10 @@ struct CudaBackend::Impl {
     } else {
       // No device decoder for this type (none of quant/'s types today; kept so a new type
       // works before its kernel exists): decode on the host once, keep float32 in VRAM.
-      if (!quant_supported(w.type)) fail("cuda backend: no decoder for weight type ", dtype_name(w.type));
+      // MLX affine codes (their scales and biases in planes of their own) come here too.
+      if (!weight_decodable(w.type)) fail("cuda backend: no decoder for weight type ", dtype_name(w.type));
       std::vector<float> f(static_cast<size_t>(w.ne[0] * w.n_rows()));
-      for (int64_t r = 0; r < w.n_rows(); ++r) dequantize_row(w.type, w.row(r), f.data() + r * w.ne[0], w.ne[0]);
+      for (int64_t r = 0; r < w.n_rows(); ++r) dequantize_weight_row(w, r, f.data() + r * w.ne[0]);
       e.type = DType::F32;
       e.bytes = f.size() * sizeof(float);
       alloc_weight(e.buf, e.bytes);

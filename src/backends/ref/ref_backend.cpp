@@ -30,6 +30,12 @@ void decode_row(DType t, const void* src, float* dst, int64_t n) {
   dequantize_row(t, src, dst, n);
 }
 
+// Row r of a weight (an MLX affine one from its planes).
+void weight_row(const TensorView& w, int64_t r, float* dst) {
+  if (dtype_is_affine(w.type)) return dequantize_weight_row(w, r, dst);
+  decode_row(w.type, w.row(r), dst, w.ne[0]);
+}
+
 // A tq cache type comes with its codec, shaped like the attention's heads.
 void check_tq(DType t, const TqCodec* c, int64_t Hkv, int64_t D) {
   if (kv_type_is_tq(t) != (c != nullptr) || (c && c->type() != t))
@@ -60,7 +66,7 @@ class RefBackend final : public Backend {
     const int64_t n_in = w.ne[0], n_out = w.n_rows();
     std::vector<float> row(static_cast<size_t>(n_in));
     for (int64_t o = 0; o < n_out; ++o) {
-      decode_row(w.type, w.row(o), row.data(), n_in);
+      weight_row(w, o, row.data());
       for (int64_t t = 0; t < n_tok; ++t) {
         const float* xt = x + t * n_in;
         double s = 0.0;
@@ -75,7 +81,7 @@ class RefBackend final : public Backend {
     for (int64_t r = 0; r < n; ++r) {
       if (ids[r] < 0 || ids[r] >= n_rows)
         fail("get_rows: id ", ids[r], " outside ", table.name, " (", n_rows, " rows)");
-      decode_row(table.type, table.row(ids[r]), out + r * n_embd, n_embd);
+      weight_row(table, ids[r], out + r * n_embd);
     }
   }
 
