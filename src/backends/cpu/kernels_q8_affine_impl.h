@@ -7,7 +7,10 @@
 // A weight is w = c·s + b (code c, the group's scale s and bias b), so for an activation block k
 // quantized as x ≈ d_k·q (Q8_0's rounding),
 //   Σ_i w_i·x_i ≈ Σ_k d_k·s_g·Σ_{i∈k} c_i·q_i  +  Σ_k d_k·b_g·Σ_{i∈k} q_i.
-// Both sums are exact int32 per 32-bit lane; the float terms are added per lane in 8 lanes.
+// The code sums are exact int32 per 32-bit lane, their float terms added per lane in 8 lanes and
+// two accumulators (even and odd chunks, or the two halves of a chunk: one fma chain would make
+// its latency the pace). The bias term is one dot per row of the group biases with the token's
+// group sums gs_g = Σ_{k∈g} d_k·Σ q (8 lanes by g mod 8), added after.
 //
 // The activation row (affine_act_prepare, once per token) holds per 64 inputs (kAffineChunk):
 //   q[64]   the int8 quants. 4-bit codes: [q(2j) for j < 32 | q(2j+1) for j < 32], because the
@@ -15,7 +18,7 @@
 //           its odd ones; then lane l (bytes 4l..4l+3 of both halves) covers inputs 8l..8l+7.
 //           Other widths: in order, lane l of half h covering inputs 32h + 4l..+3.
 //   dl[16]  per lane the activation block's d (4-bit: lanes 0-7 only);
-//   dq[16]  per lane d · Σ of the lane's quants (for the bias term).
+//   ds[2]   per 32-block d · Σ of its quants (the group sums add them in block order).
 // Byte-wide codes (8 bits as stored; 2, 3, 5, 6 bits unpacked into bytes first) are signed as
 // c − 128 for the sign trick (maddubs would saturate 255·127·2) and the bias becomes b + 128·s.
 //
@@ -36,7 +39,7 @@ inline void affine_act_prepare_with(void (*quantize_q8_0)(const float*, void*, i
   for (int64_t c = 0; c < n / kAffineChunk; ++c) {
     uint8_t* o = out + static_cast<size_t>(c) * kAffineChunkBytes;
     auto* q = reinterpret_cast<int8_t*>(o);
-    float dl[16] = {}, dq[16] = {};
+    float dl[16] = {}, ds[16] = {};
     const block_q8_0* b = blocks.data() + 2 * c;
     const float d[2] = {fp16_to_fp32(b[0].d), fp16_to_fp32(b[1].d)};
     auto qv = [&](int i) { return static_cast<int>(b[i / 32].qs[i % 32]); };  // input i of the chunk
@@ -45,44 +48,66 @@ inline void affine_act_prepare_with(void (*quantize_q8_0)(const float*, void*, i
         q[j] = static_cast<int8_t>(qv(2 * j));
         q[32 + j] = static_cast<int8_t>(qv(2 * j + 1));
       }
-      for (int l = 0; l < 8; ++l) {
-        int s = 0;
-        for (int i = 8 * l; i < 8 * l + 8; ++i) s += qv(i);
-        dl[l] = d[l / 4];
-        dq[l] = d[l / 4] * static_cast<float>(s);
-      }
+      for (int l = 0; l < 8; ++l) dl[l] = d[l / 4];
     } else {
       for (int i = 0; i < 64; ++i) q[i] = static_cast<int8_t>(qv(i));
-      for (int l = 0; l < 16; ++l) {
-        int s = 0;
-        for (int i = 4 * l; i < 4 * l + 4; ++i) s += qv(i);
-        dl[l] = d[l / 8];
-        dq[l] = d[l / 8] * static_cast<float>(s);
-      }
+      for (int l = 0; l < 16; ++l) dl[l] = d[l / 8];
+    }
+    for (int k = 0; k < 2; ++k) {
+      int sum = 0;
+      for (int i = 0; i < 32; ++i) sum += b[k].qs[i];
+      ds[k] = d[k] * static_cast<float>(sum);
     }
     std::memcpy(o + 64, dl, sizeof dl);
-    std::memcpy(o + 64 + sizeof dl, dq, sizeof dq);
+    std::memcpy(o + 64 + sizeof dl, ds, sizeof ds);
+  }
+}
+
+// n scales (or biases) of scale type st at p as floats: exact conversions, so the SIMD and
+// scalar loops give the same values.
+inline void affine_groups_f32(const uint8_t* p, DType st, int64_t n, float* out) {
+  int64_t g = 0;
+#if SLUICE_Q8_SIMD
+  for (; g + 8 <= n; g += 8) {
+    __m256 v;
+    if (st == DType::BF16)
+      v = _mm256_castsi256_ps(
+          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * g))), 16));
+    else if (st == DType::F16)
+      v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * g)));
+    else
+      v = _mm256_loadu_ps(reinterpret_cast<const float*>(p + 4 * g));
+    _mm256_storeu_ps(out + g, v);
+  }
+#endif
+  for (; g < n; ++g) {
+    if (st == DType::F32) {
+      std::memcpy(&out[g], p + 4 * g, 4);
+      continue;
+    }
+    uint16_t h;
+    std::memcpy(&h, p + 2 * g, 2);
+    if (st == DType::F16) {
+      out[g] = q8_half(h);
+    } else {
+      const uint32_t bits = static_cast<uint32_t>(h) << 16;
+      std::memcpy(&out[g], &bits, 4);
+    }
   }
 }
 
 // One row's group scales and biases as floats (biases + 128·scale for byte-wide codes).
 inline void affine_row_groups(const AffineRows& w, int64_t r, int64_t n_groups, bool bytes, float* sf, float* bf) {
-  const uint8_t* s = w.scales + static_cast<size_t>(r) * w.group_row_bytes;
-  const uint8_t* b = w.biases + static_cast<size_t>(r) * w.group_row_bytes;
-  auto at = [&](const uint8_t* p, int64_t i) {
-    if (w.scale_type == DType::F32) {
-      float v;
-      std::memcpy(&v, p + 4 * i, 4);
-      return v;
-    }
-    uint16_t h;
-    std::memcpy(&h, p + 2 * i, 2);
-    return w.scale_type == DType::F16 ? q8_half(h) : bf16_to_fp32(h);
-  };
-  for (int64_t g = 0; g < n_groups; ++g) {
-    sf[g] = at(s, g);
-    bf[g] = bytes ? std::fma(128.0f, sf[g], at(b, g)) : at(b, g);
-  }
+  const size_t off = static_cast<size_t>(r) * w.group_row_bytes;
+  affine_groups_f32(w.scales + off, w.scale_type, n_groups, sf);
+  affine_groups_f32(w.biases + off, w.scale_type, n_groups, bf);
+  if (!bytes) return;
+  int64_t g = 0;
+#if SLUICE_Q8_SIMD
+  for (; g + 8 <= n_groups; g += 8)
+    _mm256_storeu_ps(bf + g, _mm256_fmadd_ps(_mm256_set1_ps(128.0f), _mm256_loadu_ps(sf + g), _mm256_loadu_ps(bf + g)));
+#endif
+  for (; g < n_groups; ++g) bf[g] = std::fma(128.0f, sf[g], bf[g]);
 }
 
 // Row r's codes as bytes (2, 3, 5, 6 bits: unpacked from the stream), into u[n].
@@ -96,66 +121,80 @@ inline void affine_unpack_bytes(const uint8_t* codes, int bits, int64_t n, uint8
   }
 }
 
-// Scale (or bias) of lane l of a chunk (or half h of it) with group size G.
-inline int64_t affine_group_4bit(int64_t c, int l, int G) { return (c * 64 + 8 * l) / G; }
-inline int64_t affine_group_bytes(int64_t c, int h, int G) { return (c * 64 + 32 * h) / G; }
+// The group of lane l of chunk c (or of half h of it), groups of 2^lg inputs (a shift: a
+// division by the group size in the chunk loop cost more than the dot products).
+inline int64_t affine_group_4bit(int64_t c, int l, int lg) { return (c * 64 + 8 * l) >> lg; }
+inline int64_t affine_group_bytes(int64_t c, int h, int lg) { return (c * 64 + 32 * h) >> lg; }
 
 // NT tokens (activation rows a + t·astride) against one row: y[t·ystride].
-template <int NT>
-void affine_row_dot(const uint8_t* codes, bool four, const float* sf, const float* bf, int G, int64_t n,
-                    const uint8_t* a, size_t astride, float* y, size_t ystride) {
+#if SLUICE_Q8_SIMD
+// Σ_lanes of 4-byte groups: lo·a0 + hi·a1 (4-bit codes ≤ 15: the two maddubs pairs add in int16).
+inline __m256i affine_dot4(__m256i lo, __m256i hi, const uint8_t* a) {
+#if SLUICE_Q8_VNNI
+  return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, q8_load(a)), hi, q8_load(a + 32));
+#else
+  const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, q8_load(a)), _mm256_maddubs_epi16(hi, q8_load(a + 32)));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+#endif
+}
+#endif
+
+// The code term of NT tokens (activation rows a + t·astride) against one row, into y[t·ystride].
+template <int NT, bool four>
+void affine_row_dot(const uint8_t* codes, const float* sf, int lg, int64_t n, const uint8_t* a, size_t astride,
+                    float* y, size_t ystride) {
   const int64_t nc = n / kAffineChunk;
 #if SLUICE_Q8_SIMD
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t c = 0; c < nc; ++c) {
+  // Two accumulator sets indexed by constants only (acc[c & 1] made GCC keep them in memory).
+  __m256 acc0[NT], acc1[NT];
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+  // 4-bit: chunk c into acc (even chunks acc0, odd acc1).
+  auto four_chunk = [&](int64_t c, __m256(&acc)[NT]) {
     const uint8_t* ac = a + static_cast<size_t>(c) * kAffineChunkBytes;
-    if (four) {
-      const __m256i raw = q8_load(codes + 32 * c);
-      const __m256i lo = _mm256_and_si256(raw, _mm256_set1_epi8(0x0F));
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0F));
-      __m256 sv, bv;
-      if (G == 32) {
-        sv = _mm256_set_m128(_mm_set1_ps(sf[2 * c + 1]), _mm_set1_ps(sf[2 * c]));
-        bv = _mm256_set_m128(_mm_set1_ps(bf[2 * c + 1]), _mm_set1_ps(bf[2 * c]));
-      } else {
-        sv = _mm256_set1_ps(sf[c * 64 / G]);
-        bv = _mm256_set1_ps(bf[c * 64 / G]);
-      }
-      for (int t = 0; t < NT; ++t) {
-        const uint8_t* at = ac + t * astride;
-        const __m256i isum = _mm256_add_epi32(q8_dot_us(lo, q8_load(at)), q8_dot_us(hi, q8_load(at + 32)));
-        const __m256 dl = _mm256_loadu_ps(reinterpret_cast<const float*>(at + 64));
-        const __m256 dq = _mm256_loadu_ps(reinterpret_cast<const float*>(at + 128));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dl, sv), acc[t]);
-        acc[t] = _mm256_fmadd_ps(dq, bv, acc[t]);
-      }
-    } else {
-      for (int h = 0; h < 2; ++h) {
-        const __m256i x = _mm256_xor_si256(q8_load(codes + 64 * c + 32 * h), _mm256_set1_epi8(static_cast<char>(0x80)));
-        const int64_t g = affine_group_bytes(c, h, G);
-        const __m256 sv = _mm256_set1_ps(sf[g]), bv = _mm256_set1_ps(bf[g]);
-        for (int t = 0; t < NT; ++t) {
-          const uint8_t* at = ac + t * astride;
-          const __m256i isum = q8_dot_ss(x, q8_load(at + 32 * h));
-          const __m256 dl = _mm256_loadu_ps(reinterpret_cast<const float*>(at + 64) + 8 * h);
-          const __m256 dq = _mm256_loadu_ps(reinterpret_cast<const float*>(at + 128) + 8 * h);
-          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dl, sv), acc[t]);
-          acc[t] = _mm256_fmadd_ps(dq, bv, acc[t]);
-        }
-      }
+    const __m256i raw = q8_load(codes + 32 * c);
+    const __m256i lo = _mm256_and_si256(raw, _mm256_set1_epi8(0x0F));
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0F));
+    const __m256 sv = lg == 5 ? _mm256_set_m128(_mm_set1_ps(sf[2 * c + 1]), _mm_set1_ps(sf[2 * c]))
+                              : _mm256_set1_ps(sf[(c * 64) >> lg]);
+    for (int t = 0; t < NT; ++t) {
+      const uint8_t* at = ac + t * astride;
+      const __m256 dl = _mm256_loadu_ps(reinterpret_cast<const float*>(at + 64));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(affine_dot4(lo, hi, at)), _mm256_mul_ps(dl, sv), acc[t]);
+    }
+  };
+  // Byte-wide codes: half h of chunk c into acc (h = 0 acc0, h = 1 acc1).
+  auto byte_half = [&](int64_t c, int h, __m256(&acc)[NT]) {
+    const uint8_t* ac = a + static_cast<size_t>(c) * kAffineChunkBytes;
+    const __m256i x = _mm256_xor_si256(q8_load(codes + 64 * c + 32 * h), _mm256_set1_epi8(static_cast<char>(0x80)));
+    const __m256 sv = _mm256_set1_ps(sf[affine_group_bytes(c, h, lg)]);
+    for (int t = 0; t < NT; ++t) {
+      const uint8_t* at = ac + t * astride;
+      const __m256 dl = _mm256_loadu_ps(reinterpret_cast<const float*>(at + 64) + 8 * h);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q8_dot_ss(x, q8_load(at + 32 * h))), _mm256_mul_ps(dl, sv), acc[t]);
+    }
+  };
+  if constexpr (four) {
+    int64_t c = 0;
+    for (; c + 2 <= nc; c += 2) {
+      four_chunk(c, acc0);
+      four_chunk(c + 1, acc1);
+    }
+    if (c < nc) four_chunk(c, acc0);
+  } else {
+    for (int64_t c = 0; c < nc; ++c) {
+      byte_half(c, 0, acc0);
+      byte_half(c, 1, acc1);
     }
   }
-  for (int t = 0; t < NT; ++t) y[t * ystride] = q8_hsum(acc[t]);
+  for (int t = 0; t < NT; ++t) y[t * ystride] = q8_hsum(_mm256_add_ps(acc0[t], acc1[t]));
 #else
   for (int t = 0; t < NT; ++t) {
-    float L[8] = {};
+    float L[2][8] = {};
     for (int64_t c = 0; c < nc; ++c) {
       const uint8_t* at = a + static_cast<size_t>(c) * kAffineChunkBytes + t * astride;
       const auto* q = reinterpret_cast<const int8_t*>(at);
-      float dl[16], dq[16];
+      float dl[16];
       std::memcpy(dl, at + 64, sizeof dl);
-      std::memcpy(dq, at + 128, sizeof dq);
       for (int h = 0; h < (four ? 1 : 2); ++h)
         for (int l = 0; l < 8; ++l) {
           int32_t isum = 0;
@@ -165,33 +204,78 @@ void affine_row_dot(const uint8_t* codes, bool four, const float* sf, const floa
               const uint8_t raw = codes[32 * c + 4 * l + i];
               isum += (raw & 0xF) * q[4 * l + i] + (raw >> 4) * q[32 + 4 * l + i];
             }
-            g = affine_group_4bit(c, l, G);
+            g = affine_group_4bit(c, l, lg);
           } else {
             for (int i = 0; i < 4; ++i)
               isum += (static_cast<int>(codes[64 * c + 32 * h + 4 * l + i]) - 128) * q[32 * h + 4 * l + i];
-            g = affine_group_bytes(c, h, G);
+            g = affine_group_bytes(c, h, lg);
           }
-          L[l] = std::fma(static_cast<float>(isum), dl[8 * h + l] * sf[g], L[l]);
-          L[l] = std::fma(dq[8 * h + l], bf[g], L[l]);
+          float& acc = L[four ? c & 1 : h][l];
+          acc = std::fma(static_cast<float>(isum), dl[8 * h + l] * sf[g], acc);
         }
     }
-    // q8_hsum's order
-    y[t * ystride] = ((L[0] + L[4]) + (L[2] + L[6])) + ((L[1] + L[5]) + (L[3] + L[7]));
+    float S[8];
+    for (int l = 0; l < 8; ++l) S[l] = L[0][l] + L[1][l];
+    y[t * ystride] = ((S[0] + S[4]) + (S[2] + S[6])) + ((S[1] + S[5]) + (S[3] + S[7]));  // q8_hsum's order
   }
 #endif
+}
+
+// Σ_g bf[g]·gs[g] over ng groups: 8 lanes by g mod 8 (fma chains in increasing g), summed in
+// q8_hsum's order; the SIMD and scalar loops give the same bits.
+inline float affine_bias_dot(const float* bf, const float* gs, int64_t ng) {
+  float B[8] = {};
+  int64_t g = 0;
+#if SLUICE_Q8_SIMD
+  __m256 v = _mm256_setzero_ps();
+  for (; g + 8 <= ng; g += 8) v = _mm256_fmadd_ps(_mm256_loadu_ps(bf + g), _mm256_loadu_ps(gs + g), v);
+  _mm256_storeu_ps(B, v);
+#endif
+  for (; g < ng; ++g) B[g % 8] = std::fma(bf[g], gs[g], B[g % 8]);
+  return ((B[0] + B[4]) + (B[2] + B[6])) + ((B[1] + B[5]) + (B[3] + B[7]));
+}
+
+// A token's group sums gs[ng] from its activation row (the blocks' d·Σq in block order).
+inline void affine_group_sums(const uint8_t* a, int64_t n, int lg, float* gs) {
+  const int64_t nb = n / 32, per = (int64_t{1} << lg) / 32;
+  for (int64_t g = 0; g < nb / per; ++g) {
+    float s = 0.0f;
+    for (int64_t k = g * per; k < (g + 1) * per; ++k) {
+      float v;
+      std::memcpy(&v, a + static_cast<size_t>(k / 2) * kAffineChunkBytes + 128 + 4 * (k % 2), 4);
+      s += v;
+    }
+    gs[g] = s;
+  }
+}
+
+// One row against n_tok tokens, four at a time.
+template <bool four>
+void affine_row_tokens(const uint8_t* codes, const float* sf, int lg, int64_t n, const uint8_t* a, size_t a_row_bytes,
+                       int64_t n_tok, float* y, size_t ldy) {
+  int64_t t = 0;
+  for (; t + 4 <= n_tok; t += 4)
+    affine_row_dot<4, four>(codes, sf, lg, n, a + t * a_row_bytes, a_row_bytes, y + t * ldy, ldy);
+  const int64_t rest = n_tok - t;
+  const uint8_t* at = a + t * a_row_bytes;
+  float* yt = y + t * ldy;
+  if (rest == 3) affine_row_dot<3, four>(codes, sf, lg, n, at, a_row_bytes, yt, ldy);
+  if (rest == 2) affine_row_dot<2, four>(codes, sf, lg, n, at, a_row_bytes, yt, ldy);
+  if (rest == 1) affine_row_dot<1, four>(codes, sf, lg, n, at, a_row_bytes, yt, ldy);
 }
 
 // AffineOps::gemm: y[t·ldy + r] = dot(W_r, A_t) for r < n_rows, t < n_tok.
 inline void affine_gemm(const AffineRows& w, int64_t n_rows, const uint8_t* a, size_t a_row_bytes, int64_t n_tok,
                         int64_t n, float* y, size_t ldy) {
-  const int G = w.group_size;
+  const int G = w.group_size, lg = G == 32 ? 5 : G == 64 ? 6 : 7;
   const int64_t n_groups = n / G;
   const bool four = w.bits == 4, unpack = w.bits != 4 && w.bits != 8;
   thread_local std::vector<float> groups;
   thread_local std::vector<uint8_t> bytes;
-  groups.resize(static_cast<size_t>(2 * n_groups));
+  groups.resize(static_cast<size_t>((2 + n_tok) * n_groups));
   if (unpack) bytes.resize(static_cast<size_t>(n));
-  float *sf = groups.data(), *bf = sf + n_groups;
+  float *sf = groups.data(), *bf = sf + n_groups, *gs = bf + n_groups;  // gs: each token's group sums
+  for (int64_t t = 0; t < n_tok; ++t) affine_group_sums(a + t * a_row_bytes, n, lg, gs + t * n_groups);
   for (int64_t r = 0; r < n_rows; ++r) {
     const uint8_t* codes = w.codes + static_cast<size_t>(r) * w.code_row_bytes;
     if (r + 1 < n_rows) prefetch_lines(codes + w.code_row_bytes, w.code_row_bytes);
@@ -200,21 +284,11 @@ inline void affine_gemm(const AffineRows& w, int64_t n_rows, const uint8_t* a, s
       codes = bytes.data();
     }
     affine_row_groups(w, r, n_groups, !four, sf, bf);
-    int64_t t = 0;
-    for (; t + 4 <= n_tok; t += 4)
-      affine_row_dot<4>(codes, four, sf, bf, G, n, a + t * a_row_bytes, a_row_bytes, y + t * ldy + r, ldy);
-    switch (n_tok - t) {
-      case 3:
-        affine_row_dot<3>(codes, four, sf, bf, G, n, a + t * a_row_bytes, a_row_bytes, y + t * ldy + r, ldy);
-        break;
-      case 2:
-        affine_row_dot<2>(codes, four, sf, bf, G, n, a + t * a_row_bytes, a_row_bytes, y + t * ldy + r, ldy);
-        break;
-      case 1:
-        affine_row_dot<1>(codes, four, sf, bf, G, n, a + t * a_row_bytes, a_row_bytes, y + t * ldy + r, ldy);
-        break;
-      default: break;
-    }
+    if (four)
+      affine_row_tokens<true>(codes, sf, lg, n, a, a_row_bytes, n_tok, y + r, ldy);
+    else
+      affine_row_tokens<false>(codes, sf, lg, n, a, a_row_bytes, n_tok, y + r, ldy);
+    for (int64_t t = 0; t < n_tok; ++t) y[t * ldy + r] += affine_bias_dot(bf, gs + t * n_groups, n_groups);
   }
 }
 
