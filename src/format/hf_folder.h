@@ -57,9 +57,10 @@
 //
 // MLX-quantized folders (config.json "quantization": bits, group_size, mode "affine", and
 // per-module entries keyed by module path): X.weight (uint32 codes) with X.scales and X.biases
-// becomes one GGUF tensor in memory the file owns — Q4_1 (2-4 bits) or Q5_1 (5 bits) blocks,
-// exact (quant/mlx_affine.h), when every scale and bias is an fp16 value; float32 otherwise (6
-// and 8 bits) — and metadata sluice.folder.quantization says what was done. A module the config
+// becomes one tensor read where the file keeps it — DType::MLX_A<bits> codes with the scales and
+// biases as its planes (TensorView::affine), no conversion — except the routers (float32, as
+// quantized_matmul computes them) and a folder opened for `pack` (exact Q4_1/Q5_1/Q8_A blocks:
+// GGUF has no planar type; quant/mlx_affine.h); metadata sluice.folder.quantization says what was done. A module the config
 // does not name takes the default, or the format its shapes give (as mlx-lm infers it); every
 // shape and dtype is checked against the config's dimensions. What is not supported yet is
 // refused by name: architectures other than llama / mistral / mixtral / deepseek_v3 / qwen3 /
