@@ -311,10 +311,10 @@ void CountingBackend::matmul_weights(const TensorView& w, const float* x, float*
                         static_cast<uint64_t>(n_tok);
   c_.macs += macs;
   c_.stage_macs[static_cast<size_t>(last_)] += macs;
-  timed(last_, static_cast<uint64_t>(w.n_rows()) * w.row_bytes(), [&] { in_.matmul_weights(w, x, y, n_tok); });
+  timed(last_, static_cast<uint64_t>(w.n_rows()) * w.read_bytes_per_row(), [&] { in_.matmul_weights(w, x, y, n_tok); });
 }
 void CountingBackend::get_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) {
-  timed(bench_stage_of(table.name), static_cast<uint64_t>(n) * table.row_bytes(),
+  timed(bench_stage_of(table.name), static_cast<uint64_t>(n) * table.read_bytes_per_row(),
         [&] { in_.get_rows(table, ids, n, out); });
 }
 void CountingBackend::rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) {
@@ -348,7 +348,7 @@ void CountingBackend::moe_ffn_token(std::span<const FfnExpert> experts, const fl
   uint64_t bytes = 0;
   for (const FfnExpert& e : experts)
     for (const TensorView* w : {e.gate, e.up, e.down}) {
-      bytes += static_cast<uint64_t>(w->n_rows()) * w->row_bytes();
+      bytes += static_cast<uint64_t>(w->n_rows()) * w->read_bytes_per_row();
       const uint64_t macs = static_cast<uint64_t>(w->ne[0]) * static_cast<uint64_t>(w->n_rows());
       c_.macs += macs;
       c_.stage_macs[static_cast<size_t>(BenchStage::experts)] += macs;
@@ -362,7 +362,7 @@ void CountingBackend::moe_ffn_batch(std::span<const FfnExpertRows> experts, cons
   uint64_t bytes = 0;
   for (const FfnExpertRows& e : experts)
     for (const TensorView* w : {e.gate, e.up, e.down}) {
-      bytes += static_cast<uint64_t>(w->n_rows()) * w->row_bytes();  // read once for all its tokens
+      bytes += static_cast<uint64_t>(w->n_rows()) * w->read_bytes_per_row();  // read once for all its tokens
       const uint64_t macs = static_cast<uint64_t>(w->ne[0]) * static_cast<uint64_t>(w->n_rows()) *
                             static_cast<uint64_t>(e.n);
       c_.macs += macs;

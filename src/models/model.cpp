@@ -421,7 +421,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
 
 size_t Model::weight_bytes() const {
   size_t n = 0;
-  for (const auto& t : file_->tensors()) n += t.nbytes;
+  for (const auto& t : file_->tensors())  // an MLX affine tensor's scales and biases too
+    n += t.nbytes + (dtype_is_affine(t.type) ? static_cast<size_t>(t.n_rows()) * 2 * t.affine.group_row_bytes : 0);
   return n;
 }
 

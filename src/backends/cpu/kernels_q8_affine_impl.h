@@ -79,6 +79,22 @@ inline void affine_groups_f32(const uint8_t* p, DType st, int64_t n, float* out)
       v = _mm256_loadu_ps(reinterpret_cast<const float*>(p + 4 * g));
     _mm256_storeu_ps(out + g, v);
   }
+  if (g + 4 <= n) {
+    // Four more, stored with four zeros as one 8-float store (out has room: the groups are
+    // padded to a multiple of 8): the later 8-float loads of the bias term then forward from
+    // one store (a load that spans two stores, or a store and memory, waits for both to retire).
+    const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 2 * g));
+    __m128 v;
+    if (st == DType::BF16)
+      v = _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(h), 16));
+    else if (st == DType::F16)
+      v = _mm_cvtph_ps(h);
+    else
+      v = _mm_loadu_ps(reinterpret_cast<const float*>(p + 4 * g));
+    _mm256_storeu_ps(out + g, _mm256_insertf128_ps(_mm256_setzero_ps(), v, 0));
+    g += 4;
+    if (g == n) return;
+  }
 #endif
   for (; g < n; ++g) {
     if (st == DType::F32) {
@@ -106,6 +122,13 @@ inline void affine_row_groups(const AffineRows& w, int64_t r, int64_t n_groups, 
 #if SLUICE_Q8_SIMD
   for (; g + 8 <= n_groups; g += 8)
     _mm256_storeu_ps(bf + g, _mm256_fmadd_ps(_mm256_set1_ps(128.0f), _mm256_loadu_ps(sf + g), _mm256_loadu_ps(bf + g)));
+  if (g + 4 == n_groups) {  // and the 4 zeros after them, as affine_groups_f32's last store
+    _mm256_storeu_ps(bf + g, _mm256_fmadd_ps(_mm256_set1_ps(128.0f), _mm256_loadu_ps(sf + g), _mm256_loadu_ps(bf + g)));
+    g += 4;
+  } else if (g + 4 < n_groups) {
+    _mm_storeu_ps(bf + g, _mm_fmadd_ps(_mm_set1_ps(128.0f), _mm_loadu_ps(sf + g), _mm_loadu_ps(bf + g)));
+    g += 4;
+  }
 #endif
   for (; g < n_groups; ++g) bf[g] = std::fma(128.0f, sf[g], bf[g]);
 }
@@ -127,22 +150,30 @@ inline int64_t affine_group_4bit(int64_t c, int l, int lg) { return (c * 64 + 8 
 inline int64_t affine_group_bytes(int64_t c, int h, int lg) { return (c * 64 + 32 * h) >> lg; }
 
 // NT tokens (activation rows a + t·astride) against one row: y[t·ystride].
-// The bias term Σ_g bf[g]·gs[g] over ng groups in 8 lanes B[l] (g mod 8, fma chains in
-// increasing g); the row's code term adds them before its lanes are summed. The SIMD and scalar
-// loops give the same bits.
-inline void affine_bias_lanes(const float* bf, const float* gs, int64_t ng, float* B) {
-  int64_t g = 0;
+// The bias term Σ_g bf[g]·gs[g] over the groups in 8 lanes B[l] (g mod 8, fma chains in
+// increasing g); the row's code term adds them before its lanes are summed. bf and gs are
+// zero-padded to ng8, a multiple of 8 (fma(0, 0, b) = b): no scalar tail, whose stores a vector
+// load of B could not forward from (a stall of a fifth of a 768-input row's time).
+inline void affine_bias_lanes(const float* bf, const float* gs, int64_t ng8, float* B) {
 #if SLUICE_Q8_SIMD
   __m256 v = _mm256_setzero_ps();
-  for (; g + 8 <= ng; g += 8) v = _mm256_fmadd_ps(_mm256_loadu_ps(bf + g), _mm256_loadu_ps(gs + g), v);
-  _mm256_storeu_ps(B, v);
+  for (int64_t g = 0; g < ng8; g += 8) v = _mm256_fmadd_ps(_mm256_loadu_ps(bf + g), _mm256_loadu_ps(gs + g), v);
+  _mm256_store_ps(B, v);
 #else
   for (int l = 0; l < 8; ++l) B[l] = 0.0f;
+  for (int64_t g = 0; g < ng8; ++g) B[g % 8] = std::fma(bf[g], gs[g], B[g % 8]);
 #endif
-  for (; g < ng; ++g) B[g % 8] = std::fma(bf[g], gs[g], B[g % 8]);
 }
 
 #if SLUICE_Q8_SIMD
+// The scales of chunks c and c + 1 (c even) in the low lanes: 4 groups of 32, 2 of 64 or 1 of
+// 128, each read no wider than it is, so the load sits inside one of affine_groups_f32's stores.
+inline __m128 affine_pair_scales(const float* sf, int64_t c, int lg) {
+  if (lg == 5) return _mm_loadu_ps(sf + 2 * c);
+  if (lg == 6) return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sf + c)));
+  return _mm_load_ss(sf + c / 2);
+}
+
 // Σ_lanes of 4-byte groups: lo·a0 + hi·a1 (4-bit codes ≤ 15: the two maddubs pairs add in int16).
 inline __m256i affine_dot4(__m256i lo, __m256i hi, const uint8_t* a) {
 #if SLUICE_Q8_VNNI
@@ -203,20 +234,21 @@ void affine_row_dot(const uint8_t* codes, const float* sf, const float* bf, cons
       const __m512i raw = _mm512_loadu_si512(codes + 32 * c);
       const __m512i lo = _mm512_and_si512(raw, _mm512_set1_epi8(0x0F));
       const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), _mm512_set1_epi8(0x0F));
-      const __m512 sv = _mm512_permutexvar_ps(gidx, _mm512_castps128_ps512(_mm_loadu_ps(sf + ((c * 64) >> lg))));
+      const __m512 sv = _mm512_permutexvar_ps(gidx, _mm512_castps128_ps512(affine_pair_scales(sf, c, lg)));
       for (int t = 0; t < NT; ++t) {
         const uint8_t* at = ac + t * astride;
         const uint8_t* bt = at + kAffineChunkBytes;
         const __m512i a0 = _mm512_inserti64x4(_mm512_castsi256_si512(q8_load(at)), q8_load(bt), 1);
         const __m512i a1 = _mm512_inserti64x4(_mm512_castsi256_si512(q8_load(at + 32)), q8_load(bt + 32), 1);
-        const __m512 dl = _mm512_castpd_ps(_mm512_insertf64x4(
-            _mm512_castpd256_pd512(_mm256_loadu_pd(reinterpret_cast<const double*>(at + 64))),
-            _mm256_loadu_pd(reinterpret_cast<const double*>(bt + 64)), 1));
+        const __m512 dl = _mm512_castpd_ps(
+            _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_loadu_pd(reinterpret_cast<const double*>(at + 64))),
+                               _mm256_loadu_pd(reinterpret_cast<const double*>(bt + 64)), 1));
 #if SLUICE_Q8_VNNI
         const __m512i isum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, a0), hi, a1);
 #else
-        const __m512i isum = _mm512_madd_epi16(
-            _mm512_add_epi16(_mm512_maddubs_epi16(lo, a0), _mm512_maddubs_epi16(hi, a1)), _mm512_set1_epi16(1));
+        const __m512i isum = _mm512_madd_epi16(_mm512_add_epi16(_mm512_maddubs_epi16(lo, a0),
+                                                                _mm512_maddubs_epi16(hi, a1)),
+                                               _mm512_set1_epi16(1));
 #endif
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dl, sv), acc[t]);
       }
@@ -277,6 +309,61 @@ void affine_row_dot(const uint8_t* codes, const float* sf, const float* bf, cons
 #endif
 }
 
+#if SLUICE_Q8_SIMD && SLUICE_Q8_AVX512
+// Rows r and r + 1 of 4-bit codes against one token (decode): affine_row_dot<1, true>'s
+// operations for each row, interleaved so that one row's accumulator chain and reduction overlap
+// the other's loads and dot products (a row of 768 inputs spent a third of its time waiting on
+// its own chain), and each activation vector is loaded once for both.
+inline void affine_two_rows_4bit(const uint8_t* const codes[2], const float* const sf[2], const float* const bf[2],
+                                 const float* gs, int64_t ng, int lg, int64_t n, const uint8_t* a, float* const y[2]) {
+  const int64_t nc = n / kAffineChunk;
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  const __m512i gidx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         static_cast<unsigned>(lg - 3));
+  int64_t c = 0;
+  for (; c + 2 <= nc; c += 2) {
+    const uint8_t* at = a + static_cast<size_t>(c) * kAffineChunkBytes;
+    const uint8_t* bt = at + kAffineChunkBytes;
+    const __m512i a0 = _mm512_inserti64x4(_mm512_castsi256_si512(q8_load(at)), q8_load(bt), 1);
+    const __m512i a1 = _mm512_inserti64x4(_mm512_castsi256_si512(q8_load(at + 32)), q8_load(bt + 32), 1);
+    const __m512 dl = _mm512_castpd_ps(
+        _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_loadu_pd(reinterpret_cast<const double*>(at + 64))),
+                           _mm256_loadu_pd(reinterpret_cast<const double*>(bt + 64)), 1));
+    for (int r = 0; r < 2; ++r) {
+      const __m512i raw = _mm512_loadu_si512(codes[r] + 32 * c);
+      const __m512i lo = _mm512_and_si512(raw, _mm512_set1_epi8(0x0F));
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), _mm512_set1_epi8(0x0F));
+      const __m512 sv = _mm512_permutexvar_ps(gidx, _mm512_castps128_ps512(affine_pair_scales(sf[r], c, lg)));
+#if SLUICE_Q8_VNNI
+      const __m512i isum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, a0), hi, a1);
+#else
+      const __m512i isum = _mm512_madd_epi16(_mm512_add_epi16(_mm512_maddubs_epi16(lo, a0),
+                                                              _mm512_maddubs_epi16(hi, a1)),
+                                             _mm512_set1_epi16(1));
+#endif
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dl, sv), acc[r]);
+    }
+  }
+  for (int r = 0; r < 2; ++r) {
+    __m256 acc0 = _mm512_castps512_ps256(acc[r]);
+    const __m256 acc1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1));
+    if (c < nc) {  // the last, even chunk: affine_row_dot's four_chunk into acc0
+      const uint8_t* at = a + static_cast<size_t>(c) * kAffineChunkBytes;
+      const __m256i raw = q8_load(codes[r] + 32 * c);
+      const __m256i lo = _mm256_and_si256(raw, _mm256_set1_epi8(0x0F));
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0F));
+      const __m256 sv = lg == 5 ? _mm256_set_m128(_mm_set1_ps(sf[r][2 * c + 1]), _mm_set1_ps(sf[r][2 * c]))
+                                : _mm256_set1_ps(sf[r][(c * 64) >> lg]);
+      const __m256 dl = _mm256_loadu_ps(reinterpret_cast<const float*>(at + 64));
+      acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(affine_dot4(lo, hi, at)), _mm256_mul_ps(dl, sv), acc0);
+    }
+    alignas(32) float B[8];
+    affine_bias_lanes(bf[r], gs, ng, B);
+    *y[r] = q8_hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_load_ps(B)));
+  }
+}
+#endif
+
 // A token's group sums gs[ng] from its activation row (the blocks' d·Σq in block order).
 inline void affine_group_sums(const uint8_t* a, int64_t n, int lg, float* gs) {
   const int64_t nb = n / 32, per = (int64_t{1} << lg) / 32;
@@ -294,8 +381,7 @@ inline void affine_group_sums(const uint8_t* a, int64_t n, int lg, float* gs) {
 // One row against n_tok tokens, four at a time.
 template <bool four>
 void affine_row_tokens(const uint8_t* codes, const float* sf, const float* bf, const float* gs, int64_t ng, int lg,
-                       int64_t n, const uint8_t* a, size_t a_row_bytes,
-                       int64_t n_tok, float* y, size_t ldy) {
+                       int64_t n, const uint8_t* a, size_t a_row_bytes, int64_t n_tok, float* y, size_t ldy) {
   int64_t t = 0;
   for (; t + 4 <= n_tok; t += 4)
     affine_row_dot<4, four>(codes, sf, bf, gs + t * ng, ng, lg, n, a + t * a_row_bytes, a_row_bytes, y + t * ldy, ldy);
@@ -316,16 +402,21 @@ constexpr int64_t kAffinePrefetchRows = 4;
 inline void affine_gemm(const AffineRows& w, int64_t n_rows, const uint8_t* a, size_t a_row_bytes, int64_t n_tok,
                         int64_t n, float* y, size_t ldy) {
   const int G = w.group_size, lg = G == 32 ? 5 : G == 64 ? 6 : 7;
-  const int64_t n_groups = n / G;
+  // ng8: the groups zero-padded to a multiple of 8 (affine_bias_lanes); + 4: a pair of chunks
+  // reads 4 scales.
+  const int64_t n_groups = n / G, ng8 = (n_groups + 7) / 8 * 8, stride = ng8 + 4;
   const bool four = w.bits == 4, unpack = w.bits != 4 && w.bits != 8;
   thread_local std::vector<float> groups;
   thread_local std::vector<uint8_t> bytes;
-  groups.resize(static_cast<size_t>((2 + n_tok) * n_groups + 4));  // + 4: a pair of chunks reads 4 scales
+  groups.assign(static_cast<size_t>(4 * stride + n_tok * ng8), 0.0f);
   if (unpack) bytes.resize(static_cast<size_t>(n));
-  float *sf = groups.data(), *bf = sf + n_groups, *gs = bf + n_groups;  // gs: each token's group sums
-  for (int64_t t = 0; t < n_tok; ++t) affine_group_sums(a + t * a_row_bytes, n, lg, gs + t * n_groups);
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const uint8_t* codes = w.codes + static_cast<size_t>(r) * w.code_row_bytes;
+  // Two rows' scales and biases (sf[i], bf[i]), then each token's group sums gs.
+  const float* const sf[2] = {groups.data(), groups.data() + 2 * stride};
+  const float* const bf[2] = {sf[0] + stride, sf[1] + stride};
+  float* gs = groups.data() + 4 * stride;
+  for (int64_t t = 0; t < n_tok; ++t) affine_group_sums(a + t * a_row_bytes, n, lg, gs + t * ng8);
+  // Row r's codes (unpacked to bytes for 2, 3, 5, 6 bits) and its groups into slot i.
+  auto row = [&](int64_t r, int i) {
     // The rows kAffinePrefetchRows ahead towards L2 (codes and planes): three streams of one
     // row each per 100 ns or so, more than the hardware prefetchers keep ahead of on their own.
     if (r + kAffinePrefetchRows < n_rows) {
@@ -334,15 +425,29 @@ inline void affine_gemm(const AffineRows& w, int64_t n_rows, const uint8_t* a, s
       __builtin_prefetch(w.scales + g * w.group_row_bytes, 0, 2);
       __builtin_prefetch(w.biases + g * w.group_row_bytes, 0, 2);
     }
+    const uint8_t* codes = w.codes + static_cast<size_t>(r) * w.code_row_bytes;
     if (unpack) {
       affine_unpack_bytes(codes, w.bits, n, bytes.data());
       codes = bytes.data();
     }
-    affine_row_groups(w, r, n_groups, !four, sf, bf);
+    affine_row_groups(w, r, n_groups, !four, const_cast<float*>(sf[i]), const_cast<float*>(bf[i]));
+    return codes;
+  };
+  int64_t r = 0;
+#if SLUICE_Q8_SIMD && SLUICE_Q8_AVX512
+  if (four && n_tok == 1)
+    for (; r + 2 <= n_rows; r += 2) {
+      const uint8_t* const codes[2] = {row(r, 0), row(r + 1, 1)};
+      float* const yr[2] = {y + r, y + r + 1};
+      affine_two_rows_4bit(codes, sf, bf, gs, ng8, lg, n, a, yr);
+    }
+#endif
+  for (; r < n_rows; ++r) {
+    const uint8_t* codes = row(r, 0);
     if (four)
-      affine_row_tokens<true>(codes, sf, bf, gs, n_groups, lg, n, a, a_row_bytes, n_tok, y + r, ldy);
+      affine_row_tokens<true>(codes, sf[0], bf[0], gs, ng8, lg, n, a, a_row_bytes, n_tok, y + r, ldy);
     else
-      affine_row_tokens<false>(codes, sf, bf, gs, n_groups, lg, n, a, a_row_bytes, n_tok, y + r, ldy);
+      affine_row_tokens<false>(codes, sf[0], bf[0], gs, ng8, lg, n, a, a_row_bytes, n_tok, y + r, ldy);
   }
 }
 
