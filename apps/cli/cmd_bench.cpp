@@ -54,6 +54,7 @@ CommandRunner add_bench_command(CLI::App& app) {
               "per-stage time of the pp runs (matmul GMAC/s) and the tg runs (bytes, GB/s)");
   b->add_flag("--exact", args->exact, "float-decode matmuls (no int8 activations): the parity path");
   add_repack_flags(b, args->repack);
+  add_mlx_in_place_flag(b, args->mlx_in_place);
   b->add_flag("--json", args->json, "JSON instead of a markdown table");
   b->add_flag("--lookup", args->lookup,
               "add speculative decoding by prompt lookup vs plain greedy on a rewrite task (speedup, acceptance, "

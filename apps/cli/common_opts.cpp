@@ -102,6 +102,7 @@ void CommonOpts::add(CLI::App* app) {
                 "merge the --lora adapters into the weights at load (in memory only; the adapted matrices "
                 "become f32 copies)");
   add_repack_flags(app, repack);
+  add_mlx_in_place_flag(app, mlx_in_place);
   app->add_flag("--mmap", mmap_weights,
                 "resident: map the file instead of reading it into memory (faster start, slower decode)");
   app->add_option("--gpu-expert-cache", gpu_expert_cache,
@@ -135,6 +136,7 @@ EngineOptions CommonOpts::engine_options() const {
   o.lora = lora;
   o.lora_merge = lora_merge;
   o.repack = repack;
+  o.mlx_in_place = mlx_in_place;
   // A line per GiB for big files (reading from a cold disk, or packing, takes a while), nothing
   // for small ones.
   const auto per_gib = [](const char* what) {
@@ -207,6 +209,12 @@ void add_repack_flags(CLI::App* cmd, std::optional<bool>& repack) {
   cmd->add_flag_callback(
          "--no-repack", [&repack] { repack = false; }, "keep the rows as the file has them")
       ->excludes(on);
+}
+
+void add_mlx_in_place_flag(CLI::App* cmd, bool& in_place) {
+  cmd->add_flag("--mlx-in-place", in_place,
+                "a quantized MLX folder: read its affine groups where the folder keeps them (no conversion at load, "
+                "~10% fewer bytes held) instead of converting them into Q4_1/Q5_1/Q8_A blocks (faster decode today)");
 }
 
 void add_generate_options(CLI::App* cmd, GenerateOptions& gp) {

@@ -39,6 +39,7 @@ struct CommonOpts {
   std::string gpu_expert_cache;
   bool mmap_weights = false;
   std::optional<bool> repack;     // --repack / --no-repack; unset: the engine decides
+  bool mlx_in_place = false;      // --mlx-in-place
   std::vector<std::string> lora;  // LoRA adapters (--lora, repeatable)
   bool lora_merge = false;
 
@@ -65,5 +66,7 @@ std::vector<int32_t> parse_token_list(const std::string& s);
 void add_generate_options(CLI::App* cmd, GenerateOptions& gp);
 // --repack / --no-repack (run, chat, serve, bench): unset unless given.
 void add_repack_flags(CLI::App* cmd, std::optional<bool>& repack);
+// --mlx-in-place (run, chat, serve, bench).
+void add_mlx_in_place_flag(CLI::App* cmd, bool& in_place);
 
 }  // namespace sluice::cli

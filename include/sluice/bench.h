@@ -30,6 +30,7 @@ struct BenchConfig {
   bool lookup = false;  // speculative decoding by prompt lookup vs plain greedy
   // Interleaved copies for the int8 kernels (ModelOptions::repack); unset: repack_by_default.
   std::optional<bool> repack;
+  bool mlx_in_place = false;  // ModelOptions::mlx_in_place
 };
 
 // Runs the benchmark; prints to stdout (progress to stderr); returns the exit status. Throws

@@ -72,6 +72,9 @@ struct EngineOptions {
   // int8 kernels (README: --repack). Unset: on where they are read and cost no memory
   // (repack_by_default).
   std::optional<bool> repack{};
+  // A quantized MLX folder's groups read in place instead of converted at load (README:
+  // --mlx-in-place; ModelOptions::mlx_in_place).
+  bool mlx_in_place = false;
   std::function<void(size_t done, size_t total)> load_progress{};    // bytes of weights read so far
   std::function<void(size_t done, size_t total)> repack_progress{};  // bytes interleaved so far
   std::function<void(size_t done, size_t total)> pack_progress{};    // a folder's packed copy: tensors written

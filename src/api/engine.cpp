@@ -40,6 +40,7 @@ ModelOptions model_options(const EngineOptions& opt) {
   o.read_weights = opt.read_weights;
   o.lora = opt.lora;
   o.lora_merge = opt.lora_merge;
+  o.mlx_in_place = opt.mlx_in_place;
   o.progress = opt.load_progress;
   o.repack_progress = opt.repack_progress;
   o.pack_dir = opt.experts.pack_dir;

@@ -224,6 +224,7 @@ int run_bench(const BenchArgs& a) {
     mo.experts.auto_extra_bytes = a.membw_mib << 20;  // the bandwidth test's buffer, allocated before each tg rep
     mo.experts.prefetch = a.prefetch;
     mo.experts.progress = true;
+    mo.mlx_in_place = a.mlx_in_place;
     mo.on_note = [](const std::string& line) { std::fprintf(stderr, "bench: %s\n", line.c_str()); };
     {
       CpuBackendOptions o = cpu_backend_default_options();

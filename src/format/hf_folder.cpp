@@ -62,6 +62,8 @@ struct Owned {
   };
   bool defer_experts = false;
   std::vector<Deferred> deferred;
+  // MLX affine groups read in place (open_model_folder's affine_in_place) rather than converted.
+  bool affine_in_place = false;
   // The deferred rows that hold bytes [p, p + n): their entry and [r0, r1), or nullptr.
   const Deferred* rows_of(const void* p, size_t n, int64_t* r0, int64_t* r1) const {
     const auto* q = static_cast<const uint8_t*>(p);
@@ -214,7 +216,7 @@ TensorView load_mlx_quantized(const StTensor& w, const StTensor* s, const StTens
   v.ne[1] = rows / n_exp;
   if (dims == 3) v.ne[2] = n_exp;
   const size_t ss = st_dtype_size(s->dtype);
-  if (!is_router(gguf) && !owned.defer_experts) {
+  if (owned.affine_in_place && !is_router(gguf)) {
     // Read where the file keeps it: the codes as the tensor's rows, the scales and biases as its
     // planes (DType::MLX_A*; the cpu backend's int8 kernels and every decoder take them as they
     // are). Routers stay float (below); a folder opened for `pack` converts, as GGUF has no such type.
@@ -495,7 +497,8 @@ namespace {
 
 // The folder as a GGUF; with `defer_experts` the stacked experts that need converting are left
 // to FolderForRewrite's fill (`owned_out` gets the memory that holds them).
-std::unique_ptr<GgufFile> open_folder(const std::string& dir_s, bool defer_experts, std::shared_ptr<Owned>* owned_out) {
+std::unique_ptr<GgufFile> open_folder(const std::string& dir_s, bool defer_experts, std::shared_ptr<Owned>* owned_out,
+                                      bool affine_in_place = false) {
   const fs::path dir(dir_s), cfg_path = dir / "config.json";
   json top = read_json(cfg_path, true);
   if (!top.is_object()) fail(cfg_path.string(), ": not a JSON object");
@@ -523,6 +526,7 @@ std::unique_ptr<GgufFile> open_folder(const std::string& dir_s, bool defer_exper
   // The weights: one file, or the shards the index names.
   auto owned = std::make_shared<Owned>();
   owned->defer_experts = defer_experts;
+  owned->affine_in_place = affine_in_place && !defer_experts;
   if (owned_out) *owned_out = owned;
   std::vector<fs::path> shards;
   if (fs::exists(dir / "model.safetensors")) {
@@ -710,7 +714,9 @@ std::unique_ptr<GgufFile> open_folder(const std::string& dir_s, bool defer_exper
 
 }  // namespace
 
-std::unique_ptr<GgufFile> open_model_folder(const std::string& dir) { return open_folder(dir, false, nullptr); }
+std::unique_ptr<GgufFile> open_model_folder(const std::string& dir, bool affine_in_place) {
+  return open_folder(dir, false, nullptr, affine_in_place);
+}
 
 FolderForRewrite open_model_folder_for_rewrite(const std::string& dir) {
   std::shared_ptr<Owned> owned;

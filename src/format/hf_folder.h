@@ -57,10 +57,12 @@
 //
 // MLX-quantized folders (config.json "quantization": bits, group_size, mode "affine", and
 // per-module entries keyed by module path): X.weight (uint32 codes) with X.scales and X.biases
-// becomes one tensor read where the file keeps it — DType::MLX_A<bits> codes with the scales and
-// biases as its planes (TensorView::affine), no conversion — except the routers (float32, as
-// quantized_matmul computes them) and a folder opened for `pack` (exact Q4_1/Q5_1/Q8_A blocks:
-// GGUF has no planar type; quant/mlx_affine.h); metadata sluice.folder.quantization says what was done. A module the config
+// becomes one GGUF tensor in memory the file owns — Q4_1 (2-4 bits), Q5_1 (5 bits) or Q8_A (6
+// and 8 bits) blocks, exact (quant/mlx_affine.h), when every scale and bias is an fp16 value;
+// float32 otherwise and for the routers — or, opened with affine_in_place (--mlx-in-place), one
+// tensor read where the file keeps it: DType::MLX_A<bits> codes with the scales and biases as its
+// planes (TensorView::affine), no conversion (routers still float32; a folder opened for `pack`
+// always converts: GGUF has no planar type). Metadata sluice.folder.quantization says what was done. A module the config
 // does not name takes the default, or the format its shapes give (as mlx-lm infers it); every
 // shape and dtype is checked against the config's dimensions. What is not supported yet is
 // refused by name: architectures other than llama / mistral / mixtral / deepseek_v3 / qwen3 /
@@ -80,7 +82,9 @@ namespace sluice {
 bool is_model_folder(const std::string& path);
 
 // Throws sluice::Error naming the file and what is wrong (or unsupported).
-std::unique_ptr<GgufFile> open_model_folder(const std::string& dir);
+// affine_in_place: MLX affine groups read where the folder keeps them (DType::MLX_A*) instead of
+// converted into blocks (ModelOptions::mlx_in_place).
+std::unique_ptr<GgufFile> open_model_folder(const std::string& dir, bool affine_in_place = false);
 // A folder opened to be rewritten as a GGUF (`sluice pack DIR`): the stacked experts that
 // loading converts (MLX affine groups into Q4_1/Q5_1/Q8_A blocks or float) are not converted
 // here; fill(p, n) converts the rows that hold bytes [p, p + n) of one of `file`'s tensors and

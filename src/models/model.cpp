@@ -355,7 +355,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     }
     if (!m->file_) m->file_ = std::make_unique<GgufFile>(packed, GgufFile::Load::map, opt.progress);
   } else if (is_model_folder(path)) {
-    m->file_ = open_model_folder(path);
+    m->file_ = open_model_folder(path, opt.mlx_in_place);
   } else {
     m->file_ = std::make_unique<GgufFile>(path, read ? GgufFile::Load::read : GgufFile::Load::map, opt.progress);
   }

@@ -7,15 +7,16 @@
 // may be negative). This file is the reference dequantizer the kernels are checked against;
 // checked against mx.dequantize itself in tests/unit/test_mlx_affine.cpp.
 //
-// Loading (format/hf_folder): the codes are read where the folder keeps them (DType::MLX_A*, the
-// scales and biases as TensorView::affine planes; the cpu backend's int8 kernels are
-// backends/cpu/kernels_q8_affine_impl.h, every other reader goes through dequantize_weight_row,
-// whose numbers are mlx_affine_dequantize_row_f32's: what MLX's quantized_matmul computes for
+// Loading (format/hf_folder): by default (and always for `pack`) the groups are converted into
+// blocks: 2-, 3- and 4-bit groups as GGUF Q4_1 blocks, 5-bit groups Q5_1, 6- and 8-bit groups
+// Sluice's own Q8_A (8-bit codes, fp16 scale and offset), all exactly (w = d*q + m with d =
+// scale, m = bias, q the code), when every scale and bias is an fp16 value; otherwise float32.
+// With --mlx-in-place the codes are read where the folder keeps them (DType::MLX_A*, the scales
+// and biases as TensorView::affine planes; the cpu backend's int8 kernels are
+// backends/cpu/kernels_q8_affine_impl.h, every other reader goes through dequantize_weight_row).
+// Both give mlx_affine_dequantize_row_f32's numbers: what MLX's quantized_matmul computes for
 // float32 activations, not mx.dequantize's in f16/bf16, which rounds the product and the sum to
-// the scales' type). `pack` writes them as blocks instead: 2-, 3- and 4-bit groups as GGUF Q4_1
-// blocks, 5-bit groups Q5_1, 6- and 8-bit groups Sluice's own Q8_A (8-bit codes, fp16 scale and
-// offset), all exactly (w = d*q + m with d = scale, m = bias, q the code), when every scale and
-// bias is an fp16 value; otherwise float32.
+// the scales' type.
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -20,7 +20,6 @@
 #include "memory/expert_store.h"
 #include "memory/pack.h"
 #include "models/model.h"
-#include "quant/mlx_affine.h"
 #include "runtime/session.h"
 #include "test_util.h"
 
@@ -33,9 +32,7 @@ using test_hf::folder;
 // Prefill of the golden prompt, then 3 greedy steps; every logit.
 std::vector<float> run_logits(const std::string& path, const ModelOptions& mo, const std::vector<int32_t>& prompt) {
   auto m = Model::load(path, mo);
-  // cpu-exact: a folder's MLX affine weights (read in place) and the packed file's blocks
-  // (converted exactly) decode to the same floats, where the int8 kernels of the two differ.
-  auto be = make_backend("cpu-exact", 2);
+  auto be = make_backend("cpu", 2);
   KvCacheOptions kv;
   kv.n_ctx = static_cast<int64_t>(prompt.size()) + 4;
   Session s(*m, *be, kv);
@@ -63,34 +60,6 @@ bool same_bytes(const TensorView& a, const TensorView& b) {
   return a.type == b.type && a.nbytes == b.nbytes && std::memcmp(a.data, b.data, a.nbytes) == 0;
 }
 
-// What `pack` writes for a tensor of the folder as the usual load reads it: an MLX affine one
-// (codes and planes in place) repacked exactly into blocks; anything else as it is.
-struct Converted {
-  TensorView view;
-  std::vector<uint8_t> bytes;
-};
-Converted converted(const TensorView& t) {
-  Converted c{t, {}};
-  if (!dtype_is_affine(t.type)) return c;
-  MlxAffineFormat f;
-  f.bits = dtype_affine_bits(t.type);
-  f.group_size = t.affine.group_size;
-  f.scale_type = t.affine.scale_type;
-  const DType type = *mlx_affine_repack_type(f);
-  const size_t rb = dtype_row_bytes(type, t.ne[0]);
-  c.bytes.resize(rb * static_cast<size_t>(t.n_rows()));
-  for (int64_t r = 0; r < t.n_rows(); ++r) {
-    const size_t g = static_cast<size_t>(r) * t.affine.group_row_bytes;
-    EXPECT_TRUE(mlx_affine_repack_row(f, type, reinterpret_cast<const uint32_t*>(t.row(r)), t.affine.scales + g,
-                                      t.affine.biases + g, t.ne[0], c.bytes.data() + static_cast<size_t>(r) * rb))
-        << t.name;
-  }
-  c.view.type = type;
-  c.view.data = c.bytes.data();
-  c.view.nbytes = c.bytes.size();
-  return c;
-}
-
 class FolderPack : public ::testing::TestWithParam<std::string> {};
 
 // Deferred experts hold nothing until filled, then exactly what the usual load converts.
@@ -100,12 +69,11 @@ TEST_P(FolderPack, DeferredExpertsFillToTheUsualBytes) {
   FolderForRewrite rw = open_model_folder_for_rewrite(dir);
   ASSERT_EQ(rw.file->tensors().size(), eager->tensors().size());
   int deferred = 0, converted_experts = 0;
-  for (const TensorView& read : eager->tensors()) {
-    // MLX groups that pack converts into blocks (these folders' scales are all fp16 values);
-    // float experts (modules mlx-lm left unquantized) stay mapped in place.
-    if (read.name.ends_with("_exps.weight") && dtype_is_affine(read.type)) ++converted_experts;
-    const Converted conv = converted(read);
-    const TensorView& t = conv.view;
+  for (const TensorView& t : eager->tensors()) {
+    // MLX groups that became blocks (these folders' scales are all fp16 values); float experts
+    // (modules mlx-lm left unquantized) stay mapped in place.
+    if (t.name.ends_with("_exps.weight") && t.type != DType::F32 && t.type != DType::F16 && t.type != DType::BF16)
+      ++converted_experts;
     const TensorView* d = rw.file->find_tensor(t.name);
     ASSERT_NE(d, nullptr) << t.name;
     ASSERT_EQ(d->type, t.type) << t.name;
@@ -127,8 +95,8 @@ TEST_P(FolderPack, DeferredExpertsFillToTheUsualBytes) {
   EXPECT_EQ(deferred, converted_experts);
 }
 
-// pack DIR -> stream the packed GGUF: the folder's logits, bit for bit (cpu-exact); unpack gives
-// back every tensor of the folder, its MLX affine ones as exact blocks.
+// pack DIR -> stream the packed GGUF: the folder's logits, bit for bit; unpack gives back every
+// tensor of the folder as the usual load converts it.
 TEST_P(FolderPack, PackedFolderStreamsAsTheFolderRuns) {
   const std::string dir = folder(GetParam());
   const std::string tmp = fs::temp_directory_path() / ("sluice_fpack_" + GetParam() + "_" + std::to_string(::getpid()));
@@ -157,7 +125,7 @@ TEST_P(FolderPack, PackedFolderStreamsAsTheFolderRuns) {
   for (const TensorView& t : eager->tensors()) {
     const TensorView* x = u.find_tensor(t.name);
     ASSERT_NE(x, nullptr) << t.name;
-    EXPECT_TRUE(same_bytes(*x, converted(t).view)) << t.name;
+    EXPECT_TRUE(same_bytes(*x, t)) << t.name;
   }
   for (const auto& [k, v] : eager->metadata()) EXPECT_TRUE(u.has(k)) << k;
   fs::remove_all(tmp);

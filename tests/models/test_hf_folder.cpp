@@ -326,7 +326,7 @@ void PrintTo(const QuantCase& q, std::ostream* os) { *os << q.dir; }  // test na
 class HfQuantFolder : public ::testing::TestWithParam<QuantCase> {};
 
 // The tolerance is the float folders' (2e-3) on ref and cpu-exact, also after a chunked prefill:
-// the MLX affine groups read in place and the float32 dequantized routers give exactly the weights MLX's
+// the repacked Q4_1/Q5_1/Q8_A blocks and the float32 dequantized routers give exactly the weights MLX's
 // float32 quantized_matmul uses, so only the float order of the sums differs. The cpu backend
 // multiplies them by int8 activations, as it does a GGUF's (decode at the bandwidth): that misses
 // MLX by 0.03-0.05 on the dense folders (checked below 0.1), and where an MoE router's near-tie
@@ -340,9 +340,9 @@ TEST_P(HfQuantFolder, MatchesMlxLm) {
   const std::string line = m->file().get_string_or("sluice.folder.quantization", "");
   for (const auto& want : q.summary)
     EXPECT_NE(line.find(want), std::string::npos) << "want '" << want << "' in " << line;
-  int in_place = 0;
-  for (const TensorView& t : m->file().tensors()) in_place += dtype_is_affine(t.type);
-  EXPECT_GT(in_place, 0) << q.dir;
+  int repacked = 0;
+  for (const TensorView& t : m->file().tensors()) repacked += t.type == DType::Q4_1 || t.type == DType::Q5_1;
+  EXPECT_GT(repacked, 0) << q.dir;
   EXPECT_EQ(m->tokenizer().encode(g["text"].get<std::string>(), true), g["ids"].get<std::vector<int32_t>>());
   if (g.contains("marks_text")) {  // qwen35moe-q4: Qwen3.5's pre-tokenizer, rewritten by mlx_lm.convert
     EXPECT_EQ(m->file().get_string_or("tokenizer.ggml.pre", ""), "qwen35");
@@ -361,46 +361,67 @@ TEST_P(HfQuantFolder, MatchesMlxLm) {
   // test sees the quantized weights.
   auto be = make_backend("ref", 2);
   EXPECT_GT(max_logit_diff(*Model::load(folder(q.base ? q.base : q.arch)), *be, g), 0.05) << q.dir;
+
+  // The same folder read in place (--mlx-in-place: DType::MLX_A* codes with their scale and
+  // bias planes, every matrix but the routers): the same golden on ref and cpu-exact, also
+  // chunked; the int8 kernels of its own (kernels_q8_affine_impl.h) within the converted
+  // blocks' tolerance on the dense folders.
+  ModelOptions in_place;
+  in_place.mlx_in_place = true;
+  auto mi = Model::load(folder(q.dir), in_place);
+  const std::string how = mi->file().get_string_or("sluice.folder.quantization", "");
+  int affine = 0;
+  for (const TensorView& t : mi->file().tensors()) affine += dtype_is_affine(t.type);
+  EXPECT_GT(affine, 0) << how;
+  EXPECT_NE(how.find("(in place)"), std::string::npos) << how;
+  EXPECT_EQ(how.find("(exact)"), std::string::npos) << how;
+  expect_golden(*mi, g, {"ref", "cpu-exact"});
+  EXPECT_LT(max_logit_diff(*mi, *exact, g, /*chunks=*/true), 2e-3) << q.dir << " in place, 7+6+rest";
+  const double di = max_logit_diff(*mi, *int8, g);
+  EXPECT_GT(di, 1e-4) << q.dir << ": the cpu backend did not take the int8 path in place";
+  if (m->hparams().moe.n_expert == 0) {
+    EXPECT_LT(di, 0.1) << q.dir << " in place on cpu (int8 activations)";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Quantized, HfQuantFolder,
     ::testing::Values(
-        QuantCase{"llama-q4", "llama", {"4-bit g64 bf16 → mlx_a4 (in place): 16 tensors"}},
-        QuantCase{"qwen3-q4", "qwen3", {"4-bit g64 bf16 → mlx_a4 (in place): 15 tensors"}},
+        QuantCase{"llama-q4", "llama", {"4-bit g64 bf16 → q4_1 (exact): 16 tensors"}},
+        QuantCase{"qwen3-q4", "qwen3", {"4-bit g64 bf16 → q4_1 (exact): 15 tensors"}},
         // Stacked experts (3-D codes and groups) and mlx-lm's 8-bit router.
         QuantCase{"qwen3moe-q4",
                   "qwen3moe",
-                  {"4-bit g64 bf16 → mlx_a4 (in place): 15 tensors", "8-bit g64 bf16 → f32 (dequantized): 2 tensors"}},
+                  {"4-bit g64 bf16 → q4_1 (exact): 15 tensors", "8-bit g64 bf16 → f32 (dequantized): 2 tensors"}},
         // Gated DeltaNet projections, the shared expert and its 8-bit gate; the down projections
         // (32 inputs, under one group of 64) stay bf16 as mlx-lm leaves them, unnamed in the config.
         QuantCase{"qwen35moe-q4",
                   "qwen35moe",
-                  {"4-bit g64 bf16 → mlx_a4 (in place): 37 tensors", "8-bit g64 bf16 → f32 (dequantized): 8 tensors"}},
+                  {"4-bit g64 bf16 → q4_1 (exact): 37 tensors", "8-bit g64 bf16 → f32 (dequantized): 8 tensors"}},
         // The fused in_proj_qkvz split after the repack (whole Q4_1 rows), in_proj_ba kept fused.
         QuantCase{"qwen3next-q4",
                   "qwen3next",
-                  {"4-bit g64 bf16 → mlx_a4 (in place): 31 tensors", "8-bit g64 bf16 → f32 (dequantized): 8 tensors"}},
+                  {"4-bit g64 bf16 → q4_1 (exact): 31 tensors", "8-bit g64 bf16 → f32 (dequantized): 8 tensors"}},
         // KDA projections and gates, MLA's per-head embed_q / unembed_out (3-D codes, like
         // stacked experts); f_b/g_b and the experts' down projections (32 inputs) stay bf16.
         QuantCase{"kimi-linear-q4",
                   "kimi-linear",
-                  {"4-bit g64 bf16 → mlx_a4 (in place): 43 tensors", "8-bit g64 bf16 → f32 (dequantized): 3 tensors"}},
+                  {"4-bit g64 bf16 → q4_1 (exact): 43 tensors", "8-bit g64 bf16 → f32 (dequantized): 3 tensors"}},
         // Ling 3: mlx-lm's predicate leaves MLA's q_a/q_b/kv_a/embed_q/unembed_out/gate, b_proj,
         // the embeddings and lm_head float, and quantizes nothing at 8 bits.
-        QuantCase{"bailingmoe3-q4", "bailingmoe3", {"4-bit g64 bf16 → mlx_a4 (in place): 47 tensors"}},
+        QuantCase{"bailingmoe3-q4", "bailingmoe3", {"4-bit g64 bf16 → q4_1 (exact): 47 tensors"}},
         // Mixtral's router (no predicate of its own: 4 bits) dequantized to f32, as routers are.
         QuantCase{"mixtral-q4",
                   "llama",
-                  {"4-bit g64 bf16 → mlx_a4 (in place): 16 tensors", "4-bit g64 bf16 → f32 (dequantized): 2 tensors"},
+                  {"4-bit g64 bf16 → q4_1 (exact): 16 tensors", "4-bit g64 bf16 → f32 (dequantized): 2 tensors"},
                   "mixtral"},
         // DeepSeek-V3: MLA's low-rank and per-head matrices (embed_q's 32 inputs stay bf16).
-        QuantCase{"deepseek2-q4", "deepseek2", {"4-bit g64 bf16 → mlx_a4 (in place): 28 tensors"}},
+        QuantCase{"deepseek2-q4", "deepseek2", {"4-bit g64 bf16 → q4_1 (exact): 28 tensors"}},
         QuantCase{"llama-mixed",
                   "llama",
-                  {"2-bit g32 bf16 → mlx_a2 (in place): 1 tensor", "3-bit g32 bf16 → mlx_a3 (in place): 9 tensors",
-                   "5-bit g32 bf16 → mlx_a5 (in place): 2 tensors", "6-bit g64 bf16 → mlx_a6 (in place): 2 tensors",
-                   "8-bit g32 bf16 → mlx_a8 (in place): 1 tensor"}}),
+                  {"2-bit g32 bf16 → q4_1 (exact): 1 tensor", "3-bit g32 bf16 → q4_1 (exact): 9 tensors",
+                   "5-bit g32 bf16 → q5_1 (exact): 2 tensors", "6-bit g64 bf16 → q8_a (exact): 2 tensors",
+                   "8-bit g32 bf16 → q8_a (exact): 1 tensor"}}),
     [](const auto& info) {
       std::string n = info.param.dir;
       for (char& c : n)
@@ -653,7 +674,7 @@ TEST(HfFolder, InspectReadsAFolderAsItsGguf) {
   for (const auto& t : f.tensors)
     if (t.name == "blk.3.attn_k_b.weight") {
       k_b = true;
-      EXPECT_EQ(t.type, "mlx_a4");                            // MLX's codes read in place
+      EXPECT_EQ(t.type, "q4_1");
       EXPECT_EQ(t.shape, (std::vector<int64_t>{64, 64, 2}));  // nope in, kv_lora out, per head
     }
   EXPECT_TRUE(k_b);

@@ -137,20 +137,86 @@ TEST(Repack, StreamedExpertsKeepTheFileLayout) {
   EXPECT_LT(test::nmse(run(*plain).prompt_logits, run(*s).prompt_logits), 1e-9);
 }
 
-// An MLX folder's affine matrices are read where the file keeps them (codes, scales and biases in
-// their own arrays): --repack has no interleaved layout for them and leaves them, and the folder
-// computes the same bits with it as without.
-TEST(Repack, FolderAffineWeightsStayInPlace) {
+TEST(Repack, FolderWeightsInterleaveInPlace) {
   const auto cpu = make_backend("cpu", 1);
   if (!cpu_backend_reads_every_rows16(*cpu))
     GTEST_SKIP() << "the cpu backend reads no interleaved layout at this level";
   const std::string dir = synth_mlx_q4();
-  ModelOptions here = repacked();
+  ModelOptions here = repacked(), copied = repacked();
   here.repack_in_place = true;
-  auto plain = Model::load(dir), with = Model::load(dir, here);
-  EXPECT_EQ(repacked_tensors(*with), 0) << with->repack_summary();
+  auto plain = Model::load(dir), in_place = Model::load(dir, here), copy = Model::load(dir, copied);
+  // The attention projections and the gate/up/down experts of both layers and the output head
+  // are MLX 4-bit (Q4_1 once converted); token_embd is not interleaved (get_rows reads its rows).
+  EXPECT_EQ(repacked_tensors(*in_place), 15) << in_place->repack_summary();
+  EXPECT_NE(in_place->repack_summary().find("in place of the converted rows"), std::string::npos)
+      << in_place->repack_summary();
+  EXPECT_EQ(copy->repack_summary().find("in place"), std::string::npos) << copy->repack_summary();
+  int interleaved = 0;
+  for (const TensorView& t : in_place->file().tensors()) {
+    if (!t.rows16) continue;
+    ++interleaved;
+    EXPECT_EQ(t.type, DType::Q4_1) << t.name;
+    EXPECT_TRUE(t.rows_interleaved) << t.name;
+    EXPECT_EQ(t.rows16, t.data) << t.name;  // no second copy
+    // The bytes are the copy's layout, which the plain load's rows are not.
+    const TensorView& c = copy->file().tensor(t.name);
+    EXPECT_FALSE(c.rows_interleaved) << t.name;
+    EXPECT_NE(c.rows16, c.data) << t.name;
+    EXPECT_EQ(std::memcmp(t.rows16, c.rows16, t.nbytes), 0) << t.name;
+    EXPECT_NE(std::memcmp(t.data, plain->file().tensor(t.name).data, t.nbytes), 0) << t.name;
+    // A reader of rows fails by the tensor's name instead of reading the other layout.
+    try {
+      (void)t.row(0);
+      ADD_FAILURE() << t.name << ": row() read an interleaved tensor";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(t.name), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(interleaved, 15);
+  EXPECT_FALSE(in_place->file().tensor("token_embd.weight").rows_interleaved);
+  // The 32-block types' interleaved kernels keep the row dots' float order: the same bits at
+  // the prompt's 12-token batches and at every one-token step.
+  const Outputs a = run(*plain), b = run(*in_place);
+  EXPECT_EQ(a.prompt_logits, b.prompt_logits);
+  EXPECT_EQ(a.decode_logits, b.decode_logits);
+  EXPECT_EQ(a.greedy, b.greedy);
+  // A tied embedding (no output head of its own) is interleaved in place too: get_rows takes
+  // each row from its group. tests/data/hf/qwen3moe-q4 (vocab 400) ties them.
+  {
+    const std::string tied = std::string(SLUICE_SOURCE_DIR) + "/tests/data/hf/qwen3moe-q4";
+    auto p = Model::load(tied), q = Model::load(tied, here);
+    ASSERT_EQ(p->file().find_tensor("output.weight"), nullptr);
+    EXPECT_TRUE(q->file().tensor("token_embd.weight").rows_interleaved);
+    auto be = make_backend("cpu", 2);
+    Session sp(*p, *be, KvCacheOptions{.n_ctx = 32}), sq(*q, *be, KvCacheOptions{.n_ctx = 32});
+    const std::vector<int32_t> prompt = {1, 23, 45, 67, 89, 111, 133, 155, 177, 199, 221, 399};
+    const auto lp = sp.eval(prompt, /*all_logits=*/true);
+    const auto lq = sq.eval(prompt, /*all_logits=*/true);
+    EXPECT_EQ(std::vector<float>(lp.begin(), lp.end()), std::vector<float>(lq.begin(), lq.end()));
+    const auto dp = sp.eval(std::vector<int32_t>{398}), dq = sq.eval(std::vector<int32_t>{398});
+    EXPECT_EQ(std::vector<float>(dp.begin(), dp.end()), std::vector<float>(dq.begin(), dq.end()));
+  }
+  // A backend that reads rows (the reference) is refused by name, not fed the other layout.
+  try {
+    (void)run(*in_place, "ref");
+    ADD_FAILURE() << "the ref backend ran on interleaved-only weights";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("interleaved copy"), std::string::npos) << e.what();
+  }
+}
+
+// With --mlx-in-place the folder's affine matrices are read where the file keeps them (codes,
+// scales and biases in their own arrays): --repack has no interleaved layout for them and leaves
+// them, and the folder computes the same bits with it as without.
+TEST(Repack, FolderAffineWeightsInPlaceStayAsTheyAre) {
+  const std::string dir = synth_mlx_q4();
+  ModelOptions plain_opt, with = repacked();
+  plain_opt.mlx_in_place = with.mlx_in_place = true;
+  with.repack_in_place = true;
+  auto plain = Model::load(dir, plain_opt), r = Model::load(dir, with);
+  EXPECT_EQ(repacked_tensors(*r), 0) << r->repack_summary();
   int affine = 0;
-  for (const TensorView& t : with->file().tensors()) {
+  for (const TensorView& t : r->file().tensors()) {
     if (!dtype_is_affine(t.type)) continue;
     ++affine;
     EXPECT_EQ(t.rows16, nullptr) << t.name;
@@ -159,7 +225,7 @@ TEST(Repack, FolderAffineWeightsStayInPlace) {
   // The attention projections, the gate/up/down experts of both layers, the output head and
   // token_embd are MLX 4-bit.
   EXPECT_EQ(affine, 16);
-  const Outputs a = run(*plain), b = run(*with);
+  const Outputs a = run(*plain), b = run(*r);
   EXPECT_EQ(a.prompt_logits, b.prompt_logits);
   EXPECT_EQ(a.decode_logits, b.decode_logits);
   EXPECT_EQ(a.greedy, b.greedy);
