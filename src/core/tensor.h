@@ -47,7 +47,7 @@ struct TensorView {
   // a reader that wants rows fails by name instead of reading another layout's bytes.
   bool rows_interleaved = false;
   // An MLX affine tensor's scales and biases (dtype_is_affine(type)); unused otherwise.
-  AffinePlanes affine;
+  AffinePlanes affine{};
 
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }

@@ -185,6 +185,58 @@ inline __m256i affine_dot4(__m256i lo, __m256i hi, const uint8_t* a) {
 }
 #endif
 
+#if SLUICE_Q8_SIMD
+// acc + chunk c's code term of one 4-bit row against the activation chunk at `at` (256-bit).
+inline __m256 affine_chunk4(const uint8_t* codes, const float* sf, int64_t c, int lg, const uint8_t* at, __m256 acc) {
+  const __m256i raw = q8_load(codes + 32 * c);
+  const __m256i lo = _mm256_and_si256(raw, _mm256_set1_epi8(0x0F));
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0F));
+  const __m256 sv = lg == 5 ? _mm256_set_m128(_mm_set1_ps(sf[2 * c + 1]), _mm_set1_ps(sf[2 * c]))
+                            : _mm256_set1_ps(sf[(c * 64) >> lg]);
+  const __m256 dl = _mm256_loadu_ps(reinterpret_cast<const float*>(at + 64));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(affine_dot4(lo, hi, at)), _mm256_mul_ps(dl, sv), acc);
+}
+#endif
+
+#if SLUICE_Q8_SIMD && SLUICE_Q8_AVX512
+// Chunks c and c + 1 at 512 bits: the activations (at: chunk c's), and acc + the code term of one
+// 4-bit row with them (lanes 0-7 chunk c, 8-15 chunk c + 1).
+struct AffinePairAct {
+  __m512i a0, a1;
+  __m512 dl;
+  explicit AffinePairAct(const uint8_t* at) {
+    const uint8_t* bt = at + kAffineChunkBytes;
+    a0 = _mm512_inserti64x4(_mm512_castsi256_si512(q8_load(at)), q8_load(bt), 1);
+    a1 = _mm512_inserti64x4(_mm512_castsi256_si512(q8_load(at + 32)), q8_load(bt + 32), 1);
+    dl = _mm512_castpd_ps(
+        _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_loadu_pd(reinterpret_cast<const double*>(at + 64))),
+                           _mm256_loadu_pd(reinterpret_cast<const double*>(bt + 64)), 1));
+  }
+};
+// One 4-bit row's codes of chunks c and c + 1 and their scales (gidx: lane l's group, as
+// affine_row_dot makes it).
+struct AffinePairCodes {
+  __m512i lo, hi;
+  __m512 sv;
+  AffinePairCodes(const uint8_t* codes, const float* sf, int64_t c, int lg, __m512i gidx) {
+    const __m512i raw = _mm512_loadu_si512(codes + 32 * c);
+    lo = _mm512_and_si512(raw, _mm512_set1_epi8(0x0F));
+    hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), _mm512_set1_epi8(0x0F));
+    sv = _mm512_permutexvar_ps(gidx, _mm512_castps128_ps512(affine_pair_scales(sf, c, lg)));
+  }
+};
+inline __m512 affine_pair4(const AffinePairCodes& w, const AffinePairAct& p, __m512 acc) {
+#if SLUICE_Q8_VNNI
+  const __m512i isum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w.lo, p.a0), w.hi, p.a1);
+#else
+  const __m512i isum = _mm512_madd_epi16(_mm512_add_epi16(_mm512_maddubs_epi16(w.lo, p.a0),
+                                                          _mm512_maddubs_epi16(w.hi, p.a1)),
+                                         _mm512_set1_epi16(1));
+#endif
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(p.dl, w.sv), acc);
+}
+#endif
+
 // The code term of NT tokens (activation rows a + t·astride) against one row, into y[t·ystride].
 template <int NT, bool four>
 void affine_row_dot(const uint8_t* codes, const float* sf, const float* bf, const float* gs, int64_t ng, int lg,
@@ -197,16 +249,7 @@ void affine_row_dot(const uint8_t* codes, const float* sf, const float* bf, cons
   // 4-bit: chunk c into acc (even chunks acc0, odd acc1).
   auto four_chunk = [&](int64_t c, __m256(&acc)[NT]) {
     const uint8_t* ac = a + static_cast<size_t>(c) * kAffineChunkBytes;
-    const __m256i raw = q8_load(codes + 32 * c);
-    const __m256i lo = _mm256_and_si256(raw, _mm256_set1_epi8(0x0F));
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0F));
-    const __m256 sv = lg == 5 ? _mm256_set_m128(_mm_set1_ps(sf[2 * c + 1]), _mm_set1_ps(sf[2 * c]))
-                              : _mm256_set1_ps(sf[(c * 64) >> lg]);
-    for (int t = 0; t < NT; ++t) {
-      const uint8_t* at = ac + t * astride;
-      const __m256 dl = _mm256_loadu_ps(reinterpret_cast<const float*>(at + 64));
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(affine_dot4(lo, hi, at)), _mm256_mul_ps(dl, sv), acc[t]);
-    }
+    for (int t = 0; t < NT; ++t) acc[t] = affine_chunk4(codes, sf, c, lg, ac + t * astride, acc[t]);
   };
   // Byte-wide codes: half h of chunk c into acc (h = 0 acc0, h = 1 acc1).
   auto byte_half = [&](int64_t c, int h, __m256(&acc)[NT]) {
@@ -231,27 +274,8 @@ void affine_row_dot(const uint8_t* codes, const float* sf, const float* bf, cons
                                            static_cast<unsigned>(lg - 3));
     for (; c + 2 <= nc; c += 2) {
       const uint8_t* ac = a + static_cast<size_t>(c) * kAffineChunkBytes;
-      const __m512i raw = _mm512_loadu_si512(codes + 32 * c);
-      const __m512i lo = _mm512_and_si512(raw, _mm512_set1_epi8(0x0F));
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), _mm512_set1_epi8(0x0F));
-      const __m512 sv = _mm512_permutexvar_ps(gidx, _mm512_castps128_ps512(affine_pair_scales(sf, c, lg)));
-      for (int t = 0; t < NT; ++t) {
-        const uint8_t* at = ac + t * astride;
-        const uint8_t* bt = at + kAffineChunkBytes;
-        const __m512i a0 = _mm512_inserti64x4(_mm512_castsi256_si512(q8_load(at)), q8_load(bt), 1);
-        const __m512i a1 = _mm512_inserti64x4(_mm512_castsi256_si512(q8_load(at + 32)), q8_load(bt + 32), 1);
-        const __m512 dl = _mm512_castpd_ps(
-            _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_loadu_pd(reinterpret_cast<const double*>(at + 64))),
-                               _mm256_loadu_pd(reinterpret_cast<const double*>(bt + 64)), 1));
-#if SLUICE_Q8_VNNI
-        const __m512i isum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, a0), hi, a1);
-#else
-        const __m512i isum = _mm512_madd_epi16(_mm512_add_epi16(_mm512_maddubs_epi16(lo, a0),
-                                                                _mm512_maddubs_epi16(hi, a1)),
-                                               _mm512_set1_epi16(1));
-#endif
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dl, sv), acc[t]);
-      }
+      const AffinePairCodes w(codes, sf, c, lg, gidx);
+      for (int t = 0; t < NT; ++t) acc[t] = affine_pair4(w, AffinePairAct(ac + t * astride), acc[t]);
     }
     for (int t = 0; t < NT; ++t) {
       acc0[t] = _mm512_castps512_ps256(acc[t]);
@@ -322,41 +346,14 @@ inline void affine_two_rows_4bit(const uint8_t* const codes[2], const float* con
                                          static_cast<unsigned>(lg - 3));
   int64_t c = 0;
   for (; c + 2 <= nc; c += 2) {
-    const uint8_t* at = a + static_cast<size_t>(c) * kAffineChunkBytes;
-    const uint8_t* bt = at + kAffineChunkBytes;
-    const __m512i a0 = _mm512_inserti64x4(_mm512_castsi256_si512(q8_load(at)), q8_load(bt), 1);
-    const __m512i a1 = _mm512_inserti64x4(_mm512_castsi256_si512(q8_load(at + 32)), q8_load(bt + 32), 1);
-    const __m512 dl = _mm512_castpd_ps(
-        _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_loadu_pd(reinterpret_cast<const double*>(at + 64))),
-                           _mm256_loadu_pd(reinterpret_cast<const double*>(bt + 64)), 1));
-    for (int r = 0; r < 2; ++r) {
-      const __m512i raw = _mm512_loadu_si512(codes[r] + 32 * c);
-      const __m512i lo = _mm512_and_si512(raw, _mm512_set1_epi8(0x0F));
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), _mm512_set1_epi8(0x0F));
-      const __m512 sv = _mm512_permutexvar_ps(gidx, _mm512_castps128_ps512(affine_pair_scales(sf[r], c, lg)));
-#if SLUICE_Q8_VNNI
-      const __m512i isum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, a0), hi, a1);
-#else
-      const __m512i isum = _mm512_madd_epi16(_mm512_add_epi16(_mm512_maddubs_epi16(lo, a0),
-                                                              _mm512_maddubs_epi16(hi, a1)),
-                                             _mm512_set1_epi16(1));
-#endif
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dl, sv), acc[r]);
-    }
+    const AffinePairAct p(a + static_cast<size_t>(c) * kAffineChunkBytes);
+    for (int r = 0; r < 2; ++r) acc[r] = affine_pair4(AffinePairCodes(codes[r], sf[r], c, lg, gidx), p, acc[r]);
   }
   for (int r = 0; r < 2; ++r) {
     __m256 acc0 = _mm512_castps512_ps256(acc[r]);
     const __m256 acc1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1));
-    if (c < nc) {  // the last, even chunk: affine_row_dot's four_chunk into acc0
-      const uint8_t* at = a + static_cast<size_t>(c) * kAffineChunkBytes;
-      const __m256i raw = q8_load(codes[r] + 32 * c);
-      const __m256i lo = _mm256_and_si256(raw, _mm256_set1_epi8(0x0F));
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0F));
-      const __m256 sv = lg == 5 ? _mm256_set_m128(_mm_set1_ps(sf[r][2 * c + 1]), _mm_set1_ps(sf[r][2 * c]))
-                                : _mm256_set1_ps(sf[r][(c * 64) >> lg]);
-      const __m256 dl = _mm256_loadu_ps(reinterpret_cast<const float*>(at + 64));
-      acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(affine_dot4(lo, hi, at)), _mm256_mul_ps(dl, sv), acc0);
-    }
+    // the last, even chunk: affine_row_dot's four_chunk into acc0
+    if (c < nc) acc0 = affine_chunk4(codes[r], sf[r], c, lg, a + static_cast<size_t>(c) * kAffineChunkBytes, acc0);
     alignas(32) float B[8];
     affine_bias_lanes(bf[r], gs, ng, B);
     *y[r] = q8_hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_load_ps(B)));
