@@ -124,7 +124,8 @@ TEST(Q8Matmul, AgainstRefTightAndLoose) {
 }
 
 // MLX affine weights read in place (codes, scales and biases in their own arrays): every code
-// width, group size and scale type, against ref on the Q8_0-rounded activations (tight) and on
+// width, group size and scale type, row kernel and (130 tokens) the block tiles each unit is
+// repacked for, against ref on the Q8_0-rounded activations (tight) and on
 // the float ones (loose); every level bitwise the scalar twin (kernels_q8_affine_impl.h walks the
 // same 8 lanes). 192 inputs leave half a 128-input group pair at the end of the 4-bit layout.
 // Negative control: the scales read as the biases and back.
@@ -140,7 +141,7 @@ TEST(Q8Matmul, AffineInPlaceAgainstRefAndLevelsBitwise) {
         const std::string what = std::string(dtype_name(t)) + " g" + std::to_string(group) + " " +
                                  std::string(dtype_name(st));
         Weights w(t, n_in, n_out, static_cast<uint32_t>(bits * 100 + group), 1.0f, group, st);
-        for (int64_t T : {1, 3, 70}) {
+        for (int64_t T : {1, 3, 70, 130}) {  // 130: prefill through the block tiles (matmul_affine_tiles)
           const auto x = randn(static_cast<size_t>(T * n_in), 9 + static_cast<uint32_t>(T));
           const auto y_loose = matmul(*ref, w.view, x, T);
           const auto y_tight = matmul(*ref, w.view, requantize(x, n_in, DType::Q8_0), T);
