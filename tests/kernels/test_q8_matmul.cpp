@@ -167,6 +167,24 @@ TEST(Q8Matmul, AffineInPlaceAgainstRefAndLevelsBitwise) {
   std::printf("[  NMSE    ] affine in place: tight max %.3g, loose max %.3g\n", worst_tight, worst_loose);
 }
 
+// An affine matrix with one bias that is no fp16 value (bf16 65536, past fp16's range): its
+// 16-row unit cannot be repacked for the block tiles and is computed in float (float_rows), the
+// other units by the tiles; the whole product still matches ref.
+TEST(Q8Matmul, AffineTilesFallBackToFloatForANonFp16Group) {
+  auto ref = make_ref_backend();
+  Weights w(DType::MLX_A4, 256, 40, 5, 1.0f, 64, DType::BF16);
+  const size_t gb = w.view.affine.group_row_bytes;
+  const uint16_t big = 0x4780;                                    // bf16 65536
+  std::memcpy(w.planes.data() + 40 * gb + 17 * gb + 2, &big, 2);  // row 17's second bias
+  const int64_t T = 130;
+  const auto x = randn(static_cast<size_t>(T * 256), 3);
+  const auto want = matmul(*ref, w.view, requantize(x, 256, DType::Q8_0), T);
+  for (CpuIsa isa : available_isas()) {
+    auto cpu = q8_backend(2, isa);
+    EXPECT_LE(nmse(want, matmul(*cpu, w.view, x, T)), kTolQ8Loose) << cpu_isa_name(isa);
+  }
+}
+
 // The scalar generic level is the twin of the SIMD levels: same integer sums; for the 32-block
 // types also the same float operations in the same order (kernels_q8_impl.h), so the same
 // bits. 1056 inputs = 33 blocks of 32 leaves a partial group of four.

@@ -48,6 +48,25 @@ constexpr int64_t kAffineTileMinTokens = 128;
 // Most output rows per unit of moe_ffn_token's down phase (see there).
 constexpr int64_t kMoeDownRows = 128;
 
+// Whether expert e has g0/u0/d0's types and the shapes of an FFN of E inputs and F hidden units:
+// what every fused MoE pass needs of all the experts it takes (FfnExpert or FfnExpertRows).
+template <class Expert>
+bool same_expert_shape(const Expert& e, const TensorView& g0, const TensorView& u0, const TensorView& d0, int64_t E,
+                       int64_t F) {
+  return e.gate->type == g0.type && e.up->type == u0.type && e.down->type == d0.type && e.gate->ne[0] == E &&
+         e.gate->ne[1] == F && e.up->ne[0] == E && e.up->ne[1] == F && e.down->ne[0] == F && e.down->ne[1] == E;
+}
+// Row i of expert j is row first[j] + i of a batch pass's per-row buffers; returns the most rows of one expert.
+int64_t expert_row_offsets(std::span<const FfnExpertRows> ex, std::vector<int64_t>& first) {
+  first.assign(ex.size() + 1, 0);
+  int64_t most = 0;
+  for (size_t j = 0; j < ex.size(); ++j) {
+    first[j + 1] = first[j] + ex[j].n;
+    most = std::max(most, ex[j].n);
+  }
+  return most;
+}
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int n_threads, CpuIsa isa, const CpuBackendOptions& opt)
@@ -176,6 +195,19 @@ class CpuBackend final : public Backend {
     return w.rows16 && op.rows16 && r0 % 16 == 0 && nr % 16 == 0 ? static_cast<const uint8_t*>(w.rows16) : nullptr;
   }
 
+  // n_tok rows of x (n inputs each) quantized to act into dst (rows dtype_row_bytes(act, n) apart),
+  // in parallel; with sums, each row's 32-block sums too (n / 32 a row; act Q8_0).
+  void quantize_tokens(DType act, const float* x, int64_t n, int64_t n_tok, uint8_t* dst, int32_t* sums) {
+    const size_t a_bytes = dtype_row_bytes(act, n);
+    run(n_tok, n_tok * n * 4, [&](int64_t t0, int64_t t1, int) {
+      for (int64_t t = t0; t < t1; ++t) {
+        uint8_t* at = dst + static_cast<size_t>(t) * a_bytes;
+        quantize_act(act, x + t * n, at, n);
+        if (sums) act_block_sums(at, n / 32, sums + t * (n / 32));
+      }
+    });
+  }
+
   // Each 32-block of the quantized activation q (nb blocks of op.act Q8_0) summed, for the
   // kernels that read them (Q8TileOps::act_sums): once per activation, not per call of 16 rows.
   static void act_block_sums(const uint8_t* q, int64_t nb, int32_t* dst) {
@@ -220,12 +252,8 @@ class CpuBackend final : public Backend {
     }
     const TensorView &g0 = *ex[0].gate, &u0 = *ex[0].up, &d0 = *ex[0].down;
     const int64_t F = g0.ne[1], n = static_cast<int64_t>(ex.size());
-    for (const FfnExpert& e : ex) {
-      const bool same = e.gate->type == g0.type && e.up->type == u0.type && e.down->type == d0.type &&
-                        e.gate->ne[0] == E && e.gate->ne[1] == F && e.up->ne[0] == E && e.up->ne[1] == F &&
-                        e.down->ne[0] == F && e.down->ne[1] == E;
-      if (!same) return Backend::moe_ffn_token(ex, x, out, E);  // mixed experts: the general path
-    }
+    for (const FfnExpert& e : ex)
+      if (!same_expert_shape(e, g0, u0, d0, E, F)) return Backend::moe_ffn_token(ex, x, out, E);  // mixed experts
     const cpu::Q8Ops *qg = q8_op(g0), *qu = q8_op(u0), *qd = q8_op(d0);
     const size_t gb = qg ? dtype_row_bytes(qg->act, E) : 0, ub = qu ? dtype_row_bytes(qu->act, E) : 0;
     const size_t hb = qd ? dtype_row_bytes(qd->act, F) : 0;
@@ -304,10 +332,7 @@ class CpuBackend final : public Backend {
     const int64_t F = g0.ne[1], n = static_cast<int64_t>(ex.size());
     const cpu::Q8Ops *qg = q8_op(g0), *qu = q8_op(u0), *qd = q8_op(d0);
     bool fusable = qg && qu && qd && qg->act == qu->act;
-    for (const FfnExpertRows& e : ex)
-      fusable = fusable && e.n >= 1 && e.gate->type == g0.type && e.up->type == u0.type && e.down->type == d0.type &&
-                e.gate->ne[0] == E && e.gate->ne[1] == F && e.up->ne[0] == E && e.up->ne[1] == F &&
-                e.down->ne[0] == F && e.down->ne[1] == E;
+    for (const FfnExpertRows& e : ex) fusable = fusable && e.n >= 1 && same_expert_shape(e, g0, u0, d0, E, F);
     if (!fusable) return Backend::moe_ffn_batch(ex, x, out, n_tok, E);
     // Whether expert j's rows of op take matmul's tiles; the AMX tiles (gemm_rows, activations
     // repacked per matmul) stay with the default.
@@ -317,14 +342,8 @@ class CpuBackend final : public Backend {
     for (const FfnExpertRows& e : ex)
       for (const cpu::Q8Ops* op : {qg, qu, qd})
         if (tiled(op, e.n) && !op->tile.gemm) return Backend::moe_ffn_batch(ex, x, out, n_tok, E);
-    // Row i of expert j is row first[j] + i of every per-row buffer below.
-    std::vector<int64_t> first(static_cast<size_t>(n) + 1, 0);
-    int64_t most = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      first[j + 1] = first[j] + ex[j].n;
-      most = std::max(most, ex[j].n);
-    }
-    const int64_t rows = first[n];
+    std::vector<int64_t> first;  // row i of expert j is row first[j] + i of every per-row buffer below
+    const int64_t most = expert_row_offsets(ex, first), rows = first[n];
     const size_t xb = dtype_row_bytes(qg->act, E), hb = dtype_row_bytes(qd->act, F);
     moe_act_.resize(xb * static_cast<size_t>(n_tok + rows) + hb * static_cast<size_t>(rows));
     uint8_t *xq = moe_act_.data(), *xr = xq + xb * static_cast<size_t>(n_tok),
@@ -453,17 +472,16 @@ class CpuBackend final : public Backend {
   // Prefill of MLX affine weights: the block type's tiles (Q4_1 for 2-4 bits, Q5_1, Q8_A), each
   // 16-row unit repacked exactly into the thread's scratch first (mlx_affine_repack_row: the
   // codes, scale and bias as the block's, every scale and bias an fp16 value) and then packed and
-  // multiplied as a GGUF's rows are; what the tiles cost to pack is paid per unit, as theirs. The
-  // op, with w's format in *f, or null (a few tokens, no tiles for the type, or scales that are not
-  // fp16 values: the affine row kernel).
+  // multiplied as a GGUF's rows are; what the tiles cost to pack is paid per unit, as theirs. A
+  // unit whose scales or biases are not all fp16 values (the repack says so, row by row) is
+  // computed in float instead (float_rows), so no pass over the whole tensor's groups first. The
+  // op, with w's format in *f, or null (a few tokens, no tiles for the type: the affine row kernel).
   const cpu::Q8Ops* affine_tile_op(const TensorView& w, int64_t n_tok, MlxAffineFormat* f) const {
     if (!q8_tiles_) return nullptr;
     *f = {dtype_affine_bits(w.type), w.affine.group_size, w.affine.scale_type};
     const std::optional<DType> bt = mlx_affine_repack_type(*f);
     const cpu::Q8Ops* op = bt ? q8_op(*bt) : nullptr;
-    if (!op || !op->tile.gemm || n_tok < std::max(tile_min_tokens(*op), kAffineTileMinTokens)) return nullptr;
-    const int64_t groups = w.n_rows() * (w.ne[0] / f->group_size);
-    return mlx_affine_groups_fp16_exact(*f, w.affine.scales, w.affine.biases, groups) ? op : nullptr;
+    return op && op->tile.gemm && n_tok >= std::max(tile_min_tokens(*op), kAffineTileMinTokens) ? op : nullptr;
   }
   void matmul_affine_tiles(const cpu::Q8Ops& op, const MlxAffineFormat& f, const TensorView& w, const float* x,
                            float* y, int64_t n_tok) {
@@ -473,24 +491,23 @@ class CpuBackend final : public Backend {
     if (act_.size() < a_bytes * static_cast<size_t>(n_tok)) act_.resize(a_bytes * static_cast<size_t>(n_tok));
     if (op.tile.act_sums && act_sums_.size() < static_cast<size_t>(n_tok * nb))
       act_sums_.resize(static_cast<size_t>(n_tok * nb));
-    run(n_tok, n_tok * n_in * 4, [&](int64_t t0, int64_t t1, int) {
-      for (int64_t t = t0; t < t1; ++t) {
-        uint8_t* at = act_.data() + static_cast<size_t>(t) * a_bytes;
-        quantize_act(op.act, x + t * n_in, at, n_in);
-        if (op.tile.act_sums) act_block_sums(at, nb, act_sums_.data() + t * nb);
-      }
-    });
+    quantize_tokens(op.act, x, n_in, n_tok, act_.data(), op.tile.act_sums ? act_sums_.data() : nullptr);
     const size_t tile_bytes = (op.tile.bytes(n_in) + 63) / 64 * 64;
     run((n_out + cpu::kQ8TileRows - 1) / cpu::kQ8TileRows, n_out * n_in * n_tok, [&](int64_t u0, int64_t u1, int th) {
-      uint8_t* tile = scratch_aligned(th, tile_bytes + static_cast<size_t>(cpu::kQ8TileRows) * rb);
-      uint8_t* rows = tile + tile_bytes;
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t r0 = u * cpu::kQ8TileRows, nr = std::min(cpu::kQ8TileRows, n_out - r0);
-        for (int64_t i = 0; i < nr; ++i) {
+        // Per unit: a float_rows unit before may have grown (moved) the thread's scratch.
+        uint8_t* tile = scratch_aligned(th, tile_bytes + static_cast<size_t>(cpu::kQ8TileRows) * rb);
+        uint8_t* rows = tile + tile_bytes;
+        bool exact = true;
+        for (int64_t i = 0; i < nr && exact; ++i) {
           const size_t g = static_cast<size_t>(r0 + i) * w.affine.group_row_bytes;
-          if (!mlx_affine_repack_row(f, bt, reinterpret_cast<const uint32_t*>(w.row(r0 + i)), w.affine.scales + g,
-                                     w.affine.biases + g, n_in, rows + static_cast<size_t>(i) * rb))
-            fail("cpu backend: ", w.name, " row ", r0 + i, ": a scale or bias is not an fp16 value after all");
+          exact = mlx_affine_repack_row(f, bt, reinterpret_cast<const uint32_t*>(w.row(r0 + i)), w.affine.scales + g,
+                                        w.affine.biases + g, n_in, rows + static_cast<size_t>(i) * rb);
+        }
+        if (!exact) {
+          float_rows(w, nullptr, r0, nr, x, n_tok, y + r0, static_cast<size_t>(n_out), th);
+          continue;
         }
         op.tile.pack(rows, rb, nr, n_in, tile);
         op.tile.gemm(tile, n_in, act_.data(), a_bytes, op.tile.act_sums ? act_sums_.data() : nullptr, n_tok, y + r0,
@@ -513,17 +530,9 @@ class CpuBackend final : public Backend {
     for (const FfnExpertRows& e : ex)
       if (e.n >= kAffineTileMinTokens) return false;
     for (const FfnExpertRows& e : ex)
-      if (e.n < 1 || e.gate->type != g0.type || e.up->type != u0.type || e.down->type != d0.type ||
-          e.gate->ne[0] != E || e.gate->ne[1] != F || e.up->ne[0] != E || e.up->ne[1] != F || e.down->ne[0] != F ||
-          e.down->ne[1] != E)
-        return false;
-    std::vector<int64_t> first(static_cast<size_t>(n) + 1, 0);
-    int64_t most = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      first[j + 1] = first[j] + ex[j].n;
-      most = std::max(most, ex[j].n);
-    }
-    const int64_t rows = first[n];
+      if (e.n < 1 || !same_expert_shape(e, g0, u0, d0, E, F)) return false;
+    std::vector<int64_t> first;
+    const int64_t most = expert_row_offsets(ex, first), rows = first[n];
     const size_t xb = cpu::affine_act_bytes(E), hb = cpu::affine_act_bytes(F);
     moe_act_.resize(xb * static_cast<size_t>(n_tok + rows) + hb * static_cast<size_t>(rows));
     uint8_t *xq = moe_act_.data(), *xr = xq + xb * static_cast<size_t>(n_tok),
@@ -590,16 +599,7 @@ class CpuBackend final : public Backend {
     const bool sums = (tiles || interleaved) && op.tile.act_sums;
     const int64_t nb = n_in / 32;
     if (sums && act_sums_.size() < static_cast<size_t>(n_tok * nb)) act_sums_.resize(static_cast<size_t>(n_tok * nb));
-    run(n_tok, n_tok * n_in * 4, [&](int64_t t0, int64_t t1, int) {
-      for (int64_t t = t0; t < t1; ++t) {
-        uint8_t* at = act + static_cast<size_t>(t) * a_bytes;
-        quantize_act(op.act, x + t * n_in, at, n_in);
-        if (sums)
-          for (int64_t i = 0; i < nb; ++i)
-            act_sums_[static_cast<size_t>(t * nb + i)] = cpu::q8_0_quant_sum(
-                reinterpret_cast<const block_q8_0*>(at)[i]);
-      }
-    });
+    quantize_tokens(op.act, x, n_in, n_tok, act, sums ? act_sums_.data() : nullptr);
     if (interleaved) {
       // The 16-row groups as they are: no pack, and the tiles' float order at every batch size.
       const int64_t n_units = n_out / 16;
